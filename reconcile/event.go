@@ -1,0 +1,47 @@
+package reconcile
+
+import (
+	"context"
+	"time"
+)
+
+// Event is one verified webhook event, as the intake stores it. It is only a
+// trigger: the fields are read to deduplicate and to know which customer to
+// reconcile, never to change an account.
+type Event struct {
+	Provider  string
+	DedupeKey string // unique per provider: the same for every copy
+	EventID   string // the provider's own event id (may equal DedupeKey)
+	Type      string
+	// CustomerID is the provider's customer the event names; empty if none.
+	CustomerID string
+	// Time is when the provider says the change happened; zero if unknown.
+	Time       time.Time
+	APIVersion string
+	Payload    []byte // the raw verified body
+	// IgnoreReason, when set, stores the event as ignored with this reason
+	// and queues nothing.
+	IgnoreReason string
+}
+
+// Delivery is one HTTP request carrying an event; copies are several
+// deliveries of one event.
+type Delivery struct {
+	Event      Event
+	DeliveryID string // a provider delivery id, when it sends one
+	RemoteAddr string
+}
+
+// Stored is what the intake learned by storing a delivery.
+type Stored struct {
+	EventID   int64 // billsync's inbox_events.id
+	Duplicate bool  // the event was already stored; this was a copy
+	SeenCount int
+	Status    string // pending or ignored
+}
+
+// Inbox stores deliveries. StoreDelivery must have committed before it
+// returns a nil error: the caller answers 200 on that promise.
+type Inbox interface {
+	StoreDelivery(ctx context.Context, d Delivery) (Stored, error)
+}

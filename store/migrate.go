@@ -1,0 +1,146 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billsync/billsync/migrations"
+)
+
+// migrateLockKey is the advisory lock that keeps replicas starting together
+// from applying the same migration twice.
+const migrateLockKey = 0x62696c6c73796e63 // "billsync"
+
+// Migration is one numbered schema file.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+// Migrations returns the embedded migrations in order.
+func Migrations() ([]Migration, error) {
+	names, err := fs.Glob(migrations.FS, "*.sql")
+	if err != nil {
+		return nil, fmt.Errorf("list migrations: %w", err)
+	}
+	var out []Migration
+	for _, name := range names {
+		num, _, ok := strings.Cut(name, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("migration %q: name must be NNN_name.sql", name)
+		}
+		body, err := fs.ReadFile(migrations.FS, name)
+		if err != nil {
+			return nil, fmt.Errorf("read migration %s: %w", name, err)
+		}
+		out = append(out, Migration{Version: v, Name: name, SQL: string(body)})
+	}
+	slices.SortFunc(out, func(a, b Migration) int { return a.Version - b.Version })
+	for i := 1; i < len(out); i++ {
+		if out[i].Version == out[i-1].Version {
+			return nil, fmt.Errorf("migrations %s and %s share version %d", out[i-1].Name, out[i].Name, out[i].Version)
+		}
+	}
+	return out, nil
+}
+
+// Pending reports the migrations not yet applied to the database.
+func Pending(ctx context.Context, pool *pgxpool.Pool) ([]Migration, error) {
+	all, err := Migrations()
+	if err != nil {
+		return nil, err
+	}
+	applied, err := appliedVersions(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	var out []Migration
+	for _, m := range all {
+		if !applied[m.Version] {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+func appliedVersions(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}) (map[int]bool, error) {
+	rows, err := q.Query(ctx, `SELECT version FROM schema_migrations WHERE to_regclass('schema_migrations') IS NOT NULL`)
+	if err != nil {
+		// The table does not exist yet: nothing is applied.
+		if isUndefinedTable(err) {
+			return map[int]bool{}, nil
+		}
+		return nil, fmt.Errorf("read schema_migrations: %w", err)
+	}
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		if isUndefinedTable(err) {
+			return map[int]bool{}, nil
+		}
+		return nil, fmt.Errorf("read schema_migrations: %w", err)
+	}
+	applied := make(map[int]bool, len(versions))
+	for _, v := range versions {
+		applied[v] = true
+	}
+	return applied, nil
+}
+
+// Migrate applies every pending migration, each in its own transaction,
+// holding a session advisory lock so concurrent starters wait their turn.
+// It returns the names of the migrations it applied.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
+	all, err := Migrations()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", classify(err))
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(migrateLockKey)); err != nil {
+		return nil, fmt.Errorf("migrate: take lock: %w", classify(err))
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(migrateLockKey)) //nolint:errcheck // the session ends with the connection anyway
+
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    integer     PRIMARY KEY,
+		name       text        NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return nil, fmt.Errorf("migrate: create schema_migrations: %w", classify(err))
+	}
+	applied, err := appliedVersions(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	var done []string
+	for _, m := range all {
+		if applied[m.Version] {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
+			return err
+		})
+		if err != nil {
+			return done, fmt.Errorf("migrate: apply %s: %w", m.Name, classify(err))
+		}
+		done = append(done, m.Name)
+	}
+	return done, nil
+}

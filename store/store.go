@@ -1,0 +1,88 @@
+// Package store is billsync's PostgreSQL adapter: every SQL statement lives
+// here. pgx types and errors never leave it; callers see reconcile's types and
+// sentinels (reconcile.ErrUnavailable, reconcile.ErrNotFound).
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billsync/billsync/reconcile"
+)
+
+// Store reads and writes billsync's tables.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// New returns a Store on pool.
+func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// Pool returns the underlying pool (for wiring and tests).
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Open connects to url and checks the connection.
+func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("ping database: %w", classify(err))
+	}
+	return pool, nil
+}
+
+// Ping reports whether the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return classify(err)
+	}
+	return nil
+}
+
+// classify wraps errors that mean "the database is not there or did not
+// commit" with reconcile.ErrUnavailable, so callers can tell an outage (retry
+// later) from a bug.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return reconcile.ErrNotFound
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code[:2] {
+		case "08", // connection exception
+			"57", // operator intervention: admin shutdown, cannot connect now
+			"53", // insufficient resources
+			"40": // serialization failure, deadlock: safe to retry
+			return fmt.Errorf("%w: %w", reconcile.ErrUnavailable, err)
+		}
+		return err
+	}
+	var netErr net.Error
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("%w: %w", reconcile.ErrUnavailable, err)
+	}
+	return err
+}
+
+func isUndefinedTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
+}
