@@ -1,0 +1,105 @@
+package main
+
+import (
+	"cmp"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// config is billsync's configuration, from flags over environment variables.
+// Secrets come from NAME or NAME_FILE, never from flags (flags show in ps).
+type config struct {
+	DatabaseURL     string
+	DataDir         string
+	Addr            string
+	NoMigrate       bool
+	ShutdownTimeout time.Duration
+
+	StripeAPIKey         string
+	StripeAPIURL         string
+	StripeWebhookSecrets []string
+	StripeTolerance      time.Duration
+}
+
+// bindCommon registers the flags every database-using command shares,
+// with defaults from the environment.
+func (c *config) bindCommon(fs *flag.FlagSet, getenv func(string) string) {
+	fs.StringVar(&c.DataDir, "data-dir", cmp.Or(getenv("BILLSYNC_DATA_DIR"), ".billsync"),
+		"embedded PostgreSQL data directory, used when DATABASE_URL is unset (env BILLSYNC_DATA_DIR)")
+	c.DatabaseURL = getenv("DATABASE_URL")
+}
+
+// bindServe registers serve's flags.
+func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
+	c.bindCommon(fs, getenv)
+	fs.StringVar(&c.Addr, "addr", cmp.Or(getenv("BILLSYNC_ADDR"), "127.0.0.1:8080"), "HTTP listen address (env BILLSYNC_ADDR)")
+	fs.BoolVar(&c.NoMigrate, "no-migrate", false, "refuse to start if migrations are pending instead of applying them")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "how long in-flight requests may take on SIGTERM")
+	fs.DurationVar(&c.StripeTolerance, "stripe-tolerance", 300*time.Second, "oldest Stripe-Signature timestamp accepted")
+	fs.StringVar(&c.StripeAPIURL, "stripe-api-url", getenv("STRIPE_API_URL"), "Stripe API base URL, e.g. a fake Stripe (env STRIPE_API_URL; default api.stripe.com)")
+}
+
+// loadSecrets reads the secrets from the environment and checks the whole
+// configuration, so a mistake stops billsync at start with a clear message.
+func (c *config) loadSecrets(getenv func(string) string) error {
+	var errs []error
+	key, err := secret(getenv, "STRIPE_API_KEY")
+	errs = append(errs, err)
+	c.StripeAPIKey = key
+	whsec, err := secret(getenv, "STRIPE_WEBHOOK_SECRET")
+	errs = append(errs, err)
+	for _, s := range strings.Split(whsec, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			c.StripeWebhookSecrets = append(c.StripeWebhookSecrets, s)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *config) validateServe() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		errs = append(errs, fmt.Errorf("BILLSYNC_ADDR %q: want host:port: %w", c.Addr, err))
+	}
+	if len(c.StripeWebhookSecrets) == 0 {
+		errs = append(errs, errors.New("STRIPE_WEBHOOK_SECRET is not set: billsync cannot verify Stripe webhooks without it (comma-separate several to rotate; or set STRIPE_WEBHOOK_SECRET_FILE)"))
+	}
+	for _, s := range c.StripeWebhookSecrets {
+		if !strings.HasPrefix(s, "whsec_") {
+			errs = append(errs, errors.New("STRIPE_WEBHOOK_SECRET: each secret should start with whsec_ (copy it from the endpoint's page in the Stripe dashboard)"))
+			break
+		}
+	}
+	if c.StripeAPIURL != "" {
+		if u, err := url.Parse(c.StripeAPIURL); err != nil || u.Scheme == "" || u.Host == "" {
+			errs = append(errs, fmt.Errorf("STRIPE_API_URL %q: want an absolute URL like http://127.0.0.1:12112", c.StripeAPIURL))
+		}
+	}
+	if c.StripeTolerance <= 0 {
+		errs = append(errs, errors.New("-stripe-tolerance must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// secret returns the value of name, or the trimmed contents of the file
+// named by name_FILE. Setting both is an error: one would silently win.
+func secret(getenv func(string) string, name string) (string, error) {
+	v, file := getenv(name), getenv(name+"_FILE")
+	switch {
+	case v != "" && file != "":
+		return "", fmt.Errorf("%s and %s_FILE are both set: use one", name, name)
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("%s_FILE: %w", name, err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	return v, nil
+}

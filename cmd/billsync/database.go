@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/pgembed"
+)
+
+// openDatabase connects to DATABASE_URL, or starts the embedded cluster
+// under cfg.DataDir when it is unset. close releases both.
+func openDatabase(ctx context.Context, cfg config, logger *slog.Logger) (pool *pgxpool.Pool, close func(), err error) {
+	url := cfg.DatabaseURL
+	stopCluster := func() {}
+	if url == "" {
+		cluster, err := pgembed.Start(ctx, pgembed.Config{DataDir: cfg.DataDir, Logger: logger})
+		if err != nil {
+			return nil, nil, fmt.Errorf("DATABASE_URL is unset and the embedded PostgreSQL did not start: %w", err)
+		}
+		logger.Info("embedded PostgreSQL started", slog.String("data_dir", cluster.DataDir()))
+		url = cluster.URL("billsync")
+		stopCluster = func() {
+			// The caller's ctx is usually done by now (SIGTERM): stop on a fresh one.
+			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := cluster.Stop(stopCtx); err != nil {
+				logger.Error("stop embedded PostgreSQL", slog.Any("error", err))
+			}
+		}
+	}
+	pool, err = store.Open(ctx, url)
+	if err != nil {
+		stopCluster()
+		return nil, nil, err
+	}
+	return pool, func() { pool.Close(); stopCluster() }, nil
+}
+
+// prepareSchema applies pending migrations, or with refuse set, fails when
+// any are pending.
+func prepareSchema(ctx context.Context, pool *pgxpool.Pool, refuse bool, logger *slog.Logger) error {
+	if refuse {
+		pending, err := store.Pending(ctx, pool)
+		if err != nil {
+			return err
+		}
+		if len(pending) > 0 {
+			return errors.New("migrations are pending and -no-migrate is set: run 'billsync migrate' first")
+		}
+		return nil
+	}
+	applied, err := store.Migrate(ctx, pool)
+	for _, name := range applied {
+		logger.Info("migration applied", slog.String("name", name))
+	}
+	return err
+}

@@ -1,0 +1,81 @@
+// Command billsync keeps an app's billing state equal to what its billing
+// provider says. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// command is one subcommand: run gets the arguments after its name.
+type command struct {
+	name, summary string
+	run           func(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) error
+}
+
+func commands() []command {
+	return []command{
+		{"serve", "verify and store webhooks over HTTP (embedded PostgreSQL when DATABASE_URL is unset)", runServe},
+		{"migrate", "apply pending database migrations and exit", runMigrate},
+		{"mock", "run the fake Stripe (real wire protocol, signed webhooks, fault knobs)", runMock},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case errors.Is(err, errUsage):
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "billsync:", err)
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel()}))
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return errUsage
+		}
+		return nil
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(ctx, args[1:], stdout, logger)
+		}
+	}
+	usage(stderr)
+	return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: billsync <command> [flags]\n\ncommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'billsync <command> --help' for a command's flags.")
+}
+
+func logLevel() slog.Level {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(os.Getenv("BILLSYNC_LOG_LEVEL"))); err != nil {
+		return slog.LevelInfo
+	}
+	return l
+}

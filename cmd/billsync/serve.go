@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/server"
+	"github.com/billsync/billsync/store"
+)
+
+func runServe(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: billsync serve [flags]\n\nVerifies webhooks and stores them in PostgreSQL before answering 200.\nSecrets come from the environment (STRIPE_WEBHOOK_SECRET, or *_FILE).")
+		fs.PrintDefaults()
+	}
+	var cfg config
+	cfg.bindServe(fs, os.Getenv)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := errors.Join(cfg.loadSecrets(os.Getenv), cfg.validateServe()); err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
+	stripeVerifier, err := stripe.NewVerifier(cfg.StripeWebhookSecrets, cfg.StripeTolerance)
+	if err != nil {
+		return err
+	}
+
+	pool, closeDB, err := openDatabase(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	if err := prepareSchema(ctx, pool, cfg.NoMigrate, logger); err != nil {
+		return err
+	}
+	st := store.New(pool)
+	srv := server.New(server.Config{
+		Logger:    logger,
+		Inbox:     st,
+		Verifiers: []server.Verifier{stripeVerifier},
+		Ready:     st.Ping,
+	})
+	return listenAndServe(ctx, cfg.Addr, srv, cfg.ShutdownTimeout, stdout, logger)
+}
+
+// listenAndServe serves h on addr until ctx is done, then lets in-flight
+// requests finish for up to grace.
+func listenAndServe(ctx context.Context, addr string, h http.Handler, grace time.Duration, stdout io.Writer, logger *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	hs := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	fmt.Fprintf(stdout, "billsync listening on http://%s (webhooks: POST /webhooks/stripe)\n", ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down", slog.Duration("grace", grace))
+	shutCtx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := hs.Shutdown(shutCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}

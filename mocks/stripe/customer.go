@@ -1,0 +1,106 @@
+package stripemock
+
+import (
+	"fmt"
+	"strings"
+)
+
+type customer struct {
+	record
+	ID            string
+	Created       int64
+	Email         string
+	Name          string
+	Description   string
+	InvoicePrefix string
+	Invoices      int // invoices numbered so far
+	Metadata      map[string]string
+}
+
+func (c *customer) id() string { return c.ID }
+
+func renderCustomer(c *customer) obj {
+	return obj{
+		"id":                c.ID,
+		"object":            "customer",
+		"address":           nil,
+		"balance":           0,
+		"created":           c.Created,
+		"currency":          nil,
+		"default_source":    nil,
+		"delinquent":        false,
+		"description":       nullable(c.Description),
+		"discount":          nil,
+		"email":             nullable(c.Email),
+		"invoice_prefix":    c.InvoicePrefix,
+		"invoice_settings":  obj{"custom_fields": nil, "default_payment_method": nil, "footer": nil, "rendering_options": nil},
+		"livemode":          false,
+		"metadata":          metadataOf(c.Metadata),
+		"name":              nullable(c.Name),
+		"phone":             nil,
+		"preferred_locales": []string{},
+		"shipping":          nil,
+		"tax_exempt":        "none",
+		"test_clock":        nil,
+	}
+}
+
+var customerParams = []string{"email", "name", "description", "metadata", "phone"}
+
+func (s *Server) createCustomer(c *call) (obj, error) {
+	if err := c.form.allow(customerParams...); err != nil {
+		return nil, err
+	}
+	id := newID("cus")
+	cust := &customer{ID: id, Created: c.now.Unix(), InvoicePrefix: strings.ToUpper(id[4:12]),
+		Metadata: c.form.hash("metadata")}
+	cust.Email, _ = c.form.str("email")
+	cust.Name, _ = c.form.str("name")
+	cust.Description, _ = c.form.str("description")
+	s.customers.put(cust)
+	return renderCustomer(cust), nil
+}
+
+func (s *Server) updateCustomer(c *call) (obj, error) {
+	cust, ok := s.customers.get(c.r.PathValue("id"))
+	if !ok {
+		return nil, noSuch("customer", c.r.PathValue("id"), "id")
+	}
+	if err := c.form.allow(customerParams...); err != nil {
+		return nil, err
+	}
+	if v, ok := c.form.str("email"); ok {
+		cust.Email = v
+	}
+	if v, ok := c.form.str("name"); ok {
+		cust.Name = v
+	}
+	if v, ok := c.form.str("description"); ok {
+		cust.Description = v
+	}
+	cust.Metadata = mergeMetadata(cust.Metadata, c.form.hash("metadata"))
+	return renderCustomer(cust), nil
+}
+
+func (s *Server) getCustomer(c *call) (obj, error) {
+	cust, ok := s.customers.get(c.r.PathValue("id"))
+	if !ok {
+		return nil, noSuch("customer", c.r.PathValue("id"), "id")
+	}
+	return renderCustomer(cust), nil
+}
+
+func (s *Server) listCustomers(c *call) (obj, error) {
+	if err := c.form.allow(append(listParams, "email")...); err != nil {
+		return nil, err
+	}
+	email, byEmail := c.form.str("email")
+	rows := s.customers.newestFirst(func(cu *customer) bool { return !byEmail || cu.Email == email })
+	return listPage(c, rows, s.customers.get, "customer", renderCustomer)
+}
+
+// nextInvoiceNumber numbers a customer's invoices like Stripe: PREFIX-0001.
+func (cust *customer) nextInvoiceNumber() string {
+	cust.Invoices++
+	return fmt.Sprintf("%s-%04d", cust.InvoicePrefix, cust.Invoices)
+}

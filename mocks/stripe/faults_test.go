@@ -1,0 +1,182 @@
+package stripemock_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v82"
+
+	stripemock "github.com/billsync/billsync/mocks/stripe"
+)
+
+func TestFaultDuplicateCopies(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, stripemock.Options{Faults: stripemock.Faults{DuplicateCopies: 2}})
+	rc := newReceiver(t)
+	rc.register(f)
+	f.subscribe(t, f.customer(t).ID, "price_pro")
+	f.waitIdle(t)
+
+	events, rejected := rc.received()
+	require.Zero(t, rejected)
+	byID := map[string]int{}
+	for _, e := range events {
+		byID[e.ID]++
+	}
+	require.Len(t, byID, 2, "two distinct events")
+	for id, n := range byID {
+		require.Equal(t, 3, n, "event %s arrives 1+2 times", id)
+	}
+	require.Len(t, f.Deliveries(), 6)
+}
+
+func TestFaultReorderDelay(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, stripemock.Options{Faults: stripemock.Faults{ReorderDelay: 150 * time.Millisecond, Seed: 7}})
+	rc := newReceiver(t)
+	rc.register(f)
+	cust := f.customer(t)
+	for range 6 {
+		f.subscribe(t, cust.ID, "price_pro")
+	}
+	f.waitIdle(t)
+
+	var created []string // oldest first
+	for e, err := range f.sc.V1Events.List(context.Background(), &stripe.EventListParams{}) {
+		require.NoError(t, err)
+		created = append(created, e.ID)
+	}
+	slices.Reverse(created)
+	events, _ := rc.received()
+	var arrived []string
+	for _, e := range events {
+		arrived = append(arrived, e.ID)
+	}
+	require.Len(t, created, 12)
+	require.ElementsMatch(t, created, arrived, "every event arrives once")
+	require.NotEqual(t, created, arrived, "some arrive out of creation order")
+}
+
+func TestFaultDropRate(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, stripemock.Options{Faults: stripemock.Faults{DropRate: 1}})
+	rc := newReceiver(t)
+	rc.register(f)
+	f.subscribe(t, f.customer(t).ID, "price_pro")
+	f.waitIdle(t)
+
+	events, _ := rc.received()
+	require.Empty(t, events)
+	deliveries := f.Deliveries()
+	require.Len(t, deliveries, 2)
+	for _, d := range deliveries {
+		require.True(t, d.Dropped)
+		require.Zero(t, d.StatusCode)
+	}
+}
+
+func TestFault5xx(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, stripemock.Options{Faults: stripemock.Faults{Error5xxRate: 1}})
+	_, err := f.sc.V1Customers.Create(context.Background(), &stripe.CustomerCreateParams{Email: stripe.String("x@example.com")})
+	var se *stripe.Error
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, http.StatusInternalServerError, se.HTTPStatusCode)
+	require.Equal(t, stripe.ErrorTypeAPI, se.Type)
+
+	f.SetFaults(stripemock.Faults{})
+	resp, list := f.do(t, http.MethodGet, "/v1/customers", nil, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Empty(t, list["data"], "a failed request changes nothing")
+}
+
+func TestFaultRateLimitRate(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, stripemock.Options{Faults: stripemock.Faults{RateLimitRate: 1, RetryAfter: 3 * time.Second}})
+	resp, body := f.do(t, http.MethodGet, "/v1/customers", nil, nil)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	require.Equal(t, "3", resp.Header.Get("Retry-After"))
+	require.Equal(t, "rate_limit", path(body, "error", "code"))
+
+	_, err := f.sc.V1Customers.Retrieve(context.Background(), "cus_any", nil)
+	var se *stripe.Error
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, http.StatusTooManyRequests, se.HTTPStatusCode)
+	require.Equal(t, stripe.ErrorCodeRateLimit, se.Code)
+}
+
+func TestFaultLatency(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, stripemock.Options{Faults: stripemock.Faults{Latency: 120 * time.Millisecond}})
+	start := time.Now()
+	f.customer(t)
+	require.GreaterOrEqual(t, time.Since(start), 120*time.Millisecond)
+}
+
+func TestFaultRequestsPerSecond(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, stripemock.Options{Faults: stripemock.Faults{RequestsPerSecond: 1}})
+	codes := map[int]int{}
+	var retryAfter string
+	for range 20 {
+		resp, _ := f.do(t, http.MethodGet, "/v1/customers", nil, nil)
+		codes[resp.StatusCode]++
+		if resp.StatusCode == http.StatusTooManyRequests {
+			retryAfter = resp.Header.Get("Retry-After")
+		}
+	}
+	require.Positive(t, codes[http.StatusOK], "the bucket admits the first request")
+	require.Positive(t, codes[http.StatusTooManyRequests], "a burst beyond the limit gets 429s")
+	require.Equal(t, "1", retryAfter)
+}
+
+func TestControlFaultsRoundTrip(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, stripemock.Options{})
+	resp, err := http.Post(f.URL+"/_mock/faults", "application/json",
+		bytes.NewBufferString(`{"duplicate_copies":2,"reorder_delay":"1.5s","drop_rate":0.25,"latency":0.01,"seed":9}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, stripemock.Faults{DuplicateCopies: 2, ReorderDelay: 1500 * time.Millisecond, DropRate: 0.25,
+		Latency: 10 * time.Millisecond, Seed: 9}, f.Faults())
+
+	resp, err = http.Get(f.URL + "/_mock/faults")
+	require.NoError(t, err)
+	var got stripemock.Faults
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&got))
+	resp.Body.Close()
+	require.Equal(t, f.Faults(), got)
+
+	resp, err = http.Post(f.URL+"/_mock/faults", "application/json", bytes.NewBufferString(`{"drop_rate":2}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Equal(t, 0.25, f.Faults().DropRate, "an invalid update changes nothing")
+}
+
+func TestControlSetsStatus(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, stripemock.Options{})
+	rc := newReceiver(t)
+	rc.register(f)
+	sub := f.subscribe(t, f.customer(t).ID, "price_pro")
+	resp, err := http.Post(f.URL+"/_mock/subscriptions/"+sub.ID+"/status", "application/json", bytes.NewBufferString(`{"status":"past_due"}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	got, err := f.sc.V1Subscriptions.Retrieve(context.Background(), sub.ID, nil)
+	require.NoError(t, err)
+	require.Equal(t, stripe.SubscriptionStatusPastDue, got.Status)
+	f.waitIdle(t)
+	updated := rc.ofType("customer.subscription.updated")
+	require.Len(t, updated, 1)
+	require.Equal(t, "active", updated[0].Data.PreviousAttributes["status"])
+	require.Error(t, f.SetSubscriptionStatus(sub.ID, "sleeping"))
+}

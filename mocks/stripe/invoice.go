@@ -1,0 +1,132 @@
+package stripemock
+
+import (
+	"maps"
+	"strconv"
+)
+
+// invoice is immutable once made: the fake only makes paid subscription
+// invoices.
+type invoice struct {
+	record
+	ID            string
+	Number        string
+	Customer      string
+	CustomerEmail string
+	Subscription  string
+	SubMetadata   map[string]string
+	BillingReason string // subscription_create | subscription_cycle
+	Currency      string
+	Created       int64
+	PeriodStart   int64
+	PeriodEnd     int64
+	Total         int64
+	Lines         []invoiceLine
+}
+
+type invoiceLine struct {
+	ID          string
+	Amount      int64
+	Price       price // a copy: the invoice shows the price as it was
+	Quantity    int64
+	SubItem     string
+	PeriodStart int64
+	PeriodEnd   int64
+}
+
+func (inv *invoice) id() string { return inv.ID }
+
+// newInvoice makes the paid invoice of one subscription period. Like
+// Stripe, invoice.period_start/end cover the period BEFORE the invoice (both
+// equal the creation time for the first invoice) while each line carries the
+// period being paid for: billing periods must be read from the subscription.
+func (s *Server) newInvoice(cust *customer, sub *subscription, reason string, created, periodStart, periodEnd int64) *invoice {
+	inv := &invoice{ID: newID("in"), Customer: sub.Customer, Subscription: sub.ID, SubMetadata: maps.Clone(sub.Metadata),
+		BillingReason: reason, Currency: "usd", Created: created, PeriodStart: periodStart, PeriodEnd: periodEnd}
+	if cust != nil {
+		inv.Number = cust.nextInvoiceNumber()
+		inv.CustomerEmail = cust.Email
+	}
+	for _, it := range sub.Items {
+		amount := it.Price.UnitAmount * it.Quantity
+		inv.Total += amount
+		inv.Currency = it.Price.Currency
+		inv.Lines = append(inv.Lines, invoiceLine{ID: newID("il"), Amount: amount, Price: *it.Price,
+			Quantity: it.Quantity, SubItem: it.ID, PeriodStart: sub.PeriodStart, PeriodEnd: sub.PeriodEnd})
+	}
+	s.invoices.put(inv)
+	return inv
+}
+
+func renderInvoice(inv *invoice, version string) obj {
+	basil := isBasil(version)
+	lines := make([]obj, 0, len(inv.Lines))
+	for _, l := range inv.Lines {
+		line := obj{
+			"id": l.ID, "object": "line_item", "amount": l.Amount, "currency": l.Price.Currency,
+			"description": strconv.FormatInt(l.Quantity, 10) + " × " + l.Price.Product, "discountable": true,
+			"invoice": inv.ID, "livemode": false, "metadata": obj{},
+			"period": obj{"start": l.PeriodStart, "end": l.PeriodEnd}, "quantity": l.Quantity,
+		}
+		if basil {
+			line["parent"] = obj{"type": "subscription_item_details", "invoice_item_details": nil,
+				"subscription_item_details": obj{"invoice_item": nil, "proration": false, "proration_details": nil,
+					"subscription": inv.Subscription, "subscription_item": l.SubItem}}
+			line["pricing"] = obj{"type": "price_details", "unit_amount_decimal": strconv.FormatInt(l.Price.UnitAmount, 10),
+				"price_details": obj{"price": l.Price.ID, "product": l.Price.Product}}
+		} else {
+			line["type"] = "subscription"
+			line["price"] = renderPrice(&l.Price)
+			line["plan"] = renderPlan(&l.Price)
+			line["proration"] = false
+			line["subscription"] = inv.Subscription
+			line["subscription_item"] = l.SubItem
+		}
+		lines = append(lines, line)
+	}
+	o := obj{
+		"id": inv.ID, "object": "invoice", "account_country": "US", "amount_due": inv.Total,
+		"amount_paid": inv.Total, "amount_remaining": 0, "attempt_count": 1, "attempted": true,
+		"auto_advance": false, "billing_reason": inv.BillingReason, "collection_method": "charge_automatically",
+		"created": inv.Created, "currency": inv.Currency, "customer": inv.Customer,
+		"customer_email": nullable(inv.CustomerEmail), "description": nil,
+		"lines": obj{"object": "list", "data": lines, "has_more": false, "total_count": len(lines),
+			"url": "/v1/invoices/" + inv.ID + "/lines"},
+		"livemode": false, "metadata": obj{}, "number": nullable(inv.Number),
+		"period_end": inv.PeriodEnd, "period_start": inv.PeriodStart, "status": "paid",
+		"status_transitions": obj{"finalized_at": inv.Created, "marked_uncollectible_at": nil,
+			"paid_at": inv.Created, "voided_at": nil},
+		"subtotal": inv.Total, "total": inv.Total,
+	}
+	// basil moved the subscription reference under parent and dropped "paid".
+	if basil {
+		o["parent"] = obj{"type": "subscription_details", "quote_details": nil,
+			"subscription_details": obj{"metadata": metadataOf(inv.SubMetadata), "subscription": inv.Subscription}}
+	} else {
+		o["subscription"] = inv.Subscription
+		o["paid"] = true
+	}
+	return o
+}
+
+func (s *Server) getInvoice(c *call) (obj, error) {
+	inv, ok := s.invoices.get(c.r.PathValue("id"))
+	if !ok {
+		return nil, noSuch("invoice", c.r.PathValue("id"), "id")
+	}
+	return renderInvoice(inv, c.version), nil
+}
+
+func (s *Server) listInvoices(c *call) (obj, error) {
+	if err := c.form.allow(append(listParams, "customer", "subscription", "status")...); err != nil {
+		return nil, err
+	}
+	cust, _ := c.form.str("customer")
+	sub, _ := c.form.str("subscription")
+	status, _ := c.form.str("status")
+	rows := s.invoices.newestFirst(func(inv *invoice) bool {
+		return (cust == "" || inv.Customer == cust) && (sub == "" || inv.Subscription == sub) &&
+			(status == "" || status == "paid")
+	})
+	return listPage(c, rows, s.invoices.get, "invoice", func(inv *invoice) obj { return renderInvoice(inv, c.version) })
+}

@@ -1,0 +1,291 @@
+// Package stripemock is a stateful, in-memory fake of the part of the Stripe
+// REST API billsync uses: customers, prices, subscriptions, invoices, events
+// and webhook endpoints. It speaks the real wire protocol (form-encoded
+// requests, Stripe-shaped JSON and errors, Stripe-Version honoured for the
+// shapes that moved in 2025-03-31.basil) and sends webhooks signed exactly
+// like Stripe's, so the real stripe-go client and real signature checks can
+// be tested against it. Faults (copies, reordering, drops, 5xx, 429, latency,
+// a rate limit) are injected on demand.
+//
+// It is a test double only: it keeps nothing on disk, knows no real money
+// movement (every invoice is paid at once), and must never hold real keys.
+package stripemock
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// DefaultAPIKey is the secret key the fake accepts unless told otherwise.
+const DefaultAPIKey = "sk_test_billsync"
+
+// Options configures a Server. The zero value works.
+type Options struct {
+	APIKey     string       // required bearer key; default DefaultAPIKey
+	Clock      *Clock       // nil → NewClock(time.Now())
+	Faults     Faults       // initial faults; see SetFaults
+	Logger     *slog.Logger // nil → discard
+	HTTPClient *http.Client // for webhook deliveries; nil → 10 s timeout client
+
+	DeliveryAttempts int           // attempts per webhook copy; default 3
+	RetryBackoff     time.Duration // wait before the 2nd attempt, doubled after; default 100ms
+}
+
+// Server is the fake Stripe. It implements http.Handler: /v1/… is the API,
+// /_mock/… the control endpoints (see control.go). One mutex guards all
+// state; handlers do no I/O while holding it.
+type Server struct {
+	apiKey       string
+	clock        *Clock
+	unsubscribe  func()
+	log          *slog.Logger
+	httpClient   *http.Client
+	attempts     int
+	retryBackoff time.Duration
+	api          *http.ServeMux
+	control      *http.ServeMux
+
+	ctx    context.Context // ends deliveries on Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu         sync.Mutex
+	closed     bool
+	faults     Faults
+	rng        *rand.Rand
+	limiter    *rate.Limiter
+	customers  table[*customer]
+	prices     table[*price]
+	subs       table[*subscription]
+	invoices   table[*invoice]
+	events     table[*event]
+	endpoints  table[*endpoint]
+	idempotent map[string]savedResponse
+	deliveries []DeliveryRecord
+	inflight   int
+	idle       chan struct{} // closed when inflight drops to 0
+}
+
+type savedResponse struct {
+	route string
+	body  []byte
+}
+
+// call is one API request as a handler sees it.
+type call struct {
+	r         *http.Request
+	form      form
+	version   string
+	expand    expansion
+	requestID string
+	idemKey   string
+	now       time.Time
+}
+
+type handler func(c *call) (obj, error)
+
+// New returns a running fake; Close it to stop webhook deliveries.
+func New(opts Options) *Server {
+	s := &Server{
+		apiKey:       cmp.Or(opts.APIKey, DefaultAPIKey),
+		clock:        opts.Clock,
+		log:          opts.Logger,
+		httpClient:   opts.HTTPClient,
+		attempts:     cmp.Or(opts.DeliveryAttempts, 3),
+		retryBackoff: cmp.Or(opts.RetryBackoff, 100*time.Millisecond),
+		idempotent:   map[string]savedResponse{},
+		api:          http.NewServeMux(),
+		control:      http.NewServeMux(),
+	}
+	if s.clock == nil {
+		s.clock = NewClock(time.Now())
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.httpClient == nil {
+		s.httpClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.setFaults(opts.Faults)
+	s.unsubscribe = s.clock.subscribe(func(now time.Time) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.renew(now)
+	})
+	s.routes()
+	return s
+}
+
+func (s *Server) routes() {
+	routes := map[string]handler{
+		"POST /v1/customers":                s.createCustomer,
+		"GET /v1/customers":                 s.listCustomers,
+		"GET /v1/customers/{id}":            s.getCustomer,
+		"POST /v1/customers/{id}":           s.updateCustomer,
+		"POST /v1/prices":                   s.createPrice,
+		"GET /v1/prices":                    s.listPrices,
+		"GET /v1/prices/{id}":               s.getPrice,
+		"POST /v1/subscriptions":            s.createSubscription,
+		"GET /v1/subscriptions":             s.listSubscriptions,
+		"GET /v1/subscriptions/{id}":        s.getSubscription,
+		"POST /v1/subscriptions/{id}":       s.updateSubscription,
+		"DELETE /v1/subscriptions/{id}":     s.cancelSubscription,
+		"GET /v1/invoices":                  s.listInvoices,
+		"GET /v1/invoices/{id}":             s.getInvoice,
+		"GET /v1/events":                    s.listEvents,
+		"GET /v1/events/{id}":               s.getEvent,
+		"POST /v1/webhook_endpoints":        s.createEndpoint,
+		"GET /v1/webhook_endpoints":         s.listEndpoints,
+		"DELETE /v1/webhook_endpoints/{id}": s.deleteEndpoint,
+		"/":                                 s.unknownRoute,
+	}
+	for pattern, h := range routes {
+		s.api.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) { s.serveAPI(w, r, h) })
+	}
+	s.controlRoutes()
+}
+
+// Clock returns the server's clock.
+func (s *Server) Clock() *Clock { return s.clock }
+
+// Close stops webhook deliveries (pending ones are abandoned) and waits for
+// their goroutines. The handler keeps answering API requests.
+func (s *Server) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.unsubscribe()
+	s.cancel()
+	s.wg.Wait()
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/_mock/") {
+		s.control.ServeHTTP(w, r)
+		return
+	}
+	s.api.ServeHTTP(w, r)
+}
+
+// serveAPI runs the steps every Stripe request goes through: request id,
+// API version, latency, authentication, injected faults, form parsing,
+// idempotency, then the handler under the lock.
+func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, h handler) {
+	c := &call{r: r, requestID: newID("req"), version: DefaultAPIVersion}
+	w.Header().Set("Request-Id", c.requestID)
+	w.Header().Set("Stripe-Version", c.version)
+	if latency := s.Faults().Latency; latency > 0 && !sleep(r.Context(), latency) {
+		return
+	}
+	if v := r.Header.Get("Stripe-Version"); v != "" {
+		if !versionPattern.MatchString(v) {
+			badRequest("Invalid Stripe API version: " + v).write(w)
+			return
+		}
+		c.version = v
+		w.Header().Set("Stripe-Version", v)
+	}
+	if err := s.authenticate(r); err != nil {
+		err.write(w)
+		return
+	}
+	if err := s.injectFault(); err != nil {
+		err.write(w)
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		badRequest("Invalid request body: " + err.Error()).write(w)
+		return
+	}
+	c.form = form(r.Form)
+	expand, err := c.form.list("expand")
+	if err != nil {
+		err.(*stripeError).write(w)
+		return
+	}
+	c.expand = expansion{}
+	for _, p := range expand {
+		c.expand[p] = true
+	}
+	c.idemKey = r.Header.Get("Idempotency-Key")
+	if c.idemKey != "" && r.Method == http.MethodPost {
+		w.Header().Set("Idempotency-Key", c.idemKey)
+	}
+
+	s.mu.Lock()
+	route := r.Method + " " + r.URL.Path
+	if saved, ok := s.idempotent[c.idemKey]; ok && c.idemKey != "" && r.Method == http.MethodPost {
+		s.mu.Unlock()
+		if saved.route != route {
+			badRequest("Keys for idempotent requests can only be used for the same endpoint they were first used for.").write(w)
+			return
+		}
+		w.Header().Set("Idempotent-Replayed", "true")
+		writeJSON(w, http.StatusOK, saved.body)
+		return
+	}
+	c.now = s.clock.Now()
+	res, err := h(c)
+	var body []byte
+	if err == nil {
+		body, _ = json.MarshalIndent(res, "", "  ")
+		if c.idemKey != "" && r.Method == http.MethodPost {
+			s.idempotent[c.idemKey] = savedResponse{route: route, body: body}
+		}
+	}
+	s.mu.Unlock()
+
+	if err != nil {
+		s.log.Debug("stripemock request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+		if se, ok := err.(*stripeError); ok {
+			se.write(w)
+			return
+		}
+		(&stripeError{status: 500, Type: typeAPI, Message: err.Error()}).write(w)
+		return
+	}
+	s.log.Debug("stripemock request", "method", r.Method, "path", r.URL.Path, "request_id", c.requestID)
+	writeJSON(w, http.StatusOK, body)
+}
+
+// authenticate accepts the key as a bearer token or as the basic-auth user
+// (curl -u sk_test_…:), like Stripe.
+func (s *Server) authenticate(r *http.Request) *stripeError {
+	key, isBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !isBearer {
+		key, _, _ = r.BasicAuth()
+	}
+	key = strings.TrimSpace(key)
+	switch {
+	case key == "":
+		return &stripeError{status: http.StatusUnauthorized, Type: typeInvalidRequest,
+			Message: "You did not provide an API key. You need to provide your API key in the Authorization header, using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY')."}
+	case key != s.apiKey:
+		shown := key
+		if len(shown) > 4 {
+			shown = strings.Repeat("*", len(shown)-4) + shown[len(shown)-4:]
+		}
+		return &stripeError{status: http.StatusUnauthorized, Type: typeInvalidRequest, Code: "api_key_invalid",
+			Message: "Invalid API Key provided: " + shown}
+	}
+	return nil
+}
+
+func (s *Server) unknownRoute(c *call) (obj, error) {
+	return nil, &stripeError{status: http.StatusNotFound, Type: typeInvalidRequest,
+		Message: "Unrecognized request URL (" + c.r.Method + ": " + c.r.URL.Path + "). stripemock serves only part of the Stripe API."}
+}

@@ -1,0 +1,287 @@
+package stripemock
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/stripe/stripe-go/v82/webhook"
+)
+
+type endpoint struct {
+	record
+	ID            string
+	URL           string
+	Secret        string
+	APIVersion    string // "" = the account's default
+	EnabledEvents []string
+	Description   string
+	Created       int64
+	Metadata      map[string]string
+}
+
+func (ep *endpoint) id() string { return ep.ID }
+
+func (ep *endpoint) version() string {
+	if ep.APIVersion == "" {
+		return DefaultAPIVersion
+	}
+	return ep.APIVersion
+}
+
+func (ep *endpoint) wants(typ string) bool {
+	for _, pattern := range ep.EnabledEvents {
+		if typeMatches(pattern, typ) {
+			return true
+		}
+	}
+	return false
+}
+
+// typeMatches accepts "*", an exact type, or a prefix wildcard such as
+// "customer.subscription.*".
+func typeMatches(pattern, typ string) bool {
+	if prefix, ok := strings.CutSuffix(pattern, "*"); ok {
+		return strings.HasPrefix(typ, prefix)
+	}
+	return pattern == typ
+}
+
+func renderEndpoint(ep *endpoint) obj {
+	return obj{
+		"id": ep.ID, "object": "webhook_endpoint", "api_version": nullable(ep.APIVersion), "application": nil,
+		"created": ep.Created, "description": nullable(ep.Description), "enabled_events": ep.EnabledEvents,
+		"livemode": false, "metadata": metadataOf(ep.Metadata), "status": "enabled", "url": ep.URL,
+	}
+}
+
+// AddWebhookEndpoint registers url for every event type, in the default API
+// version, and returns its signing secret.
+func (s *Server) AddWebhookEndpoint(url string) (secret string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addEndpoint(url, "", []string{"*"}, "", nil).Secret
+}
+
+func (s *Server) addEndpoint(url, version string, events []string, description string, metadata map[string]string) *endpoint {
+	ep := &endpoint{ID: newID("we"), URL: url, Secret: "whsec_" + newID("x")[2:] + newID("x")[2:], APIVersion: version,
+		EnabledEvents: events, Description: description, Created: s.clock.Now().Unix(), Metadata: metadata}
+	s.endpoints.put(ep)
+	return ep
+}
+
+// createEndpoint is POST /v1/webhook_endpoints. enabled_events defaults to
+// ["*"] (Stripe requires it).
+func (s *Server) createEndpoint(c *call) (obj, error) {
+	f := c.form
+	if err := f.allow("url", "enabled_events", "api_version", "description", "metadata", "connect"); err != nil {
+		return nil, err
+	}
+	raw, err := f.require("url")
+	if err != nil {
+		return nil, err
+	}
+	if u, err := url.Parse(raw); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, invalidParam("url", "Invalid URL: "+raw)
+	}
+	events, err := f.list("enabled_events")
+	if err != nil {
+		return nil, err
+	}
+	if len(events) == 0 {
+		events = []string{"*"}
+	}
+	version, _ := f.str("api_version")
+	if version != "" && !versionPattern.MatchString(version) {
+		return nil, invalidParam("api_version", "Invalid API version: "+version)
+	}
+	description, _ := f.str("description")
+	ep := s.addEndpoint(raw, version, events, description, f.hash("metadata"))
+	o := renderEndpoint(ep)
+	o["secret"] = ep.Secret // only answered on creation, as by Stripe
+	return o, nil
+}
+
+func (s *Server) listEndpoints(c *call) (obj, error) {
+	if err := c.form.allow(listParams...); err != nil {
+		return nil, err
+	}
+	return listPage(c, s.endpoints.newestFirst(nil), s.endpoints.get, "webhook endpoint", renderEndpoint)
+}
+
+func (s *Server) deleteEndpoint(c *call) (obj, error) {
+	id := c.r.PathValue("id")
+	if _, ok := s.endpoints.get(id); !ok {
+		return nil, noSuch("webhook endpoint", id, "id")
+	}
+	s.endpoints.remove(id)
+	return obj{"id": id, "object": "webhook_endpoint", "deleted": true}, nil
+}
+
+// DeliveryRecord is one webhook send attempt, or one dropped delivery.
+type DeliveryRecord struct {
+	EventID    string    `json:"event_id"`
+	EventType  string    `json:"event_type"`
+	EndpointID string    `json:"endpoint_id"`
+	URL        string    `json:"url"`
+	Copy       int       `json:"copy"`              // 0 = the original, 1..N = duplicate copies
+	Attempt    int       `json:"attempt"`           // 1-based; 0 when dropped
+	StatusCode int       `json:"status_code"`       // 0 when dropped or on a network error
+	Error      string    `json:"error,omitempty"`   // network error
+	Dropped    bool      `json:"dropped,omitempty"` // never sent (Faults.DropRate)
+	At         time.Time `json:"at"`                // wall time
+}
+
+// Deliveries returns every attempt so far, in the order they finished.
+func (s *Server) Deliveries() []DeliveryRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]DeliveryRecord(nil), s.deliveries...)
+}
+
+type delivery struct {
+	event   *event
+	ep      *endpoint
+	payload []byte
+	copy    int
+	delay   time.Duration
+}
+
+// scheduleDelivery starts the goroutines that send one event to one endpoint,
+// applying the fault knobs: maybe drop it, else send 1+DuplicateCopies
+// copies, each after its own random delay. Called with s.mu held, so the
+// random choices follow the order events are made.
+func (s *Server) scheduleDelivery(e *event, ep *endpoint) {
+	if s.closed {
+		return
+	}
+	payload, err := json.MarshalIndent(s.renderEvent(e, ep.version()), "", "  ")
+	if err != nil {
+		s.log.Error("stripemock: encode event", "event_id", e.ID, "error", err)
+		return
+	}
+	f := s.faults
+	if f.DropRate > 0 && s.rng.Float64() < f.DropRate {
+		s.deliveries = append(s.deliveries, DeliveryRecord{EventID: e.ID, EventType: e.Type, EndpointID: ep.ID,
+			URL: ep.URL, Dropped: true, At: time.Now()})
+		s.log.Debug("stripemock delivery dropped", "event_id", e.ID, "endpoint", ep.URL)
+		return
+	}
+	for i := range 1 + max(f.DuplicateCopies, 0) {
+		var delay time.Duration
+		if f.ReorderDelay > 0 {
+			delay = time.Duration(s.rng.Int64N(int64(f.ReorderDelay) + 1))
+		}
+		if s.inflight == 0 {
+			s.idle = make(chan struct{})
+		}
+		s.inflight++
+		s.wg.Add(1)
+		go s.deliver(delivery{event: e, ep: ep, payload: payload, copy: i, delay: delay})
+	}
+}
+
+// deliver sends one copy. A failed attempt (network error or non-2xx) is
+// retried, up to Options.DeliveryAttempts in all, after RetryBackoff, then
+// twice that, and so on — seconds where Stripe waits hours.
+func (s *Server) deliver(d delivery) {
+	defer s.finishDelivery()
+	if !sleep(s.ctx, d.delay) {
+		return
+	}
+	backoff := s.retryBackoff
+	for attempt := 1; ; attempt++ {
+		status, err := s.send(d)
+		rec := DeliveryRecord{EventID: d.event.ID, EventType: d.event.Type, EndpointID: d.ep.ID, URL: d.ep.URL,
+			Copy: d.copy, Attempt: attempt, StatusCode: status, At: time.Now()}
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return // closing: not a failure of the receiver
+			}
+			rec.Error = err.Error()
+		}
+		s.mu.Lock()
+		s.deliveries = append(s.deliveries, rec)
+		s.mu.Unlock()
+		s.log.Debug("stripemock delivery", "event_id", d.event.ID, "type", d.event.Type, "endpoint", d.ep.URL,
+			"copy", d.copy, "attempt", attempt, "status", status, "error", rec.Error)
+		if err == nil && status >= 200 && status < 300 {
+			return
+		}
+		if attempt >= s.attempts || !sleep(s.ctx, backoff) {
+			return
+		}
+		backoff *= 2
+	}
+}
+
+// send POSTs the payload signed like Stripe: Stripe-Signature
+// t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<payload>">. The timestamp is the real
+// wall time, not the fake clock, so a receiver's 300 s tolerance holds.
+func (s *Server) send(d delivery) (int, error) {
+	now := time.Now()
+	sig := webhook.ComputeSignature(now, d.payload, d.ep.Secret)
+	req, err := http.NewRequestWithContext(s.ctx, http.MethodPost, d.ep.URL, bytes.NewReader(d.payload))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json; charset=utf-8")
+	req.Header.Set("User-Agent", "Stripe/1.0 (+https://stripe.com/docs/webhooks)")
+	req.Header.Set("Stripe-Signature", fmt.Sprintf("t=%d,v1=%x", now.Unix(), sig))
+	resp, err := s.httpClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	return resp.StatusCode, nil
+}
+
+func (s *Server) finishDelivery() {
+	s.mu.Lock()
+	s.inflight--
+	if s.inflight == 0 {
+		close(s.idle)
+	}
+	s.mu.Unlock()
+	s.wg.Done()
+}
+
+// WaitIdle waits until no webhook delivery is waiting, in flight or between
+// retries.
+func (s *Server) WaitIdle(ctx context.Context) error {
+	s.mu.Lock()
+	if s.inflight == 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	idle := s.idle
+	s.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// sleep waits d or until ctx ends; it reports whether the wait completed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,139 @@
+package stripe
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v82/webhook"
+
+	"github.com/billsync/billsync/reconcile"
+)
+
+func signedHeader(t testing.TB, body []byte, secret string, at time.Time) http.Header {
+	t.Helper()
+	p := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: secret, Timestamp: at})
+	h := http.Header{}
+	h.Set("Stripe-Signature", p.Header)
+	return h
+}
+
+func readFixture(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	require.NoError(t, err)
+	return b
+}
+
+func TestVerify(t *testing.T) {
+	body := readFixture(t, "subscription_updated_basil.json")
+	v, err := NewVerifier([]string{"whsec_old", " whsec_new "}, 0)
+	require.NoError(t, err)
+
+	t.Run("OK", func(t *testing.T) {
+		for _, secret := range []string{"whsec_old", "whsec_new"} {
+			d, err := v.Verify(signedHeader(t, body, secret, time.Now()), body)
+			require.NoError(t, err, secret)
+			require.Equal(t, "evt_1QbasilUpd", d.Event.DedupeKey)
+			require.Equal(t, "cus_basil", d.Event.CustomerID)
+			require.Equal(t, "customer.subscription.updated", d.Event.Type)
+			require.Equal(t, time.Unix(1764500000, 0).UTC(), d.Event.Time)
+			require.Empty(t, d.Event.IgnoreReason)
+			require.Equal(t, body, d.Event.Payload)
+		}
+	})
+	bad := map[string]http.Header{
+		"ErrMissingHeader": {},
+		"ErrWrongSecret":   signedHeader(t, body, "whsec_other", time.Now()),
+		"ErrTooOld":        signedHeader(t, body, "whsec_old", time.Now().Add(-301*time.Second)),
+		"ErrGarbageHeader": {"Stripe-Signature": {"t=abc,v1=zz"}},
+	}
+	for name, h := range bad {
+		t.Run(name, func(t *testing.T) {
+			_, err := v.Verify(h, body)
+			require.ErrorIs(t, err, reconcile.ErrBadSignature)
+		})
+	}
+	t.Run("ErrForgedBody", func(t *testing.T) {
+		h := signedHeader(t, body, "whsec_old", time.Now())
+		forged := append([]byte{}, body...)
+		forged[len(forged)-3] = ' '
+		_, err := v.Verify(h, forged)
+		require.ErrorIs(t, err, reconcile.ErrBadSignature)
+	})
+	t.Run("OlderAPIVersionAccepted", func(t *testing.T) {
+		old := readFixture(t, "invoice_paid_2024.json")
+		d, err := v.Verify(signedHeader(t, old, "whsec_new", time.Now()), old)
+		require.NoError(t, err)
+		require.Equal(t, "2024-06-20", d.Event.APIVersion)
+		require.Equal(t, "cus_old", d.Event.CustomerID)
+	})
+}
+
+func TestNewVerifierNeedsASecret(t *testing.T) {
+	_, err := NewVerifier([]string{"", " "}, 0)
+	require.Error(t, err)
+}
+
+func TestParseEvent(t *testing.T) {
+	tests := []struct {
+		file, customer, ignore string
+	}{
+		{"subscription_updated_basil.json", "cus_basil", ""},
+		{"invoice_paid_2024.json", "cus_old", ""},
+		{"customer_deleted.json", "cus_gone", ""},
+		{"charge_expanded_customer.json", "cus_expanded", ""},
+		{"product_created.json", "", `event type "product.created" does not affect billing state`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			ev := ParseEvent(readFixture(t, tt.file))
+			require.Equal(t, "stripe", ev.Provider)
+			require.NotEmpty(t, ev.DedupeKey)
+			require.Equal(t, tt.customer, ev.CustomerID)
+			require.Equal(t, tt.ignore, ev.IgnoreReason)
+		})
+	}
+	t.Run("NoCustomer", func(t *testing.T) {
+		ev := ParseEvent([]byte(`{"id":"evt_x","type":"invoice.paid","created":1,"data":{"object":{"id":"in_1","customer":null}}}`))
+		require.Equal(t, "event names no customer", ev.IgnoreReason)
+		require.Equal(t, "evt_x", ev.DedupeKey)
+	})
+	t.Run("Unreadable", func(t *testing.T) {
+		a, b := ParseEvent([]byte(`not json`)), ParseEvent([]byte(`not json`))
+		require.Contains(t, a.IgnoreReason, "unreadable event")
+		require.Equal(t, a.DedupeKey, b.DedupeKey, "copies of one unreadable body must deduplicate")
+		require.NotEqual(t, a.DedupeKey, ParseEvent([]byte(`{}`)).DedupeKey)
+	})
+}
+
+// FuzzParseEvent checks that no verified body can make the parser panic or
+// produce an event that cannot be stored (no dedupe key, or neither a
+// customer nor a reason to ignore it).
+func FuzzParseEvent(f *testing.F) {
+	entries, err := os.ReadDir("testdata")
+	require.NoError(f, err)
+	for _, e := range entries {
+		if filepath.Ext(e.Name()) == ".json" {
+			f.Add(readFixture(f, e.Name()))
+		}
+	}
+	f.Add([]byte(`{"id":"evt_1","type":"customer.subscription.created","data":{"object":{"customer":{"id":7}}}}`))
+	f.Add([]byte(`{"id":"","data":null}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		ev := ParseEvent(body)
+		if ev.DedupeKey == "" || ev.Type == "" {
+			t.Fatalf("event without dedupe key or type: %+v", ev)
+		}
+		if ev.CustomerID == "" && ev.IgnoreReason == "" {
+			t.Fatalf("event with no customer and no reason to ignore it: %q", body)
+		}
+		if ev.IgnoreReason != "" && ev.CustomerID != "" && !relevant(ev.Type) {
+			t.Fatalf("ignored event kept a customer: %+v", ev)
+		}
+	})
+}

@@ -1,0 +1,52 @@
+package server
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+)
+
+// webhookAnswer is the body of a 200 answer: it says "stored", never
+// "applied".
+type webhookAnswer struct {
+	Status    string `json:"status"` // stored, duplicate or ignored
+	Event     string `json:"event"`
+	SeenCount int    `json:"seen_count"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
+	v, ok := s.verifiers[r.PathValue("provider")]
+	if !ok {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such provider configured"})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		s.writeError(w, r, fmt.Errorf("read body: %w", err))
+		return
+	}
+	d, err := v.Verify(r.Header, body)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	d.RemoteAddr = r.RemoteAddr
+	st, err := s.inbox.StoreDelivery(r.Context(), d)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ans := webhookAnswer{Status: "stored", Event: d.Event.DedupeKey, SeenCount: st.SeenCount}
+	switch {
+	case st.Duplicate:
+		ans.Status = "duplicate"
+	case st.Status == "ignored":
+		ans.Status, ans.Reason = "ignored", d.Event.IgnoreReason
+	}
+	s.log.Info("webhook stored", slog.String("provider", v.Provider()),
+		slog.String("event", d.Event.DedupeKey), slog.String("type", d.Event.Type),
+		slog.String("customer", d.Event.CustomerID), slog.String("status", ans.Status))
+	writeJSON(w, http.StatusOK, ans)
+}

@@ -1,0 +1,457 @@
+// Package pgembed runs a private PostgreSQL cluster for billsync when
+// DATABASE_URL is unset: it initdb's a data directory once, starts the server
+// on a unix socket only (no TCP), and stops it on request.
+//
+// It must never be used when DATABASE_URL is set, never listen on TCP, and
+// never run the server as root: when the process is root, initdb, pg_ctl and
+// postgres run as the unprivileged "postgres" user (or "nobody").
+// It installs no signal handlers: callers call Stop on exit.
+package pgembed
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+const (
+	// superuser is the role initdb creates; it is trusted on the socket.
+	superuser = "billsync"
+	// database is the database Start creates if missing.
+	database = "billsync"
+
+	// port only names the socket file (.s.PGSQL.<port>): there is no TCP.
+	port = 5432
+	// maxSocketPath is sizeof(sockaddr_un.sun_path) minus the NUL byte.
+	maxSocketPath = 107
+)
+
+// ErrNoBinaries means no PostgreSQL server binaries (initdb, pg_ctl,
+// postgres) were found.
+var ErrNoBinaries = errors.New("PostgreSQL server binaries (initdb, pg_ctl, postgres) not found")
+
+const installHint = "install PostgreSQL server binaries (e.g. Debian `apt-get install postgresql`, " +
+	"Homebrew `brew install postgresql@15`) or set DATABASE_URL"
+
+// Config says where the cluster lives.
+type Config struct {
+	// DataDir holds the cluster (DataDir/pgdata), its log and socket
+	// directory. It is created if missing and kept across restarts.
+	DataDir string
+	// Logger may be nil.
+	Logger *slog.Logger
+	// BinDir overrides binary discovery. When set, it must hold initdb,
+	// pg_ctl and postgres: no other place is searched.
+	BinDir string
+	// Fast trades durability for speed (initdb --no-sync; fsync,
+	// synchronous_commit and full_page_writes off) and allows 300
+	// connections. For tests only.
+	Fast bool
+}
+
+// Cluster is a running server started (or found running) by Start.
+type Cluster struct {
+	binDir  string
+	dataDir string
+	pgdata  string
+	sockDir string
+	port    int
+	cred    *syscall.Credential // non-nil when running as root
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	stopped bool
+}
+
+// Start initdb's cfg.DataDir if it holds no cluster yet (reusing it
+// otherwise), starts the server, or reuses one a previous run left running on
+// that directory, and waits until it accepts connections. It creates the
+// database "billsync" if missing.
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("pgembed: no data directory")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	binDir, err := findBinDir(cfg.BinDir)
+	if err != nil {
+		return nil, err
+	}
+	dataDir, err := prepareDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{
+		binDir:  binDir,
+		dataDir: dataDir,
+		pgdata:  filepath.Join(dataDir, "pgdata"),
+		port:    port,
+		log:     log,
+	}
+	if os.Geteuid() == 0 {
+		if err := c.dropRoot(); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.initdb(ctx, cfg.Fast); err != nil {
+		return nil, err
+	}
+	running, err := c.running(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if running {
+		// A previous run of ours died without stopping the server: use it.
+		if err := c.readPidFile(); err != nil {
+			return nil, err
+		}
+		log.Info("reusing running PostgreSQL", slog.String("data_dir", c.pgdata), slog.String("socket_dir", c.sockDir))
+	} else if err := c.start(ctx, cfg.Fast); err != nil {
+		return nil, err
+	}
+	if err := c.createDatabase(ctx, database); err != nil {
+		c.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // the create error is the one to report
+		return nil, err
+	}
+	return c, nil
+}
+
+// URL returns a pgx/libpq connection URL for dbname as the superuser.
+func (c *Cluster) URL(dbname string) string {
+	q := url.Values{"host": {c.sockDir}, "port": {strconv.Itoa(c.port)}, "sslmode": {"disable"}}
+	u := url.URL{Scheme: "postgres", User: url.User(superuser), Path: "/" + dbname, RawQuery: q.Encode()}
+	return u.String()
+}
+
+// DataDir returns the absolute data directory.
+func (c *Cluster) DataDir() string { return c.dataDir }
+
+// Stop shuts the server down (pg_ctl stop -m fast: sessions are ended, no
+// crash recovery is needed next time). Calling it again does nothing.
+func (c *Cluster) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return nil
+	}
+	running, err := c.running(ctx)
+	if err != nil {
+		return err
+	}
+	if running {
+		if out, err := c.pgCtl(ctx, "-D", c.pgdata, "-m", "fast", "-w", "-t", "60", "stop"); err != nil {
+			return fmt.Errorf("pgembed: stop server: %w: %s", err, out)
+		}
+		c.log.Info("stopped PostgreSQL", slog.String("data_dir", c.pgdata))
+	}
+	c.stopped = true
+	if c.sockDir != filepath.Join(c.dataDir, "run") {
+		os.Remove(c.sockDir) //nolint:errcheck // a private temp dir; empty once the server is down
+	}
+	return nil
+}
+
+// findBinDir returns the directory holding initdb, pg_ctl and postgres.
+func findBinDir(override string) (string, error) {
+	if override != "" {
+		if hasBinaries(override) {
+			return override, nil
+		}
+		return "", fmt.Errorf("pgembed: %w in %s: %s", ErrNoBinaries, override, installHint)
+	}
+	var candidates []string
+	if initdb, err := exec.LookPath("initdb"); err == nil {
+		if real, err := filepath.EvalSymlinks(initdb); err == nil {
+			candidates = append(candidates, filepath.Dir(real))
+		}
+		candidates = append(candidates, filepath.Dir(initdb))
+	}
+	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+		candidates = append(candidates, strings.TrimSpace(string(out)))
+	}
+	for _, pattern := range []string{
+		"/usr/lib/postgresql/*/bin",
+		"/opt/homebrew/opt/postgresql*/bin",
+		"/usr/local/opt/postgresql*/bin",
+		"/usr/local/pgsql/bin",
+	} {
+		matches, _ := filepath.Glob(pattern)
+		candidates = append(candidates, newestFirst(matches)...)
+	}
+	for _, dir := range candidates {
+		if hasBinaries(dir) {
+			return dir, nil
+		}
+	}
+	return "", fmt.Errorf("pgembed: %w: %s", ErrNoBinaries, installHint)
+}
+
+func hasBinaries(dir string) bool {
+	for _, name := range []string{"initdb", "pg_ctl", "postgres"} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+var versionRE = regexp.MustCompile(`postgresql[^/]*?(\d+)|/(\d+)/bin$`)
+
+// newestFirst orders paths such as /usr/lib/postgresql/16/bin or
+// /opt/homebrew/opt/postgresql@15/bin by major version, highest first.
+func newestFirst(paths []string) []string {
+	version := func(p string) int {
+		m := versionRE.FindStringSubmatch(p)
+		if m == nil {
+			return 0
+		}
+		v, _ := strconv.Atoi(cmp.Or(m[1], m[2]))
+		return v
+	}
+	slices.SortStableFunc(paths, func(a, b string) int { return version(b) - version(a) })
+	return paths
+}
+
+// prepareDataDir creates dir (mode 0700; missing parents 0755) and returns
+// its absolute, symlink-free path.
+func prepareDataDir(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("pgembed: data directory %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o755); err != nil {
+		return "", fmt.Errorf("pgembed: create data directory: %w", err)
+	}
+	if err := os.Mkdir(abs, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("pgembed: create data directory: %w", err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return "", fmt.Errorf("pgembed: data directory %s: %w", abs, err)
+	}
+	return real, nil
+}
+
+// dropRoot picks the unprivileged user the server runs as, checks it can
+// reach the data directory and hands that directory over to it.
+func (c *Cluster) dropRoot() error {
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		if u, err = user.Lookup("nobody"); err != nil {
+			return fmt.Errorf("pgembed: running as root and neither user postgres nor nobody exists: %w", err)
+		}
+	}
+	uid, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return fmt.Errorf("pgembed: user %s: uid %q: %w", u.Username, u.Uid, err)
+	}
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return fmt.Errorf("pgembed: user %s: gid %q: %w", u.Username, u.Gid, err)
+	}
+	for dir := filepath.Dir(c.dataDir); ; dir = filepath.Dir(dir) {
+		var st syscall.Stat_t
+		if err := syscall.Stat(dir, &st); err != nil {
+			return fmt.Errorf("pgembed: stat %s: %w", dir, err)
+		}
+		ok := st.Mode&0o001 != 0 ||
+			st.Uid == uint32(uid) && st.Mode&0o100 != 0 ||
+			st.Gid == uint32(gid) && st.Mode&0o010 != 0
+		if !ok {
+			return fmt.Errorf("pgembed: running as root, PostgreSQL runs as user %s, who cannot enter %s (mode %o): "+
+				"set BILLSYNC_DATA_DIR to a directory that user can reach, or set DATABASE_URL",
+				u.Username, dir, st.Mode&0o7777)
+		}
+		if dir == filepath.Dir(dir) {
+			break
+		}
+	}
+	if err := os.Chown(c.dataDir, int(uid), int(gid)); err != nil {
+		return fmt.Errorf("pgembed: hand data directory to user %s: %w", u.Username, err)
+	}
+	c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	c.log.Debug("running PostgreSQL as unprivileged user", slog.String("user", u.Username))
+	return nil
+}
+
+// initdb creates the cluster unless pgdata already holds one. It builds it
+// in a scratch directory and renames it into place, so a run killed half way
+// leaves no half-made cluster behind.
+func (c *Cluster) initdb(ctx context.Context, fast bool) error {
+	if _, err := os.Stat(filepath.Join(c.pgdata, "PG_VERSION")); err == nil {
+		return nil
+	}
+	scratch := c.pgdata + ".init"
+	if err := os.RemoveAll(scratch); err != nil {
+		return fmt.Errorf("pgembed: remove unfinished cluster: %w", err)
+	}
+	c.log.Info("creating PostgreSQL cluster", slog.String("data_dir", c.pgdata))
+	args := []string{"-D", scratch, "-U", superuser, "--auth=trust", "-E", "UTF8", "--locale=C"}
+	if fast {
+		args = append(args, "--no-sync")
+	}
+	if out, err := c.command(ctx, "initdb", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("pgembed: initdb: %w: %s", err, out)
+	}
+	if err := os.Rename(scratch, c.pgdata); err != nil {
+		return fmt.Errorf("pgembed: move new cluster into place: %w", err)
+	}
+	return nil
+}
+
+// running reports whether a server is running on pgdata (pg_ctl status).
+func (c *Cluster) running(ctx context.Context) (bool, error) {
+	out, err := c.pgCtl(ctx, "-D", c.pgdata, "status")
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &exit) && exit.ExitCode() == 3: // not running
+		return false, nil
+	default:
+		return false, fmt.Errorf("pgembed: server status: %w: %s", err, out)
+	}
+}
+
+func (c *Cluster) start(ctx context.Context, fast bool) error {
+	sockDir, err := c.socketDir()
+	if err != nil {
+		return err
+	}
+	c.sockDir = sockDir
+	// pg_ctl hands -o to /bin/sh: quote every value.
+	opts := []string{"-k", shellQuote(sockDir), "-p", strconv.Itoa(c.port), "-c", "listen_addresses=''"}
+	if fast {
+		// A crash may lose recent commits; parallel tests each hold a
+		// pool, hence more sessions than the default 100.
+		opts = append(opts, "-c", "fsync=off", "-c", "synchronous_commit=off",
+			"-c", "full_page_writes=off", "-c", "max_connections=300")
+	}
+	logFile := filepath.Join(c.dataDir, "postgres.log")
+	c.log.Info("starting PostgreSQL", slog.String("data_dir", c.pgdata), slog.String("socket_dir", sockDir))
+	out, err := c.pgCtl(ctx, "-D", c.pgdata, "-w", "-t", "60", "-l", logFile, "-o", strings.Join(opts, " "), "start")
+	if err != nil {
+		if sockDir != filepath.Join(c.dataDir, "run") {
+			os.Remove(sockDir) //nolint:errcheck // our empty temp dir
+		}
+		return fmt.Errorf("pgembed: start server: %w: %s\n%s:\n%s", err, bytes.TrimSpace(out), logFile, logTail(logFile, 10))
+	}
+	return nil
+}
+
+// socketDir returns DataDir/run, or a short private temp directory when the
+// socket path under DataDir would not fit in sockaddr_un.
+func (c *Cluster) socketDir() (string, error) {
+	dir := filepath.Join(c.dataDir, "run")
+	if len(filepath.Join(dir, fmt.Sprintf(".s.PGSQL.%d", c.port))) > maxSocketPath {
+		tmp, err := os.MkdirTemp("", "bspg")
+		if err != nil {
+			return "", fmt.Errorf("pgembed: socket directory: %w", err)
+		}
+		dir = tmp
+	} else if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("pgembed: socket directory: %w", err)
+	}
+	if c.cred != nil {
+		if err := os.Chown(dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
+			return "", fmt.Errorf("pgembed: socket directory: %w", err)
+		}
+	}
+	return dir, nil
+}
+
+// readPidFile learns the socket of a server already running on pgdata from
+// postmaster.pid (line 4: port, line 5: first socket directory).
+func (c *Cluster) readPidFile() error {
+	b, err := os.ReadFile(filepath.Join(c.pgdata, "postmaster.pid"))
+	if err != nil {
+		return fmt.Errorf("pgembed: read postmaster.pid: %w", err)
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 5 || lines[4] == "" {
+		return fmt.Errorf("pgembed: postmaster.pid names no socket directory")
+	}
+	p, err := strconv.Atoi(strings.TrimSpace(lines[3]))
+	if err != nil {
+		return fmt.Errorf("pgembed: postmaster.pid: port %q: %w", lines[3], err)
+	}
+	c.port, c.sockDir = p, strings.TrimSpace(lines[4])
+	return nil
+}
+
+func (c *Cluster) createDatabase(ctx context.Context, name string) error {
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		return fmt.Errorf("pgembed: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return fmt.Errorf("pgembed: look up database %s: %w", name, err)
+	}
+	if exists {
+		return nil
+	}
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	var pgErr *pgconn.PgError
+	if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42P04") { // duplicate_database: someone beat us to it
+		return fmt.Errorf("pgembed: create database %s: %w", name, err)
+	}
+	return nil
+}
+
+func (c *Cluster) pgCtl(ctx context.Context, args ...string) ([]byte, error) {
+	return c.command(ctx, "pg_ctl", args...).CombinedOutput()
+}
+
+// command prepares a PostgreSQL tool: unprivileged when we are root, in the
+// data directory (pg_ctl fails when it cannot enter its working directory),
+// and without PG* variables that could point it elsewhere.
+func (c *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, name), args...)
+	cmd.Dir = c.dataDir
+	cmd.WaitDelay = 5 * time.Second
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "PG") })
+	if c.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "HOME=") })
+		env = append(env, "HOME="+c.dataDir)
+	}
+	cmd.Env = env
+	return cmd
+}
+
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// logTail returns the last n lines of the server log, for start errors.
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}

@@ -1,0 +1,206 @@
+package pgembed
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// dataDir returns a path for a cluster under t.TempDir, whose directories
+// are made reachable for the unprivileged user when the test runs as root.
+func dataDir(t *testing.T, name string) string {
+	t.Helper()
+	root := t.TempDir()
+	if os.Geteuid() == 0 {
+		// t.TempDir makes 0700 directories; the server user must pass through.
+		require.NoError(t, os.Chmod(root, 0o755))
+		require.NoError(t, os.Chmod(filepath.Dir(root), 0o755))
+	}
+	return filepath.Join(root, name)
+}
+
+func start(t *testing.T, dir string) *Cluster {
+	t.Helper()
+	return startWith(t, Config{DataDir: dir, Fast: true})
+}
+
+func startWith(t *testing.T, cfg Config) *Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := Start(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Stop(context.Background())) })
+	return c
+}
+
+func connect(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), url)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// postmasterPID reads the server's pid from the first line of postmaster.pid.
+func postmasterPID(t *testing.T, c *Cluster) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.DataDir(), "pgdata", "postmaster.pid"))
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+	require.NoError(t, err)
+	return pid
+}
+
+func TestStartRestartKeepsData(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := dataDir(t, "data")
+
+	c := start(t, dir)
+	require.Equal(t, dir, c.DataDir())
+	require.Equal(t, filepath.Join(dir, "run"), filepath.Dir(mustHost(t, c)))
+	conn := connect(t, c.URL("billsync"))
+	var one int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT 1`).Scan(&one))
+	require.Equal(t, 1, one)
+	var who, db, listen string
+	require.NoError(t, conn.QueryRow(ctx, `SELECT current_user, current_database(), current_setting('listen_addresses')`).Scan(&who, &db, &listen))
+	require.Equal(t, []string{"billsync", "billsync", ""}, []string{who, db, listen}, "user, database, and no TCP")
+	_, err := conn.Exec(ctx, `CREATE TABLE kept (v text); INSERT INTO kept VALUES ('survives restart')`)
+	require.NoError(t, err)
+	conn.Close(ctx)
+
+	if os.Geteuid() == 0 {
+		var st syscall.Stat_t
+		require.NoError(t, syscall.Stat("/proc/"+strconv.Itoa(postmasterPID(t, c)), &st))
+		require.NotZero(t, st.Uid, "postmaster must not run as root")
+	}
+
+	require.NoError(t, c.Stop(ctx))
+	require.NoError(t, c.Stop(ctx), "Stop is idempotent")
+	_, err = pgx.Connect(ctx, c.URL("billsync"))
+	require.Error(t, err, "server still answers after Stop")
+
+	c2 := start(t, dir)
+	var v string
+	require.NoError(t, connect(t, c2.URL("billsync")).QueryRow(ctx, `SELECT v FROM kept`).Scan(&v))
+	require.Equal(t, "survives restart", v)
+}
+
+// A server left running by a dead process is reused, and Stop stops it.
+func TestStartReusesRunningServer(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := dataDir(t, "data")
+	first := start(t, dir)
+	pid := postmasterPID(t, first)
+
+	second := start(t, dir)
+	require.Equal(t, pid, postmasterPID(t, second), "a second server was started")
+	var one int
+	require.NoError(t, connect(t, second.URL("postgres")).QueryRow(ctx, `SELECT 1`).Scan(&one))
+
+	require.NoError(t, second.Stop(ctx))
+	require.NoFileExists(t, filepath.Join(dir, "pgdata", "postmaster.pid"))
+	// The postmaster removes its pid file just before it exits.
+	require.Eventually(t, func() bool { return syscall.Kill(pid, 0) == syscall.ESRCH },
+		5*time.Second, 10*time.Millisecond, "postmaster still alive after Stop")
+	require.NoError(t, first.Stop(ctx), "Stop of an already stopped server")
+}
+
+// A data directory too deep for a unix socket path gets a short socket dir.
+func TestLongDataDirUsesShortSocketDir(t *testing.T) {
+	t.Parallel()
+	dir := dataDir(t, strings.Repeat("d", 120))
+	c := start(t, dir)
+	sock := filepath.Dir(mustHost(t, c))
+	require.False(t, strings.HasPrefix(sock, dir), "socket dir %s is under the data dir", sock)
+	var one int
+	require.NoError(t, connect(t, c.URL("billsync")).QueryRow(t.Context(), `SELECT 1`).Scan(&one))
+	require.NoError(t, c.Stop(t.Context()))
+	require.NoDirExists(t, sock, "temporary socket dir left behind")
+}
+
+func TestErrNoBinaries(t *testing.T) {
+	t.Parallel()
+	_, err := Start(t.Context(), Config{DataDir: filepath.Join(t.TempDir(), "data"), BinDir: t.TempDir()})
+	require.ErrorIs(t, err, ErrNoBinaries)
+	require.ErrorContains(t, err, "apt-get install postgresql")
+	require.ErrorContains(t, err, "set DATABASE_URL")
+}
+
+func TestRootNeedsReachableDataDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only root hands the data directory to another user")
+	}
+	t.Parallel()
+	locked := t.TempDir()
+	require.NoError(t, os.Chmod(locked, 0o700))
+	_, err := Start(t.Context(), Config{DataDir: filepath.Join(locked, "data")})
+	require.ErrorContains(t, err, "set BILLSYNC_DATA_DIR")
+	require.ErrorContains(t, err, locked)
+}
+
+func TestNewestFirst(t *testing.T) {
+	got := newestFirst([]string{
+		"/usr/lib/postgresql/9/bin",
+		"/usr/lib/postgresql/16/bin",
+		"/usr/lib/postgresql/15/bin",
+	})
+	require.Equal(t, []string{"/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/9/bin"}, got)
+	got = newestFirst([]string{"/opt/homebrew/opt/postgresql@14/bin", "/opt/homebrew/opt/postgresql@17/bin"})
+	require.Equal(t, "/opt/homebrew/opt/postgresql@17/bin", got[0])
+}
+
+// mustHost returns the socket file the cluster's URL points at.
+func mustHost(t *testing.T, c *Cluster) string {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(c.URL("billsync"))
+	require.NoError(t, err)
+	return filepath.Join(cfg.Host, ".s.PGSQL."+strconv.Itoa(int(cfg.Port)))
+}
+
+// A server killed outright leaves a stale postmaster.pid; Start recovers it
+// with every committed row (durable settings: Fast would lose the last ones).
+func TestStartAfterCrash(t *testing.T) {
+	t.Parallel()
+	dir := dataDir(t, "data")
+	c := startWith(t, Config{DataDir: dir})
+	_, err := connect(t, c.URL("billsync")).Exec(t.Context(), `CREATE TABLE kept (v int); INSERT INTO kept VALUES (7)`)
+	require.NoError(t, err)
+	pid := postmasterPID(t, c)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	require.Eventually(t, func() bool { return syscall.Kill(pid, 0) == syscall.ESRCH }, 5*time.Second, 10*time.Millisecond)
+	require.FileExists(t, filepath.Join(dir, "pgdata", "postmaster.pid"))
+
+	c2 := startWith(t, Config{DataDir: dir})
+	require.NotEqual(t, pid, postmasterPID(t, c2))
+	var v int
+	require.NoError(t, connect(t, c2.URL("billsync")).QueryRow(t.Context(), `SELECT v FROM kept`).Scan(&v))
+	require.Equal(t, 7, v)
+}
+
+// A server that will not start yields an error quoting the server log.
+func TestStartErrorQuotesLog(t *testing.T) {
+	t.Parallel()
+	dir := dataDir(t, "data")
+	require.NoError(t, start(t, dir).Stop(t.Context()))
+	conf, err := os.OpenFile(filepath.Join(dir, "pgdata", "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = conf.WriteString("no_such_setting = 1\n")
+	require.NoError(t, err)
+	require.NoError(t, conf.Close())
+
+	_, err = Start(t.Context(), Config{DataDir: dir, Fast: true})
+	require.ErrorContains(t, err, "start server")
+	require.ErrorContains(t, err, `unrecognized configuration parameter "no_such_setting"`)
+}

@@ -1,0 +1,320 @@
+// Package storetest gives each test a fresh, fully migrated PostgreSQL
+// database of its own: on DATABASE_URL's server when it is set, otherwise on
+// one embedded cluster (pgembed) per test process.
+//
+// It is for tests only. It never touches databases it did not create: it
+// only creates and drops billsync_test_* databases and billsync_tmpl_*
+// templates. The migrations run once per schema version into a template;
+// each test's database is a copy of it, which is much faster than migrating.
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/pgembed"
+)
+
+// templateLockKey serialises template builds among test processes sharing
+// one server (several packages' test binaries run at once).
+const templateLockKey = 0x62737465737474 // "bstestt"
+
+// server is the per-process database server and template.
+type server struct {
+	adminURL string
+	admin    *pgxpool.Pool
+	template string
+	cluster  *pgembed.Cluster // nil when DATABASE_URL is set
+	dir      string           // the embedded cluster's temp dir
+	lock     *os.File         // flock held while the process lives
+}
+
+var (
+	mainCalled atomic.Bool
+	setupOnce  sync.Once
+	srv        *server
+	setupErr   error
+)
+
+// Main wraps testing.M: call it from TestMain as os.Exit(storetest.Main(m)).
+// It stops the package's embedded cluster, if one was started, after the
+// tests.
+func Main(m *testing.M) int {
+	mainCalled.Store(true)
+	code := m.Run()
+	if srv != nil {
+		if err := srv.close(); err != nil {
+			fmt.Fprintln(os.Stderr, "storetest:", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
+	return code
+}
+
+// NewPool returns a pool connected to a fresh, fully migrated database of its
+// own; it is closed and the database dropped at t.Cleanup.
+func NewPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := store.Open(ctx, URL(t))
+	if err != nil {
+		t.Fatalf("storetest: %v", err)
+	}
+	t.Cleanup(pool.Close) // runs before URL's cleanup drops the database
+	return pool
+}
+
+// URL returns a connection URL for a fresh, fully migrated database (for tests
+// that open their own pool or run a subprocess); it is dropped at t.Cleanup.
+func URL(t testing.TB) string {
+	t.Helper()
+	if !mainCalled.Load() {
+		t.Fatal("storetest: add func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) } to the package, " +
+			"so the embedded PostgreSQL is stopped after the tests")
+	}
+	setupOnce.Do(func() { srv, setupErr = setup() })
+	if setupErr != nil {
+		t.Fatalf("storetest: %v", setupErr)
+	}
+	name := "billsync_test_" + strings.ToLower(rand.Text()[:16])
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := srv.admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+srv.template); err != nil {
+		t.Fatalf("storetest: create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := srv.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("storetest: drop database %s: %v", name, err)
+		}
+	})
+	return dbURL(srv.adminURL, name)
+}
+
+func setup() (_ *server, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := &server{adminURL: os.Getenv("DATABASE_URL")}
+	defer func() {
+		if err != nil {
+			s.close() //nolint:errcheck // the setup error is the one to report
+		}
+	}()
+	if s.adminURL == "" {
+		if err := s.startCluster(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if s.admin, err = store.Open(ctx, s.adminURL); err != nil {
+		return nil, err
+	}
+	if s.template, err = ensureTemplate(ctx, s.admin, s.adminURL); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// startCluster starts the process's embedded cluster in a temp dir, after
+// reaping clusters left behind by test processes that died (panic, timeout,
+// ^C) before Main could stop them. A process holds an flock on its dir's
+// lock file while it lives, so a lock we can take marks an orphan.
+func (s *server) startCluster(ctx context.Context) error {
+	reapOrphans(ctx)
+	dir, err := os.MkdirTemp(tempRoot(), "billsync-storetest-")
+	if err != nil {
+		return fmt.Errorf("temp dir: %w", err)
+	}
+	s.dir = dir
+	if s.lock, err = lockDir(dir); err != nil {
+		return err
+	}
+	// Let the unprivileged server user through when we run as root.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return fmt.Errorf("temp dir: %w", err)
+	}
+	if s.cluster, err = pgembed.Start(ctx, pgembed.Config{DataDir: filepath.Join(dir, "pg"), Fast: true}); err != nil {
+		return err
+	}
+	s.adminURL = s.cluster.URL("postgres")
+	return nil
+}
+
+func (s *server) close() error {
+	if s.admin != nil {
+		s.admin.Close()
+	}
+	if s.dir == "" {
+		return nil
+	}
+	if s.cluster != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := s.cluster.Stop(ctx); err != nil {
+			return err // keep the dir: the server may still be using it
+		}
+	}
+	if err := os.RemoveAll(s.dir); err != nil {
+		return fmt.Errorf("remove %s: %w", s.dir, err)
+	}
+	if s.lock != nil {
+		s.lock.Close()
+	}
+	return nil
+}
+
+// lockDir takes the lock that marks dir as in use by this process.
+// tempRoot is where test clusters live: memory-backed /dev/shm when there is
+// one (a fresh database per test is a copy of the template's files), else
+// the system temp dir.
+func tempRoot() string {
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() && os.Getenv("TMPDIR") == "" {
+		return "/dev/shm"
+	}
+	return os.TempDir()
+}
+
+// PrivateCluster starts a cluster of the test's own (for tests that stop
+// and restart the database), stopped at cleanup. Start it again with
+// pgembed.Start(ctx, cfg).
+func PrivateCluster(t testing.TB) (*pgembed.Cluster, pgembed.Config) {
+	t.Helper()
+	dir, err := os.MkdirTemp(tempRoot(), "billsync-private-")
+	if err != nil {
+		t.Fatalf("storetest: temp dir: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	// Let the unprivileged server user through when we run as root.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatalf("storetest: %v", err)
+	}
+	cfg := pgembed.Config{DataDir: filepath.Join(dir, "pg"), Fast: true}
+	c, err := pgembed.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("storetest: private cluster: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	return c, cfg
+}
+
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	return f, nil
+}
+
+func reapOrphans(ctx context.Context) {
+	dirs, _ := filepath.Glob(filepath.Join(tempRoot(), "billsync-storetest-*"))
+	for _, dir := range dirs {
+		fi, err := os.Stat(dir)
+		if err != nil || time.Since(fi.ModTime()) < 10*time.Second {
+			continue // missing, or so new its owner may not hold the lock yet
+		}
+		lock, err := lockDir(dir)
+		if err != nil {
+			continue // alive, or not ours to judge
+		}
+		s := &server{dir: dir, lock: lock}
+		if _, err := os.Stat(filepath.Join(dir, "pg", "pgdata", "PG_VERSION")); err == nil {
+			// Start reuses a server still running there; close stops it.
+			if s.cluster, err = pgembed.Start(ctx, pgembed.Config{DataDir: filepath.Join(dir, "pg"), Fast: true}); err != nil {
+				lock.Close() // never delete a dir a server may still be using
+				continue
+			}
+		}
+		s.close() //nolint:errcheck // best effort: the next run tries again
+	}
+}
+
+// ensureTemplate returns the template database holding the current
+// migrations, building it unless a process already did. Its name carries a
+// hash of the migrations, so a schema change gets a new template.
+func ensureTemplate(ctx context.Context, admin *pgxpool.Pool, adminURL string) (string, error) {
+	migrations, err := store.Migrations()
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	for _, m := range migrations {
+		fmt.Fprintf(h, "%s\x00%s\x00", m.Name, m.SQL)
+	}
+	name := "billsync_tmpl_" + hex.EncodeToString(h.Sum(nil))[:16]
+
+	conn, err := admin.Acquire(ctx)
+	if err != nil {
+		return "", fmt.Errorf("template: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(templateLockKey)); err != nil {
+		return "", fmt.Errorf("template: lock: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(templateLockKey)) //nolint:errcheck // ends with the session anyway
+
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return "", fmt.Errorf("template: look up %s: %w", name, err)
+	}
+	if exists {
+		return name, nil
+	}
+	// Build under another name and rename when done, so a process that dies
+	// half way leaves no half-migrated template behind.
+	build := name + "_build"
+	for _, sql := range []string{
+		"DROP DATABASE IF EXISTS " + build + " WITH (FORCE)",
+		"CREATE DATABASE " + build,
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			return "", fmt.Errorf("template: %s: %w", sql, err)
+		}
+	}
+	pool, err := store.Open(ctx, dbURL(adminURL, build))
+	if err != nil {
+		return "", fmt.Errorf("template: %w", err)
+	}
+	_, err = store.Migrate(ctx, pool)
+	pool.Close()
+	if err != nil {
+		return "", fmt.Errorf("template: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "ALTER DATABASE "+build+" RENAME TO "+name); err != nil {
+		return "", fmt.Errorf("template: rename %s: %w", build, err)
+	}
+	return name, nil
+}
+
+// dbURL returns base (a URL or keyword/value string) pointed at database db.
+func dbURL(base, db string) string {
+	if strings.HasPrefix(base, "postgres://") || strings.HasPrefix(base, "postgresql://") {
+		if u, err := url.Parse(base); err == nil {
+			u.Path, u.RawPath = "/"+db, ""
+			return u.String()
+		}
+	}
+	// In keyword/value strings the last setting wins.
+	return base + " dbname=" + db
+}
