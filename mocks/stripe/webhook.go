@@ -170,7 +170,7 @@ func (s *Server) scheduleDelivery(e *event, ep *endpoint) {
 	if f.DropRate > 0 && s.rng.Float64() < f.DropRate {
 		s.deliveries = append(s.deliveries, DeliveryRecord{EventID: e.ID, EventType: e.Type, EndpointID: ep.ID,
 			URL: ep.URL, Dropped: true, At: time.Now()})
-		s.log.Debug("stripemock delivery dropped", "event_id", e.ID, "endpoint", ep.URL)
+		s.log.Info("webhook delivery dropped", "event_id", e.ID, "endpoint", ep.URL)
 		return
 	}
 	for i := range 1 + max(f.DuplicateCopies, 0) {
@@ -209,7 +209,7 @@ func (s *Server) deliver(d delivery) {
 		s.mu.Lock()
 		s.deliveries = append(s.deliveries, rec)
 		s.mu.Unlock()
-		s.log.Debug("stripemock delivery", "event_id", d.event.ID, "type", d.event.Type, "endpoint", d.ep.URL,
+		s.log.Info("webhook delivery", "event_id", d.event.ID, "type", d.event.Type, "endpoint", d.ep.URL,
 			"copy", d.copy, "attempt", attempt, "status", status, "error", rec.Error)
 		if err == nil && status >= 200 && status < 300 {
 			return

@@ -86,6 +86,20 @@ func NewPool(t testing.TB) *pgxpool.Pool {
 // that open their own pool or run a subprocess); it is dropped at t.Cleanup.
 func URL(t testing.TB) string {
 	t.Helper()
+	return newDatabase(t, "")
+}
+
+// EmptyURL returns a connection URL for a fresh database with no schema at
+// all (for testing migrations themselves).
+func EmptyURL(t testing.TB) string {
+	t.Helper()
+	return newDatabase(t, "template0")
+}
+
+// newDatabase creates a database from template (the migrated template when
+// empty), dropped at cleanup.
+func newDatabase(t testing.TB, template string) string {
+	t.Helper()
 	if !mainCalled.Load() {
 		t.Fatal("storetest: add func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) } to the package, " +
 			"so the embedded PostgreSQL is stopped after the tests")
@@ -94,10 +108,13 @@ func URL(t testing.TB) string {
 	if setupErr != nil {
 		t.Fatalf("storetest: %v", setupErr)
 	}
+	if template == "" {
+		template = srv.template
+	}
 	name := "billsync_test_" + strings.ToLower(rand.Text()[:16])
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := srv.admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+srv.template); err != nil {
+	if _, err := srv.admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+template); err != nil {
 		t.Fatalf("storetest: create database %s: %v", name, err)
 	}
 	t.Cleanup(func() {

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	stripemock "github.com/billsync/billsync/mocks/stripe"
+)
+
+// defaultMockPrices are always loaded; -price adds to or overrides them.
+var defaultMockPrices = []mockPrice{
+	{"price_free", "free", 0},
+	{"price_pro", "pro", 2000},
+	{"price_team", "team", 5000},
+}
+
+type mockPrice struct {
+	id, lookupKey string
+	amount        int64
+}
+
+// mockPrices is the repeatable -price id:lookup_key:amount flag.
+type mockPrices []mockPrice
+
+func (p *mockPrices) String() string {
+	parts := make([]string, 0, len(*p))
+	for _, mp := range *p {
+		parts = append(parts, fmt.Sprintf("%s:%s:%d", mp.id, mp.lookupKey, mp.amount))
+	}
+	return strings.Join(parts, ",")
+}
+
+func (p *mockPrices) Set(v string) error {
+	fields := strings.Split(v, ":")
+	if len(fields) != 3 || fields[0] == "" {
+		return errors.New("want id:lookup_key:amount, e.g. price_pro:pro:2000")
+	}
+	amount, err := strconv.ParseInt(fields[2], 10, 64)
+	if err != nil || amount < 0 {
+		return fmt.Errorf("amount %q: want a non-negative integer in cents", fields[2])
+	}
+	*p = append(*p, mockPrice{fields[0], fields[1], amount})
+	return nil
+}
+
+// runMock serves the fake providers until ctx is done.
+func runMock(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) error {
+	fs := flag.NewFlagSet("mock", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), `usage: billsync mock [flags]
+
+Runs a stateful fake Stripe that speaks the real REST API (form-encoded
+requests, Stripe-Version honoured) and sends signed webhooks, with fault
+knobs. Control endpoints (no key): /_mock/faults, /_mock/clock/advance,
+/_mock/deliveries, /_mock/reset.`)
+		fs.PrintDefaults()
+	}
+	addr := fs.String("addr", "127.0.0.1:12112", "listen address")
+	apiKey := fs.String("api-key", stripemock.DefaultAPIKey, "secret key clients must send (Authorization: Bearer …)")
+	webhookURL := fs.String("webhook", "", "webhook endpoint URL to register at start; its secret is printed as STRIPE_WEBHOOK_SECRET")
+	var prices mockPrices
+	fs.Var(&prices, "price", "extra price `id:lookup_key:amount` (repeatable; price_free, price_pro and price_team are always loaded)")
+	var f stripemock.Faults
+	fs.IntVar(&f.DuplicateCopies, "duplicates", 0, "send each webhook 1+N times")
+	fs.DurationVar(&f.ReorderDelay, "reorder", 0, "delay each webhook copy by a random [0, d] so deliveries reorder")
+	fs.Float64Var(&f.DropRate, "drop", 0, "probability (0-1) a webhook is never sent")
+	fs.Float64Var(&f.Error5xxRate, "error-rate", 0, "probability (0-1) an API request answers 500")
+	fs.Float64Var(&f.RateLimitRate, "ratelimit-rate", 0, "probability (0-1) an API request answers 429")
+	fs.DurationVar(&f.RetryAfter, "retry-after", time.Second, "Retry-After of 429 answers")
+	fs.DurationVar(&f.Latency, "latency", 0, "delay added to every API response")
+	fs.Float64Var(&f.RequestsPerSecond, "rps", 0, "API rate limit in requests per second; over it → 429 (0 = none)")
+	fs.Int64Var(&f.Seed, "seed", 0, "seed for the fault dice (0 = random)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	if err := f.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+
+	fake := stripemock.New(stripemock.Options{APIKey: *apiKey, Faults: f, Logger: logger.With("component", "stripemock")})
+	defer fake.Close()
+	for _, p := range slices.Concat(defaultMockPrices, prices) {
+		fake.AddPrice(p.id, p.lookupKey, p.amount)
+	}
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", *addr, err)
+	}
+	base := "http://" + ln.Addr().String()
+	fmt.Fprintf(stdout, "# fake Stripe listening on %s (control endpoints under %s/_mock/)\n", base, base)
+	fmt.Fprintf(stdout, "STRIPE_API_URL=%s\nSTRIPE_API_KEY=%s\n", base, *apiKey)
+	if *webhookURL != "" {
+		fmt.Fprintf(stdout, "STRIPE_WEBHOOK_SECRET=%s\n", fake.AddWebhookEndpoint(*webhookURL))
+	}
+	fmt.Fprintf(stdout, `# try:
+#   curl -u %[2]s: %[1]s/v1/customers -d email=ada@example.com -d "metadata[user_id]=u1"
+#   curl -u %[2]s: %[1]s/v1/subscriptions -d customer=cus_… -d "items[0][price]=price_pro"
+#   curl -u %[2]s: %[1]s/v1/webhook_endpoints -d url=http://127.0.0.1:8080/webhooks/stripe
+#   curl %[1]s/_mock/faults -d '{"duplicate_copies":2,"reorder_delay":"2s"}'
+#   curl %[1]s/_mock/clock/advance -d '{"seconds":2678400}'
+`, base, *apiKey)
+	logger.Info("fake stripe started", "addr", base, "faults", f)
+
+	srv := &http.Server{Handler: fake, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve fake stripe: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shut down fake stripe: %w", err)
+	}
+	logger.Info("fake stripe stopped")
+	return nil
+}

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v82/webhook"
+)
+
+// TestMain lets a test re-run this binary as billsync itself, so SIGTERM
+// handling is tested on a real process.
+func TestMain(m *testing.M) {
+	if os.Getenv("BILLSYNC_TEST_AS_MAIN") == "1" {
+		os.Args = append([]string{"billsync"}, strings.Fields(os.Getenv("BILLSYNC_TEST_ARGS"))...)
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// startBillsync runs `billsync serve` as a child process on the embedded
+// database under dataDir and waits until it is ready.
+func startBillsync(t *testing.T, dataDir, addr string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(),
+		"BILLSYNC_TEST_AS_MAIN=1",
+		"BILLSYNC_TEST_ARGS=serve -addr "+addr+" -data-dir "+dataDir,
+		"DATABASE_URL=",
+		"STRIPE_WEBHOOK_SECRET=whsec_serve_test",
+	)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return cmd
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("billsync serve never became ready:\n%s", logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func stopBillsync(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "billsync must exit 0 on SIGTERM")
+	case <-time.After(time.Minute):
+		t.Fatal("billsync did not exit within a minute of SIGTERM")
+	}
+}
+
+func postEvent(t *testing.T, addr, id string) string {
+	t.Helper()
+	body := fmt.Appendf(nil, `{"id":%q,"object":"event","type":"invoice.paid","created":%d,"data":{"object":{"object":"invoice","customer":"cus_serve"}}}`, id, time.Now().Unix())
+	sig := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: "whsec_serve_test"})
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/webhooks/stripe", bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Stripe-Signature", sig.Header)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var ans struct{ Status string }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&ans))
+	return ans.Status
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestServeEmbeddedRestart: serve on the embedded database, SIGTERM stops the
+// server and its PostgreSQL cleanly, and a second start finds the data.
+func TestServeEmbeddedRestart(t *testing.T) {
+	root, err := os.MkdirTemp("", "billsync-serve-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(root) })
+	require.NoError(t, os.Chmod(root, 0o755)) // PostgreSQL's user must reach it when we are root
+	dataDir := filepath.Join(root, "data")
+	addr := freeAddr(t)
+
+	cmd := startBillsync(t, dataDir, addr)
+	require.Equal(t, "stored", postEvent(t, addr, "evt_restart"))
+	stopBillsync(t, cmd)
+	_, err = os.Stat(filepath.Join(dataDir, "pgdata", "postmaster.pid"))
+	require.ErrorIs(t, err, os.ErrNotExist, "SIGTERM must stop the embedded PostgreSQL")
+
+	cmd = startBillsync(t, dataDir, addr)
+	require.Equal(t, "duplicate", postEvent(t, addr, "evt_restart"), "the first run's event must survive the restart")
+	stopBillsync(t, cmd)
+}
+
+func TestServeRefusesBadConfiguration(t *testing.T) {
+	dir := t.TempDir()
+	secretFile := filepath.Join(dir, "whsec")
+	require.NoError(t, os.WriteFile(secretFile, []byte("whsec_from_file\n"), 0o600))
+	tests := map[string]struct {
+		env  map[string]string
+		want string
+	}{
+		"ErrNoSecret":    {map[string]string{}, "STRIPE_WEBHOOK_SECRET is not set"},
+		"ErrBothForms":   {map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_a", "STRIPE_WEBHOOK_SECRET_FILE": secretFile}, "both set"},
+		"ErrNotWhsec":    {map[string]string{"STRIPE_WEBHOOK_SECRET": "sk_test_oops"}, "should start with whsec_"},
+		"ErrMissingFile": {map[string]string{"STRIPE_WEBHOOK_SECRET_FILE": filepath.Join(dir, "nope")}, "STRIPE_WEBHOOK_SECRET_FILE"},
+		"ErrBadAddr":     {map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_a", "BILLSYNC_ADDR": "nonsense"}, "BILLSYNC_ADDR"},
+		"ErrBadAPIURL":   {map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_a", "STRIPE_API_URL": "not a url"}, "STRIPE_API_URL"},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			for _, k := range []string{"STRIPE_WEBHOOK_SECRET", "STRIPE_WEBHOOK_SECRET_FILE", "STRIPE_API_KEY", "STRIPE_API_KEY_FILE", "BILLSYNC_ADDR", "STRIPE_API_URL"} {
+				t.Setenv(k, tt.env[k])
+			}
+			// Cancelled: if validation wrongly passed, serve fails at once
+			// instead of starting a database.
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			var out bytes.Buffer
+			err := run(ctx, []string{"serve"}, &out, &out)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tt.want)
+			require.NotContains(t, err.Error(), "whsec_a", "a secret must never appear in an error")
+		})
+	}
+	t.Run("SecretFromFile", func(t *testing.T) {
+		t.Setenv("STRIPE_WEBHOOK_SECRET", "")
+		t.Setenv("STRIPE_WEBHOOK_SECRET_FILE", secretFile)
+		var cfg config
+		require.NoError(t, cfg.loadSecrets(os.Getenv))
+		require.Equal(t, []string{"whsec_from_file"}, cfg.StripeWebhookSecrets)
+	})
+}

@@ -1,0 +1,71 @@
+package store_test
+
+import (
+	"context"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/storetest"
+)
+
+func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
+
+func TestMigrationsAreNumberedInOrder(t *testing.T) {
+	ms, err := store.Migrations()
+	require.NoError(t, err)
+	require.NotEmpty(t, ms)
+	for i, m := range ms {
+		require.Equal(t, i+1, m.Version, "migration %s: versions must run 1, 2, 3… without gaps", m.Name)
+	}
+}
+
+// TestMigrateConcurrently starts several "replicas" on an empty database at
+// once: each migration must be applied exactly once, and a second run is a
+// no-op.
+func TestMigrateConcurrently(t *testing.T) {
+	ctx := context.Background()
+	url := storetest.EmptyURL(t)
+	const replicas = 4
+	applied := make([][]string, replicas)
+	errs := make([]error, replicas)
+	var wg sync.WaitGroup
+	for i := range replicas {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pool, err := store.Open(ctx, url)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer pool.Close()
+			applied[i], errs[i] = store.Migrate(ctx, pool)
+		}()
+	}
+	wg.Wait()
+	all, err := store.Migrations()
+	require.NoError(t, err)
+	total := 0
+	for i := range replicas {
+		require.NoError(t, errs[i])
+		total += len(applied[i])
+	}
+	require.Equal(t, len(all), total, "every migration applied exactly once across replicas")
+
+	pool, err := store.Open(ctx, url)
+	require.NoError(t, err)
+	defer pool.Close()
+	var rows int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&rows))
+	require.Equal(t, len(all), rows)
+	pending, err := store.Pending(ctx, pool)
+	require.NoError(t, err)
+	require.Empty(t, pending)
+	again, err := store.Migrate(ctx, pool)
+	require.NoError(t, err)
+	require.Empty(t, again)
+}
