@@ -54,6 +54,9 @@ func (s *Store) StoreDelivery(ctx context.Context, d reconcile.Delivery) (reconc
 	if err != nil {
 		return reconcile.Stored{}, fmt.Errorf("store %s event %s: %w", ev.Provider, ev.DedupeKey, classify(err))
 	}
+	if !st.Duplicate && st.Status == "pending" && ev.CustomerID != "" {
+		s.notify(ctx)
+	}
 	return st, nil
 }
 

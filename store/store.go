@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -18,11 +19,22 @@ import (
 
 // Store reads and writes billsync's tables.
 type Store struct {
-	pool *pgxpool.Pool
+	pool       *pgxpool.Pool
+	lastNotify atomic.Int64 // unix nanos of the last NOTIFY sent
+	// crashAfterAccountWrite, when set (tests only), runs between the
+	// account write and the ledger write; an error aborts the transaction
+	// as a crash there would.
+	crashAfterAccountWrite func() error
 }
 
 // New returns a Store on pool.
 func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// CrashAfterAccountWrite installs fault injection for tests and the demo:
+// fn runs inside Apply between the account write and the ledger write, and
+// an error from it aborts the transaction as a crash at that point would.
+// Pass nil to remove it. Never set in production wiring.
+func (s *Store) CrashAfterAccountWrite(fn func() error) { s.crashAfterAccountWrite = fn }
 
 // Pool returns the underlying pool (for wiring and tests).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }

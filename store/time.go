@@ -10,3 +10,11 @@ func nullTime(t time.Time) *time.Time {
 	}
 	return &t
 }
+
+// deref maps SQL NULL back to the zero time.
+func deref(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}

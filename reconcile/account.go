@@ -1,0 +1,38 @@
+package reconcile
+
+import "time"
+
+// Account is billsync's row for one (provider, customer): the state it keeps
+// equal to the provider's.
+type Account struct {
+	ID                int64
+	Provider          string
+	CustomerID        string
+	UserRef           string
+	Plan              string
+	Status            string
+	SubscriptionID    string
+	PeriodStart       time.Time
+	PeriodEnd         time.Time
+	CancelAtPeriodEnd bool
+	// ObservedAt is when the applied snapshot's fetch began (database
+	// time); zero for an account never reconciled. Only a later snapshot
+	// may change the account.
+	ObservedAt time.Time
+}
+
+// sameState reports whether a and b hold the same billing state (ids and
+// ObservedAt aside).
+func sameState(a, b Account) bool {
+	return a.UserRef == b.UserRef && a.Plan == b.Plan && a.Status == b.Status &&
+		a.SubscriptionID == b.SubscriptionID && a.PeriodStart.Equal(b.PeriodStart) &&
+		a.PeriodEnd.Equal(b.PeriodEnd) && a.CancelAtPeriodEnd == b.CancelAtPeriodEnd
+}
+
+// calendarMonth returns the UTC calendar month holding t: the period of
+// customers whose provider gives none.
+func calendarMonth(t time.Time) (start, end time.Time) {
+	t = t.UTC()
+	start = time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
+	return start, start.AddDate(0, 1, 0)
+}

@@ -1,0 +1,211 @@
+package reconcile
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultBackoff is the wait after each failed attempt; after the last one
+// the job is dead.
+var DefaultBackoff = []time.Duration{5 * time.Second, 30 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour}
+
+// WorkerConfig configures a Worker. Zero values take the defaults.
+type WorkerConfig struct {
+	Name         string // prefix of the lease holder's id; default "worker"
+	Store        Store
+	Providers    []Provider
+	Plans        *Plans
+	Logger       *slog.Logger
+	Concurrency  int           // claim loops in this process; default 4
+	Batch        int           // jobs claimed at once per loop; default 10
+	Lease        time.Duration // how long a claim holds; default 2 min
+	Poll         time.Duration // fallback poll when no wake-up comes; default 1 s
+	FetchTimeout time.Duration // deadline of one provider fetch; default 30 s
+	Backoff      []time.Duration
+	// OnOutcome, when set, sees every outcome (metrics, tests).
+	OnOutcome func(Job, Outcome)
+}
+
+// Worker drains the reconcile queue: for each claimed customer it takes the
+// database's time, fetches the snapshot with no transaction open, and
+// applies it in one transaction.
+type Worker struct {
+	cfg       WorkerConfig
+	providers map[string]Provider
+	wake      []chan struct{}
+	dead      atomic.Int64
+}
+
+// NewWorker returns a Worker for cfg.
+func NewWorker(cfg WorkerConfig) *Worker {
+	cfg.Name = cmp.Or(cfg.Name, "worker")
+	cfg.Concurrency = max(cfg.Concurrency, 0)
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, 4)
+	cfg.Batch = cmp.Or(cfg.Batch, 10)
+	cfg.Lease = cmp.Or(cfg.Lease, 2*time.Minute)
+	cfg.Poll = cmp.Or(cfg.Poll, time.Second)
+	cfg.FetchTimeout = cmp.Or(cfg.FetchTimeout, 30*time.Second)
+	if len(cfg.Backoff) == 0 {
+		cfg.Backoff = DefaultBackoff
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	w := &Worker{cfg: cfg, providers: map[string]Provider{}}
+	for _, p := range cfg.Providers {
+		w.providers[p.Name()] = p
+	}
+	for range cfg.Concurrency {
+		w.wake = append(w.wake, make(chan struct{}, 1))
+	}
+	return w
+}
+
+// Wake tells idle loops that work may be due (called on NOTIFY).
+func (w *Worker) Wake() {
+	for _, c := range w.wake {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Dead returns how many jobs this worker has marked dead.
+func (w *Worker) Dead() int64 { return w.dead.Load() }
+
+// Run claims and processes jobs until ctx is done, then finishes the job in
+// hand and releases the leases it holds on the rest.
+func (w *Worker) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for i := range w.cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.loop(ctx, fmt.Sprintf("%s-%d", w.cfg.Name, i), w.wake[i])
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+func (w *Worker) loop(ctx context.Context, id string, wake <-chan struct{}) {
+	for ctx.Err() == nil {
+		n, err := w.runBatch(ctx, id)
+		if err != nil && ctx.Err() == nil {
+			w.cfg.Logger.Error("claim failed", slog.String("worker", id), slog.Any("error", err))
+		}
+		if n == w.cfg.Batch && err == nil {
+			continue // more may be due right away
+		}
+		select {
+		case <-ctx.Done():
+		case <-wake:
+		case <-time.After(w.cfg.Poll):
+		}
+	}
+}
+
+// Drain processes due jobs until none is left (for the demo, bench and
+// tests). It returns how many it processed.
+func (w *Worker) Drain(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n, err := w.runBatch(ctx, w.cfg.Name+"-drain")
+		total += n
+		if err != nil || n == 0 {
+			return total, err
+		}
+	}
+}
+
+// runBatch claims one batch and processes it; on shutdown it releases what
+// it did not start.
+func (w *Worker) runBatch(ctx context.Context, id string) (int, error) {
+	jobs, err := w.cfg.Store.Claim(ctx, id, w.cfg.Batch, w.cfg.Lease)
+	if err != nil {
+		return 0, err
+	}
+	for i, job := range jobs {
+		if ctx.Err() != nil {
+			// Stopping: hand the rest back now rather than after the lease.
+			if err := w.cfg.Store.Release(context.WithoutCancel(ctx), id, jobs[i:]); err != nil {
+				w.cfg.Logger.Error("release leases", slog.String("worker", id), slog.Any("error", err))
+			}
+			return i, ctx.Err()
+		}
+		w.process(ctx, id, job)
+	}
+	return len(jobs), nil
+}
+
+// Process reconciles one job claimed under the worker's name and records
+// its outcome. Failures are recorded, never returned: the job is retried,
+// ignored or dead.
+func (w *Worker) Process(ctx context.Context, job Job) Outcome {
+	return w.process(ctx, w.cfg.Name+"-drain", job)
+}
+
+func (w *Worker) process(ctx context.Context, id string, job Job) Outcome {
+	log := w.cfg.Logger.With(slog.String("provider", job.Provider), slog.String("customer", job.CustomerID))
+	// Finishing a job must not be cut short by shutdown: its lease would
+	// hold the customer back for nothing.
+	storeCtx := context.WithoutCancel(ctx)
+	observedAt, err := w.cfg.Store.Now(ctx)
+	if err != nil {
+		log.Error("read database clock", slog.Any("error", err))
+		return Outcome{Result: ResultRetry, Text: err.Error()}
+	}
+	out, err := w.reconcile(ctx, storeCtx, id, job, observedAt)
+	if err != nil {
+		// The store failed: the lease runs out and the job is claimed again.
+		log.Error("record reconcile", slog.Any("error", err))
+		return Outcome{Result: ResultRetry, Text: err.Error()}
+	}
+	switch out.Result {
+	case ResultDead:
+		w.dead.Add(1)
+		log.Error("ALERT: reconcile dead, customer needs attention", slog.String("outcome", out.Text), slog.Int("attempts", job.Attempts+1))
+	case ResultRetry:
+		log.Warn("reconcile failed, will retry", slog.String("outcome", out.Text))
+	default:
+		log.Info("reconciled", slog.String("result", string(out.Result)), slog.String("outcome", out.Text), slog.Int("events", out.Events))
+	}
+	if w.cfg.OnOutcome != nil {
+		w.cfg.OnOutcome(job, out)
+	}
+	return out
+}
+
+func (w *Worker) reconcile(ctx, storeCtx context.Context, id string, job Job, observedAt time.Time) (Outcome, error) {
+	p, ok := w.providers[job.Provider]
+	if !ok {
+		return w.cfg.Store.Ignore(storeCtx, job, observedAt, fmt.Sprintf("provider %q is not configured", job.Provider))
+	}
+	fetchCtx, cancel := context.WithTimeout(ctx, w.cfg.FetchTimeout)
+	snap, err := p.Fetch(fetchCtx, job.CustomerID)
+	cancel()
+	switch {
+	case err == nil:
+		return w.cfg.Store.Apply(storeCtx, job, observedAt, snap, w.cfg.Plans)
+	case errors.Is(err, ErrCustomerUnknown):
+		return w.cfg.Store.Ignore(storeCtx, job, observedAt, fmt.Sprintf("customer %s is unknown to %s", job.CustomerID, job.Provider))
+	case IsPermanent(err):
+		return w.cfg.Store.Ignore(storeCtx, job, observedAt, err.Error())
+	}
+	if ctx.Err() != nil {
+		// Shutting down, not a provider failure: give the job back as is.
+		return Outcome{Result: ResultRetry, Text: "released on shutdown"}, w.cfg.Store.Release(storeCtx, id, []Job{job})
+	}
+	// Each wait follows a failed attempt; the attempt after the last wait
+	// is the last one.
+	dead := job.Attempts >= len(w.cfg.Backoff)
+	delay := w.cfg.Backoff[min(job.Attempts, len(w.cfg.Backoff)-1)]
+	return w.cfg.Store.Retry(storeCtx, job, observedAt, err, delay, dead)
+}

@@ -1,0 +1,259 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/billsync/billsync/reconcile"
+)
+
+const accountColumns = `id, provider, customer_id, coalesce(user_ref, ''), coalesce(plan, ''), coalesce(status, ''),
+	coalesce(subscription_id, ''), period_start, period_end, cancel_at_period_end, observed_at`
+
+func scanAccount(row pgx.Row) (reconcile.Account, error) {
+	var a reconcile.Account
+	var start, end, observed *time.Time
+	err := row.Scan(&a.ID, &a.Provider, &a.CustomerID, &a.UserRef, &a.Plan, &a.Status,
+		&a.SubscriptionID, &start, &end, &a.CancelAtPeriodEnd, &observed)
+	a.PeriodStart, a.PeriodEnd, a.ObservedAt = deref(start), deref(end), deref(observed)
+	return a, err
+}
+
+// Account returns the account of a provider's customer.
+func (s *Store) Account(ctx context.Context, provider, customerID string) (reconcile.Account, error) {
+	a, err := scanAccount(s.pool.QueryRow(ctx,
+		`SELECT `+accountColumns+` FROM accounts WHERE provider = $1 AND customer_id = $2`, provider, customerID))
+	if err != nil {
+		return reconcile.Account{}, fmt.Errorf("account %s/%s: %w", provider, customerID, classify(err))
+	}
+	return a, nil
+}
+
+// Balance returns the sum of the account's ledger rows for its current
+// period.
+func (s *Store) Balance(ctx context.Context, accountID int64) (int64, error) {
+	var b int64
+	err := s.pool.QueryRow(ctx, `
+		SELECT coalesce(sum(l.delta), 0) FROM accounts a
+		JOIN ledger l ON l.account_id = a.id AND l.period_start = a.period_start
+		WHERE a.id = $1`, accountID).Scan(&b)
+	if err != nil {
+		return 0, fmt.Errorf("balance of account %d: %w", accountID, classify(err))
+	}
+	return b, nil
+}
+
+// Apply applies snap to the job's account in one transaction (see
+// reconcile.Store).
+func (s *Store) Apply(ctx context.Context, job reconcile.Job, observedAt time.Time, snap reconcile.Snapshot, plans *reconcile.Plans) (reconcile.Outcome, error) {
+	var out reconcile.Outcome
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		out = reconcile.Outcome{}
+		cur, err := lockAccount(ctx, tx, job.Provider, job.CustomerID)
+		if err != nil {
+			return err
+		}
+		ch := reconcile.Decide(cur, snap, plans, observedAt)
+		out.AccountID, out.Result, out.Before, out.After = cur.ID, ch.Result, cur, ch.Next
+		if ch.Result == reconcile.ResultApplied || ch.Result == reconcile.ResultUnchanged {
+			if err := writeAccount(ctx, tx, ch.Next); err != nil {
+				return err
+			}
+			if s.crashAfterAccountWrite != nil {
+				if err := s.crashAfterAccountWrite(); err != nil {
+					return err
+				}
+			}
+			if out.Granted, err = writeGrant(ctx, tx, cur.ID, ch.Grant); err != nil {
+				return err
+			}
+			if out.Granted > 0 {
+				out.Result = reconcile.ResultApplied
+			}
+		}
+		out.Text = ch.Describe(out.Granted)
+		status := "applied"
+		if ch.Result == reconcile.ResultIgnored {
+			status = "ignored"
+		}
+		return s.finish(ctx, tx, job, observedAt, status, &out)
+	})
+	if err != nil {
+		return reconcile.Outcome{}, fmt.Errorf("apply %s/%s: %w", job.Provider, job.CustomerID, classify(err))
+	}
+	return out, nil
+}
+
+// Ignore records a permanent failure for the job's customer.
+func (s *Store) Ignore(ctx context.Context, job reconcile.Job, observedAt time.Time, reason string) (reconcile.Outcome, error) {
+	out := reconcile.Outcome{Result: reconcile.ResultIgnored, Text: "ignored: " + reason}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		out.Events = 0
+		return s.finish(ctx, tx, job, observedAt, "ignored", &out)
+	})
+	if err != nil {
+		return reconcile.Outcome{}, fmt.Errorf("ignore %s/%s: %w", job.Provider, job.CustomerID, classify(err))
+	}
+	return out, nil
+}
+
+// finish writes the log row, answers the customer's events and completes
+// the job: the common tail of Apply and Ignore.
+func (s *Store) finish(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time, status string, out *reconcile.Outcome) error {
+	if err := writeLog(ctx, tx, job, observedAt, *out); err != nil {
+		return err
+	}
+	n, err := markEvents(ctx, tx, job, observedAt, status, out.Text)
+	if err != nil {
+		return err
+	}
+	out.Events = n
+	return finishJob(ctx, tx, job, observedAt)
+}
+
+// Retry records a transient failure: the job runs again after delay, or,
+// when dead, stays visible as dead with its events until a sweep, resync
+// or new webhook revives it.
+func (s *Store) Retry(ctx context.Context, job reconcile.Job, observedAt time.Time, cause error, delay time.Duration, dead bool) (reconcile.Outcome, error) {
+	out := reconcile.Outcome{Result: reconcile.ResultRetry,
+		Text: fmt.Sprintf("retry in %s after attempt %d: %v", delay, job.Attempts+1, cause)}
+	status := "pending"
+	if dead {
+		out.Result, status = reconcile.ResultDead, "dead"
+		out.Text = fmt.Sprintf("dead after %d attempts: %v", job.Attempts+1, cause)
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `
+			UPDATE reconcile_queue
+			SET attempts = attempts + 1, due_at = now() + make_interval(secs => $2), status = $3,
+			    last_error = $4, locked_by = NULL, locked_until = NULL
+			WHERE id = $1`, job.ID, delay.Seconds(), status, cause.Error()); err != nil {
+			return fmt.Errorf("reschedule job: %w", err)
+		}
+		if err := writeLog(ctx, tx, job, observedAt, out); err != nil {
+			return err
+		}
+		if !dead {
+			return nil
+		}
+		_, err := tx.Exec(ctx, `
+			UPDATE inbox_events SET status = 'dead', outcome = $3, processed_at = now()
+			WHERE provider = $1 AND customer_id = $2 AND status = 'pending'`,
+			job.Provider, job.CustomerID, out.Text)
+		return err
+	})
+	if err != nil {
+		return reconcile.Outcome{}, fmt.Errorf("retry %s/%s: %w", job.Provider, job.CustomerID, classify(err))
+	}
+	return out, nil
+}
+
+// lockAccount returns the customer's account row locked for this
+// transaction, creating it if new.
+func lockAccount(ctx context.Context, tx pgx.Tx, provider, customerID string) (reconcile.Account, error) {
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO accounts (provider, customer_id) VALUES ($1, $2)
+		ON CONFLICT (provider, customer_id) DO NOTHING`, provider, customerID); err != nil {
+		return reconcile.Account{}, fmt.Errorf("create account: %w", err)
+	}
+	a, err := scanAccount(tx.QueryRow(ctx,
+		`SELECT `+accountColumns+` FROM accounts WHERE provider = $1 AND customer_id = $2 FOR UPDATE`,
+		provider, customerID))
+	if err != nil {
+		return reconcile.Account{}, fmt.Errorf("lock account: %w", err)
+	}
+	return a, nil
+}
+
+// errStaleWrite means the guarded write found a newer snapshot applied:
+// impossible while the row lock is held, so it aborts the transaction.
+var errStaleWrite = errors.New("guarded account write matched no row")
+
+// writeAccount writes the account's state, guarded so that only a later
+// snapshot can overwrite an earlier one.
+func writeAccount(ctx context.Context, tx pgx.Tx, a reconcile.Account) error {
+	tag, err := tx.Exec(ctx, `
+		UPDATE accounts SET user_ref = NULLIF($2, ''), plan = $3, status = NULLIF($4, ''),
+			subscription_id = NULLIF($5, ''), period_start = $6, period_end = $7,
+			cancel_at_period_end = $8, observed_at = $9, updated_at = now()
+		WHERE id = $1 AND (observed_at IS NULL OR observed_at < $9)`,
+		a.ID, a.UserRef, a.Plan, a.Status, a.SubscriptionID, nullTime(a.PeriodStart), nullTime(a.PeriodEnd),
+		a.CancelAtPeriodEnd, a.ObservedAt)
+	if err != nil {
+		return fmt.Errorf("write account: %w", err)
+	}
+	if tag.RowsAffected() != 1 {
+		return errStaleWrite
+	}
+	return nil
+}
+
+// writeGrant tops the period up to the grant's allowance, once per
+// (account, period, plan), and returns what it added.
+func writeGrant(ctx context.Context, tx pgx.Tx, accountID int64, g *reconcile.Grant) (int64, error) {
+	if g == nil {
+		return 0, nil
+	}
+	var granted int64
+	if err := tx.QueryRow(ctx, `
+		SELECT coalesce(sum(delta), 0) FROM ledger
+		WHERE account_id = $1 AND period_start = $2 AND kind = 'grant'`,
+		accountID, g.PeriodStart).Scan(&granted); err != nil {
+		return 0, fmt.Errorf("read grants: %w", err)
+	}
+	delta := g.TopUp(granted)
+	if delta == 0 {
+		return 0, nil
+	}
+	tag, err := tx.Exec(ctx, `
+		INSERT INTO ledger (account_id, entry_key, kind, period_start, period_end, plan, delta, note)
+		VALUES ($1, $2, 'grant', $3, $4, $5, $6, $7)
+		ON CONFLICT (entry_key) DO NOTHING`,
+		accountID, g.Key(accountID), g.PeriodStart, nullTime(g.PeriodEnd), g.Plan, delta,
+		fmt.Sprintf("top up to %d for plan %s", g.Allowance, g.Plan))
+	if err != nil {
+		return 0, fmt.Errorf("write grant: %w", err)
+	}
+	return tag.RowsAffected() * delta, nil
+}
+
+// accountJSON is an account as reconcile_log keeps it (before/after).
+type accountJSON struct {
+	Plan              string     `json:"plan,omitempty"`
+	Status            string     `json:"status,omitempty"`
+	SubscriptionID    string     `json:"subscription_id,omitempty"`
+	PeriodStart       *time.Time `json:"period_start,omitempty"`
+	PeriodEnd         *time.Time `json:"period_end,omitempty"`
+	CancelAtPeriodEnd bool       `json:"cancel_at_period_end,omitempty"`
+	UserRef           string     `json:"user_ref,omitempty"`
+}
+
+func accountDoc(a reconcile.Account) []byte {
+	if a.ObservedAt.IsZero() && a.Plan == "" {
+		return nil
+	}
+	b, _ := json.Marshal(accountJSON{a.Plan, a.Status, a.SubscriptionID, nullTime(a.PeriodStart),
+		nullTime(a.PeriodEnd), a.CancelAtPeriodEnd, a.UserRef}) // plain struct: cannot fail
+	return b
+}
+
+func writeLog(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time, out reconcile.Outcome) error {
+	var accountID *int64
+	if out.AccountID != 0 {
+		accountID = &out.AccountID
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO reconcile_log (account_id, provider, customer_id, trigger, observed_at, result, outcome, before, after)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		accountID, job.Provider, job.CustomerID, job.Trigger, observedAt, string(out.Result), out.Text,
+		accountDoc(out.Before), accountDoc(out.After))
+	if err != nil {
+		return fmt.Errorf("write reconcile log: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,276 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/storetest"
+)
+
+func testPlans(t testing.TB) *reconcile.Plans {
+	t.Helper()
+	data, err := os.ReadFile("../cmd/billsync/plans.example.yaml")
+	require.NoError(t, err)
+	plans, err := reconcile.ParsePlans(data)
+	require.NoError(t, err)
+	return plans
+}
+
+var (
+	periodStart = time.Date(2026, 11, 3, 0, 0, 0, 0, time.UTC)
+	periodEnd   = time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
+)
+
+func liveSnap(customer, price string) reconcile.Snapshot {
+	return reconcile.Snapshot{Provider: "stripe", CustomerID: customer, SubscriptionID: "sub_" + customer,
+		Status: "active", PriceRefs: []string{price}, PeriodStart: periodStart, PeriodEnd: periodEnd}
+}
+
+// receive stores a delivery of a new event for customer, as the intake does.
+func receive(t *testing.T, st *store.Store, id, customer string) {
+	t.Helper()
+	_, err := st.StoreDelivery(context.Background(), reconcile.Delivery{Event: reconcile.Event{
+		Provider: "stripe", DedupeKey: id, EventID: id, Type: "customer.subscription.updated",
+		CustomerID: customer, Payload: []byte(`{}`)}})
+	require.NoError(t, err)
+}
+
+func claimOne(t *testing.T, st *store.Store) reconcile.Job {
+	t.Helper()
+	jobs, err := st.Claim(context.Background(), "test", 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	return jobs[0]
+}
+
+type state struct {
+	plan         string
+	balance      int64
+	grants       int
+	eventStatus  map[string]string
+	queued       bool
+	observedNull bool
+}
+
+func stateOf(t *testing.T, st *store.Store, customer string) state {
+	t.Helper()
+	ctx := context.Background()
+	s := state{eventStatus: map[string]string{}}
+	var accountID int64
+	err := st.Pool().QueryRow(ctx, `SELECT id, coalesce(plan, ''), observed_at IS NULL FROM accounts WHERE customer_id = $1`, customer).
+		Scan(&accountID, &s.plan, &s.observedNull)
+	if err == nil {
+		s.balance, err = st.Balance(ctx, accountID)
+		require.NoError(t, err)
+		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM ledger WHERE account_id = $1 AND kind = 'grant'`, accountID).Scan(&s.grants))
+	}
+	rows, err := st.Pool().Query(ctx, `SELECT dedupe_key, status FROM inbox_events WHERE customer_id = $1`, customer)
+	require.NoError(t, err)
+	for rows.Next() {
+		var k, v string
+		require.NoError(t, rows.Scan(&k, &v))
+		s.eventStatus[k] = v
+	}
+	require.NoError(t, rows.Err())
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) > 0 FROM reconcile_queue WHERE customer_id = $1`, customer).Scan(&s.queued))
+	return s
+}
+
+// TestApplyCrashBetweenWrites injects a crash after the plan write and
+// before the ledger write: nothing may be half-applied, and the re-run
+// (after the lease) must end correct.
+func TestApplyCrashBetweenWrites(t *testing.T) {
+	ctx := context.Background()
+	st := store.New(storetest.NewPool(t))
+	plans := testPlans(t)
+	receive(t, st, "evt_1", "cus_1")
+	job := claimOne(t, st)
+
+	st.CrashAfterAccountWrite(func() error { return errors.New("killed") })
+	obs, err := st.Now(ctx)
+	require.NoError(t, err)
+	_, err = st.Apply(ctx, job, obs, liveSnap("cus_1", "pro"), plans)
+	require.ErrorContains(t, err, "killed")
+
+	s := stateOf(t, st, "cus_1")
+	require.Empty(t, s.plan, "the plan write must roll back with the ledger write")
+	require.Zero(t, s.grants)
+	require.Equal(t, map[string]string{"evt_1": "pending"}, s.eventStatus)
+	require.True(t, s.queued, "the job must survive the crash")
+
+	st.CrashAfterAccountWrite(nil)
+	obs, err = st.Now(ctx)
+	require.NoError(t, err)
+	out, err := st.Apply(ctx, job, obs, liveSnap("cus_1", "pro"), plans)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.ResultApplied, out.Result)
+	require.Equal(t, "account created on plan pro (active), Pro allowance granted (+500)", out.Text)
+	require.Equal(t, 1, out.Events)
+	s = stateOf(t, st, "cus_1")
+	require.Equal(t, state{plan: "pro", balance: 500, grants: 1, eventStatus: map[string]string{"evt_1": "applied"}}, s)
+}
+
+// TestApplyOutOfOrder applies a newer snapshot, then an older one: the
+// older changes nothing, whatever it says.
+func TestApplyOutOfOrder(t *testing.T) {
+	ctx := context.Background()
+	st := store.New(storetest.NewPool(t))
+	plans := testPlans(t)
+	receive(t, st, "evt_1", "cus_1")
+	job := claimOne(t, st)
+	older, err := st.Now(ctx)
+	require.NoError(t, err)
+	newer := older.Add(time.Millisecond)
+
+	_, err = st.Apply(ctx, job, newer, liveSnap("cus_1", "pro"), plans)
+	require.NoError(t, err)
+	canceled := liveSnap("cus_1", "free")
+	canceled.Status = "canceled"
+	for _, at := range []time.Time{older, newer} { // an equal observed_at must not win either
+		out, err := st.Apply(ctx, job, at, canceled, plans)
+		require.NoError(t, err)
+		require.Equal(t, reconcile.ResultStale, out.Result)
+		require.Contains(t, out.Text, "stale: a newer snapshot")
+	}
+	s := stateOf(t, st, "cus_1")
+	require.Equal(t, "pro", s.plan)
+	require.EqualValues(t, 500, s.balance)
+	require.Equal(t, 1, s.grants)
+}
+
+// TestApplyGrantsOncePerPeriodAndPlan: repeats grant nothing; free → pro
+// tops up to 500; pro → free claws nothing back; back to pro grants nothing
+// more; a new period grants again.
+func TestApplyGrantsOncePerPeriodAndPlan(t *testing.T) {
+	ctx := context.Background()
+	st := store.New(storetest.NewPool(t))
+	plans := testPlans(t)
+	receive(t, st, "evt_1", "cus_1")
+	job := claimOne(t, st)
+	at, err := st.Now(ctx)
+	require.NoError(t, err)
+	steps := []struct {
+		snap    reconcile.Snapshot
+		balance int64
+		grants  int
+	}{
+		{liveSnap("cus_1", "free"), 10, 1},
+		{liveSnap("cus_1", "free"), 10, 1},
+		{liveSnap("cus_1", "pro"), 500, 2},
+		{liveSnap("cus_1", "pro"), 500, 2},
+		{liveSnap("cus_1", "free"), 500, 2},
+		{liveSnap("cus_1", "pro"), 500, 2},
+	}
+	for i, step := range steps {
+		at = at.Add(time.Second)
+		_, err := st.Apply(ctx, job, at, step.snap, plans)
+		require.NoError(t, err)
+		s := stateOf(t, st, "cus_1")
+		require.Equal(t, step.balance, s.balance, "step %d", i)
+		require.Equal(t, step.grants, s.grants, "step %d", i)
+	}
+	next := liveSnap("cus_1", "pro")
+	next.PeriodStart, next.PeriodEnd = periodEnd, periodEnd.AddDate(0, 1, 0)
+	out, err := st.Apply(ctx, job, at.Add(time.Second), next, plans)
+	require.NoError(t, err)
+	require.Equal(t, "period now starts 2026-12-03, Pro allowance granted (+500)", out.Text)
+	s := stateOf(t, st, "cus_1")
+	require.EqualValues(t, 500, s.balance, "the balance is the current period's")
+	require.Equal(t, 3, s.grants)
+}
+
+// TestApplyKeepsJobWhenAnEventArrivesDuringTheFetch: an event received
+// after observed_at is not answered by this snapshot; the job stays due.
+func TestApplyKeepsJobWhenAnEventArrivesDuringTheFetch(t *testing.T) {
+	ctx := context.Background()
+	st := store.New(storetest.NewPool(t))
+	receive(t, st, "evt_1", "cus_1")
+	job := claimOne(t, st)
+	obs, err := st.Now(ctx)
+	require.NoError(t, err)
+	receive(t, st, "evt_2", "cus_1") // arrives while the fetch is in flight
+
+	_, err = st.Apply(ctx, job, obs, liveSnap("cus_1", "pro"), testPlans(t))
+	require.NoError(t, err)
+	s := stateOf(t, st, "cus_1")
+	require.Equal(t, map[string]string{"evt_1": "applied", "evt_2": "pending"}, s.eventStatus)
+	require.True(t, s.queued)
+	again := claimOne(t, st)
+	require.Equal(t, job.ID, again.ID, "the kept row is due now and claimable")
+}
+
+func TestRetryThenDeadThenRevived(t *testing.T) {
+	ctx := context.Background()
+	st := store.New(storetest.NewPool(t))
+	receive(t, st, "evt_1", "cus_1")
+	job := claimOne(t, st)
+	obs, err := st.Now(ctx)
+	require.NoError(t, err)
+
+	out, err := st.Retry(ctx, job, obs, errors.New("stripe: 503"), time.Hour, false)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.ResultRetry, out.Result)
+	jobs, err := st.Claim(ctx, "test", 10, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, jobs, "a job in backoff is not due")
+
+	out, err = st.Retry(ctx, job, obs, errors.New("stripe: 503"), time.Hour, true)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.ResultDead, out.Result)
+	s := stateOf(t, st, "cus_1")
+	require.Equal(t, map[string]string{"evt_1": "dead"}, s.eventStatus)
+	var status, lastErr string
+	var attempts int
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT status, attempts, last_error FROM reconcile_queue`).Scan(&status, &attempts, &lastErr))
+	require.Equal(t, "dead", status)
+	require.Equal(t, 2, attempts)
+	require.Equal(t, "stripe: 503", lastErr)
+
+	// A new signal revives the customer; its reconcile answers the dead event too.
+	receive(t, st, "evt_2", "cus_1")
+	job = claimOne(t, st)
+	require.Zero(t, job.Attempts)
+	obs, err = st.Now(ctx)
+	require.NoError(t, err)
+	_, err = st.Apply(ctx, job, obs, liveSnap("cus_1", "pro"), testPlans(t))
+	require.NoError(t, err)
+	s = stateOf(t, st, "cus_1")
+	require.Equal(t, map[string]string{"evt_1": "applied", "evt_2": "applied"}, s.eventStatus)
+	require.False(t, s.queued)
+}
+
+func TestClaimSkipsLockedAndReclaimsExpiredLeases(t *testing.T) {
+	ctx := context.Background()
+	st := store.New(storetest.NewPool(t))
+	for i := range 5 {
+		receive(t, st, fmt.Sprintf("evt_%d", i), fmt.Sprintf("cus_%d", i))
+	}
+	a, err := st.Claim(ctx, "a", 3, time.Minute)
+	require.NoError(t, err)
+	b, err := st.Claim(ctx, "b", 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, a, 3)
+	require.Len(t, b, 2, "a second claimer gets only what the first did not hold")
+	seen := map[int64]bool{}
+	for _, j := range append(a, b...) {
+		require.False(t, seen[j.ID])
+		seen[j.ID] = true
+	}
+	require.NoError(t, st.Release(ctx, "a", a[:1]))
+	c, err := st.Claim(ctx, "c", 10, time.Millisecond)
+	require.NoError(t, err)
+	require.Len(t, c, 1, "a released lease is claimable at once")
+	time.Sleep(20 * time.Millisecond)
+	d, err := st.Claim(ctx, "d", 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, d, 1, "an expired lease (its worker died) is claimable again")
+	require.Equal(t, c[0].ID, d[0].ID)
+}

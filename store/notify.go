@@ -1,0 +1,66 @@
+package store
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// queueChannel is the LISTEN/NOTIFY channel that wakes workers.
+const queueChannel = "billsync_queue"
+
+// notifyEvery bounds NOTIFY traffic under a burst of webhooks: workers
+// drain in batches, so one wake-up per interval is enough; the poll
+// fallback covers anything in between.
+const notifyEvery = 20 * time.Millisecond
+
+// notify tells listening workers that work is due, at most once per
+// notifyEvery. Best effort: a lost notification costs one poll interval.
+func (s *Store) notify(ctx context.Context) {
+	now := time.Now().UnixNano()
+	last := s.lastNotify.Load()
+	if now-last < int64(notifyEvery) || !s.lastNotify.CompareAndSwap(last, now) {
+		return
+	}
+	if _, err := s.pool.Exec(ctx, `SELECT pg_notify($1, '')`, queueChannel); err != nil {
+		s.lastNotify.Store(0) // let the next caller try
+	}
+}
+
+// Listen calls wake whenever new work is announced, until ctx is done. It
+// holds one connection and reconnects after failures.
+func (s *Store) Listen(ctx context.Context, logger *slog.Logger, wake func()) {
+	for ctx.Err() == nil {
+		err := s.listenOnce(ctx, wake)
+		if ctx.Err() != nil {
+			return
+		}
+		logger.Warn("queue listener lost its connection; polling until it is back", slog.Any("error", err))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (s *Store) listenOnce(ctx context.Context, wake func()) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return classify(err)
+	}
+	// The connection carries LISTEN state: never hand it back to the pool.
+	defer conn.Hijack().Close(context.WithoutCancel(ctx)) //nolint:errcheck // closing a dead listener
+	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{queueChannel}.Sanitize()); err != nil {
+		return classify(err)
+	}
+	wake() // work may have arrived while we were not listening
+	for {
+		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+			return classify(err)
+		}
+		wake()
+	}
+}

@@ -1,0 +1,116 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/billsync/billsync/reconcile"
+)
+
+// Claim leases up to limit due queue rows to worker. SKIP LOCKED lets
+// workers in any process claim side by side; a lease that ran out (its
+// worker died) makes the row claimable again.
+func (s *Store) Claim(ctx context.Context, worker string, limit int, lease time.Duration) ([]reconcile.Job, error) {
+	rows, err := s.pool.Query(ctx, `
+		WITH due AS (
+			SELECT id FROM reconcile_queue
+			WHERE status = 'pending' AND due_at <= now()
+			  AND (locked_until IS NULL OR locked_until < now())
+			ORDER BY due_at
+			LIMIT $2
+			FOR UPDATE SKIP LOCKED)
+		UPDATE reconcile_queue q
+		SET locked_by = $1, locked_until = now() + make_interval(secs => $3)
+		FROM due WHERE q.id = due.id
+		RETURNING q.id, q.provider, q.customer_id, q.trigger, q.requested_at, q.attempts`,
+		worker, limit, lease.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("claim jobs: %w", classify(err))
+	}
+	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (reconcile.Job, error) {
+		var j reconcile.Job
+		err := r.Scan(&j.ID, &j.Provider, &j.CustomerID, &j.Trigger, &j.RequestedAt, &j.Attempts)
+		return j, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim jobs: %w", classify(err))
+	}
+	return jobs, nil
+}
+
+// Now returns the database's clock.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var t time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&t); err != nil {
+		return time.Time{}, fmt.Errorf("read database clock: %w", classify(err))
+	}
+	return t, nil
+}
+
+// Release gives back the leases worker holds on jobs.
+func (s *Store) Release(ctx context.Context, worker string, jobs []reconcile.Job) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	ids := make([]int64, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	_, err := s.pool.Exec(ctx, `
+		UPDATE reconcile_queue SET locked_by = NULL, locked_until = NULL
+		WHERE id = ANY($1) AND locked_by = $2`, ids, worker)
+	if err != nil {
+		return fmt.Errorf("release jobs: %w", classify(err))
+	}
+	return nil
+}
+
+// Enqueue makes a customer due now for trigger (sweep, resync, replay).
+func (s *Store) Enqueue(ctx context.Context, provider, customerID, trigger string) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		return enqueue(ctx, tx, provider, customerID, trigger)
+	})
+	if err != nil {
+		return classify(err)
+	}
+	s.notify(ctx)
+	return nil
+}
+
+// finishJob ends a job inside the reconcile's transaction: deleted when
+// its newest request is covered by observedAt, else left due now (an event
+// arrived during the fetch and needs a later look).
+func finishJob(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time) error {
+	tag, err := tx.Exec(ctx, `DELETE FROM reconcile_queue WHERE id = $1 AND requested_at <= $2`, job.ID, observedAt)
+	if err != nil {
+		return fmt.Errorf("complete job: %w", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	_, err = tx.Exec(ctx, `
+		UPDATE reconcile_queue
+		SET due_at = now(), attempts = 0, status = 'pending', locked_by = NULL, locked_until = NULL, last_error = NULL
+		WHERE id = $1`, job.ID)
+	if err != nil {
+		return fmt.Errorf("re-due job: %w", err)
+	}
+	return nil
+}
+
+// markEvents answers every stored event of the job's customer received at
+// or before observedAt with status and outcome: one reconcile answers them
+// all, because a webhook is sent after the change it reports.
+func markEvents(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time, status, outcome string) (int, error) {
+	tag, err := tx.Exec(ctx, `
+		UPDATE inbox_events SET status = $3, outcome = $4, processed_at = now()
+		WHERE provider = $1 AND customer_id = $2 AND status IN ('pending', 'dead') AND received_at <= $5`,
+		job.Provider, job.CustomerID, status, outcome, observedAt)
+	if err != nil {
+		return 0, fmt.Errorf("mark events: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
