@@ -25,6 +25,11 @@ type config struct {
 	StripeAPIURL         string
 	StripeWebhookSecrets []string
 	StripeTolerance      time.Duration
+	StripeRateLimit      float64
+	UserRefKey           string
+
+	PlansPath string
+	Workers   int
 }
 
 // bindCommon registers the flags every database-using command shares,
@@ -43,6 +48,10 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "how long in-flight requests may take on SIGTERM")
 	fs.DurationVar(&c.StripeTolerance, "stripe-tolerance", 300*time.Second, "oldest Stripe-Signature timestamp accepted")
 	fs.StringVar(&c.StripeAPIURL, "stripe-api-url", getenv("STRIPE_API_URL"), "Stripe API base URL, e.g. a fake Stripe (env STRIPE_API_URL; default api.stripe.com)")
+	fs.Float64Var(&c.StripeRateLimit, "stripe-rate", 25, "Stripe API requests per second, shared by every worker of this process")
+	fs.StringVar(&c.UserRefKey, "user-ref-key", "user_id", "Stripe customer metadata key holding the app's user reference")
+	fs.StringVar(&c.PlansPath, "plans", getenv("BILLSYNC_PLANS"), "plans file (YAML; env BILLSYNC_PLANS; default: the built-in plans.example.yaml)")
+	fs.IntVar(&c.Workers, "workers", 8, "reconcile loops in this process (0: intake only)")
 }
 
 // loadSecrets reads the secrets from the environment and checks the whole
@@ -80,6 +89,15 @@ func (c *config) validateServe() error {
 		if u, err := url.Parse(c.StripeAPIURL); err != nil || u.Scheme == "" || u.Host == "" {
 			errs = append(errs, fmt.Errorf("STRIPE_API_URL %q: want an absolute URL like http://127.0.0.1:12112", c.StripeAPIURL))
 		}
+	}
+	if c.Workers > 0 && c.StripeAPIKey == "" {
+		errs = append(errs, errors.New("STRIPE_API_KEY is not set: the reconcile worker reads customers from the Stripe API (or set STRIPE_API_KEY_FILE, or -workers 0 for intake only)"))
+	}
+	if c.Workers < 0 {
+		errs = append(errs, errors.New("-workers must be 0 or more"))
+	}
+	if c.StripeRateLimit <= 0 {
+		errs = append(errs, errors.New("-stripe-rate must be positive"))
 	}
 	if c.StripeTolerance <= 0 {
 		errs = append(errs, errors.New("-stripe-tolerance must be positive"))

@@ -84,10 +84,10 @@ knobs. Control endpoints (no key): /_mock/faults, /_mock/clock/advance,
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+		return fmt.Errorf("mock: unexpected arguments %q", fs.Args())
 	}
 	if err := f.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+		return fmt.Errorf("mock: %w", err)
 	}
 
 	fake := stripemock.New(stripemock.Options{APIKey: *apiKey, Faults: f, Logger: logger.With("component", "stripemock")})

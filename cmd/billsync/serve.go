@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -10,9 +11,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/server"
 	"github.com/billsync/billsync/store"
 )
@@ -35,6 +38,10 @@ func runServe(ctx context.Context, args []string, stdout io.Writer, logger *slog
 	if err != nil {
 		return err
 	}
+	plans, err := loadPlans(cfg.PlansPath)
+	if err != nil {
+		return err
+	}
 
 	pool, closeDB, err := openDatabase(ctx, cfg, logger)
 	if err != nil {
@@ -51,7 +58,37 @@ func runServe(ctx context.Context, args []string, stdout io.Writer, logger *slog
 		Verifiers: []server.Verifier{stripeVerifier},
 		Ready:     st.Ping,
 	})
-	return listenAndServe(ctx, cfg.Addr, srv, cfg.ShutdownTimeout, stdout, logger)
+
+	// Workers stop with the server, whether by signal or by a listen error.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	if cfg.Workers > 0 {
+		client, err := stripe.NewClient(stripe.Config{
+			APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIURL, UserRefKey: cfg.UserRefKey,
+			RateLimit: cfg.StripeRateLimit, Logger: logger,
+		})
+		if err != nil {
+			return err
+		}
+		worker := reconcile.NewWorker(reconcile.WorkerConfig{
+			Name: workerName(), Store: st, Providers: []reconcile.Provider{client}, Plans: plans,
+			Logger: logger, Concurrency: cfg.Workers,
+		})
+		wg.Add(2)
+		go func() { defer wg.Done(); st.Listen(ctx, logger, worker.Wake) }()
+		go func() { defer wg.Done(); _ = worker.Run(ctx) }()
+	}
+	err = listenAndServe(ctx, cfg.Addr, srv, cfg.ShutdownTimeout, stdout, logger)
+	cancel()
+	wg.Wait() // workers finish the job in hand and release their leases
+	return err
+}
+
+// workerName identifies this process's lease holders in reconcile_queue.
+func workerName() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d", cmp.Or(host, "billsync"), os.Getpid())
 }
 
 // listenAndServe serves h on addr until ctx is done, then lets in-flight

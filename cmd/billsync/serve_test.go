@@ -37,7 +37,7 @@ func startBillsync(t *testing.T, dataDir, addr string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(),
 		"BILLSYNC_TEST_AS_MAIN=1",
-		"BILLSYNC_TEST_ARGS=serve -addr "+addr+" -data-dir "+dataDir,
+		"BILLSYNC_TEST_ARGS=serve -workers 0 -addr "+addr+" -data-dir "+dataDir,
 		"DATABASE_URL=",
 		"STRIPE_WEBHOOK_SECRET=whsec_serve_test",
 	)

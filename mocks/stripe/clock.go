@@ -34,6 +34,8 @@ func (c *Clock) now() time.Time { return c.base.Add(time.Since(c.realStart) + c.
 
 // Advance moves the clock forward by d and then lets every server using it
 // catch up (renew subscriptions whose period ended). It returns the new time.
+// Renewals happen only here: a period that ends by the wall clock alone (a
+// month of running) is renewed at the next Advance.
 func (c *Clock) Advance(d time.Duration) time.Time {
 	c.mu.Lock()
 	c.offset += max(d, 0)

@@ -144,6 +144,17 @@ func (rc *receiver) register(f *fake) {
 	rc.mu.Unlock()
 }
 
+// registerFor adds the receiver through POST /v1/webhook_endpoints for some
+// event types only.
+func (rc *receiver) registerFor(t *testing.T, f *fake, types ...string) {
+	t.Helper()
+	resp, ep := f.do(t, http.MethodPost, "/v1/webhook_endpoints", url.Values{"url": {rc.srv.URL}, "enabled_events[]": types}, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	rc.mu.Lock()
+	rc.secret = ep["secret"].(string)
+	rc.mu.Unlock()
+}
+
 func (rc *receiver) received() ([]stripe.Event, int) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()

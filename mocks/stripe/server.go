@@ -15,6 +15,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -212,54 +213,62 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, h handler) {
 		return
 	}
 	c.form = form(r.Form)
-	expand, err := c.form.list("expand")
-	if err != nil {
-		err.(*stripeError).write(w)
-		return
-	}
-	c.expand = expansion{}
-	for _, p := range expand {
-		c.expand[p] = true
-	}
 	c.idemKey = r.Header.Get("Idempotency-Key")
 	if c.idemKey != "" && r.Method == http.MethodPost {
 		w.Header().Set("Idempotency-Key", c.idemKey)
 	}
-
-	s.mu.Lock()
-	route := r.Method + " " + r.URL.Path
-	if saved, ok := s.idempotent[c.idemKey]; ok && c.idemKey != "" && r.Method == http.MethodPost {
-		s.mu.Unlock()
-		if saved.route != route {
-			badRequest("Keys for idempotent requests can only be used for the same endpoint they were first used for.").write(w)
-			return
-		}
-		w.Header().Set("Idempotent-Replayed", "true")
-		writeJSON(w, http.StatusOK, saved.body)
-		return
+	expand, err := c.form.list("expand")
+	c.expand = expansion{}
+	for _, p := range expand {
+		c.expand[p] = true
 	}
-	c.now = s.clock.Now()
-	res, err := h(c)
 	var body []byte
 	if err == nil {
-		body, _ = json.MarshalIndent(res, "", "  ")
-		if c.idemKey != "" && r.Method == http.MethodPost {
-			s.idempotent[c.idemKey] = savedResponse{route: route, body: body}
+		var replayed bool
+		body, replayed, err = s.handle(c, h)
+		if replayed {
+			w.Header().Set("Idempotent-Replayed", "true")
 		}
 	}
-	s.mu.Unlock()
-
 	if err != nil {
 		s.log.Debug("stripemock request failed", "method", r.Method, "path", r.URL.Path, "error", err)
-		if se, ok := err.(*stripeError); ok {
-			se.write(w)
-			return
+		var se *stripeError
+		if !errors.As(err, &se) {
+			se = &stripeError{status: http.StatusInternalServerError, Type: typeAPI, Message: err.Error()}
 		}
-		(&stripeError{status: 500, Type: typeAPI, Message: err.Error()}).write(w)
+		se.write(w)
 		return
 	}
 	s.log.Debug("stripemock request", "method", r.Method, "path", r.URL.Path, "request_id", c.requestID)
 	writeJSON(w, http.StatusOK, body)
+}
+
+// handle runs h under the lock, or replays the saved answer of a POST whose
+// Idempotency-Key was seen before (successful answers are saved).
+func (s *Server) handle(c *call, h handler) (body []byte, replayed bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	route := c.r.Method + " " + c.r.URL.Path
+	keyed := c.idemKey != "" && c.r.Method == http.MethodPost
+	if saved, ok := s.idempotent[c.idemKey]; ok && keyed {
+		if saved.route != route {
+			return nil, false, badRequest("Keys for idempotent requests can only be used for the same endpoint they were first used for.")
+		}
+		return saved.body, true, nil
+	}
+	c.now = s.clock.Now()
+	res, err := h(c)
+	if err != nil {
+		return nil, false, err
+	}
+	body, err = json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return nil, false, err
+	}
+	if keyed {
+		s.idempotent[c.idemKey] = savedResponse{route: route, body: body}
+	}
+	return body, false, nil
 }
 
 // authenticate accepts the key as a bearer token or as the basic-auth user

@@ -22,7 +22,9 @@ func TestSubscriptionUpdateSendsSignedEvent(t *testing.T) {
 	rc.register(f)
 	forged := newReceiver(t) // verifies with the wrong secret: must reject everything
 	f.AddWebhookEndpoint(forged.srv.URL)
+	forged.mu.Lock()
 	forged.secret = "whsec_not_the_right_one"
+	forged.mu.Unlock()
 
 	sub := f.subscribe(t, f.customer(t).ID, "price_free")
 	_, err := f.sc.V1Subscriptions.Update(context.Background(), sub.ID, &stripe.SubscriptionUpdateParams{

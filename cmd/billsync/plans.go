@@ -1,0 +1,30 @@
+package main
+
+import (
+	_ "embed"
+	"fmt"
+	"os"
+
+	"github.com/billsync/billsync/reconcile"
+)
+
+// examplePlans is used when BILLSYNC_PLANS is unset.
+//
+//go:embed plans.example.yaml
+var examplePlans []byte
+
+// loadPlans reads the plans file at path, or the built-in example.
+func loadPlans(path string) (*reconcile.Plans, error) {
+	data := examplePlans
+	if path != "" {
+		var err error
+		if data, err = os.ReadFile(path); err != nil {
+			return nil, fmt.Errorf("BILLSYNC_PLANS: %w", err)
+		}
+	}
+	plans, err := reconcile.ParsePlans(data)
+	if err != nil {
+		return nil, fmt.Errorf("BILLSYNC_PLANS %s: %w", path, err)
+	}
+	return plans, nil
+}

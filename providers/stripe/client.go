@@ -1,0 +1,411 @@
+package stripe
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	retryablehttp "github.com/hashicorp/go-retryablehttp"
+	stripeapi "github.com/stripe/stripe-go/v82"
+	"golang.org/x/time/rate"
+
+	"github.com/billsync/billsync/reconcile"
+)
+
+// APIVersion is the Stripe API version of every request: stripe-go v82.5.1
+// sends its pinned version (2025-08-27.basil) as Stripe-Version, so responses
+// never take the account's default version. The readers still accept older
+// shapes, for stored payloads and for proxies that rewrite the header.
+const APIVersion = stripeapi.APIVersion
+
+// Config configures a Client. Zero values take the defaults.
+type Config struct {
+	APIKey  string // secret or restricted key; required, never logged
+	BaseURL string // empty = https://api.stripe.com
+
+	// UserRefKey is the customer metadata key that holds the app's own user
+	// reference; default "user_id".
+	UserRefKey string
+
+	// RateLimit is requests per second shared by every call of this client,
+	// retries included; default 25 (Stripe's test-mode limit). Burst is the
+	// limiter's bucket size; default 1 (evenly spaced requests).
+	RateLimit float64
+	Burst     int
+
+	// Timeout bounds each HTTP attempt (connect, headers, body), not the time
+	// spent waiting for the rate limiter or between retries; default 10s.
+	// The caller's ctx bounds the whole call.
+	Timeout time.Duration
+
+	// RetryMax is how many times a failed attempt (network error, timeout,
+	// 429, 5xx) is retried; default 4, negative = no retries. Waits grow
+	// from RetryWaitMin to RetryWaitMax (defaults 200ms, 5s); a 429 or 503
+	// with Retry-After waits exactly that long instead.
+	RetryMax                   int
+	RetryWaitMin, RetryWaitMax time.Duration
+
+	Logger *slog.Logger // default discards
+}
+
+func (cfg Config) withDefaults() Config {
+	cfg.UserRefKey = cmp.Or(cfg.UserRefKey, "user_id")
+	cfg.RateLimit = cmp.Or(cfg.RateLimit, 25)
+	cfg.Burst = cmp.Or(cfg.Burst, 1)
+	cfg.Timeout = cmp.Or(cfg.Timeout, 10*time.Second)
+	switch {
+	case cfg.RetryMax == 0:
+		cfg.RetryMax = 4
+	case cfg.RetryMax < 0:
+		cfg.RetryMax = 0
+	}
+	cfg.RetryWaitMin = cmp.Or(cfg.RetryWaitMin, 200*time.Millisecond)
+	cfg.RetryWaitMax = cmp.Or(cfg.RetryWaitMax, 5*time.Second)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return cfg
+}
+
+func (cfg Config) validate() error {
+	var errs []error
+	if strings.TrimSpace(cfg.APIKey) == "" {
+		errs = append(errs, errors.New("API key is required"))
+	}
+	if cfg.BaseURL != "" {
+		if u, err := url.Parse(cfg.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("base URL %q is not an http(s) URL", cfg.BaseURL))
+		}
+	}
+	if cfg.RateLimit < 0 || cfg.Burst < 0 {
+		errs = append(errs, errors.New("rate limit and burst must not be negative"))
+	}
+	if cfg.Timeout < 0 || cfg.RetryWaitMin < 0 || cfg.RetryWaitMax < cfg.RetryWaitMin {
+		errs = append(errs, errors.New("timeout and retry waits must not be negative, and the maximum wait must not be below the minimum"))
+	}
+	return errors.Join(errs...)
+}
+
+// Client reads customers' current state from the Stripe API through
+// stripe-go. It implements reconcile.Provider and reconcile.Lister and is
+// safe for concurrent use.
+//
+// The layers of one call, outermost first:
+//
+//	ctx (caller's deadline for the whole Fetch/List)
+//	stripe-go (MaxNetworkRetries 0: it never retries by itself)
+//	go-retryablehttp (RetryMax retries of network errors, timeouts, 429 and
+//	  5xx, backoff honouring Retry-After, Stripe-Should-Retry obeyed)
+//	attemptTransport (per attempt: wait for the shared rate limiter, then
+//	  run the attempt under its own Timeout)
+//	http.Transport
+type Client struct {
+	api        *stripeapi.Client
+	userRefKey string
+	log        *slog.Logger
+}
+
+var (
+	_ reconcile.Provider = (*Client)(nil)
+	_ reconcile.Lister   = (*Client)(nil)
+)
+
+// NewClient validates cfg and returns a Client.
+func NewClient(cfg Config) (*Client, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("stripe client config: %w", err)
+	}
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	rc := retryablehttp.NewClient()
+	rc.HTTPClient = &http.Client{Transport: &attemptTransport{
+		base:    base,
+		limiter: rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.Burst),
+		timeout: cfg.Timeout,
+	}}
+	rc.RetryMax, rc.RetryWaitMin, rc.RetryWaitMax = cfg.RetryMax, cfg.RetryWaitMin, cfg.RetryWaitMax
+	// DefaultBackoff waits exactly Retry-After (seconds or HTTP date) on 429
+	// and 503, else doubles from RetryWaitMin up to RetryWaitMax. ctx bounds
+	// a long Retry-After.
+	rc.Backoff = retryablehttp.DefaultBackoff
+	rc.CheckRetry = checkRetry
+	rc.ErrorHandler = lastResponse
+	rc.Logger = debugLogger{cfg.Logger}
+
+	bc := &stripeapi.BackendConfig{
+		HTTPClient:        rc.StandardClient(),
+		MaxNetworkRetries: stripeapi.Int64(0), // retries happen in retryablehttp only, so attempts don't multiply
+		LeveledLogger:     &stripeapi.LeveledLogger{Level: stripeapi.LevelNull},
+	}
+	if cfg.BaseURL != "" {
+		bc.URL = stripeapi.String(strings.TrimRight(cfg.BaseURL, "/"))
+	}
+	return &Client{
+		api:        stripeapi.NewClient(cfg.APIKey, stripeapi.WithBackends(stripeapi.NewBackendsWithConfig(bc))),
+		userRefKey: cfg.UserRefKey,
+		log:        cfg.Logger.With("provider", Provider),
+	}, nil
+}
+
+// Name returns "stripe".
+func (c *Client) Name() string { return Provider }
+
+// Fetch returns the customer's snapshot now: the customer (for the user
+// reference) and every subscription of theirs (status=all), resolved to one
+// by the rule in pick: the newest live subscription (active, trialing,
+// past_due); if none is live, the newest of the rest; none at all gives a
+// snapshot with empty SubscriptionID and Status.
+//
+// A customer Stripe does not know, or one that was deleted (Stripe answers a
+// deleted customer with {"deleted": true} and has canceled its
+// subscriptions), is reconcile.ErrCustomerUnknown. Unreadable data and 400
+// answers are *reconcile.PermanentError. Everything else (network, timeouts,
+// 429, 5xx, and also 401/403: a bad or revoked key is an outage to alert on,
+// not a reason to ignore events) is transient.
+func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
+	if customerID == "" {
+		return reconcile.Snapshot{}, reconcile.Permanent("stripe: empty customer id")
+	}
+	cust, err := c.api.V1Customers.Retrieve(ctx, customerID, nil)
+	if err != nil {
+		return reconcile.Snapshot{}, failCustomer("retrieve customer "+customerID, err)
+	}
+	if cust.Deleted {
+		return reconcile.Snapshot{}, fmt.Errorf("stripe customer %s was deleted: %w", customerID, reconcile.ErrCustomerUnknown)
+	}
+
+	params := &stripeapi.SubscriptionListParams{Customer: stripeapi.String(customerID), Status: stripeapi.String("all")}
+	params.Limit = stripeapi.Int64(100)
+	var raws [][]byte
+	for sub, err := range c.api.V1Subscriptions.List(ctx, params) {
+		if err != nil {
+			return reconcile.Snapshot{}, failCustomer("list subscriptions of customer "+customerID, err)
+		}
+		raw, err := rawOf(sub)
+		if err != nil {
+			return reconcile.Snapshot{}, fmt.Errorf("stripe list subscriptions of customer %s: %w", customerID, err)
+		}
+		raws = append(raws, raw)
+	}
+
+	chosen, err := pick(raws)
+	if err != nil {
+		return reconcile.Snapshot{}, fmt.Errorf("stripe customer %s: %w", customerID, err)
+	}
+	snap := reconcile.Snapshot{Provider: Provider}
+	if chosen != nil {
+		if snap, err = snapshotOf(chosen); err != nil {
+			return reconcile.Snapshot{}, fmt.Errorf("stripe customer %s: %w", customerID, err)
+		}
+	}
+	snap.CustomerID = customerID
+	snap.UserRef = cust.Metadata[c.userRefKey]
+	c.log.DebugContext(ctx, "stripe snapshot fetched", "customer", customerID,
+		"subscriptions", len(raws), "subscription", snap.SubscriptionID, "status", snap.Status)
+	return snap, nil
+}
+
+// List pages through every subscription of the account (status=all, 100 per
+// page, newest first, starting after cursor, customer expanded for the user
+// reference) and hands page one snapshot per customer whose newest live
+// subscription is on that page, with the cursor to resume after it. The
+// last call has next == "" (it may carry no snapshots).
+//
+// Limits, by design:
+//   - Only live subscriptions produce snapshots. Whether a customer without
+//     a live subscription is on the free plan needs all their subscriptions,
+//     which a page does not hold; such customers are left out, so the sweep
+//     reconciles them one by one as accounts the listing did not cover.
+//   - A customer's first live subscription met in this call wins and later
+//     (older) ones are skipped. The memory of which customers were met lasts
+//     for one call: a run resumed from a cursor can give a customer with two
+//     live subscriptions on either side of the cursor the older one, until
+//     the next event or sweep.
+//   - A live subscription billsync cannot read (no period, no price) is
+//     logged and left out, so its customer is reconciled by Fetch, which
+//     records the permanent reason. Deleted customers are left out.
+func (c *Client) List(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error {
+	params := &stripeapi.SubscriptionListParams{Status: stripeapi.String("all")}
+	params.Limit = stripeapi.Int64(100)
+	params.AddExpand("data.customer")
+	if cursor != "" {
+		params.StartingAfter = stripeapi.String(cursor)
+	}
+	const pageSize = 100
+	met := map[string]bool{}
+	var snaps []reconcile.Snapshot
+	read := 0
+	last := cursor
+	for sub, err := range c.api.V1Subscriptions.List(ctx, params) {
+		if err != nil {
+			return fail("list subscriptions after "+cmp.Or(last, "the start"), err)
+		}
+		if read == pageSize {
+			if err := page(snaps, last); err != nil {
+				return err
+			}
+			snaps, read = nil, 0
+		}
+		read++
+		raw, err := rawOf(sub)
+		if err != nil {
+			return fmt.Errorf("stripe list subscriptions: %w", err)
+		}
+		if id, ok := stringAt(raw, "id"); ok {
+			last = id
+		}
+		if snap, ok := c.listed(raw, met); ok {
+			snaps = append(snaps, snap)
+		}
+	}
+	return page(snaps, "")
+}
+
+// listed turns one listed subscription into a snapshot when it is the first
+// live subscription of a known customer met in this listing.
+func (c *Client) listed(raw []byte, met map[string]bool) (reconcile.Snapshot, bool) {
+	status, _ := statusOf(raw)
+	customer, ok := customerIDOf(raw)
+	if !ok || !(reconcile.Snapshot{Status: status}).Live() || met[customer] {
+		return reconcile.Snapshot{}, false
+	}
+	met[customer] = true
+	if deleted, _ := boolAt(raw, "customer", "deleted"); deleted {
+		return reconcile.Snapshot{}, false
+	}
+	snap, err := snapshotOf(raw)
+	if err != nil {
+		c.log.Warn("stripe subscription left out of the sweep listing", "customer", customer, slog.Any("error", err))
+		return reconcile.Snapshot{}, false
+	}
+	snap.UserRef, _ = stringAt(raw, "customer", "metadata", c.userRefKey)
+	return snap, true
+}
+
+// rawOf returns the subscription's own JSON. stripe-go v82.5.1 sets it on
+// Retrieve results and on every item of a list page.
+func rawOf(sub *stripeapi.Subscription) ([]byte, error) {
+	if sub == nil || sub.LastResponse == nil || len(sub.LastResponse.RawJSON) == 0 {
+		return nil, errors.New("stripe-go returned a subscription without its raw JSON")
+	}
+	return sub.LastResponse.RawJSON, nil
+}
+
+// failCustomer is fail for a call about one customer: Stripe's
+// resource_missing (404 on /v1/customers/{id}, 400 for a customer= parameter)
+// means the customer is unknown.
+func failCustomer(op string, err error) error {
+	var se *stripeapi.Error
+	if errors.As(err, &se) && se.Code == stripeapi.ErrorCodeResourceMissing {
+		return fmt.Errorf("stripe %s: %s: %w", op, describe(se), reconcile.ErrCustomerUnknown)
+	}
+	return fail(op, err)
+}
+
+// fail converts an error from stripe-go into billsync's classes; no stripe-go
+// type leaves the package. A 400 is a request Stripe will never accept, so it
+// is permanent; everything else is transient.
+func fail(op string, err error) error {
+	var se *stripeapi.Error
+	switch {
+	case !errors.As(err, &se):
+		return fmt.Errorf("stripe %s: %w", op, err)
+	case se.HTTPStatusCode == http.StatusBadRequest:
+		return reconcile.Permanent("stripe %s: %s", op, describe(se))
+	}
+	return fmt.Errorf("stripe %s: %s", op, describe(se))
+}
+
+// describe renders a Stripe error without its stripe-go type:
+// "429 invalid_request_error rate_limit: Request rate limit exceeded. (request req_…)".
+func describe(se *stripeapi.Error) string {
+	desc := fmt.Sprintf("%d %s", se.HTTPStatusCode, se.Type)
+	if se.Code != "" {
+		desc += " " + string(se.Code)
+	}
+	desc += ": " + se.Msg
+	if se.RequestID != "" {
+		desc += " (request " + se.RequestID + ")"
+	}
+	return desc
+}
+
+// attemptTransport runs once per HTTP attempt, retries included, because it
+// sits below go-retryablehttp. It waits for the client's shared rate limiter,
+// then gives the attempt its own deadline; the wait for a token does not
+// count against it.
+type attemptTransport struct {
+	base    http.RoundTripper
+	limiter *rate.Limiter
+	timeout time.Duration
+}
+
+func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := t.limiter.Wait(req.Context()); err != nil {
+		return nil, fmt.Errorf("wait for the stripe rate limit: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(req.Context(), t.timeout)
+	resp, err := t.base.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+// cancelOnClose ends the attempt's deadline once the body is read and closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+// checkRetry is retryablehttp's default policy (network errors, timeouts,
+// 429, 5xx except 501) overridden by Stripe's own Stripe-Should-Retry header
+// when present.
+func checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
+	retry, cerr := retryablehttp.DefaultRetryPolicy(ctx, resp, err)
+	if ctx.Err() != nil || resp == nil {
+		return retry, cerr
+	}
+	switch resp.Header.Get("Stripe-Should-Retry") {
+	case "false":
+		return false, nil
+	case "true":
+		return true, nil
+	}
+	return retry, cerr
+}
+
+// lastResponse hands the last attempt's response to stripe-go when retries
+// run out, so Stripe's error body (type, code, message, request id) is
+// reported instead of "giving up after N attempts".
+func lastResponse(resp *http.Response, err error, attempts int) (*http.Response, error) {
+	if resp != nil {
+		return resp, nil
+	}
+	return nil, fmt.Errorf("giving up after %d attempt(s): %w", attempts, err)
+}
+
+// debugLogger sends retryablehttp's messages (every attempt, every retry) to
+// slog at debug level: a retried request is routine, its final outcome is
+// the caller's to log.
+type debugLogger struct{ l *slog.Logger }
+
+func (d debugLogger) Error(msg string, kv ...any) { d.l.Debug("stripe http: "+msg, kv...) }
+func (d debugLogger) Info(msg string, kv ...any)  { d.l.Debug("stripe http: "+msg, kv...) }
+func (d debugLogger) Debug(msg string, kv ...any) { d.l.Debug("stripe http: "+msg, kv...) }
+func (d debugLogger) Warn(msg string, kv ...any)  { d.l.Debug("stripe http: "+msg, kv...) }

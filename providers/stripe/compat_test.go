@@ -1,0 +1,121 @@
+package stripe
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/billsync/billsync/mocks/stripe/openapi"
+	"github.com/billsync/billsync/reconcile"
+)
+
+// stripeMock runs Stripe's OpenAPI mock (stripe-mock) behind a recorder, so
+// a test can check that every request the client sends is one Stripe's
+// published API accepts (stripe-mock validates parameters against the spec
+// and answers 400 otherwise). It keeps no state: any id returns a fixture.
+type stripeMock struct {
+	URL      string
+	mu       sync.Mutex
+	requests []recorded
+}
+
+func startStripeMock(t *testing.T) *stripeMock {
+	t.Helper()
+	target, err := url.Parse(openapi.Start(t))
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	m := &stripeMock{}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := recorded{method: r.Method, path: r.URL.Path, query: r.URL.RawQuery, version: r.Header.Get("Stripe-Version")}
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		proxy.ServeHTTP(sw, r)
+		rec.status = sw.status
+		m.mu.Lock()
+		m.requests = append(m.requests, rec)
+		m.mu.Unlock()
+	}))
+	t.Cleanup(hs.Close)
+	m.URL = hs.URL
+	return m
+}
+
+func (m *stripeMock) seen() []recorded {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.requests
+	m.requests = nil
+	return r
+}
+
+func TestCompatStripeMock(t *testing.T) {
+	// Not parallel: every stripe-mock also binds the fixed HTTPS port 12112
+	// (openapi.Start sets only -http-addr), so two at once collide.
+	m := startStripeMock(t)
+	cfg := testConfig(m.URL)
+	cfg.APIKey = "sk_test_123" // stripe-mock takes any test key
+	cfg.RetryMax = -1          // a rejected request must show, not be retried
+	c := newTestClient(t, cfg)
+
+	t.Run("Fetch", func(t *testing.T) {
+		_, err := c.Fetch(context.Background(), "cus_compat")
+		reqs := m.seen()
+		require.Len(t, reqs, 2)
+		for _, r := range reqs {
+			require.Equal(t, http.StatusOK, r.status, "stripe-mock refused %s %s?%s", r.method, r.path, r.query)
+			require.Equal(t, APIVersion, r.version)
+		}
+		require.Equal(t, "/v1/customers/cus_compat", reqs[0].path)
+		q, err2 := url.ParseQuery(reqs[1].query)
+		require.NoError(t, err2)
+		require.Equal(t, "/v1/subscriptions", reqs[1].path)
+		require.Equal(t, url.Values{"customer": {"cus_compat"}, "status": {"all"}, "limit": {"100"}}, q)
+
+		// stripe-mock v0.203.0 answers an active subscription whose generated
+		// item period ends (976287773, 2000-12-08) before it starts
+		// (1896570518, 2030-02-06). billsync refuses to grant an allowance for
+		// that period: a permanent error with the reason, not a snapshot.
+		var perm *reconcile.PermanentError
+		require.ErrorAs(t, err, &perm)
+		require.Contains(t, perm.Reason, "(active): current period ends (2000-12-08T")
+		require.Contains(t, perm.Reason, "before it starts (2030-02-06T")
+	})
+
+	t.Run("List", func(t *testing.T) {
+		var calls int
+		err := c.List(context.Background(), "sub_cursor", func(snaps []reconcile.Snapshot, next string) error {
+			calls++
+			require.Empty(t, next)
+			// The fixture's one subscription has the inverted period above,
+			// so it is left out for Fetch to report.
+			require.Empty(t, snaps)
+			return nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, 1, calls)
+		reqs := m.seen()
+		require.Len(t, reqs, 1)
+		require.Equal(t, http.StatusOK, reqs[0].status, "stripe-mock refused %s?%s", reqs[0].path, reqs[0].query)
+		q, err := url.ParseQuery(reqs[0].query)
+		require.NoError(t, err)
+		require.Equal(t, url.Values{"status": {"all"}, "limit": {"100"}, "starting_after": {"sub_cursor"},
+			"expand[0]": {"data.customer"}}, q)
+	})
+
+	t.Run("MockRejectsInvalidParameters", func(t *testing.T) {
+		// The check above can fail: stripe-mock does refuse what Stripe would.
+		req, err := http.NewRequest(http.MethodGet, m.URL+"/v1/subscriptions?status=bogus&limit=100", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer sk_test_123")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+		m.seen()
+	})
+}
