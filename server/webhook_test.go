@@ -246,3 +246,8 @@ func TestIntakeNeverAnswers200ForUnstoredWork(t *testing.T) {
 		})
 	}
 }
+
+// httpHandlerFunc defers to the handler get returns at request time.
+type httpHandlerFunc func() *server.Server
+
+func (f httpHandlerFunc) ServeHTTP(w http.ResponseWriter, r *http.Request) { f().ServeHTTP(w, r) }

@@ -98,3 +98,40 @@ func isUndefinedTable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
 }
+
+// CreateDatabase creates a new, empty database called name on the server
+// url points at and returns a pool on it (for the demo and the bench, which
+// must not touch the operator's data). drop closes the pool and removes the
+// database.
+func CreateDatabase(ctx context.Context, url, name string) (pool *pgxpool.Pool, drop func(context.Context) error, err error) {
+	admin, err := Open(ctx, url)
+	if err != nil {
+		return nil, nil, err
+	}
+	ident := pgx.Identifier{name}.Sanitize()
+	if _, err := admin.Exec(ctx, `CREATE DATABASE `+ident); err != nil {
+		admin.Close()
+		return nil, nil, fmt.Errorf("create database %s: %w", name, classify(err))
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		admin.Close()
+		return nil, nil, fmt.Errorf("parse database url: %w", err)
+	}
+	cfg.ConnConfig.Database = name
+	cfg.MaxConns = max(cfg.MaxConns, 40)
+	pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		admin.Close()
+		return nil, nil, fmt.Errorf("open database %s: %w", name, err)
+	}
+	drop = func(ctx context.Context) error {
+		pool.Close()
+		defer admin.Close()
+		if _, err := admin.Exec(ctx, `DROP DATABASE IF EXISTS `+ident+` WITH (FORCE)`); err != nil {
+			return fmt.Errorf("drop database %s: %w", name, classify(err))
+		}
+		return nil
+	}
+	return pool, drop, nil
+}

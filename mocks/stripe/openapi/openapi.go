@@ -82,7 +82,8 @@ func Start(t testing.TB) string {
 	}
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin, "-http-addr", addr)
+	// stripe-mock also serves HTTPS (default :12112): give it a free port too.
+	cmd := exec.CommandContext(ctx, bin, "-http-addr", addr, "-https-addr", "127.0.0.1:0")
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
