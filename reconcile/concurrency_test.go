@@ -1,0 +1,173 @@
+package reconcile_test
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	stripeapi "github.com/stripe/stripe-go/v82"
+
+	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store"
+)
+
+// workerProcEnv makes the test binary a second billsync worker process
+// (see runWorkerProcess); its value is "dbURL fakeURL".
+const workerProcEnv = "BILLSYNC_TEST_WORKER_PROCESS"
+
+// runWorkerProcess runs 4 workers against the database and fake Stripe the
+// parent test gives, until SIGTERM.
+func runWorkerProcess() int {
+	var dbURL, fakeURL string
+	if _, err := fmt.Sscan(os.Getenv(workerProcEnv), &dbURL, &fakeURL); err != nil {
+		fmt.Fprintln(os.Stderr, "worker process:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	pool, err := store.Open(ctx, dbURL)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker process:", err)
+		return 1
+	}
+	defer pool.Close()
+	data, err := os.ReadFile("../cmd/billsync/plans.example.yaml")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker process:", err)
+		return 1
+	}
+	plans, err := reconcile.ParsePlans(data)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker process:", err)
+		return 1
+	}
+	client, err := stripe.NewClient(stripe.Config{APIKey: stripemock.DefaultAPIKey, BaseURL: fakeURL, RateLimit: 1000, Burst: 100})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker process:", err)
+		return 1
+	}
+	w := reconcile.NewWorker(reconcile.WorkerConfig{Name: "proc2", Store: store.New(pool), Providers: []reconcile.Provider{client},
+		Plans: plans, Concurrency: 4, Batch: 5, Poll: 10 * time.Millisecond})
+	_ = w.Run(ctx)
+	return 0
+}
+
+// TestConcurrentWorkers: 4 workers in this process and 4 in a second
+// process share one database while 1,000 events for 50 customers arrive (with
+// copies). No grant may happen twice, every event must end applied, none lost.
+func TestConcurrentWorkers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a second process")
+	}
+	const customers, changes = 50, 1000
+	ctx := context.Background()
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	h := newHarness(t)
+	h.fake.SetFaults(stripemock.Faults{DuplicateCopies: 1, ReorderDelay: 5 * time.Millisecond, Seed: 11})
+
+	proc := exec.Command(os.Args[0], "-test.run=^$")
+	proc.Env = append(os.Environ(), workerProcEnv+"="+h.dbURL+" "+h.fakeURL)
+	var procLog bytes.Buffer
+	proc.Stdout, proc.Stderr = &procLog, &procLog
+	require.NoError(t, proc.Start())
+	t.Cleanup(func() { _ = proc.Process.Kill() })
+
+	local := h.worker(reconcile.WorkerConfig{Name: "proc1", Concurrency: 4, Batch: 5, Poll: 10 * time.Millisecond})
+	done := make(chan struct{})
+	go func() { _ = local.Run(runCtx); close(done) }()
+
+	ids := make([]string, customers)
+	subs := make([]*stripeapi.Subscription, customers)
+	for i := range ids {
+		ids[i] = h.customer(fmt.Sprintf("user_%d", i))
+		subs[i] = h.subscribe(ids[i], "price_free")
+	}
+	// Random plan changes from 4 concurrent "apps"; the last change per
+	// customer decides its final plan.
+	prices := []string{"price_free", "price_pro", "price_team"}
+	final := make([]string, customers)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 99))
+			for i := g; i < changes-2*customers; i += 4 {
+				c := rng.IntN(customers)
+				mu.Lock() // one change at a time per customer keeps "final" exact
+				p := prices[rng.IntN(len(prices))]
+				for p == cmp.Or(final[c], "price_free") { // an unchanged price emits no event
+					p = prices[rng.IntN(len(prices))]
+				}
+				h.changePrice(subs[c], p)
+				final[c] = p
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	h.delivered()
+
+	// Wait until the queue is empty and nothing is pending.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var queued, pending int
+		require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM reconcile_queue), (SELECT count(*) FROM inbox_events WHERE status = 'pending')`).Scan(&queued, &pending))
+		if queued == 0 && pending == 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "not drained: %d queued, %d pending events\nsecond process:\n%s", queued, pending, procLog.String())
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	require.NoError(t, proc.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, proc.Wait(), "second process:\n%s", procLog.String())
+
+	var events, applied, receipts int
+	require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status = 'applied'), (SELECT count(*) FROM receipts) FROM inbox_events`).Scan(&events, &applied, &receipts))
+	require.Equal(t, changes, events, "every event stored once (created + invoice.paid per customer, one update per change)")
+	require.Equal(t, events, applied, "every event applied")
+	require.Equal(t, 2*events, receipts, "every copy has its receipt")
+
+	allowance := map[string]int64{"price_free": 10, "price_pro": 500, "price_team": 2000}
+	for i, cus := range ids {
+		want := cmp.Or(final[i], "price_free")
+		s := h.state(cus)
+		require.Equal(t, map[string]string{"price_free": "free", "price_pro": "pro", "price_team": "team"}[want], s.Plan, "customer %d", i)
+		// Top-up semantics: the period's grants sum to the largest allowance
+		// granted, so any double grant would show as a larger balance.
+		var maxGranted int64
+		require.NoError(t, h.st.Pool().QueryRow(ctx, `
+			SELECT coalesce(max(CASE l.plan WHEN 'free' THEN 10 WHEN 'pro' THEN 500 WHEN 'team' THEN 2000 END), 0)
+			FROM ledger l JOIN accounts a ON a.id = l.account_id AND l.period_start = a.period_start
+			WHERE a.customer_id = $1`, cus).Scan(&maxGranted))
+		require.Equal(t, maxGranted, s.Balance, "customer %d: balance must equal the largest plan granted", i)
+		require.GreaterOrEqual(t, s.Balance, allowance[want], "customer %d", i)
+	}
+	reconciles := 0
+	for len(h.outcomes) > 0 {
+		<-h.outcomes
+		reconciles++
+	}
+	var logged int
+	require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT count(*) FROM reconcile_log`).Scan(&logged))
+	require.Greater(t, logged, reconciles, "the second process must have taken part")
+	require.Less(t, logged, events, "copies and bursts must coalesce")
+	t.Logf("%d events (%d deliveries) → %d reconciles, %d in this process", events, receipts, logged, reconciles)
+}
+

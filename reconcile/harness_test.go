@@ -1,0 +1,190 @@
+package reconcile_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	stripeapi "github.com/stripe/stripe-go/v82"
+
+	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/server"
+	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/storetest"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(workerProcEnv) != "" {
+		os.Exit(runWorkerProcess())
+	}
+	os.Exit(storetest.Main(m))
+}
+
+// harness is billsync end to end in one test: the fake Stripe sends signed
+// webhooks to billsync's real intake, which stores them in a fresh database;
+// workers fetch through the real Stripe client pointed at the fake.
+type harness struct {
+	t        *testing.T
+	fake     *stripemock.Server
+	fakeURL  string
+	sc       *stripeapi.Client // drives the fake, as the app or the Stripe dashboard would
+	st       *store.Store
+	dbURL    string
+	client   *stripe.Client
+	plans    *reconcile.Plans
+	outcomes chan reconcile.Outcome
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	h := &harness{t: t, plans: examplePlans(t), outcomes: make(chan reconcile.Outcome, 100000)}
+	h.dbURL = storetest.URL(t)
+	pool, err := store.Open(context.Background(), h.dbURL)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	h.st = store.New(pool)
+
+	h.fake = stripemock.New(stripemock.Options{})
+	t.Cleanup(h.fake.Close)
+	fakeHTTP := httptest.NewServer(h.fake)
+	t.Cleanup(fakeHTTP.Close)
+	h.fakeURL = fakeHTTP.URL
+	h.fake.AddPrice("price_free", "free", 0)
+	h.fake.AddPrice("price_pro", "pro", 2000)
+	h.fake.AddPrice("price_team", "team", 5000)
+	h.fake.AddPrice("price_legacy", "legacy_gold", 9900) // mapped to no plan
+
+	var intake *server.Server
+	intakeHTTP := httptest.NewServer(deferredHandler(func() *server.Server { return intake }))
+	t.Cleanup(intakeHTTP.Close)
+	v, err := stripe.NewVerifier([]string{h.fake.AddWebhookEndpoint(intakeHTTP.URL + "/webhooks/stripe")}, 0)
+	require.NoError(t, err)
+	intake = server.New(server.Config{Inbox: h.st, Verifiers: []server.Verifier{v}})
+
+	h.client = h.newClient(stripe.Config{})
+	h.sc = stripeapi.NewClient(stripemock.DefaultAPIKey, stripeapi.WithBackends(stripeapi.NewBackendsWithConfig(&stripeapi.BackendConfig{
+		URL: stripeapi.String(h.fakeURL), MaxNetworkRetries: stripeapi.Int64(0),
+		LeveledLogger: &stripeapi.LeveledLogger{Level: stripeapi.LevelNull},
+	})))
+	return h
+}
+
+// newClient returns billsync's Stripe client on the fake, with fast retries.
+func (h *harness) newClient(cfg stripe.Config) *stripe.Client {
+	h.t.Helper()
+	cfg.APIKey, cfg.BaseURL = stripemock.DefaultAPIKey, h.fakeURL
+	cfg.RateLimit = max(cfg.RateLimit, 1000)
+	cfg.Burst = max(cfg.Burst, 100)
+	cfg.RetryWaitMin = max(cfg.RetryWaitMin, time.Millisecond)
+	cfg.RetryWaitMax = max(cfg.RetryWaitMax, 5*time.Millisecond)
+	c, err := stripe.NewClient(cfg)
+	require.NoError(h.t, err)
+	return c
+}
+
+func (h *harness) worker(cfg reconcile.WorkerConfig) *reconcile.Worker {
+	cfg.Store = h.st
+	cfg.Plans = h.plans
+	if cfg.Providers == nil {
+		cfg.Providers = []reconcile.Provider{h.client}
+	}
+	cfg.OnOutcome = func(_ reconcile.Job, o reconcile.Outcome) { h.outcomes <- o }
+	return reconcile.NewWorker(cfg)
+}
+
+func (h *harness) customer(userRef string) string {
+	h.t.Helper()
+	c, err := h.sc.V1Customers.Create(context.Background(), &stripeapi.CustomerCreateParams{Metadata: map[string]string{"user_id": userRef}})
+	require.NoError(h.t, err)
+	return c.ID
+}
+
+func (h *harness) subscribe(customerID, price string) *stripeapi.Subscription {
+	h.t.Helper()
+	sub, err := h.sc.V1Subscriptions.Create(context.Background(), &stripeapi.SubscriptionCreateParams{
+		Customer: stripeapi.String(customerID),
+		Items:    []*stripeapi.SubscriptionCreateItemParams{{Price: stripeapi.String(price)}},
+	})
+	require.NoError(h.t, err)
+	return sub
+}
+
+func (h *harness) changePrice(sub *stripeapi.Subscription, price string) {
+	h.t.Helper()
+	_, err := h.sc.V1Subscriptions.Update(context.Background(), sub.ID, &stripeapi.SubscriptionUpdateParams{
+		Items: []*stripeapi.SubscriptionUpdateItemParams{{ID: stripeapi.String(sub.Items.Data[0].ID), Price: stripeapi.String(price)}},
+	})
+	require.NoError(h.t, err)
+}
+
+func (h *harness) cancel(sub *stripeapi.Subscription) {
+	h.t.Helper()
+	_, err := h.sc.V1Subscriptions.Cancel(context.Background(), sub.ID, nil)
+	require.NoError(h.t, err)
+}
+
+// delivered waits until the fake has sent every webhook.
+func (h *harness) delivered() {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(h.t, h.fake.WaitIdle(ctx))
+}
+
+// customerState is what matters about one customer after reconciling.
+type customerState struct {
+	Plan    string
+	Status  string
+	Balance int64
+	Grants  int
+	Events  map[string]int // event status → count
+}
+
+func (h *harness) state(customerID string) customerState {
+	h.t.Helper()
+	ctx := context.Background()
+	s := customerState{Events: map[string]int{}}
+	a, err := h.st.Account(ctx, "stripe", customerID)
+	if err == nil {
+		s.Plan, s.Status = a.Plan, a.Status
+		s.Balance, err = h.st.Balance(ctx, a.ID)
+		require.NoError(h.t, err)
+		require.NoError(h.t, h.st.Pool().QueryRow(ctx, `SELECT count(*) FROM ledger WHERE account_id = $1 AND kind = 'grant'`, a.ID).Scan(&s.Grants))
+	}
+	rows, err := h.st.Pool().Query(ctx, `SELECT status, count(*) FROM inbox_events WHERE customer_id = $1 GROUP BY status`, customerID)
+	require.NoError(h.t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var status string
+		var n int
+		require.NoError(h.t, rows.Scan(&status, &n))
+		s.Events[status] = n
+	}
+	require.NoError(h.t, rows.Err())
+	return s
+}
+
+// outcomeTexts returns the outcomes recorded in reconcile_log for customer.
+func (h *harness) outcomeTexts(customerID string) []string {
+	h.t.Helper()
+	rows, err := h.st.Pool().Query(context.Background(), `SELECT result || ': ' || outcome FROM reconcile_log WHERE customer_id = $1 ORDER BY id`, customerID)
+	require.NoError(h.t, err)
+	var out []string
+	for rows.Next() {
+		var s string
+		require.NoError(h.t, rows.Scan(&s))
+		out = append(out, s)
+	}
+	require.NoError(h.t, rows.Err())
+	return out
+}
+
+type deferredHandler func() *server.Server
+
+func (f deferredHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { f().ServeHTTP(w, r) }

@@ -1,0 +1,129 @@
+package reconcile_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/reconcile"
+)
+
+func drain(t *testing.T, w *reconcile.Worker) int {
+	t.Helper()
+	n, err := w.Drain(context.Background())
+	require.NoError(t, err)
+	return n
+}
+
+func TestWorkerAppliesWhatStripeSaysNow(t *testing.T) {
+	h := newHarness(t)
+	cus := h.customer("user_1")
+	sub := h.subscribe(cus, "price_free")
+	h.changePrice(sub, "price_pro")
+	h.delivered()
+
+	w := h.worker(reconcile.WorkerConfig{})
+	require.Equal(t, 1, drain(t, w), "three events for one customer coalesce into one reconcile")
+	s := h.state(cus)
+	require.Equal(t, customerState{Plan: "pro", Status: "active", Balance: 500, Grants: 1,
+		Events: map[string]int{"applied": 3}}, s)
+	require.Equal(t, []string{"applied: account created on plan pro (active), Pro allowance granted (+500)"}, h.outcomeTexts(cus))
+
+	a, err := h.st.Account(context.Background(), "stripe", cus)
+	require.NoError(t, err)
+	require.Equal(t, "user_1", a.UserRef)
+	require.Equal(t, sub.ID, a.SubscriptionID)
+	require.False(t, a.PeriodStart.IsZero())
+
+	// A later downgrade: plan follows, nothing is clawed back.
+	h.changePrice(sub, "price_free")
+	h.delivered()
+	drain(t, w)
+	s = h.state(cus)
+	require.Equal(t, "free", s.Plan)
+	require.EqualValues(t, 500, s.Balance)
+	require.Equal(t, 1, s.Grants)
+}
+
+func TestWorkerIgnoresWithAReason(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	cus := h.customer("user_legacy")
+	h.subscribe(cus, "price_legacy")
+	h.delivered()
+	require.NoError(t, h.st.Enqueue(ctx, "stripe", "cus_nobody", reconcile.TriggerResync))
+
+	drain(t, h.worker(reconcile.WorkerConfig{}))
+	s := h.state(cus)
+	require.Equal(t, map[string]int{"ignored": 2}, s.Events)
+	require.Empty(t, s.Plan, "nothing may be applied from an unmapped price")
+	require.Equal(t, []string{"ignored: ignored: price legacy_gold / price_legacy maps to no plan"}, h.outcomeTexts(cus))
+	require.Equal(t, []string{"ignored: ignored: customer cus_nobody is unknown to stripe"}, h.outcomeTexts("cus_nobody"))
+	var queued int
+	require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT count(*) FROM reconcile_queue`).Scan(&queued))
+	require.Zero(t, queued, "a permanent failure is not retried")
+}
+
+// TestWorkerRidesOutProviderFaults: 5xx, 429 with Retry-After and
+// timeouts are retried and the result is right.
+func TestWorkerRidesOutProviderFaults(t *testing.T) {
+	h := newHarness(t)
+	cus := h.customer("user_f")
+	sub := h.subscribe(cus, "price_free")
+	h.changePrice(sub, "price_team")
+	h.delivered()
+
+	h.fake.SetFaults(stripemock.Faults{Error5xxRate: 0.4, RateLimitRate: 0.2, RetryAfter: time.Second, Seed: 7})
+	w := h.worker(reconcile.WorkerConfig{Providers: []reconcile.Provider{h.newClient(stripe.Config{RetryMax: 8})}})
+	drain(t, w)
+	s := h.state(cus)
+	require.Equal(t, "team", s.Plan)
+	require.EqualValues(t, 2000, s.Balance)
+	require.Equal(t, map[string]int{"applied": 3}, s.Events)
+}
+
+// TestWorkerProviderDownForGood: every attempt fails; after the last one
+// the job is dead, its events say why, nothing was applied, and a resync
+// once the provider is back fixes the account.
+func TestWorkerProviderDownForGood(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	cus := h.customer("user_down")
+	h.subscribe(cus, "price_pro")
+	h.delivered()
+
+	h.fake.SetFaults(stripemock.Faults{Latency: 300 * time.Millisecond})
+	slow := h.newClient(stripe.Config{Timeout: 50 * time.Millisecond, RetryMax: -1})
+	backoff := []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond}
+	w := h.worker(reconcile.WorkerConfig{Providers: []reconcile.Provider{slow}, Backoff: backoff})
+	var results []reconcile.Result
+	for len(results) < 4 {
+		drain(t, w)
+		for len(h.outcomes) > 0 {
+			results = append(results, (<-h.outcomes).Result)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.Equal(t, []reconcile.Result{reconcile.ResultRetry, reconcile.ResultRetry, reconcile.ResultRetry, reconcile.ResultDead}, results)
+	require.EqualValues(t, 1, w.Dead())
+	s := h.state(cus)
+	require.Empty(t, s.Plan)
+	require.Equal(t, map[string]int{"dead": 2}, s.Events)
+	var status string
+	require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT status FROM reconcile_queue WHERE customer_id = $1`, cus).Scan(&status))
+	require.Equal(t, "dead", status)
+	var outcome string
+	require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT outcome FROM inbox_events WHERE customer_id = $1 LIMIT 1`, cus).Scan(&outcome))
+	require.Contains(t, outcome, "dead after 4 attempts")
+
+	h.fake.SetFaults(stripemock.Faults{})
+	require.NoError(t, h.st.Enqueue(ctx, "stripe", cus, reconcile.TriggerResync))
+	drain(t, h.worker(reconcile.WorkerConfig{}))
+	s = h.state(cus)
+	require.Equal(t, "pro", s.Plan)
+	require.Equal(t, map[string]int{"applied": 2}, s.Events, "the revived reconcile answers the dead events")
+}
