@@ -9,6 +9,7 @@ require (
 	github.com/stripe/stripe-go/v82 v82.5.1
 	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/time v0.16.0
+	pgregory.net/rapid v1.3.0
 )
 
 require (

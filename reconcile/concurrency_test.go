@@ -170,4 +170,3 @@ func TestConcurrentWorkers(t *testing.T) {
 	require.Less(t, logged, events, "copies and bursts must coalesce")
 	t.Logf("%d events (%d deliveries) → %d reconciles, %d in this process", events, receipts, logged, reconciles)
 }
-

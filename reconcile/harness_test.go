@@ -43,17 +43,24 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
+	return newHarnessWith(t, t.Cleanup)
+}
+
+// newHarnessWith registers its teardown with cleanup (for property checks,
+// which must not hold every check's connections until the test ends).
+func newHarnessWith(t *testing.T, cleanup func(func())) *harness {
+	t.Helper()
 	h := &harness{t: t, plans: examplePlans(t), outcomes: make(chan reconcile.Outcome, 100000)}
 	h.dbURL = storetest.URL(t)
 	pool, err := store.Open(context.Background(), h.dbURL)
 	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	cleanup(pool.Close)
 	h.st = store.New(pool)
 
 	h.fake = stripemock.New(stripemock.Options{})
-	t.Cleanup(h.fake.Close)
+	cleanup(h.fake.Close)
 	fakeHTTP := httptest.NewServer(h.fake)
-	t.Cleanup(fakeHTTP.Close)
+	cleanup(fakeHTTP.Close)
 	h.fakeURL = fakeHTTP.URL
 	h.fake.AddPrice("price_free", "free", 0)
 	h.fake.AddPrice("price_pro", "pro", 2000)
@@ -62,7 +69,7 @@ func newHarness(t *testing.T) *harness {
 
 	var intake *server.Server
 	intakeHTTP := httptest.NewServer(deferredHandler(func() *server.Server { return intake }))
-	t.Cleanup(intakeHTTP.Close)
+	cleanup(intakeHTTP.Close)
 	v, err := stripe.NewVerifier([]string{h.fake.AddWebhookEndpoint(intakeHTTP.URL + "/webhooks/stripe")}, 0)
 	require.NoError(t, err)
 	intake = server.New(server.Config{Inbox: h.st, Verifiers: []server.Verifier{v}})

@@ -1,0 +1,141 @@
+package reconcile_test
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	stripeapi "github.com/stripe/stripe-go/v82"
+	"pgregory.net/rapid"
+
+	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/reconcile"
+)
+
+// TestPropertyConvergesToStripe: random plan changes at the fake Stripe,
+// with deliveries copied, reordered and dropped (all but each customer's
+// last), interleaved with workers draining at random moments. After a final
+// drain every account must equal Stripe's final state, every event must be
+// answered, and the ledger must hold exactly what the top-up rule allows.
+func TestPropertyConvergesToStripe(t *testing.T) {
+	setDefaultChecks(12) // each check builds a database and a fake Stripe
+	rapid.Check(t, func(rt *rapid.T) {
+		var teardown []func()
+		defer func() {
+			for _, f := range slices.Backward(teardown) {
+				f()
+			}
+		}()
+		h := newHarnessWith(t, func(f func()) { teardown = append(teardown, f) })
+		w := h.worker(reconcile.WorkerConfig{})
+		h.fake.SetFaults(stripemock.Faults{
+			DuplicateCopies: rapid.IntRange(0, 2).Draw(rt, "copies"),
+			ReorderDelay:    time.Duration(rapid.IntRange(0, 20).Draw(rt, "reorderMs")) * time.Millisecond,
+			DropRate:        rapid.Float64Range(0, 0.6).Draw(rt, "drop"),
+			Seed:            rapid.Int64().Draw(rt, "seed"),
+		})
+		n := rapid.IntRange(1, 3).Draw(rt, "customers")
+		ids := make([]string, n)
+		subs := make([][]*stripeapi.Subscription, n)
+		for i := range ids {
+			ids[i] = h.customer(fmt.Sprintf("u%d", i))
+		}
+		prices := []string{"price_free", "price_pro", "price_team"}
+		steps := rapid.IntRange(1, 12).Draw(rt, "steps")
+		for range steps {
+			c := rapid.IntRange(0, n-1).Draw(rt, "customer")
+			live := liveSubs(subs[c])
+			switch op := rapid.IntRange(0, 3).Draw(rt, "op"); {
+			case op == 0 || len(live) == 0:
+				subs[c] = append(subs[c], h.subscribe(ids[c], rapid.SampledFrom(prices).Draw(rt, "price")))
+			case op == 1:
+				sub := rapid.SampledFrom(live).Draw(rt, "cancel")
+				h.cancel(sub)
+				sub.Status = "canceled"
+			default:
+				h.changePrice(rapid.SampledFrom(live).Draw(rt, "change"), rapid.SampledFrom(prices).Draw(rt, "to"))
+			}
+			if rapid.Bool().Draw(rt, "drainNow") {
+				h.delivered()
+				drain(t, w)
+			}
+		}
+		// Each customer's last change is never dropped.
+		f := h.fake.Faults()
+		f.DropRate = 0
+		h.fake.SetFaults(f)
+		for c := range ids {
+			if live := liveSubs(subs[c]); len(live) > 0 {
+				_, err := h.sc.V1Subscriptions.Update(context.Background(), live[0].ID,
+					&stripeapi.SubscriptionUpdateParams{Metadata: map[string]string{"touched": "yes"}})
+				require.NoError(t, err)
+			} else {
+				subs[c] = append(subs[c], h.subscribe(ids[c], "price_free"))
+			}
+		}
+		h.delivered()
+		drain(t, w)
+
+		for c, cus := range ids {
+			want := expectedPlan(t, h, cus)
+			s := h.state(cus)
+			require.Equal(t, want, s.Plan, "customer %d", c)
+			require.Zero(t, s.Events["pending"], "customer %d: events left pending", c)
+			var maxGranted int64
+			require.NoError(t, h.st.Pool().QueryRow(context.Background(), `
+				SELECT coalesce(max(CASE l.plan WHEN 'free' THEN 10 WHEN 'pro' THEN 500 WHEN 'team' THEN 2000 END), 0)
+				FROM ledger l JOIN accounts a ON a.id = l.account_id AND l.period_start = a.period_start
+				WHERE a.customer_id = $1`, cus).Scan(&maxGranted))
+			require.Equal(t, maxGranted, s.Balance, "customer %d: grants must top up, never add up", c)
+			plan, _ := h.plans.Named(want)
+			require.GreaterOrEqual(t, s.Balance, plan.Allowance, "customer %d: the current plan's allowance is granted", c)
+		}
+	})
+}
+
+// setDefaultChecks lowers rapid's default of 100 checks unless -rapid.checks
+// was given.
+func setDefaultChecks(n int) {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "rapid.checks" })
+	if !given {
+		_ = flag.Set("rapid.checks", fmt.Sprint(n))
+	}
+}
+
+// liveSubs returns the subscriptions not canceled, newest first.
+func liveSubs(subs []*stripeapi.Subscription) []*stripeapi.Subscription {
+	var live []*stripeapi.Subscription
+	for _, s := range subs {
+		if s.Status != "canceled" {
+			live = append(live, s)
+		}
+	}
+	slices.Reverse(live)
+	return live
+}
+
+// expectedPlan asks the fake, not billsync, what the customer's plan is:
+// the newest live subscription's price, else the default.
+func expectedPlan(t *testing.T, h *harness, customerID string) string {
+	t.Helper()
+	var newest *stripeapi.Subscription
+	for sub, err := range h.sc.V1Subscriptions.List(context.Background(), &stripeapi.SubscriptionListParams{
+		Customer: stripeapi.String(customerID), Status: stripeapi.String("all")}) {
+		require.NoError(t, err)
+		if sub.Status == "active" && (newest == nil || sub.Created > newest.Created) {
+			newest = sub
+		}
+	}
+	if newest == nil {
+		return h.plans.Default().Name
+	}
+	p, ok := h.plans.ForPrice("stripe", []string{newest.Items.Data[0].Price.LookupKey})
+	require.True(t, ok)
+	return cmp.Or(p.Name, "?")
+}
