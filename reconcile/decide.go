@@ -115,7 +115,7 @@ func describeChange(cur, next Account) string {
 		parts = append(parts, fmt.Sprintf("subscription now %s", orNone(next.SubscriptionID)))
 	}
 	if len(parts) == 0 {
-		return fmt.Sprintf("no change: the account already matches %s (plan %s, %s)", next.Provider, next.Plan, orNone(next.Status))
+		return fmt.Sprintf("no change: %s says plan %s (%s) now, as already applied", next.Provider, next.Plan, orNone(next.Status))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -77,7 +77,7 @@ func TestDecide(t *testing.T) {
 	t.Run("SameStateIsNoChange", func(t *testing.T) {
 		ch := reconcile.Decide(onFree, snap("active", "free"), plans, t0.Add(time.Minute))
 		require.Equal(t, reconcile.ResultUnchanged, ch.Result)
-		require.Equal(t, "no change: the account already matches stripe (plan free, active)", ch.Describe(0))
+		require.Equal(t, "no change: stripe says plan free (active) now, as already applied", ch.Describe(0))
 		require.Equal(t, t0.Add(time.Minute), ch.Next.ObservedAt, "observed_at advances even when nothing else does")
 	})
 	t.Run("PastDueKeepsThePlan", func(t *testing.T) {

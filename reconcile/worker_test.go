@@ -127,3 +127,39 @@ func TestWorkerProviderDownForGood(t *testing.T) {
 	require.Equal(t, "pro", s.Plan)
 	require.Equal(t, map[string]int{"applied": 2}, s.Events, "the revived reconcile answers the dead events")
 }
+
+// TestWorkerStopReleasesLeases: stopping mid-batch finishes or hands back
+// every claimed job at once, instead of holding customers for a lease.
+func TestWorkerStopReleasesLeases(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	for range 5 {
+		h.subscribe(h.customer("u"), "price_pro")
+	}
+	h.delivered()
+	h.fake.SetFaults(stripemock.Faults{Latency: 150 * time.Millisecond})
+	w := h.worker(reconcile.WorkerConfig{Concurrency: 1, Batch: 5, Lease: time.Hour})
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = w.Run(runCtx); close(done) }()
+	// Wait for the batch to be claimed, then stop.
+	require.Eventually(t, func() bool {
+		var leased int
+		require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT count(*) FROM reconcile_queue WHERE locked_until IS NOT NULL`).Scan(&leased))
+		return leased == 5
+	}, 10*time.Second, 5*time.Millisecond)
+	cancel()
+	<-done
+
+	var queued, leased, pending int
+	require.NoError(t, h.st.Pool().QueryRow(ctx, `
+		SELECT count(*), count(*) FILTER (WHERE locked_until IS NOT NULL),
+		       (SELECT count(*) FROM inbox_events WHERE status = 'pending')
+		FROM reconcile_queue`).Scan(&queued, &leased, &pending))
+	require.Zero(t, leased, "no lease may outlive the worker")
+	require.Positive(t, queued, "the stop came before the batch was done")
+	require.Positive(t, pending, "unfinished customers keep their events pending")
+	var attempts int
+	require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT coalesce(max(attempts), 0) FROM reconcile_queue`).Scan(&attempts))
+	require.Zero(t, attempts, "a shutdown is not a provider failure")
+}

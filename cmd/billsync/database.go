@@ -13,26 +13,34 @@ import (
 	"github.com/billsync/billsync/store/pgembed"
 )
 
+// databaseURL returns DATABASE_URL, or starts the embedded cluster under
+// cfg.DataDir when it is unset and returns its URL. stop stops the cluster
+// (a no-op for DATABASE_URL).
+func databaseURL(ctx context.Context, cfg config, logger *slog.Logger) (url string, stop func(), err error) {
+	if cfg.DatabaseURL != "" {
+		return cfg.DatabaseURL, func() {}, nil
+	}
+	cluster, err := pgembed.Start(ctx, pgembed.Config{DataDir: cfg.DataDir, Logger: logger})
+	if err != nil {
+		return "", nil, fmt.Errorf("DATABASE_URL is unset and the embedded PostgreSQL did not start: %w", err)
+	}
+	logger.Info("embedded PostgreSQL started", slog.String("data_dir", cluster.DataDir()))
+	return cluster.URL("billsync"), func() {
+		// The caller's ctx is usually done by now (SIGTERM): stop on a fresh one.
+		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := cluster.Stop(stopCtx); err != nil {
+			logger.Error("stop embedded PostgreSQL", slog.Any("error", err))
+		}
+	}, nil
+}
+
 // openDatabase connects to DATABASE_URL, or starts the embedded cluster
 // under cfg.DataDir when it is unset. close releases both.
 func openDatabase(ctx context.Context, cfg config, logger *slog.Logger) (pool *pgxpool.Pool, close func(), err error) {
-	url := cfg.DatabaseURL
-	stopCluster := func() {}
-	if url == "" {
-		cluster, err := pgembed.Start(ctx, pgembed.Config{DataDir: cfg.DataDir, Logger: logger})
-		if err != nil {
-			return nil, nil, fmt.Errorf("DATABASE_URL is unset and the embedded PostgreSQL did not start: %w", err)
-		}
-		logger.Info("embedded PostgreSQL started", slog.String("data_dir", cluster.DataDir()))
-		url = cluster.URL("billsync")
-		stopCluster = func() {
-			// The caller's ctx is usually done by now (SIGTERM): stop on a fresh one.
-			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := cluster.Stop(stopCtx); err != nil {
-				logger.Error("stop embedded PostgreSQL", slog.Any("error", err))
-			}
-		}
+	url, stopCluster, err := databaseURL(ctx, cfg, logger)
+	if err != nil {
+		return nil, nil, err
 	}
 	pool, err = store.Open(ctx, url)
 	if err != nil {
