@@ -51,3 +51,23 @@ func TestParsePlansRejects(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParsePlans: any file either parses into plans that keep their
+// promises (a defined default, no negative allowance) or is refused.
+func FuzzParsePlans(f *testing.F) {
+	data, err := os.ReadFile("../cmd/billsync/plans.example.yaml")
+	require.NoError(f, err)
+	f.Add(data)
+	f.Add([]byte("default: a\nplans:\n  - {name: a, allowance: 5, stripe_prices: [x, y]}\n"))
+	f.Add([]byte("default: a\nplans: [{name: a}, {name: a}]\n"))
+	f.Add([]byte("{"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		plans, err := reconcile.ParsePlans(data)
+		if err != nil {
+			return
+		}
+		def := plans.Default()
+		require.NotEmpty(t, def.Name)
+		require.GreaterOrEqual(t, def.Allowance, int64(0))
+	})
+}

@@ -137,3 +137,27 @@ func FuzzParseEvent(f *testing.F) {
 		}
 	})
 }
+
+// FuzzVerify feeds arbitrary Stripe-Signature headers and bodies: nothing
+// may panic, and nothing may pass unless it carries a valid signature of
+// this very body made with a configured secret.
+func FuzzVerify(f *testing.F) {
+	body := readFixture(f, "subscription_updated_basil.json")
+	now := time.Now()
+	f.Add(signedHeader(f, body, "whsec_fuzz", now).Get("Stripe-Signature"), body)
+	f.Add("t=1,v1=00", body)
+	f.Add("t=,v1=", []byte{})
+	f.Add("v1=abc,t=99999999999", []byte(`{}`))
+	f.Add(signedHeader(f, body, "whsec_other", now).Get("Stripe-Signature")+",v0=zz", body)
+	v, err := NewVerifier([]string{"whsec_fuzz"}, 0)
+	require.NoError(f, err)
+	f.Fuzz(func(t *testing.T, header string, body []byte) {
+		d, err := v.Verify(http.Header{"Stripe-Signature": {header}}, body)
+		if err != nil {
+			require.ErrorIs(t, err, reconcile.ErrBadSignature)
+			return
+		}
+		require.NoError(t, webhook.ValidatePayload(body, header, "whsec_fuzz"), "accepted a delivery stripe-go itself rejects")
+		require.NotEmpty(t, d.Event.DedupeKey)
+	})
+}
