@@ -47,18 +47,19 @@ func (s *Store) Listen(ctx context.Context, logger *slog.Logger, wake func()) {
 }
 
 func (s *Store) listenOnce(ctx context.Context, wake func()) error {
-	conn, err := s.pool.Acquire(ctx)
+	pooled, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return classify(err)
 	}
-	// The connection carries LISTEN state: never hand it back to the pool.
-	defer conn.Hijack().Close(context.WithoutCancel(ctx)) //nolint:errcheck // closing a dead listener
+	// The connection carries LISTEN state: it never goes back to the pool.
+	conn := pooled.Hijack()
+	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck // closing a dead listener
 	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{queueChannel}.Sanitize()); err != nil {
 		return classify(err)
 	}
 	wake() // work may have arrived while we were not listening
 	for {
-		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
 			return classify(err)
 		}
 		wake()

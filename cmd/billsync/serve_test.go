@@ -7,16 +7,22 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v82/webhook"
+
+	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/store"
 )
 
 // TestMain lets a test re-run this binary as billsync itself, so SIGTERM
@@ -32,7 +38,15 @@ func TestMain(m *testing.M) {
 
 // startBillsync runs `billsync serve` as a child process on the embedded
 // database under dataDir and waits until it is ready.
-func startBillsync(t *testing.T, dataDir, addr string) *exec.Cmd {
+// billsyncProc is a running `billsync serve` child.
+type billsyncProc struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error // valid once exited is closed
+	logs   *syncBuffer
+}
+
+func startBillsync(t *testing.T, dataDir, addr string, env ...string) *billsyncProc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(),
@@ -41,10 +55,12 @@ func startBillsync(t *testing.T, dataDir, addr string) *exec.Cmd {
 		"DATABASE_URL=",
 		"STRIPE_WEBHOOK_SECRET=whsec_serve_test",
 	)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd.Env = append(cmd.Env, env...)
+	p := &billsyncProc{cmd: cmd, exited: make(chan struct{}), logs: &syncBuffer{}}
+	cmd.Stdout, cmd.Stderr = p.logs, p.logs
 	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	go func() { p.err = cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-p.exited })
 
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -52,24 +68,27 @@ func startBillsync(t *testing.T, dataDir, addr string) *exec.Cmd {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return cmd
+				return p
 			}
 		}
+		select {
+		case <-p.exited:
+			t.Fatalf("billsync serve exited before it was ready (%v):\n%s", p.err, p.logs.String())
+		default:
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("billsync serve never became ready:\n%s", logs.String())
+			t.Fatalf("billsync serve never became ready:\n%s", p.logs.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
-func stopBillsync(t *testing.T, cmd *exec.Cmd) {
+func stopBillsync(t *testing.T, p *billsyncProc) {
 	t.Helper()
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	select {
-	case err := <-done:
-		require.NoError(t, err, "billsync must exit 0 on SIGTERM")
+	case <-p.exited:
+		require.NoError(t, p.err, "billsync must exit 0 on SIGTERM:\n%s", p.logs.String())
 	case <-time.After(time.Minute):
 		t.Fatal("billsync did not exit within a minute of SIGTERM")
 	}
@@ -158,4 +177,78 @@ func TestServeRefusesBadConfiguration(t *testing.T) {
 		require.NoError(t, cfg.loadSecrets(os.Getenv))
 		require.Equal(t, []string{"whsec_from_file"}, cfg.StripeWebhookSecrets)
 	})
+}
+
+// syncBuffer is a bytes.Buffer safe for a child's output and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestServeReconcilesAgainstStripe runs `billsync serve` with its workers
+// against the fake Stripe: a subscription made at Stripe reaches billsync
+// as webhooks, and the account ends as Stripe says, through LISTEN/NOTIFY.
+func TestServeReconcilesAgainstStripe(t *testing.T) {
+	ctx := context.Background()
+	fake := stripemock.New(stripemock.Options{})
+	t.Cleanup(fake.Close)
+	fakeHTTP := httptest.NewServer(fake)
+	t.Cleanup(fakeHTTP.Close)
+	for _, p := range defaultMockPrices {
+		fake.AddPrice(p.id, p.lookupKey, p.amount)
+	}
+	addr := freeAddr(t)
+	secret := fake.AddWebhookEndpoint("http://" + addr + "/webhooks/stripe")
+	dataDir := filepath.Join(reachableDir(t), "data")
+	cmd := startBillsync(t, dataDir, addr,
+		"BILLSYNC_TEST_ARGS=serve -workers 2 -addr "+addr+" -data-dir "+dataDir,
+		"STRIPE_WEBHOOK_SECRET="+secret, "STRIPE_API_KEY="+stripemock.DefaultAPIKey, "STRIPE_API_URL="+fakeHTTP.URL)
+
+	form := url.Values{"metadata[user_id]": {"user_serve"}}
+	customer := stripePost(t, fakeHTTP.URL+"/v1/customers", form)
+	stripePost(t, fakeHTTP.URL+"/v1/subscriptions", url.Values{"customer": {customer}, "items[0][price]": {"price_team"}})
+
+	pool, err := store.Open(ctx, "postgres://billsync@/billsync?host="+filepath.Join(dataDir, "run")+"&port=5432&sslmode=disable")
+	require.NoError(t, err)
+	defer pool.Close()
+	st := store.New(pool)
+	require.Eventually(t, func() bool {
+		a, err := st.Account(ctx, "stripe", customer)
+		return err == nil && a.Plan == "team"
+	}, 30*time.Second, 50*time.Millisecond, "billsync never applied the subscription:\n%s", cmd.logs.String())
+	a, err := st.Account(ctx, "stripe", customer)
+	require.NoError(t, err)
+	require.Equal(t, "user_serve", a.UserRef)
+	balance, err := st.Balance(ctx, a.ID)
+	require.NoError(t, err)
+	require.EqualValues(t, 2000, balance)
+	pool.Close()
+	stopBillsync(t, cmd)
+}
+
+func stripePost(t *testing.T, endpoint string, form url.Values) string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, endpoint, strings.NewReader(form.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+stripemock.DefaultAPIKey)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var obj struct{ ID string }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&obj))
+	return obj.ID
 }
