@@ -1,0 +1,90 @@
+package reconcile_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/storetest"
+)
+
+// BenchmarkApply measures the reconcile's write transaction (lock or create
+// the account, decide, write it, the grant, the log row, mark the events,
+// finish the queue row) against a real database. The provider fetch is not
+// in it: `billsync bench` measures the drain with provider latency.
+//
+//	go test -bench Apply -run '^$' ./reconcile
+func BenchmarkApply(b *testing.B) {
+	ctx := context.Background()
+	plans := examplePlans(b)
+
+	// NewAccount: each iteration is a first reconcile of a customer with
+	// one stored event: the account is created and the allowance granted.
+	b.Run("NewAccount", func(b *testing.B) {
+		st := store.New(storetest.NewPool(b))
+		for i := range b.N {
+			body := fmt.Appendf(nil, `{"id":"evt_apply_%d","object":"event","type":"customer.subscription.updated",`+
+				`"created":%d,"data":{"object":{"object":"subscription","customer":"cus_apply_%d"}}}`, i, time.Now().Unix(), i)
+			if _, err := st.StoreDelivery(ctx, reconcile.Delivery{Event: stripe.ParseEvent(body)}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		jobs, err := st.Claim(ctx, "bench", b.N, time.Hour)
+		if err != nil || len(jobs) != b.N {
+			b.Fatalf("claimed %d of %d jobs: %v", len(jobs), b.N, err)
+		}
+		now, err := st.Now(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for i, job := range jobs {
+			obs := now.Add(time.Duration(i+1) * time.Microsecond)
+			out, err := st.Apply(ctx, job, obs, benchSnapshot(job.CustomerID, now), plans)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if out.Result != reconcile.ResultApplied || out.Events != 1 {
+				b.Fatalf("outcome %s (%d events): %s", out.Result, out.Events, out.Text)
+			}
+		}
+	})
+
+	// Unchanged: the same customer again and again (a sweep or a resync
+	// of an account that is already right).
+	b.Run("Unchanged", func(b *testing.B) {
+		st := store.New(storetest.NewPool(b))
+		now, err := st.Now(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		job := reconcile.Job{Provider: "stripe", CustomerID: "cus_same", Trigger: reconcile.TriggerResync}
+		snap := benchSnapshot(job.CustomerID, now)
+		if _, err := st.Apply(ctx, job, now, snap, plans); err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for i := range b.N {
+			out, err := st.Apply(ctx, job, now.Add(time.Duration(i+1)*time.Microsecond), snap, plans)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if out.Result != reconcile.ResultUnchanged {
+				b.Fatalf("outcome %s: %s", out.Result, out.Text)
+			}
+		}
+	})
+}
+
+func benchSnapshot(customerID string, now time.Time) reconcile.Snapshot {
+	start := now.Add(-24 * time.Hour).Truncate(time.Second)
+	return reconcile.Snapshot{
+		Provider: "stripe", CustomerID: customerID, UserRef: "user_" + customerID,
+		SubscriptionID: "sub_" + customerID, Status: "active", PriceRefs: []string{"pro", "price_pro"},
+		PeriodStart: start, PeriodEnd: start.AddDate(0, 1, 0),
+	}
+}
