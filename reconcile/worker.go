@@ -15,6 +15,12 @@ import (
 // the job is dead.
 var DefaultBackoff = []time.Duration{5 * time.Second, 30 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour}
 
+// DefaultBatch is how many jobs a loop claims at once. Small on purpose: a
+// loop reconciles its batch one job at a time, so claimed jobs wait behind
+// provider round trips while other loops may be idle; one claim query per
+// few fetches costs nothing next to the fetches.
+const DefaultBatch = 2
+
 // WorkerConfig configures a Worker. Zero values take the defaults.
 type WorkerConfig struct {
 	Name         string // prefix of the lease holder's id; default "worker"
@@ -23,7 +29,7 @@ type WorkerConfig struct {
 	Plans        *Plans
 	Logger       *slog.Logger
 	Concurrency  int           // claim loops in this process; default 4
-	Batch        int           // jobs claimed at once per loop; default 10
+	Batch        int           // jobs claimed at once per loop; default DefaultBatch
 	Lease        time.Duration // how long a claim holds; default 2 min
 	Poll         time.Duration // fallback poll when no wake-up comes; default 1 s
 	FetchTimeout time.Duration // deadline of one provider fetch; default 30 s
@@ -47,7 +53,7 @@ func NewWorker(cfg WorkerConfig) *Worker {
 	cfg.Name = cmp.Or(cfg.Name, "worker")
 	cfg.Concurrency = max(cfg.Concurrency, 0)
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, 4)
-	cfg.Batch = cmp.Or(cfg.Batch, 10)
+	cfg.Batch = cmp.Or(cfg.Batch, DefaultBatch)
 	cfg.Lease = cmp.Or(cfg.Lease, 2*time.Minute)
 	cfg.Poll = cmp.Or(cfg.Poll, time.Second)
 	cfg.FetchTimeout = cmp.Or(cfg.FetchTimeout, 30*time.Second)

@@ -86,7 +86,7 @@ func (o benchOptions) withDefaults() benchOptions {
 		o.Customers = cmp.Or(o.Customers, 200)
 	}
 	o.Workers = cmp.Or(o.Workers, 16)
-	o.Batch = cmp.Or(o.Batch, 10) // reconcile.NewWorker's default, as serve runs it
+	o.Batch = cmp.Or(o.Batch, reconcile.DefaultBatch) // as serve runs it
 	o.Latency = cmp.Or(o.Latency, 50*time.Millisecond)
 	o.RateLimit = cmp.Or(o.RateLimit, 100)
 	return o
@@ -183,7 +183,7 @@ flags:`)
 	fs.IntVar(&o.DrainEvents, "drain-events", 0, "drain: events to store before the workers start")
 	fs.IntVar(&o.Customers, "customers", 0, "drain: customers the events are spread over")
 	fs.IntVar(&o.Workers, "workers", 0, "drain: reconcile loops")
-	fs.IntVar(&o.Batch, "batch", 0, "drain: jobs claimed at once per loop (default 10, the worker's default)")
+	fs.IntVar(&o.Batch, "batch", 0, "drain: jobs claimed at once per loop (default: the worker's, reconcile.DefaultBatch)")
 	fs.IntVar(&o.PoolConns, "pool-conns", 0, "database connections of the bench pools (default: as serve gets them)")
 	fs.DurationVar(&o.Latency, "latency", 0, "drain: latency the fake adds to every API request")
 	fs.Float64Var(&o.RateLimit, "rate", 0, "drain: the Stripe client's requests per second")
