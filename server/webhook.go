@@ -45,7 +45,9 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	case st.Status == "ignored":
 		ans.Status, ans.Reason = "ignored", d.Event.IgnoreReason
 	}
-	s.log.Info("webhook stored", slog.String("provider", v.Provider()),
+	// Debug, not info: every delivery already has its receipts row, and the
+	// worker logs what each reconcile did.
+	s.log.Debug("webhook stored", slog.String("provider", v.Provider()),
 		slog.String("event", d.Event.DedupeKey), slog.String("type", d.Event.Type),
 		slog.String("customer", d.Event.CustomerID), slog.String("status", ans.Status))
 	writeJSON(w, http.StatusOK, ans)
