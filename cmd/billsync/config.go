@@ -12,6 +12,9 @@ import (
 	"time"
 )
 
+// defaultDataDir is where the embedded PostgreSQL lives by default.
+const defaultDataDir = ".billsync"
+
 // config is billsync's configuration, from flags over environment variables.
 // Secrets come from NAME or NAME_FILE, never from flags (flags show in ps).
 type config struct {
@@ -35,7 +38,7 @@ type config struct {
 // bindCommon registers the flags every database-using command shares,
 // with defaults from the environment.
 func (c *config) bindCommon(fs *flag.FlagSet, getenv func(string) string) {
-	fs.StringVar(&c.DataDir, "data-dir", cmp.Or(getenv("BILLSYNC_DATA_DIR"), ".billsync"),
+	fs.StringVar(&c.DataDir, "data-dir", cmp.Or(getenv("BILLSYNC_DATA_DIR"), defaultDataDir),
 		"embedded PostgreSQL data directory, used when DATABASE_URL is unset (env BILLSYNC_DATA_DIR)")
 	c.DatabaseURL = getenv("DATABASE_URL")
 }

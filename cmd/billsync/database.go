@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,7 +24,7 @@ func databaseURL(ctx context.Context, cfg config, logger *slog.Logger) (url stri
 	if cfg.DatabaseURL != "" {
 		return cfg.DatabaseURL, func() {}, nil
 	}
-	cluster, err := pgembed.Start(ctx, pgembed.Config{DataDir: cfg.DataDir, Logger: logger})
+	cluster, err := pgembed.Start(ctx, pgembed.Config{DataDir: cfg.DataDir, Logger: logger, FallbackDir: fallbackDataDir(cfg.DataDir)})
 	if err != nil {
 		return "", nil, fmt.Errorf("DATABASE_URL is unset and the embedded PostgreSQL did not start: %w", err)
 	}
@@ -68,4 +72,24 @@ func prepareSchema(ctx context.Context, pool *pgxpool.Pool, refuse bool, logger 
 		logger.Info("migration applied", slog.String("name", name))
 	}
 	return err
+}
+
+// fallbackDataDir is where the default data directory's cluster goes when
+// billsync runs as root in a checkout PostgreSQL's user cannot reach (under
+// /root, say), so the README's run command works anywhere. An explicitly
+// chosen directory gets no fallback: the operator said where the data goes.
+func fallbackDataDir(dataDir string) string {
+	if dataDir != defaultDataDir {
+		return ""
+	}
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(abs))
+	base := "/var/tmp"
+	if _, err := os.Stat(base); err != nil {
+		base = os.TempDir()
+	}
+	return filepath.Join(base, "billsync-"+hex.EncodeToString(sum[:6]))
 }

@@ -61,6 +61,10 @@ type Config struct {
 	// BinDir overrides binary discovery. When set, it must hold initdb,
 	// pg_ctl and postgres: no other place is searched.
 	BinDir string
+	// FallbackDir, when set, is used instead of DataDir when billsync runs
+	// as root and the unprivileged server user cannot reach DataDir (a
+	// checkout under /root, say). Start logs where the cluster went.
+	FallbackDir string
 	// Fast trades durability for speed (initdb --no-sync; fsync,
 	// synchronous_commit and full_page_writes off) and allows 300
 	// connections. For tests only.
@@ -110,6 +114,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	if os.Geteuid() == 0 {
 		if err := c.dropRoot(); err != nil {
+			if errors.Is(err, errUnreachable) && cfg.FallbackDir != "" {
+				log.Warn("PostgreSQL's user cannot reach the data directory; keeping the cluster in the fallback directory instead",
+					slog.String("data_dir", dataDir), slog.String("fallback_dir", cfg.FallbackDir), slog.Any("error", err))
+				cfg.DataDir, cfg.FallbackDir = cfg.FallbackDir, ""
+				return Start(ctx, cfg)
+			}
 			return nil, err
 		}
 	}
@@ -253,6 +263,9 @@ func prepareDataDir(dir string) (string, error) {
 	return real, nil
 }
 
+// errUnreachable means the server user cannot reach the data directory.
+var errUnreachable = errors.New("pgembed: data directory out of the server user's reach")
+
 // dropRoot picks the unprivileged user the server runs as, checks it can
 // reach the data directory and hands that directory over to it.
 func (c *Cluster) dropRoot() error {
@@ -279,9 +292,9 @@ func (c *Cluster) dropRoot() error {
 			st.Uid == uint32(uid) && st.Mode&0o100 != 0 ||
 			st.Gid == uint32(gid) && st.Mode&0o010 != 0
 		if !ok {
-			return fmt.Errorf("pgembed: running as root, PostgreSQL runs as user %s, who cannot enter %s (mode %o): "+
+			return fmt.Errorf("%w: running as root, PostgreSQL runs as user %s, who cannot enter %s (mode %o): "+
 				"set BILLSYNC_DATA_DIR to a directory that user can reach, or set DATABASE_URL",
-				u.Username, dir, st.Mode&0o7777)
+				errUnreachable, u.Username, dir, st.Mode&0o7777)
 		}
 		if dir == filepath.Dir(dir) {
 			break

@@ -150,6 +150,21 @@ func TestRootNeedsReachableDataDir(t *testing.T) {
 	require.ErrorContains(t, err, locked)
 }
 
+// TestRootFallsBackWhenAllowed: with a fallback, an unreachable data
+// directory does not stop the cluster; it runs in the fallback instead.
+func TestRootFallsBackWhenAllowed(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only root hands the data directory to another user")
+	}
+	locked := t.TempDir()
+	require.NoError(t, os.Chmod(locked, 0o700))
+	fallback := dataDir(t, "fallback")
+	c := startWith(t, Config{DataDir: filepath.Join(locked, "data"), FallbackDir: fallback, Fast: true})
+	require.Equal(t, fallback, c.DataDir())
+	_, err := os.Stat(filepath.Join(fallback, "pgdata", "PG_VERSION"))
+	require.NoError(t, err)
+}
+
 func TestNewestFirst(t *testing.T) {
 	got := newestFirst([]string{
 		"/usr/lib/postgresql/9/bin",
