@@ -18,6 +18,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
@@ -94,7 +96,7 @@ Stripe. Without -once it then keeps serving and prints where to look.`)
 	if *once {
 		return nil
 	}
-	return d.serve(ctx, out)
+	return d.serve(ctx, stdout, res.Customer)
 }
 
 // demo holds the running parts: a fresh database, the fake Stripe, billsync's
@@ -113,8 +115,10 @@ type demo struct {
 	naive     *naiveApp
 	servers   []*http.Server
 
+	dbURL    string // the demo database, for psql
 	mu       sync.Mutex
 	captured []capturedDelivery
+	relay    bool // after the scenario: pass deliveries straight to billsync
 }
 
 type capturedDelivery struct {
@@ -135,6 +139,7 @@ func newDemo(ctx context.Context, dbURL, addr string, logger *slog.Logger) (_ *d
 		return nil, err
 	}
 	d.dropDB = drop
+	d.dbURL = databaseURLFor(pool)
 	if _, err := store.Migrate(ctx, pool); err != nil {
 		return nil, err
 	}
@@ -207,12 +212,33 @@ func (d *demo) capture(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
-	var ev struct{ ID, Type string }
-	_ = json.Unmarshal(body, &ev) // a body without them is simply never replayed
 	d.mu.Lock()
-	d.captured = append(d.captured, capturedDelivery{ev.ID, ev.Type, body, r.Header.Clone()})
+	relay := d.relay
+	if !relay {
+		var ev struct{ ID, Type string }
+		_ = json.Unmarshal(body, &ev) // a body without them is simply never replayed
+		d.captured = append(d.captured, capturedDelivery{ev.ID, ev.Type, body, r.Header.Clone()})
+	}
 	d.mu.Unlock()
-	w.WriteHeader(http.StatusOK)
+	if !relay {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	// The scenario is over: the network delivers as is, and Stripe hears
+	// billsync's own answer.
+	req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, d.intakeURL+"/webhooks/stripe", bytes.NewReader(body))
+	if err != nil {
+		w.WriteHeader(http.StatusBadGateway)
+		return
+	}
+	req.Header = r.Header.Clone()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		w.WriteHeader(http.StatusBadGateway)
+		return
+	}
+	resp.Body.Close()
+	w.WriteHeader(resp.StatusCode)
 }
 
 // stripeCall calls the fake Stripe's REST API as an app would.
@@ -459,17 +485,24 @@ func (d *demo) printFinal(out io.Writer, res demoResult) {
 }
 
 // serve keeps billsync running after the scenario, with its worker live.
-func (d *demo) serve(ctx context.Context, out io.Writer) error {
+func (d *demo) serve(ctx context.Context, out io.Writer, customer string) error {
+	d.mu.Lock()
+	d.relay = true
+	d.mu.Unlock()
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); d.st.Listen(ctx, d.logger, d.worker.Wake) }()
 	go func() { defer wg.Done(); _ = d.worker.Run(ctx) }()
 	fmt.Fprintf(out, `
-billsync keeps running (Ctrl-C to stop; the demo database is dropped on exit):
-  webhooks:   POST %s/webhooks/stripe  (signed with the fake's endpoint secret)
-  health:     %s/readyz
-  fake Stripe %s  (key %s; try: curl -u %s: %s/v1/subscriptions?status=all)
-`, d.intakeURL, d.intakeURL, d.fakeURL, stripemock.DefaultAPIKey, stripemock.DefaultAPIKey, d.fakeURL)
+billsync keeps running, its worker live (Ctrl-C to stop; the demo database is dropped on exit).
+Changes made at the fake Stripe now reach billsync as signed webhooks. Try:
+  curl -u %[2]s: %[1]s/v1/subscriptions -d customer=%[3]s -d 'items[0][price]=price_team'
+  curl -u %[2]s: '%[1]s/v1/subscriptions?customer=%[3]s&status=all'
+  psql '%[4]s' -c 'SELECT customer_id, plan, status, period_start FROM accounts'
+  psql '%[4]s' -c 'SELECT id, result, outcome FROM reconcile_log ORDER BY id'
+  psql '%[4]s' -c 'SELECT type, seen_count, status, outcome FROM inbox_events'
+billsync's intake: POST %[5]s/webhooks/stripe, health %[5]s/readyz; fake faults: %[1]s/_mock/faults
+`, d.fakeURL, stripemock.DefaultAPIKey, customer, d.dbURL, d.intakeURL)
 	<-ctx.Done()
 	wg.Wait()
 	return nil
@@ -533,4 +566,13 @@ func (n *naiveApp) handle(body []byte, crash bool) side {
 		n.plan = n.plans.Default().Name
 	}
 	return side{Answer: answer, Plan: n.plan, Balance: n.balance}
+}
+
+// databaseURLFor returns a libpq URL for pool's database (for psql).
+func databaseURLFor(pool *pgxpool.Pool) string {
+	c := pool.Config().ConnConfig
+	u := url.URL{Scheme: "postgres", User: url.User(c.User), Path: "/" + c.Database}
+	q := url.Values{"host": {c.Host}, "port": {fmt.Sprint(c.Port)}}
+	u.RawQuery = q.Encode()
+	return u.String()
 }
