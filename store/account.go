@@ -54,6 +54,9 @@ func (s *Store) Apply(ctx context.Context, job reconcile.Job, observedAt time.Ti
 	var out reconcile.Outcome
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		out = reconcile.Outcome{}
+		if err := lockJob(ctx, tx, job); err != nil {
+			return err
+		}
 		cur, err := lockAccount(ctx, tx, job.Provider, job.CustomerID)
 		if err != nil {
 			return err
@@ -94,6 +97,9 @@ func (s *Store) Ignore(ctx context.Context, job reconcile.Job, observedAt time.T
 	out := reconcile.Outcome{Result: reconcile.ResultIgnored, Text: "ignored: " + reason}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		out.Events = 0
+		if err := lockJob(ctx, tx, job); err != nil {
+			return err
+		}
 		return s.finish(ctx, tx, job, observedAt, "ignored", &out)
 	})
 	if err != nil {
@@ -151,6 +157,19 @@ func (s *Store) Retry(ctx context.Context, job reconcile.Job, observedAt time.Ti
 		return reconcile.Outcome{}, fmt.Errorf("retry %s/%s: %w", job.Provider, job.CustomerID, classify(err))
 	}
 	return out, nil
+}
+
+// lockJob locks the job's queue row first thing in a reconcile's
+// transaction. An intake statement that is storing a new event for this
+// customer holds that row until it commits, so waiting here makes its event
+// visible to markEvents; one that comes later waits for this commit and
+// then queues the customer again. Without it, an event committed between
+// this transaction's statements could be left pending with no queue row.
+func lockJob(ctx context.Context, tx pgx.Tx, job reconcile.Job) error {
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM reconcile_queue WHERE id = $1 FOR UPDATE`, job.ID); err != nil {
+		return fmt.Errorf("lock job: %w", err)
+	}
+	return nil
 }
 
 // lockAccount returns the customer's account row locked for this

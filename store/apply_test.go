@@ -274,3 +274,41 @@ func TestClaimSkipsLockedAndReclaimsExpiredLeases(t *testing.T) {
 	require.Len(t, d, 1, "an expired lease (its worker died) is claimable again")
 	require.Equal(t, c[0].ID, d[0].ID)
 }
+
+// TestApplyWaitsForAnIntakeInFlight: an intake transaction that has stored
+// a new event and touched the customer's queue row, but not yet committed,
+// when the reconcile starts. Its event was received before observed_at, so
+// the reconcile must answer it (or keep the customer queued): it may never
+// be left pending with no queue row.
+func TestApplyWaitsForAnIntakeInFlight(t *testing.T) {
+	ctx := context.Background()
+	st := store.New(storetest.NewPool(t))
+	receive(t, st, "evt_1", "cus_1")
+	job := claimOne(t, st)
+
+	intake, err := st.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer intake.Rollback(ctx) //nolint:errcheck // committed below
+	_, err = intake.Exec(ctx, `
+		INSERT INTO inbox_events (provider, dedupe_key, event_id, type, customer_id, payload)
+		VALUES ('stripe', 'evt_2', 'evt_2', 'invoice.paid', 'cus_1', '\x7b7d')`)
+	require.NoError(t, err)
+	_, err = intake.Exec(ctx, `UPDATE reconcile_queue SET requested_at = now(), due_at = now() WHERE id = $1`, job.ID)
+	require.NoError(t, err)
+	obs, err := st.Now(ctx) // after the intake's now(): its event counts as received before
+	require.NoError(t, err)
+
+	applied := make(chan error, 1)
+	go func() {
+		_, err := st.Apply(ctx, job, obs, liveSnap("cus_1", "pro"), testPlans(t))
+		applied <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // let Apply reach the row the intake holds
+	require.NoError(t, intake.Commit(ctx))
+	require.NoError(t, <-applied)
+
+	s := stateOf(t, st, "cus_1")
+	lost := s.eventStatus["evt_2"] == "pending" && !s.queued
+	require.False(t, lost, "evt_2 left pending with nothing queued to answer it: %+v", s)
+	require.Equal(t, map[string]string{"evt_1": "applied", "evt_2": "applied"}, s.eventStatus)
+}
