@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	stripeapi "github.com/stripe/stripe-go/v82"
 
@@ -175,6 +176,26 @@ func (h *harness) state(customerID string) customerState {
 	}
 	require.NoError(h.t, rows.Err())
 	return s
+}
+
+// largestGrant returns the largest allowance among the plans granted in
+// the customer's current period. Grants top up, so the period's balance
+// must equal it: a double grant would show as a larger balance.
+func (h *harness) largestGrant(customerID string) int64 {
+	h.t.Helper()
+	var largest int64
+	rows, err := h.st.Pool().Query(context.Background(), `
+		SELECT DISTINCT l.plan FROM ledger l JOIN accounts a ON a.id = l.account_id AND l.period_start = a.period_start
+		WHERE a.customer_id = $1 AND l.kind = 'grant'`, customerID)
+	require.NoError(h.t, err)
+	plans, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(h.t, err)
+	for _, name := range plans {
+		p, ok := h.plans.Named(name)
+		require.True(h.t, ok, name)
+		largest = max(largest, p.Allowance)
+	}
+	return largest
 }
 
 // outcomeTexts returns the outcomes recorded in reconcile_log for customer.
