@@ -11,6 +11,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/billsync/billsync/reconcile"
 )
@@ -32,6 +33,8 @@ type Config struct {
 	Verifiers []Verifier
 	// Ready reports whether the server can do its work (the database answers).
 	Ready func(context.Context) error
+	// Metrics, when set, counts deliveries and serves GET /metrics.
+	Metrics *Metrics
 }
 
 // Server routes billsync's HTTP requests.
@@ -40,6 +43,7 @@ type Server struct {
 	inbox     reconcile.Inbox
 	verifiers map[string]Verifier
 	ready     func(context.Context) error
+	metrics   *Metrics
 	mux       *http.ServeMux
 }
 
@@ -50,6 +54,7 @@ func New(cfg Config) *Server {
 		inbox:     cfg.Inbox,
 		verifiers: make(map[string]Verifier, len(cfg.Verifiers)),
 		ready:     cfg.Ready,
+		metrics:   cfg.Metrics,
 		mux:       http.NewServeMux(),
 	}
 	if s.log == nil {
@@ -63,6 +68,9 @@ func New(cfg Config) *Server {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	s.mux.HandleFunc("GET /readyz", s.handleReady)
+	if s.metrics != nil {
+		s.mux.Handle("GET /metrics", s.metrics.handler())
+	}
 	return s
 }
 
@@ -100,6 +108,9 @@ func errorStatus(err error) int {
 // at error level; the message sent never includes secrets or payloads.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	code := errorStatus(err)
+	if p := r.PathValue("provider"); p != "" && s.metrics != nil {
+		s.metrics.ObserveDelivery(p, strconv.Itoa(code))
+	}
 	msg := http.StatusText(code)
 	switch code {
 	case http.StatusUnauthorized:

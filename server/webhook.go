@@ -45,6 +45,9 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	case st.Status == "ignored":
 		ans.Status, ans.Reason = "ignored", d.Event.IgnoreReason
 	}
+	if s.metrics != nil {
+		s.metrics.ObserveDelivery(v.Provider(), ans.Status)
+	}
 	// Debug, not info: every delivery already has its receipts row, and the
 	// worker logs what each reconcile did.
 	s.log.Debug("webhook stored", slog.String("provider", v.Provider()),

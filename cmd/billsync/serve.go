@@ -52,11 +52,13 @@ func runServe(ctx context.Context, args []string, stdout io.Writer, logger *slog
 		return err
 	}
 	st := store.New(pool)
+	metrics := server.NewMetrics(queueDepth(st), logger)
 	srv := server.New(server.Config{
 		Logger:    logger,
 		Inbox:     st,
 		Verifiers: []server.Verifier{stripeVerifier},
 		Ready:     st.Ping,
+		Metrics:   metrics,
 	})
 
 	// Workers stop with the server, whether by signal or by a listen error.
@@ -73,7 +75,7 @@ func runServe(ctx context.Context, args []string, stdout io.Writer, logger *slog
 		}
 		worker := reconcile.NewWorker(reconcile.WorkerConfig{
 			Name: workerName(), Store: st, Providers: []reconcile.Provider{client}, Plans: plans,
-			Logger: logger, Concurrency: cfg.Workers,
+			Logger: logger, Concurrency: cfg.Workers, OnOutcome: metrics.ObserveReconcile,
 		})
 		wg.Add(2)
 		go func() { defer wg.Done(); st.Listen(ctx, logger, worker.Wake) }()
@@ -83,6 +85,14 @@ func runServe(ctx context.Context, args []string, stdout io.Writer, logger *slog
 	cancel()
 	wg.Wait() // workers finish the job in hand and release their leases
 	return err
+}
+
+// queueDepth adapts the store for the metrics' queue gauge.
+func queueDepth(st *store.Store) server.QueueDepthFunc {
+	return func(ctx context.Context) (pending, due, dead int, err error) {
+		q, err := st.QueueDepth(ctx)
+		return q.Pending, q.Due, q.Dead, err
+	}
 }
 
 // workerName identifies this process's lease holders in reconcile_queue.

@@ -1,0 +1,91 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/billsync/billsync/reconcile"
+)
+
+// QueueDepthFunc reports queued customers: waiting, due now, and dead.
+type QueueDepthFunc func(ctx context.Context) (pending, due, dead int, err error)
+
+// Metrics is billsync's Prometheus registry: deliveries by answer,
+// reconciles by result (dead ones are what to alert on), and the queue's
+// depth read from the database at each scrape.
+type Metrics struct {
+	reg        *prometheus.Registry
+	deliveries *prometheus.CounterVec
+	reconciles *prometheus.CounterVec
+}
+
+// NewMetrics returns the registry; depth may be nil.
+func NewMetrics(depth QueueDepthFunc, logger *slog.Logger) *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "billsync_webhook_deliveries_total",
+			Help: "Webhook deliveries by provider and answer (stored, duplicate, ignored, or the HTTP status of a refusal).",
+		}, []string{"provider", "answer"}),
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "billsync_reconciles_total",
+			Help: "Reconciles by provider and result (applied, unchanged, stale, ignored, retry, dead). Alert on dead.",
+		}, []string{"provider", "result"}),
+	}
+	m.reg.MustRegister(m.deliveries, m.reconciles,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if depth != nil {
+		if logger == nil {
+			logger = slog.New(slog.DiscardHandler)
+		}
+		m.reg.MustRegister(&queueCollector{depth: depth, log: logger})
+	}
+	return m
+}
+
+// ObserveDelivery counts one webhook delivery's answer.
+func (m *Metrics) ObserveDelivery(provider, answer string) {
+	m.deliveries.WithLabelValues(provider, answer).Inc()
+}
+
+// ObserveReconcile counts one reconcile's result (wire it to the worker's
+// OnOutcome).
+func (m *Metrics) ObserveReconcile(job reconcile.Job, out reconcile.Outcome) {
+	m.reconciles.WithLabelValues(job.Provider, string(out.Result)).Inc()
+}
+
+func (m *Metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+var queueDesc = prometheus.NewDesc("billsync_queue_customers",
+	"Customers in the reconcile queue by state: pending (due or in backoff), due (claimable now), dead (gave up; needs a resync or a new webhook).",
+	[]string{"state"}, nil)
+
+// queueCollector reads the queue's depth at scrape time.
+type queueCollector struct {
+	depth QueueDepthFunc
+	log   *slog.Logger
+}
+
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- queueDesc }
+
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	pending, due, dead, err := c.depth(ctx)
+	if err != nil {
+		// No sample beats a made-up zero: the scrape shows the gap.
+		c.log.Warn("metrics: read queue depth", slog.Any("error", err))
+		return
+	}
+	for state, n := range map[string]int{"pending": pending, "due": due, "dead": dead} {
+		ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, float64(n), state)
+	}
+}
