@@ -200,10 +200,13 @@ func (s *server) close() error {
 
 // lockDir takes the lock that marks dir as in use by this process.
 // tempRoot is where test clusters live: memory-backed /dev/shm when there is
-// one (a fresh database per test is a copy of the template's files), else
-// the system temp dir.
+// a roomy one (a fresh database per test is a copy of the template's files),
+// else the system temp dir. Containers often mount a 64 MB /dev/shm: too
+// small for clusters and PostgreSQL's own shared memory together.
 func tempRoot() string {
-	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() && os.Getenv("TMPDIR") == "" {
+	const roomy = 2 << 30
+	var fs syscall.Statfs_t
+	if os.Getenv("TMPDIR") == "" && syscall.Statfs("/dev/shm", &fs) == nil && fs.Bavail*uint64(fs.Bsize) >= roomy {
 		return "/dev/shm"
 	}
 	return os.TempDir()
