@@ -163,8 +163,14 @@ func (w *Worker) process(ctx context.Context, id string, job Job) Outcome {
 	// Finishing a job must not be cut short by shutdown: its lease would
 	// hold the customer back for nothing.
 	storeCtx := context.WithoutCancel(ctx)
+	if ctx.Err() != nil {
+		return w.release(storeCtx, id, job)
+	}
 	observedAt, err := w.cfg.Store.Now(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return w.release(storeCtx, id, job)
+		}
 		log.Error("read database clock", slog.Any("error", err))
 		return Outcome{Result: ResultRetry, Text: err.Error()}
 	}
@@ -189,6 +195,15 @@ func (w *Worker) process(ctx context.Context, id string, job Job) Outcome {
 	return out
 }
 
+// release hands a job back untouched on shutdown: no attempt is counted
+// and the next worker may claim it at once.
+func (w *Worker) release(ctx context.Context, id string, job Job) Outcome {
+	if err := w.cfg.Store.Release(ctx, id, []Job{job}); err != nil {
+		w.cfg.Logger.Error("release lease", slog.String("worker", id), slog.Any("error", err))
+	}
+	return Outcome{Result: ResultRetry, Text: "released on shutdown"}
+}
+
 func (w *Worker) reconcile(ctx, storeCtx context.Context, id string, job Job, observedAt time.Time) (Outcome, error) {
 	p, ok := w.providers[job.Provider]
 	if !ok {
@@ -207,7 +222,7 @@ func (w *Worker) reconcile(ctx, storeCtx context.Context, id string, job Job, ob
 	}
 	if ctx.Err() != nil {
 		// Shutting down, not a provider failure: give the job back as is.
-		return Outcome{Result: ResultRetry, Text: "released on shutdown"}, w.cfg.Store.Release(storeCtx, id, []Job{job})
+		return w.release(storeCtx, id, job), nil
 	}
 	// Each wait follows a failed attempt; the attempt after the last wait
 	// is the last one.
