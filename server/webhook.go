@@ -1,8 +1,8 @@
 package server
 
 import (
+	"bytes"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 )
@@ -22,7 +22,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such provider configured"})
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	body, err := readBody(w, r)
 	if err != nil {
 		s.writeError(w, r, fmt.Errorf("read body: %w", err))
 		return
@@ -54,4 +54,15 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		slog.String("event", d.Event.DedupeKey), slog.String("type", d.Event.Type),
 		slog.String("customer", d.Event.CustomerID), slog.String("status", ans.Status))
 	writeJSON(w, http.StatusOK, ans)
+}
+
+// readBody reads the request body, refusing more than MaxBodyBytes. The
+// buffer is sized from Content-Length when the client sends one.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	var buf bytes.Buffer
+	if n := r.ContentLength; n > 0 && n <= MaxBodyBytes {
+		buf.Grow(int(n) + bytes.MinRead)
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	return buf.Bytes(), err
 }

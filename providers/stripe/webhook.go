@@ -78,7 +78,7 @@ type eventJSON struct {
 	Created    int64  `json:"created"`
 	APIVersion string `json:"api_version"`
 	Data       struct {
-		Object json.RawMessage `json:"object"`
+		Object objectJSON `json:"object"`
 	} `json:"data"`
 }
 
@@ -94,8 +94,16 @@ type objectJSON struct {
 // 200) instead of being retried by Stripe forever.
 func ParseEvent(body []byte) reconcile.Event {
 	ev := reconcile.Event{Provider: Provider, Payload: body}
+	// One pass over the body. A field of the wrong JSON type (a number for
+	// an id, say) leaves that field empty and the rest decoded, so only
+	// syntax errors and a missing id make the event unreadable.
 	var raw eventJSON
-	if err := json.Unmarshal(body, &raw); err != nil || raw.ID == "" {
+	err := json.Unmarshal(body, &raw)
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		err = nil
+	}
+	if err != nil || raw.ID == "" {
 		// Still deduplicated: copies of one body share its hash.
 		sum := sha256.Sum256(body)
 		ev.DedupeKey = "body:" + hex.EncodeToString(sum[:])
@@ -138,11 +146,7 @@ func relevant(typ string) bool {
 
 // customerOf reads the customer an event object names: its customer field
 // (an id, or an expanded object), or its own id when it is a customer.
-func customerOf(obj json.RawMessage) string {
-	var o objectJSON
-	if json.Unmarshal(obj, &o) != nil {
-		return ""
-	}
+func customerOf(o objectJSON) string {
 	if o.Object == "customer" {
 		return o.ID
 	}
