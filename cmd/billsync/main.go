@@ -62,6 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return c.run(ctx, args[1:], stdout, logger)
 		}
 	}
+	fmt.Fprintf(stderr, "billsync: unknown command %q\n\n", args[0])
 	usage(stderr)
 	return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
 }

@@ -23,7 +23,12 @@ import (
 func runServe(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: billsync serve [flags]\n\nVerifies webhooks and stores them in PostgreSQL before answering 200.\nSecrets come from the environment (STRIPE_WEBHOOK_SECRET, or *_FILE).")
+		fmt.Fprintln(fs.Output(), `usage: billsync serve [flags]
+
+Verifies webhooks and stores them in PostgreSQL before answering 200, and
+runs the workers that reconcile each signalled customer against the Stripe
+API. Secrets come from the environment (STRIPE_WEBHOOK_SECRET and
+STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 		fs.PrintDefaults()
 	}
 	var cfg config
