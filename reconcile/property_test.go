@@ -14,6 +14,7 @@ import (
 	"pgregory.net/rapid"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 )
 
@@ -32,7 +33,12 @@ func TestPropertyConvergesToStripe(t *testing.T) {
 			}
 		}()
 		h := newHarnessWith(t, func(f func()) { teardown = append(teardown, f) })
-		w := h.worker(reconcile.WorkerConfig{})
+		// The provider fails too: the client retries at once, and a fetch
+		// that still fails is retried by the worker after 1 ms.
+		flaky := h.newClient(stripe.Config{RetryMax: 3})
+		w := h.worker(reconcile.WorkerConfig{Providers: []reconcile.Provider{flaky},
+			Backoff: []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond, time.Millisecond, time.Millisecond}})
+		failRate := rapid.Float64Range(0, 0.3).Draw(rt, "error5xx")
 		h.fake.SetFaults(stripemock.Faults{
 			DuplicateCopies: rapid.IntRange(0, 2).Draw(rt, "copies"),
 			ReorderDelay:    time.Duration(rapid.IntRange(0, 20).Draw(rt, "reorderMs")) * time.Millisecond,
@@ -62,7 +68,7 @@ func TestPropertyConvergesToStripe(t *testing.T) {
 			}
 			if rapid.Bool().Draw(rt, "drainNow") {
 				h.delivered()
-				drain(t, w)
+				drainAll(t, h, w, failRate)
 			}
 		}
 		// Each customer's last change is never dropped.
@@ -79,7 +85,7 @@ func TestPropertyConvergesToStripe(t *testing.T) {
 			}
 		}
 		h.delivered()
-		drain(t, w)
+		drainAll(t, h, w, failRate)
 
 		for c, cus := range ids {
 			want := expectedPlan(t, h, cus)
@@ -101,6 +107,31 @@ func setDefaultChecks(n int) {
 	if !given {
 		_ = flag.Set("rapid.checks", fmt.Sprint(n))
 	}
+}
+
+// drainAll drains until no customer is queued while the provider's API
+// fails at failRate (only while draining: the test's own calls must land),
+// riding out jobs that a failed fetch put into (short) backoff.
+func drainAll(t *testing.T, h *harness, w *reconcile.Worker, failRate float64) {
+	t.Helper()
+	f := h.fake.Faults()
+	f.Error5xxRate = failRate
+	h.fake.SetFaults(f)
+	defer func() {
+		f.Error5xxRate = 0
+		h.fake.SetFaults(f)
+	}()
+	for range 1000 {
+		drain(t, w)
+		var queued int
+		require.NoError(t, h.st.Pool().QueryRow(context.Background(),
+			`SELECT count(*) FROM reconcile_queue WHERE status = 'pending'`).Scan(&queued))
+		if queued == 0 {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	t.Fatal("the queue never drained")
 }
 
 // liveSubs returns the subscriptions not canceled, newest first.
