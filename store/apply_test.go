@@ -43,6 +43,23 @@ func receive(t *testing.T, st *store.Store, id, customer string) {
 	require.NoError(t, err)
 }
 
+// claimedJob returns a fresh store holding one stored event (evt_1, for
+// cus_1) whose queue row this test has claimed.
+func claimedJob(t *testing.T) (*store.Store, reconcile.Job) {
+	t.Helper()
+	st := store.New(storetest.NewPool(t))
+	receive(t, st, "evt_1", "cus_1")
+	return st, claimOne(t, st)
+}
+
+// dbNow reads the database clock, as a worker does for observed_at.
+func dbNow(t *testing.T, st *store.Store) time.Time {
+	t.Helper()
+	now, err := st.Now(context.Background())
+	require.NoError(t, err)
+	return now
+}
+
 func claimOne(t *testing.T, st *store.Store) reconcile.Job {
 	t.Helper()
 	jobs, err := st.Claim(context.Background(), "test", 10, time.Minute)
@@ -89,15 +106,11 @@ func stateOf(t *testing.T, st *store.Store, customer string) state {
 // (after the lease) must end correct.
 func TestApplyCrashBetweenWrites(t *testing.T) {
 	ctx := context.Background()
-	st := store.New(storetest.NewPool(t))
+	st, job := claimedJob(t)
 	plans := testPlans(t)
-	receive(t, st, "evt_1", "cus_1")
-	job := claimOne(t, st)
 
 	st.CrashAfterAccountWrite(func() error { return errors.New("killed") })
-	obs, err := st.Now(ctx)
-	require.NoError(t, err)
-	_, err = st.Apply(ctx, job, obs, liveSnap("cus_1", "pro"), plans)
+	_, err := st.Apply(ctx, job, dbNow(t, st), liveSnap("cus_1", "pro"), plans)
 	require.ErrorContains(t, err, "killed")
 
 	s := stateOf(t, st, "cus_1")
@@ -107,9 +120,7 @@ func TestApplyCrashBetweenWrites(t *testing.T) {
 	require.True(t, s.queued, "the job must survive the crash")
 
 	st.CrashAfterAccountWrite(nil)
-	obs, err = st.Now(ctx)
-	require.NoError(t, err)
-	out, err := st.Apply(ctx, job, obs, liveSnap("cus_1", "pro"), plans)
+	out, err := st.Apply(ctx, job, dbNow(t, st), liveSnap("cus_1", "pro"), plans)
 	require.NoError(t, err)
 	require.Equal(t, reconcile.ResultApplied, out.Result)
 	require.Equal(t, "account created on plan pro (active), Pro allowance granted (+500)", out.Text)
@@ -122,15 +133,12 @@ func TestApplyCrashBetweenWrites(t *testing.T) {
 // older changes nothing, whatever it says.
 func TestApplyOutOfOrder(t *testing.T) {
 	ctx := context.Background()
-	st := store.New(storetest.NewPool(t))
+	st, job := claimedJob(t)
 	plans := testPlans(t)
-	receive(t, st, "evt_1", "cus_1")
-	job := claimOne(t, st)
-	older, err := st.Now(ctx)
-	require.NoError(t, err)
+	older := dbNow(t, st)
 	newer := older.Add(time.Millisecond)
 
-	_, err = st.Apply(ctx, job, newer, liveSnap("cus_1", "pro"), plans)
+	_, err := st.Apply(ctx, job, newer, liveSnap("cus_1", "pro"), plans)
 	require.NoError(t, err)
 	canceled := liveSnap("cus_1", "free")
 	canceled.Status = "canceled"
@@ -151,12 +159,9 @@ func TestApplyOutOfOrder(t *testing.T) {
 // more; a new period grants again.
 func TestApplyGrantsOncePerPeriodAndPlan(t *testing.T) {
 	ctx := context.Background()
-	st := store.New(storetest.NewPool(t))
+	st, job := claimedJob(t)
 	plans := testPlans(t)
-	receive(t, st, "evt_1", "cus_1")
-	job := claimOne(t, st)
-	at, err := st.Now(ctx)
-	require.NoError(t, err)
+	at := dbNow(t, st)
 	steps := []struct {
 		snap    reconcile.Snapshot
 		balance int64
@@ -191,14 +196,11 @@ func TestApplyGrantsOncePerPeriodAndPlan(t *testing.T) {
 // after observed_at is not answered by this snapshot; the job stays due.
 func TestApplyKeepsJobWhenAnEventArrivesDuringTheFetch(t *testing.T) {
 	ctx := context.Background()
-	st := store.New(storetest.NewPool(t))
-	receive(t, st, "evt_1", "cus_1")
-	job := claimOne(t, st)
-	obs, err := st.Now(ctx)
-	require.NoError(t, err)
+	st, job := claimedJob(t)
+	obs := dbNow(t, st)
 	receive(t, st, "evt_2", "cus_1") // arrives while the fetch is in flight
 
-	_, err = st.Apply(ctx, job, obs, liveSnap("cus_1", "pro"), testPlans(t))
+	_, err := st.Apply(ctx, job, obs, liveSnap("cus_1", "pro"), testPlans(t))
 	require.NoError(t, err)
 	s := stateOf(t, st, "cus_1")
 	require.Equal(t, map[string]string{"evt_1": "applied", "evt_2": "pending"}, s.eventStatus)
@@ -209,11 +211,8 @@ func TestApplyKeepsJobWhenAnEventArrivesDuringTheFetch(t *testing.T) {
 
 func TestRetryThenDeadThenRevived(t *testing.T) {
 	ctx := context.Background()
-	st := store.New(storetest.NewPool(t))
-	receive(t, st, "evt_1", "cus_1")
-	job := claimOne(t, st)
-	obs, err := st.Now(ctx)
-	require.NoError(t, err)
+	st, job := claimedJob(t)
+	obs := dbNow(t, st)
 
 	out, err := st.Retry(ctx, job, obs, errors.New("stripe: 503"), time.Hour, false)
 	require.NoError(t, err)
@@ -238,8 +237,7 @@ func TestRetryThenDeadThenRevived(t *testing.T) {
 	receive(t, st, "evt_2", "cus_1")
 	job = claimOne(t, st)
 	require.Zero(t, job.Attempts)
-	obs, err = st.Now(ctx)
-	require.NoError(t, err)
+	obs = dbNow(t, st)
 	_, err = st.Apply(ctx, job, obs, liveSnap("cus_1", "pro"), testPlans(t))
 	require.NoError(t, err)
 	s = stateOf(t, st, "cus_1")
@@ -282,9 +280,7 @@ func TestClaimSkipsLockedAndReclaimsExpiredLeases(t *testing.T) {
 // be left pending with no queue row.
 func TestApplyWaitsForAnIntakeInFlight(t *testing.T) {
 	ctx := context.Background()
-	st := store.New(storetest.NewPool(t))
-	receive(t, st, "evt_1", "cus_1")
-	job := claimOne(t, st)
+	st, job := claimedJob(t)
 
 	intake, err := st.Pool().Begin(ctx)
 	require.NoError(t, err)
