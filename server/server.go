@@ -1,5 +1,5 @@
-// Package server is billsync's HTTP surface: webhook intake, health and
-// readiness (later: admin API and page, app API, metrics).
+// Package server is billsync's HTTP surface: webhook intake, health,
+// readiness and Prometheus metrics (later: admin API and page, app API).
 //
 // It verifies and stores; it never applies a webhook to an account, and it
 // never answers 200 for a delivery that was not committed to the store.
