@@ -151,13 +151,9 @@ func (w *Worker) runBatch(ctx context.Context, id string) (int, error) {
 	return len(jobs), nil
 }
 
-// Process reconciles one job claimed under the worker's name and records
-// its outcome. Failures are recorded, never returned: the job is retried,
-// ignored or dead.
-func (w *Worker) Process(ctx context.Context, job Job) Outcome {
-	return w.process(ctx, w.cfg.Name+"-drain", job)
-}
-
+// process reconciles one job claimed by worker id and records its outcome.
+// Failures are recorded, never returned: the job is retried, ignored or
+// dead.
 func (w *Worker) process(ctx context.Context, id string, job Job) Outcome {
 	log := w.cfg.Logger.With(slog.String("provider", job.Provider), slog.String("customer", job.CustomerID))
 	// Finishing a job must not be cut short by shutdown: its lease would
