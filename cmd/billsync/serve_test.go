@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -23,6 +24,7 @@ import (
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/storetest"
 )
 
 // TestMain lets a test re-run this binary as billsync itself, so SIGTERM
@@ -33,7 +35,7 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	os.Exit(storetest.Main(m))
 }
 
 // startBillsync runs `billsync serve` as a child process on the embedded
@@ -251,4 +253,23 @@ func stripePost(t *testing.T, endpoint string, form url.Values) string {
 	var obj struct{ ID string }
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&obj))
 	return obj.ID
+}
+
+// TestNoMigrateRefusesPendingMigrations: with -no-migrate, serve must not
+// start on a schema that is behind, and must not touch it either.
+func TestNoMigrateRefusesPendingMigrations(t *testing.T) {
+	ctx := context.Background()
+	pool, err := store.Open(ctx, storetest.EmptyURL(t))
+	require.NoError(t, err)
+	defer pool.Close()
+	logger := slog.New(slog.DiscardHandler)
+
+	err = prepareSchema(ctx, pool, true, logger)
+	require.ErrorContains(t, err, "migrations are pending")
+	pending, err := store.Pending(ctx, pool)
+	require.NoError(t, err)
+	require.NotEmpty(t, pending, "refusing must not migrate")
+
+	require.NoError(t, prepareSchema(ctx, pool, false, logger))
+	require.NoError(t, prepareSchema(ctx, pool, true, logger), "an up-to-date schema is accepted")
 }
