@@ -43,12 +43,7 @@ func runWorkerProcess() int {
 		return 1
 	}
 	defer pool.Close()
-	data, err := os.ReadFile("../cmd/billsync/plans.example.yaml")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "worker process:", err)
-		return 1
-	}
-	plans, err := reconcile.ParsePlans(data)
+	plans, err := reconcile.ParsePlans(reconcile.ExamplePlans)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker process:", err)
 		return 1

@@ -2,12 +2,19 @@ package reconcile
 
 import (
 	"bytes"
+	_ "embed"
 	"errors"
 	"fmt"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
+
+// ExamplePlans is the commented example plans file (plans.example.yaml):
+// billsync's plans when BILLSYNC_PLANS is unset, and the tests' fixture.
+//
+//go:embed plans.example.yaml
+var ExamplePlans []byte
 
 // Plan is one plan an app sells and the allowance it grants each period.
 type Plan struct {

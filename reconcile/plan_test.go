@@ -1,7 +1,6 @@
 package reconcile_test
 
 import (
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -11,9 +10,7 @@ import (
 
 func examplePlans(t testing.TB) *reconcile.Plans {
 	t.Helper()
-	data, err := os.ReadFile("../cmd/billsync/plans.example.yaml")
-	require.NoError(t, err)
-	plans, err := reconcile.ParsePlans(data)
+	plans, err := reconcile.ParsePlans(reconcile.ExamplePlans)
 	require.NoError(t, err)
 	return plans
 }
@@ -55,9 +52,7 @@ func TestParsePlansRejects(t *testing.T) {
 // FuzzParsePlans: any file either parses into plans that keep their
 // promises (a defined default, no negative allowance) or is refused.
 func FuzzParsePlans(f *testing.F) {
-	data, err := os.ReadFile("../cmd/billsync/plans.example.yaml")
-	require.NoError(f, err)
-	f.Add(data)
+	f.Add(reconcile.ExamplePlans)
 	f.Add([]byte("default: a\nplans:\n  - {name: a, allowance: 5, stripe_prices: [x, y]}\n"))
 	f.Add([]byte("default: a\nplans: [{name: a}, {name: a}]\n"))
 	f.Add([]byte("{"))

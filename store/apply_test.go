@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -17,9 +16,7 @@ import (
 
 func testPlans(t testing.TB) *reconcile.Plans {
 	t.Helper()
-	data, err := os.ReadFile("../cmd/billsync/plans.example.yaml")
-	require.NoError(t, err)
-	plans, err := reconcile.ParsePlans(data)
+	plans, err := reconcile.ParsePlans(reconcile.ExamplePlans)
 	require.NoError(t, err)
 	return plans
 }

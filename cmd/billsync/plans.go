@@ -1,21 +1,15 @@
 package main
 
 import (
-	_ "embed"
 	"fmt"
 	"os"
 
 	"github.com/billsync/billsync/reconcile"
 )
 
-// examplePlans is used when BILLSYNC_PLANS is unset.
-//
-//go:embed plans.example.yaml
-var examplePlans []byte
-
 // loadPlans reads the plans file at path, or the built-in example.
 func loadPlans(path string) (*reconcile.Plans, error) {
-	data := examplePlans
+	data := reconcile.ExamplePlans
 	if path != "" {
 		var err error
 		if data, err = os.ReadFile(path); err != nil {
