@@ -47,16 +47,6 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	return st, nil
 }
 
-// QueueLength returns how many customers are queued (cheap enough to poll
-// while a drain runs).
-func (s *Store) QueueLength(ctx context.Context) (int, error) {
-	var n int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM reconcile_queue`).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count queue rows: %w", classify(err))
-	}
-	return n, nil
-}
-
 // QueueDepth counts queued customers by state: waiting (pending, due or in
 // backoff), due now, and dead.
 type QueueDepth struct {

@@ -108,11 +108,11 @@ func benchDrain(ctx context.Context, pool *pgxpool.Pool, plans *reconcile.Plans,
 		return res, fmt.Errorf("store drain events: %w", err)
 	}
 	res.StoreSeconds = benchRound(time.Since(t0).Seconds(), 2)
-	queued, err := st.QueueLength(ctx)
+	depth, err := st.QueueDepth(ctx)
 	if err != nil {
 		return res, err
 	}
-	if queued != len(customers) {
+	if queued := depth.Pending + depth.Dead; queued != len(customers) {
 		return res, fmt.Errorf("drain: %d customers queued after storing events for %d", queued, len(customers))
 	}
 	logger.Info("bench drain: events stored", slog.Int("events", o.DrainEvents), slog.Float64("seconds", res.StoreSeconds))
@@ -294,11 +294,11 @@ func benchWaitEmpty(ctx context.Context, st *store.Store, start time.Time, limit
 		case <-deadline.C:
 			return 0, fmt.Errorf("drain: the queue was not empty after %s", limit)
 		case <-tick.C:
-			n, err := st.QueueLength(ctx)
+			depth, err := st.QueueDepth(ctx)
 			if err != nil {
 				return 0, err
 			}
-			if n == 0 {
+			if depth.Pending+depth.Dead == 0 {
 				return time.Since(start), nil
 			}
 		}
