@@ -8,7 +8,6 @@ import (
 
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
-	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
 )
 
@@ -25,7 +24,7 @@ func BenchmarkApply(b *testing.B) {
 	// NewAccount: each iteration is a first reconcile of a customer with
 	// one stored event: the account is created and the allowance granted.
 	b.Run("NewAccount", func(b *testing.B) {
-		st := store.New(storetest.NewPool(b))
+		st := storetest.NewStore(b)
 		for i := range b.N {
 			body := fmt.Appendf(nil, `{"id":"evt_apply_%d","object":"event","type":"customer.subscription.updated",`+
 				`"created":%d,"data":{"object":{"object":"subscription","customer":"cus_apply_%d"}}}`, i, time.Now().Unix(), i)
@@ -57,7 +56,7 @@ func BenchmarkApply(b *testing.B) {
 	// Unchanged: the same customer again and again (a sweep or a resync
 	// of an account that is already right).
 	b.Run("Unchanged", func(b *testing.B) {
-		st := store.New(storetest.NewPool(b))
+		st := storetest.NewStore(b)
 		now, err := st.Now(ctx)
 		if err != nil {
 			b.Fatal(err)

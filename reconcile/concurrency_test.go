@@ -37,12 +37,12 @@ func runWorkerProcess() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	pool, err := store.Open(ctx, dbURL)
+	st, err := store.Open(ctx, dbURL, store.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker process:", err)
 		return 1
 	}
-	defer pool.Close()
+	defer st.Close()
 	plans, err := reconcile.ParsePlans(reconcile.ExamplePlans)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker process:", err)
@@ -53,7 +53,7 @@ func runWorkerProcess() int {
 		fmt.Fprintln(os.Stderr, "worker process:", err)
 		return 1
 	}
-	w := reconcile.NewWorker(reconcile.WorkerConfig{Name: "proc2", Store: store.New(pool), Providers: []reconcile.Provider{client},
+	w := reconcile.NewWorker(reconcile.WorkerConfig{Name: "proc2", Store: st, Providers: []reconcile.Provider{client},
 		Plans: plans, Concurrency: 4, Batch: 5, Poll: 10 * time.Millisecond})
 	_ = w.Run(ctx)
 	return 0

@@ -53,10 +53,10 @@ func newHarnessWith(t *testing.T, cleanup func(func())) *harness {
 	t.Helper()
 	h := &harness{t: t, plans: examplePlans(t), outcomes: make(chan reconcile.Outcome, 100000)}
 	h.dbURL = storetest.URL(t)
-	pool, err := store.Open(context.Background(), h.dbURL)
+	st, err := store.Open(context.Background(), h.dbURL, store.Options{})
 	require.NoError(t, err)
-	cleanup(pool.Close)
-	h.st = store.New(pool)
+	cleanup(st.Close)
+	h.st = st
 
 	h.fake = stripemock.New(stripemock.Options{})
 	cleanup(h.fake.Close)

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/server"
@@ -26,22 +24,10 @@ import (
 // 16 × 2 CPUs = the 32 senders `billsync bench` judges the intake at.
 const benchSenders = 16
 
-// benchPool returns a pool on a fresh migrated database, sized as serve's
-// pool would be (pgx's default, max(4, CPUs)) so both benchmarks wait for
+// benchStore returns a store on a fresh migrated database, with serve's
+// pool size (pgx's default, max(4, CPUs)), so both benchmarks wait for
 // connections the way production does.
-func benchPool(b *testing.B) *pgxpool.Pool {
-	b.Helper()
-	cfg, err := pgxpool.ParseConfig(storetest.URL(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pool.Close)
-	return pool
-}
+func benchStore(b *testing.B) *store.Store { return storetest.NewStore(b) }
 
 // benchBody is event n: 70% new events, 30% copies of a recent one (n/10*7
 // + n%10 maps ten deliveries onto seven events), spread over 1000 customers.
@@ -95,12 +81,12 @@ func runParallel(b *testing.B, op func(n int64) error) {
 //
 //	go test -bench 'Intake|StoreDeliveryDirect' -run '^$' ./server
 func BenchmarkIntake(b *testing.B) {
-	pool := benchPool(b)
+	st := benchStore(b)
 	v, err := stripe.NewVerifier([]string{secretA}, stripe.DefaultTolerance)
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := httptest.NewServer(server.New(server.Config{Inbox: store.New(pool), Verifiers: []server.Verifier{v}}))
+	srv := httptest.NewServer(server.New(server.Config{Inbox: st, Verifiers: []server.Verifier{v}}))
 	b.Cleanup(srv.Close)
 	transport := &http.Transport{MaxIdleConnsPerHost: 1024}
 	b.Cleanup(transport.CloseIdleConnections)
@@ -131,7 +117,7 @@ func BenchmarkIntake(b *testing.B) {
 // store transaction at the same concurrency, without HTTP or the signature
 // check (the body is still parsed, as the verifier would).
 func BenchmarkStoreDeliveryDirect(b *testing.B) {
-	st := store.New(benchPool(b))
+	st := benchStore(b)
 	ctx := context.Background()
 	runParallel(b, func(n int64) error {
 		_, err := st.StoreDelivery(ctx, reconcile.Delivery{Event: stripe.ParseEvent(benchBody(n)), RemoteAddr: "127.0.0.1:40000"})

@@ -13,14 +13,12 @@ import (
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/server"
-	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
 )
 
 func TestMetrics(t *testing.T) {
 	ctx := context.Background()
-	pool := storetest.NewPool(t)
-	st := store.New(pool)
+	st := storetest.NewStore(t)
 	metrics := server.NewMetrics(func(ctx context.Context) (int, int, int, error) {
 		q, err := st.QueueDepth(ctx)
 		return q.Pending, q.Due, q.Dead, err
@@ -36,7 +34,7 @@ func TestMetrics(t *testing.T) {
 	deliver(t, srv.URL, body, sign(body, "whsec_wrong", time.Now()))
 	other := eventBody("evt_dead", "invoice.paid", "cus_dead", "2025-08-27.basil")
 	deliver(t, srv.URL, other, sign(other, secretA, time.Now()))
-	_, err = pool.Exec(ctx, `UPDATE reconcile_queue SET status = 'dead' WHERE customer_id = 'cus_dead'`)
+	_, err = st.Pool().Exec(ctx, `UPDATE reconcile_queue SET status = 'dead' WHERE customer_id = 'cus_dead'`)
 	require.NoError(t, err)
 	metrics.ObserveReconcile(reconcile.Job{Provider: "stripe"}, reconcile.Outcome{Result: reconcile.ResultDead})
 

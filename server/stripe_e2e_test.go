@@ -11,7 +11,6 @@ import (
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/server"
-	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
 )
 
@@ -20,7 +19,8 @@ import (
 // billsync's intake verifies and stores.
 func TestFakeStripeDeliversToIntake(t *testing.T) {
 	ctx := context.Background()
-	pool := storetest.NewPool(t)
+	st := storetest.NewStore(t)
+	pool := st.Pool()
 	fake := stripemock.New(stripemock.Options{})
 	t.Cleanup(fake.Close)
 	fakeHTTP := httptest.NewServer(fake)
@@ -35,7 +35,7 @@ func TestFakeStripeDeliversToIntake(t *testing.T) {
 	secret := fake.AddWebhookEndpoint(intakeHTTP.URL + "/webhooks/stripe")
 	v, err := stripe.NewVerifier([]string{secret}, 0)
 	require.NoError(t, err)
-	intake = server.New(server.Config{Inbox: store.New(pool), Verifiers: []server.Verifier{v}})
+	intake = server.New(server.Config{Inbox: st, Verifiers: []server.Verifier{v}})
 
 	sc := stripeapi.NewClient(stripemock.DefaultAPIKey, stripeapi.WithBackends(stripeapi.NewBackendsWithConfig(&stripeapi.BackendConfig{
 		URL: stripeapi.String(fakeHTTP.URL), MaxNetworkRetries: stripeapi.Int64(0),

@@ -33,11 +33,10 @@ const (
 )
 
 // newIntake returns a billsync HTTP server storing into a fresh database.
-func newIntake(t *testing.T, pool *pgxpool.Pool) *httptest.Server {
+func newIntake(t *testing.T, st *store.Store) *httptest.Server {
 	t.Helper()
 	v, err := stripe.NewVerifier([]string{secretA, secretB}, stripe.DefaultTolerance)
 	require.NoError(t, err)
-	st := store.New(pool)
 	srv := httptest.NewServer(server.New(server.Config{Inbox: st, Verifiers: []server.Verifier{v}, Ready: st.Ping}))
 	t.Cleanup(srv.Close)
 	return srv
@@ -88,8 +87,9 @@ func rowCounts(t *testing.T, pool *pgxpool.Pool) map[string]int {
 }
 
 func TestIntakeConcurrentCopies(t *testing.T) {
-	pool := storetest.NewPool(t)
-	srv := newIntake(t, pool)
+	st := storetest.NewStore(t)
+	pool := st.Pool()
+	srv := newIntake(t, st)
 	body := eventBody("evt_copy", "customer.subscription.updated", "cus_1", "2025-08-27.basil")
 
 	var wg sync.WaitGroup
@@ -134,8 +134,9 @@ func TestIntakeConcurrentCopies(t *testing.T) {
 }
 
 func TestIntakeRefusesAndStoresNothing(t *testing.T) {
-	pool := storetest.NewPool(t)
-	srv := newIntake(t, pool)
+	st := storetest.NewStore(t)
+	pool := st.Pool()
+	srv := newIntake(t, st)
 	body := eventBody("evt_bad", "customer.subscription.updated", "cus_1", "2025-08-27.basil")
 	huge := append(eventBody("evt_huge", "invoice.paid", "cus_1", "2025-08-27.basil"), bytes.Repeat([]byte(" "), server.MaxBodyBytes)...)
 
@@ -164,8 +165,9 @@ func TestIntakeRefusesAndStoresNothing(t *testing.T) {
 }
 
 func TestIntakeAcceptsEitherRotatedSecret(t *testing.T) {
-	pool := storetest.NewPool(t)
-	srv := newIntake(t, pool)
+	st := storetest.NewStore(t)
+	pool := st.Pool()
+	srv := newIntake(t, st)
 	for i, secret := range []string{secretA, secretB} {
 		body := eventBody(fmt.Sprintf("evt_rot_%d", i), "invoice.paid", "cus_rot", "2025-08-27.basil")
 		a := deliver(t, srv.URL, body, sign(body, secret, time.Now()))
@@ -176,8 +178,9 @@ func TestIntakeAcceptsEitherRotatedSecret(t *testing.T) {
 }
 
 func TestIntakeAcceptsOlderAPIVersion(t *testing.T) {
-	pool := storetest.NewPool(t)
-	srv := newIntake(t, pool)
+	st := storetest.NewStore(t)
+	pool := st.Pool()
+	srv := newIntake(t, st)
 	body := eventBody("evt_old", "customer.subscription.updated", "cus_old", "2024-06-20")
 	a := deliver(t, srv.URL, body, sign(body, secretA, time.Now()))
 	require.Equal(t, http.StatusOK, a.code)
@@ -193,8 +196,9 @@ func TestIntakeAcceptsOlderAPIVersion(t *testing.T) {
 }
 
 func TestIntakeStoresIgnoredEventsWithReason(t *testing.T) {
-	pool := storetest.NewPool(t)
-	srv := newIntake(t, pool)
+	st := storetest.NewStore(t)
+	pool := st.Pool()
+	srv := newIntake(t, st)
 	tests := []struct{ id, typ, customer, reason string }{
 		{"evt_nocust", "invoice.paid", "", "event names no customer"},
 		{"evt_product", "product.created", "cus_1", `event type "product.created" does not affect billing state`},

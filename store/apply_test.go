@@ -44,7 +44,7 @@ func receive(t *testing.T, st *store.Store, id, customer string) {
 // cus_1) whose queue row this test has claimed.
 func claimedJob(t *testing.T) (*store.Store, reconcile.Job) {
 	t.Helper()
-	st := store.New(storetest.NewPool(t))
+	st := storetest.NewStore(t)
 	receive(t, st, "evt_1", "cus_1")
 	return st, claimOne(t, st)
 }
@@ -244,7 +244,7 @@ func TestRetryThenDeadThenRevived(t *testing.T) {
 
 func TestClaimSkipsLockedAndReclaimsExpiredLeases(t *testing.T) {
 	ctx := context.Background()
-	st := store.New(storetest.NewPool(t))
+	st := storetest.NewStore(t)
 	for i := range 5 {
 		receive(t, st, fmt.Sprintf("evt_%d", i), fmt.Sprintf("cus_%d", i))
 	}

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billsync/billsync/migrations"
 )
@@ -54,12 +53,12 @@ func Migrations() ([]Migration, error) {
 }
 
 // Pending reports the migrations not yet applied to the database.
-func Pending(ctx context.Context, pool *pgxpool.Pool) ([]Migration, error) {
+func (s *Store) Pending(ctx context.Context) ([]Migration, error) {
 	all, err := Migrations()
 	if err != nil {
 		return nil, err
 	}
-	applied, err := appliedVersions(ctx, pool)
+	applied, err := appliedVersions(ctx, s.pool)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +74,7 @@ func Pending(ctx context.Context, pool *pgxpool.Pool) ([]Migration, error) {
 func appliedVersions(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }) (map[int]bool, error) {
-	rows, err := q.Query(ctx, `SELECT version FROM schema_migrations WHERE to_regclass('schema_migrations') IS NOT NULL`)
+	rows, err := q.Query(ctx, `SELECT version FROM schema_migrations`)
 	if err != nil {
 		// The table does not exist yet: nothing is applied.
 		if isUndefinedTable(err) {
@@ -100,12 +99,12 @@ func appliedVersions(ctx context.Context, q interface {
 // Migrate applies every pending migration, each in its own transaction,
 // holding a session advisory lock so concurrent starters wait their turn.
 // It returns the names of the migrations it applied.
-func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
+func (s *Store) Migrate(ctx context.Context) ([]string, error) {
 	all, err := Migrations()
 	if err != nil {
 		return nil, err
 	}
-	conn, err := pool.Acquire(ctx)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", classify(err))
 	}

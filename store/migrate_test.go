@@ -37,13 +37,13 @@ func TestMigrateConcurrently(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pool, err := store.Open(ctx, url)
+			st, err := store.Open(ctx, url, store.Options{})
 			if err != nil {
 				errs[i] = err
 				return
 			}
-			defer pool.Close()
-			applied[i], errs[i] = store.Migrate(ctx, pool)
+			defer st.Close()
+			applied[i], errs[i] = st.Migrate(ctx)
 		}()
 	}
 	wg.Wait()
@@ -56,16 +56,14 @@ func TestMigrateConcurrently(t *testing.T) {
 	}
 	require.Equal(t, len(all), total, "every migration applied exactly once across replicas")
 
-	pool, err := store.Open(ctx, url)
-	require.NoError(t, err)
-	defer pool.Close()
+	st := storetest.OpenStore(t, url, store.Options{})
 	var rows int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&rows))
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&rows))
 	require.Equal(t, len(all), rows)
-	pending, err := store.Pending(ctx, pool)
+	pending, err := st.Pending(ctx)
 	require.NoError(t, err)
 	require.Empty(t, pending)
-	again, err := store.Migrate(ctx, pool)
+	again, err := st.Migrate(ctx)
 	require.NoError(t, err)
 	require.Empty(t, again)
 }

@@ -6,14 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
 )
 
 // TestListenWakesOnNewWork: a stored event wakes a listening worker through
 // NOTIFY, well before any poll would.
 func TestListenWakesOnNewWork(t *testing.T) {
-	st := store.New(storetest.NewPool(t))
+	st := storetest.NewStore(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	woken := make(chan struct{}, 10)
 	done := make(chan struct{})

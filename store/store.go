@@ -4,11 +4,14 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -17,9 +20,11 @@ import (
 	"github.com/billsync/billsync/reconcile"
 )
 
-// Store reads and writes billsync's tables.
+// Store reads and writes billsync's tables. It owns its connection pool:
+// callers see billsync's types only.
 type Store struct {
 	pool       *pgxpool.Pool
+	timeout    time.Duration
 	lastNotify atomic.Int64 // unix nanos of the last NOTIFY sent
 	// crashAfterAccountWrite, when set (tests only), runs between the
 	// account write and the ledger write; an error aborts the transaction
@@ -27,8 +32,50 @@ type Store struct {
 	crashAfterAccountWrite func() error
 }
 
-// New returns a Store on pool.
-func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+// DefaultTimeout bounds a store call when Options.Timeout is zero.
+const DefaultTimeout = 10 * time.Second
+
+// Options tunes a Store. Zero values take the defaults.
+type Options struct {
+	// Timeout bounds every store call that its caller's context does not
+	// bound sooner, so a hung database costs a caller at most this long and
+	// can never hold a shutdown; default DefaultTimeout. Migrate and Listen
+	// are long-running by nature and only follow their context.
+	Timeout time.Duration
+	// MaxConns caps the connection pool; default pgx's (at least 4).
+	MaxConns int32
+}
+
+// Open connects to the PostgreSQL server at url and checks the connection.
+func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	if opts.Timeout < 0 || opts.MaxConns < 0 {
+		return nil, errors.New("store: negative timeout or pool size")
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	return openConfig(ctx, cfg, opts)
+}
+
+func openConfig(ctx context.Context, cfg *pgxpool.Config, opts Options) (*Store, error) {
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = opts.MaxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	s := &Store{pool: pool, timeout: cmp.Or(opts.Timeout, DefaultTimeout)}
+	if err := s.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("ping database: %w", err)
+	}
+	return s, nil
+}
+
+// Close closes every connection.
+func (s *Store) Close() { s.pool.Close() }
 
 // CrashAfterAccountWrite installs fault injection for tests and the demo:
 // fn runs inside Apply between the account write and the ledger write, and
@@ -36,28 +83,29 @@ func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 // Pass nil to remove it. Never set in production wiring.
 func (s *Store) CrashAfterAccountWrite(fn func() error) { s.crashAfterAccountWrite = fn }
 
-// Pool returns the underlying pool (for wiring and tests).
+// Pool returns the underlying pool, for tests that inspect tables
+// directly. Production code never calls it: every query lives in a Store
+// method.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// Open connects to url and checks the connection.
-func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, fmt.Errorf("parse database url: %w", err)
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("open database: %w", err)
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("ping database: %w", classify(err))
-	}
-	return pool, nil
+// URL returns a libpq URL of the store's database, without the password
+// (for psql lines printed to people).
+func (s *Store) URL() string {
+	c := s.pool.Config().ConnConfig
+	u := url.URL{Scheme: "postgres", User: url.User(c.User), Path: "/" + c.Database}
+	u.RawQuery = url.Values{"host": {c.Host}, "port": {fmt.Sprint(c.Port)}}.Encode()
+	return u.String()
+}
+
+// bound gives ctx the store's deadline unless it already has a sooner one.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.timeout)
 }
 
 // Ping reports whether the database answers.
 func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if err := s.pool.Ping(ctx); err != nil {
 		return classify(err)
 	}
@@ -100,16 +148,16 @@ func isUndefinedTable(err error) bool {
 }
 
 // CreateDatabase creates a new, empty database called name on the server
-// url points at and returns a pool on it (for the demo and the bench, which
-// must not touch the operator's data). drop closes the pool and removes the
-// database.
-func CreateDatabase(ctx context.Context, url, name string) (pool *pgxpool.Pool, drop func(context.Context) error, err error) {
-	admin, err := Open(ctx, url)
+// url points at and returns a Store on it (for the demo and the bench,
+// which must not touch the operator's data). drop closes the store and
+// removes the database.
+func CreateDatabase(ctx context.Context, url, name string, opts Options) (st *Store, drop func(context.Context) error, err error) {
+	admin, err := Open(ctx, url, Options{MaxConns: 1})
 	if err != nil {
 		return nil, nil, err
 	}
 	ident := pgx.Identifier{name}.Sanitize()
-	if _, err := admin.Exec(ctx, `CREATE DATABASE `+ident); err != nil {
+	if _, err := admin.pool.Exec(ctx, `CREATE DATABASE `+ident); err != nil {
 		admin.Close()
 		return nil, nil, fmt.Errorf("create database %s: %w", name, classify(err))
 	}
@@ -119,19 +167,18 @@ func CreateDatabase(ctx context.Context, url, name string) (pool *pgxpool.Pool, 
 		return nil, nil, fmt.Errorf("parse database url: %w", err)
 	}
 	cfg.ConnConfig.Database = name
-	cfg.MaxConns = max(cfg.MaxConns, 40)
-	pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	st, err = openConfig(ctx, cfg, opts)
 	if err != nil {
 		admin.Close()
 		return nil, nil, fmt.Errorf("open database %s: %w", name, err)
 	}
 	drop = func(ctx context.Context) error {
-		pool.Close()
+		st.Close()
 		defer admin.Close()
-		if _, err := admin.Exec(ctx, `DROP DATABASE IF EXISTS `+ident+` WITH (FORCE)`); err != nil {
+		if _, err := admin.pool.Exec(ctx, `DROP DATABASE IF EXISTS `+ident+` WITH (FORCE)`); err != nil {
 			return fmt.Errorf("drop database %s: %w", name, classify(err))
 		}
 		return nil
 	}
-	return pool, drop, nil
+	return st, drop, nil
 }

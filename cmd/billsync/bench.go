@@ -212,17 +212,17 @@ flags:`)
 	rep.PoolConns = o.PoolConns
 	// Each part gets a database of its own: the intake leaves its
 	// customers queued, which the drain must not see.
-	err = withBenchDatabase(ctx, dbURL, fmt.Sprintf("billsync_bench_%d_intake", stamp), o.PoolConns, logger, func(pool *pgxpool.Pool) error {
+	err = withBenchDatabase(ctx, dbURL, fmt.Sprintf("billsync_bench_%d_intake", stamp), o.PoolConns, logger, func(st *store.Store) error {
 		var err error
-		rep.Intake, err = benchIntake(ctx, pool, o, logger)
+		rep.Intake, err = benchIntake(ctx, st, o, logger)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	err = withBenchDatabase(ctx, dbURL, fmt.Sprintf("billsync_bench_%d_drain", stamp), o.PoolConns, logger, func(pool *pgxpool.Pool) error {
+	err = withBenchDatabase(ctx, dbURL, fmt.Sprintf("billsync_bench_%d_drain", stamp), o.PoolConns, logger, func(st *store.Store) error {
 		var err error
-		rep.Drain, err = benchDrain(ctx, pool, plans, o, logger)
+		rep.Drain, err = benchDrain(ctx, st, plans, o, logger)
 		return err
 	})
 	if err != nil {
@@ -243,8 +243,10 @@ flags:`)
 // withBenchDatabase runs fn on a fresh, migrated database called name,
 // through a pool of conns connections, and drops the database afterwards,
 // whatever happened.
-func withBenchDatabase(ctx context.Context, dbURL, name string, conns int, logger *slog.Logger, fn func(*pgxpool.Pool) error) error {
-	created, drop, err := store.CreateDatabase(ctx, dbURL, name)
+func withBenchDatabase(ctx context.Context, dbURL, name string, conns int, logger *slog.Logger, fn func(*store.Store) error) error {
+	// The pool serve would have, on the new database: the pool size
+	// changes both paths' latency under many senders.
+	st, drop, err := store.CreateDatabase(ctx, dbURL, name, store.Options{MaxConns: int32(conns)})
 	if err != nil {
 		return err
 	}
@@ -255,19 +257,10 @@ func withBenchDatabase(ctx context.Context, dbURL, name string, conns int, logge
 			logger.Error("drop bench database", slog.String("database", name), slog.Any("error", err))
 		}
 	}()
-	// The pool serve would have, on the new database: the pool size
-	// changes both paths' latency under many senders.
-	pcfg := created.Config()
-	pcfg.MaxConns = int32(conns)
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return fmt.Errorf("open bench database %s: %w", name, err)
-	}
-	defer pool.Close()
-	if _, err := store.Migrate(ctx, pool); err != nil {
+	if _, err := st.Migrate(ctx); err != nil {
 		return fmt.Errorf("migrate bench database %s: %w", name, err)
 	}
-	return fn(pool)
+	return fn(st)
 }
 
 // ---- report ----

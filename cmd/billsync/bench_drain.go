@@ -17,7 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stripe/stripe-go/v82/webhook"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
@@ -59,13 +58,12 @@ type benchDrainRes struct {
 // benchDrain seeds the fake with customers and subscriptions, stores a
 // burst of events for them, then times the workers until the queue is
 // empty.
-func benchDrain(ctx context.Context, pool *pgxpool.Pool, plans *reconcile.Plans, o benchOptions, logger *slog.Logger) (benchDrainRes, error) {
+func benchDrain(ctx context.Context, st *store.Store, plans *reconcile.Plans, o benchOptions, logger *slog.Logger) (benchDrainRes, error) {
 	res := benchDrainRes{
 		Events: o.DrainEvents, Customers: o.Customers, StoredVia: "store.StoreDelivery (no HTTP)",
 		LatencyMs: float64(o.Latency) / float64(time.Millisecond), RateLimit: o.RateLimit,
 		Workers: o.Workers, Batch: o.Batch, Outcomes: map[string]int{},
 	}
-	st := store.New(pool)
 
 	fake := stripemock.New(stripemock.Options{})
 	defer fake.Close()

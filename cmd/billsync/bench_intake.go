@@ -20,7 +20,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stripe/stripe-go/v82/webhook"
 
 	"github.com/billsync/billsync/providers/stripe"
@@ -209,8 +208,7 @@ func benchEventBody(id, customer string, n int) []byte {
 
 // benchIntake measures, at each sender count, the HTTP intake against the
 // same store transaction called directly, in alternating rounds.
-func benchIntake(ctx context.Context, pool *pgxpool.Pool, o benchOptions, logger *slog.Logger) ([]benchIntake1, error) {
-	st := store.New(pool)
+func benchIntake(ctx context.Context, st *store.Store, o benchOptions, logger *slog.Logger) ([]benchIntake1, error) {
 	verifier, err := stripe.NewVerifier([]string{benchSecret}, 0)
 	if err != nil {
 		return nil, err

@@ -20,6 +20,7 @@ const defaultDataDir = ".billsync"
 type config struct {
 	DatabaseURL     string
 	DataDir         string
+	DBTimeout       time.Duration
 	Addr            string
 	NoMigrate       bool
 	ShutdownTimeout time.Duration
@@ -40,6 +41,8 @@ type config struct {
 func (c *config) bindCommon(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.DataDir, "data-dir", cmp.Or(getenv("BILLSYNC_DATA_DIR"), defaultDataDir),
 		"embedded PostgreSQL data directory, used when DATABASE_URL is unset (env BILLSYNC_DATA_DIR)")
+	fs.DurationVar(&c.DBTimeout, "db-timeout", 10*time.Second,
+		"deadline of each database call (a hung database costs a request or a reconcile at most this, and never blocks shutdown)")
 	c.DatabaseURL = getenv("DATABASE_URL")
 }
 

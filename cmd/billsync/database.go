@@ -11,8 +11,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/pgembed"
 )
@@ -41,24 +39,24 @@ func databaseURL(ctx context.Context, cfg config, logger *slog.Logger) (url stri
 
 // openDatabase connects to DATABASE_URL, or starts the embedded cluster
 // under cfg.DataDir when it is unset. close releases both.
-func openDatabase(ctx context.Context, cfg config, logger *slog.Logger) (pool *pgxpool.Pool, close func(), err error) {
+func openDatabase(ctx context.Context, cfg config, logger *slog.Logger) (st *store.Store, close func(), err error) {
 	url, stopCluster, err := databaseURL(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	pool, err = store.Open(ctx, url)
+	st, err = store.Open(ctx, url, store.Options{Timeout: cfg.DBTimeout})
 	if err != nil {
 		stopCluster()
 		return nil, nil, err
 	}
-	return pool, func() { pool.Close(); stopCluster() }, nil
+	return st, func() { st.Close(); stopCluster() }, nil
 }
 
 // prepareSchema applies pending migrations, or with refuse set, fails when
 // any are pending.
-func prepareSchema(ctx context.Context, pool *pgxpool.Pool, refuse bool, logger *slog.Logger) error {
+func prepareSchema(ctx context.Context, st *store.Store, refuse bool, logger *slog.Logger) error {
 	if refuse {
-		pending, err := store.Pending(ctx, pool)
+		pending, err := st.Pending(ctx)
 		if err != nil {
 			return err
 		}
@@ -67,7 +65,7 @@ func prepareSchema(ctx context.Context, pool *pgxpool.Pool, refuse bool, logger 
 		}
 		return nil
 	}
-	applied, err := store.Migrate(ctx, pool)
+	applied, err := st.Migrate(ctx)
 	for _, name := range applied {
 		logger.Info("migration applied", slog.String("name", name))
 	}

@@ -18,8 +18,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
@@ -134,16 +132,14 @@ func newDemo(ctx context.Context, dbURL, addr string, logger *slog.Logger) (_ *d
 			d.close()
 		}
 	}()
-	pool, drop, err := store.CreateDatabase(ctx, dbURL, fmt.Sprintf("billsync_demo_%d", time.Now().UnixNano()))
+	d.st, d.dropDB, err = store.CreateDatabase(ctx, dbURL, fmt.Sprintf("billsync_demo_%d", time.Now().UnixNano()), store.Options{})
 	if err != nil {
 		return nil, err
 	}
-	d.dropDB = drop
-	d.dbURL = databaseURLFor(pool)
-	if _, err := store.Migrate(ctx, pool); err != nil {
+	d.dbURL = d.st.URL()
+	if _, err := d.st.Migrate(ctx); err != nil {
 		return nil, err
 	}
-	d.st = store.New(pool)
 	if d.plans, err = loadPlans(""); err != nil {
 		return nil, err
 	}
@@ -566,13 +562,4 @@ func (n *naiveApp) handle(body []byte, crash bool) side {
 		n.plan = n.plans.Default().Name
 	}
 	return side{Answer: answer, Plan: n.plan, Balance: n.balance}
-}
-
-// databaseURLFor returns a libpq URL for pool's database (for psql).
-func databaseURLFor(pool *pgxpool.Pool) string {
-	c := pool.Config().ConnConfig
-	u := url.URL{Scheme: "postgres", User: url.User(c.User), Path: "/" + c.Database}
-	q := url.Values{"host": {c.Host}, "port": {fmt.Sprint(c.Port)}}
-	u.RawQuery = q.Encode()
-	return u.String()
 }

@@ -20,12 +20,12 @@ func runMigrate(ctx context.Context, args []string, stdout io.Writer, logger *sl
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	pool, closeDB, err := openDatabase(ctx, cfg, logger)
+	st, closeDB, err := openDatabase(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
-	if err := prepareSchema(ctx, pool, false, logger); err != nil {
+	if err := prepareSchema(ctx, st, false, logger); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, "schema is up to date")

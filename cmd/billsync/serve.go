@@ -48,15 +48,14 @@ STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 		return err
 	}
 
-	pool, closeDB, err := openDatabase(ctx, cfg, logger)
+	st, closeDB, err := openDatabase(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
-	if err := prepareSchema(ctx, pool, cfg.NoMigrate, logger); err != nil {
+	if err := prepareSchema(ctx, st, cfg.NoMigrate, logger); err != nil {
 		return err
 	}
-	st := store.New(pool)
 	metrics := server.NewMetrics(queueDepth(st), logger)
 	srv := server.New(server.Config{
 		Logger:    logger,

@@ -24,6 +24,7 @@ import (
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/pgembed"
 	"github.com/billsync/billsync/store/storetest"
 )
 
@@ -222,10 +223,11 @@ func TestServeReconcilesAgainstStripe(t *testing.T) {
 	customer := stripePost(t, fakeHTTP.URL+"/v1/customers", form)
 	stripePost(t, fakeHTTP.URL+"/v1/subscriptions", url.Values{"customer": {customer}, "items[0][price]": {"price_team"}})
 
-	pool, err := store.Open(ctx, "postgres://billsync@/billsync?host="+filepath.Join(dataDir, "run")+"&port=5432&sslmode=disable")
+	dbURL, err := pgembed.RunningURL(dataDir, "billsync")
 	require.NoError(t, err)
-	defer pool.Close()
-	st := store.New(pool)
+	st, err := store.Open(ctx, dbURL, store.Options{})
+	require.NoError(t, err)
+	defer st.Close()
 	require.Eventually(t, func() bool {
 		a, err := st.Account(ctx, "stripe", customer)
 		return err == nil && a.Plan == "team"
@@ -236,7 +238,7 @@ func TestServeReconcilesAgainstStripe(t *testing.T) {
 	balance, err := st.Balance(ctx, a.ID)
 	require.NoError(t, err)
 	require.EqualValues(t, 2000, balance)
-	pool.Close()
+	st.Close()
 	stopBillsync(t, cmd)
 }
 
@@ -259,17 +261,15 @@ func stripePost(t *testing.T, endpoint string, form url.Values) string {
 // start on a schema that is behind, and must not touch it either.
 func TestNoMigrateRefusesPendingMigrations(t *testing.T) {
 	ctx := context.Background()
-	pool, err := store.Open(ctx, storetest.EmptyURL(t))
-	require.NoError(t, err)
-	defer pool.Close()
+	st := storetest.OpenStore(t, storetest.EmptyURL(t), store.Options{})
 	logger := slog.New(slog.DiscardHandler)
 
-	err = prepareSchema(ctx, pool, true, logger)
+	err := prepareSchema(ctx, st, true, logger)
 	require.ErrorContains(t, err, "migrations are pending")
-	pending, err := store.Pending(ctx, pool)
+	pending, err := st.Pending(ctx)
 	require.NoError(t, err)
 	require.NotEmpty(t, pending, "refusing must not migrate")
 
-	require.NoError(t, prepareSchema(ctx, pool, false, logger))
-	require.NoError(t, prepareSchema(ctx, pool, true, logger), "an up-to-date schema is accepted")
+	require.NoError(t, prepareSchema(ctx, st, false, logger))
+	require.NoError(t, prepareSchema(ctx, st, true, logger), "an up-to-date schema is accepted")
 }

@@ -153,6 +153,17 @@ func (c *Cluster) URL(dbname string) string {
 	return u.String()
 }
 
+// RunningURL returns the URL of dbname on the cluster that another process
+// (a billsync serve, say) runs under dataDir, read from its postmaster.pid,
+// so nobody needs to know where the socket went.
+func RunningURL(dataDir, dbname string) (string, error) {
+	c := &Cluster{pgdata: filepath.Join(dataDir, "pgdata")}
+	if err := c.readPidFile(); err != nil {
+		return "", err
+	}
+	return c.URL(dbname), nil
+}
+
 // DataDir returns the absolute data directory.
 func (c *Cluster) DataDir() string { return c.dataDir }
 

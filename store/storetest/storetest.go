@@ -68,18 +68,24 @@ func Main(m *testing.M) int {
 	return code
 }
 
-// NewPool returns a pool connected to a fresh, fully migrated database of its
-// own; it is closed and the database dropped at t.Cleanup.
-func NewPool(t testing.TB) *pgxpool.Pool {
+// NewStore returns a Store on a fresh, fully migrated database of its own;
+// it is closed and the database dropped at t.Cleanup.
+func NewStore(t testing.TB) *store.Store {
+	t.Helper()
+	return OpenStore(t, URL(t), store.Options{})
+}
+
+// OpenStore opens a Store on url with opts, closed at t.Cleanup.
+func OpenStore(t testing.TB, url string, opts store.Options) *store.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pool, err := store.Open(ctx, URL(t))
+	st, err := store.Open(ctx, url, opts)
 	if err != nil {
 		t.Fatalf("storetest: %v", err)
 	}
-	t.Cleanup(pool.Close) // runs before URL's cleanup drops the database
-	return pool
+	t.Cleanup(st.Close) // runs before URL's cleanup drops the database
+	return st
 }
 
 // URL returns a connection URL for a fresh, fully migrated database (for tests
@@ -141,7 +147,10 @@ func setup() (_ *server, err error) {
 			return nil, err
 		}
 	}
-	if s.admin, err = store.Open(ctx, s.adminURL); err != nil {
+	if s.admin, err = pgxpool.New(ctx, s.adminURL); err != nil {
+		return nil, err
+	}
+	if err := s.admin.Ping(ctx); err != nil {
 		return nil, err
 	}
 	if s.template, err = ensureTemplate(ctx, s.admin, s.adminURL); err != nil {
@@ -312,12 +321,12 @@ func ensureTemplate(ctx context.Context, admin *pgxpool.Pool, adminURL string) (
 			return "", fmt.Errorf("template: %s: %w", sql, err)
 		}
 	}
-	pool, err := store.Open(ctx, dbURL(adminURL, build))
+	st, err := store.Open(ctx, dbURL(adminURL, build), store.Options{})
 	if err != nil {
 		return "", fmt.Errorf("template: %w", err)
 	}
-	_, err = store.Migrate(ctx, pool)
-	pool.Close()
+	_, err = st.Migrate(ctx)
+	st.Close()
 	if err != nil {
 		return "", fmt.Errorf("template: %w", err)
 	}

@@ -12,9 +12,9 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
 
-func TestNewPoolIsMigrated(t *testing.T) {
+func TestNewStoreIsMigrated(t *testing.T) {
 	t.Parallel()
-	pool := storetest.NewPool(t)
+	pool := storetest.NewStore(t).Pool()
 	var versions []int
 	rows, err := pool.Query(t.Context(), `SELECT version FROM schema_migrations ORDER BY version`)
 	require.NoError(t, err)
@@ -28,9 +28,9 @@ func TestNewPoolIsMigrated(t *testing.T) {
 	}
 }
 
-func TestNewPoolDatabasesAreSeparate(t *testing.T) {
+func TestNewStoreDatabasesAreSeparate(t *testing.T) {
 	t.Parallel()
-	a, b := storetest.NewPool(t), storetest.NewPool(t)
+	a, b := storetest.NewStore(t).Pool(), storetest.NewStore(t).Pool()
 	var dbA, dbB string
 	require.NoError(t, a.QueryRow(t.Context(), `SELECT current_database()`).Scan(&dbA))
 	require.NoError(t, b.QueryRow(t.Context(), `SELECT current_database()`).Scan(&dbB))
