@@ -1,13 +1,18 @@
 package stripe
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -23,6 +28,7 @@ type stripeMock struct {
 	URL      string
 	mu       sync.Mutex
 	requests []recorded
+	patch    func(path string, body map[string]any) // see patchWith
 }
 
 func startStripeMock(t *testing.T) *stripeMock {
@@ -31,6 +37,7 @@ func startStripeMock(t *testing.T) *stripeMock {
 	require.NoError(t, err)
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	m := &stripeMock{}
+	proxy.ModifyResponse = m.patchResponse
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := recorded{method: r.Method, path: r.URL.Path, query: r.URL.RawQuery, version: r.Header.Get("Stripe-Version")}
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
@@ -43,6 +50,46 @@ func startStripeMock(t *testing.T) *stripeMock {
 	t.Cleanup(hs.Close)
 	m.URL = hs.URL
 	return m
+}
+
+// patchWith makes the proxy rewrite stripe-mock's 200 answers for the rest of
+// the test: patch gets the request path and the decoded body to change in
+// place. The request has already passed stripe-mock's validation; only the
+// fixture answer is changed.
+func (m *stripeMock) patchWith(t *testing.T, patch func(path string, body map[string]any)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.patch = patch
+	t.Cleanup(func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.patch = nil
+	})
+}
+
+func (m *stripeMock) patchResponse(resp *http.Response) error {
+	m.mu.Lock()
+	patch := m.patch
+	m.mu.Unlock()
+	if patch == nil || resp.StatusCode != http.StatusOK {
+		return nil
+	}
+	var body map[string]any
+	dec := json.NewDecoder(resp.Body)
+	dec.UseNumber() // keep Unix timestamps and amounts as written
+	if err := dec.Decode(&body); err != nil {
+		return err
+	}
+	resp.Body.Close()
+	patch(resp.Request.URL.Path, body)
+	out, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(out))
+	resp.ContentLength = int64(len(out))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(out)))
+	return nil
 }
 
 func (m *stripeMock) seen() []recorded {
@@ -64,17 +111,7 @@ func TestCompatStripeMock(t *testing.T) {
 
 	t.Run("Fetch", func(t *testing.T) {
 		_, err := c.Fetch(context.Background(), "cus_compat")
-		reqs := m.seen()
-		require.Len(t, reqs, 2)
-		for _, r := range reqs {
-			require.Equal(t, http.StatusOK, r.status, "stripe-mock refused %s %s?%s", r.method, r.path, r.query)
-			require.Equal(t, APIVersion, r.version)
-		}
-		require.Equal(t, "/v1/customers/cus_compat", reqs[0].path)
-		q, err2 := url.ParseQuery(reqs[1].query)
-		require.NoError(t, err2)
-		require.Equal(t, "/v1/subscriptions", reqs[1].path)
-		require.Equal(t, url.Values{"customer": {"cus_compat"}, "status": {"all"}, "limit": {"100"}}, q)
+		requireFetchAccepted(t, m.seen())
 
 		// stripe-mock v0.203.0 answers an active subscription whose generated
 		// item period ends (976287773, 2000-12-08) before it starts
@@ -84,6 +121,48 @@ func TestCompatStripeMock(t *testing.T) {
 		require.ErrorAs(t, err, &perm)
 		require.Contains(t, perm.Reason, "(active): current period ends (2000-12-08T")
 		require.Contains(t, perm.Reason, "before it starts (2030-02-06T")
+	})
+
+	t.Run("FetchLive", func(t *testing.T) {
+		// stripe-mock cannot answer a usable live subscription, so the proxy
+		// turns its fixture into one on the way back: a valid period on the
+		// item, a lookup key on its price, a user reference on the customer.
+		// Without this patch Fetch fails as in "Fetch" above.
+		start := time.Date(2025, 9, 1, 0, 0, 0, 0, time.UTC)
+		end := start.AddDate(0, 1, 0)
+		m.patchWith(t, func(path string, body map[string]any) {
+			switch path {
+			case "/v1/customers/cus_compat":
+				body["metadata"] = map[string]any{"user_id": "user_compat"}
+			case "/v1/subscriptions":
+				for _, sub := range body["data"].([]any) {
+					sub := sub.(map[string]any)
+					sub["status"] = "active"
+					for _, item := range sub["items"].(map[string]any)["data"].([]any) {
+						item := item.(map[string]any)
+						item["current_period_start"] = start.Unix()
+						item["current_period_end"] = end.Unix()
+						item["price"].(map[string]any)["lookup_key"] = "pro"
+					}
+				}
+			}
+		})
+
+		snap, err := c.Fetch(context.Background(), "cus_compat")
+		requireFetchAccepted(t, m.seen())
+		require.NoError(t, err)
+		require.Equal(t, reconcile.Snapshot{
+			Provider:       Provider,
+			CustomerID:     "cus_compat",
+			UserRef:        "user_compat",
+			SubscriptionID: "sub_1Pgc6rB7WZ01zgkWNy0Cn5nw", // the fixture's
+			Status:         "active",
+			PriceRefs:      []string{"pro", "price_1PgafmB7WZ01zgkW6dKueIc5"},
+			PeriodStart:    start,
+			PeriodEnd:      end,
+			// The fixture's cancel_at_period_end is true.
+			CancelAtPeriodEnd: true,
+		}, snap)
 	})
 
 	t.Run("List", func(t *testing.T) {
@@ -118,4 +197,21 @@ func TestCompatStripeMock(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 		m.seen()
 	})
+}
+
+// requireFetchAccepted checks that one Fetch of cus_compat sent exactly the
+// customer retrieve and the subscription list, at billsync's API version, and
+// that stripe-mock accepted both.
+func requireFetchAccepted(t *testing.T, reqs []recorded) {
+	t.Helper()
+	require.Len(t, reqs, 2)
+	for _, r := range reqs {
+		require.Equal(t, http.StatusOK, r.status, "stripe-mock refused %s %s?%s", r.method, r.path, r.query)
+		require.Equal(t, APIVersion, r.version)
+	}
+	require.Equal(t, "/v1/customers/cus_compat", reqs[0].path)
+	require.Equal(t, "/v1/subscriptions", reqs[1].path)
+	q, err := url.ParseQuery(reqs[1].query)
+	require.NoError(t, err)
+	require.Equal(t, url.Values{"customer": {"cus_compat"}, "status": {"all"}, "limit": {"100"}}, q)
 }
