@@ -53,9 +53,13 @@ func runWorkerProcess() int {
 		fmt.Fprintln(os.Stderr, "worker process:", err)
 		return 1
 	}
-	w := reconcile.NewWorker(reconcile.WorkerConfig{Name: "proc2", Store: st, Providers: []reconcile.Provider{client},
+	w, err := reconcile.NewWorker(reconcile.WorkerConfig{Name: "proc2", Store: st, Providers: []reconcile.Provider{client},
 		Plans: plans, Concurrency: 4, Batch: 5, Poll: 10 * time.Millisecond})
-	_ = w.Run(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker process:", err)
+		return 1
+	}
+	w.Run(ctx)
 	return 0
 }
 
@@ -82,7 +86,7 @@ func TestConcurrentWorkers(t *testing.T) {
 
 	local := h.worker(reconcile.WorkerConfig{Name: "proc1", Concurrency: 4, Batch: 5, Poll: 10 * time.Millisecond})
 	done := make(chan struct{})
-	go func() { _ = local.Run(runCtx); close(done) }()
+	go func() { local.Run(runCtx); close(done) }()
 
 	ids := make([]string, customers)
 	subs := make([]*stripeapi.Subscription, customers)

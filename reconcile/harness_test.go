@@ -103,7 +103,9 @@ func (h *harness) worker(cfg reconcile.WorkerConfig) *reconcile.Worker {
 		cfg.Providers = []reconcile.Provider{h.client}
 	}
 	cfg.OnOutcome = func(_ reconcile.Job, o reconcile.Outcome) { h.outcomes <- o }
-	return reconcile.NewWorker(cfg)
+	w, err := reconcile.NewWorker(cfg)
+	require.NoError(h.t, err)
+	return w
 }
 
 func (h *harness) customer(userRef string) string {

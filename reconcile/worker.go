@@ -21,21 +21,77 @@ var DefaultBackoff = []time.Duration{5 * time.Second, 30 * time.Second, 2 * time
 // few fetches costs nothing next to the fetches.
 const DefaultBatch = 2
 
-// WorkerConfig configures a Worker. Zero values take the defaults.
+// WorkerConfig configures a Worker. Zero values take the defaults;
+// negative ones are an error.
 type WorkerConfig struct {
 	Name         string // prefix of the lease holder's id; default "worker"
-	Store        Store
+	Store        Store  // required
 	Providers    []Provider
-	Plans        *Plans
+	Plans        *Plans // required
 	Logger       *slog.Logger
 	Concurrency  int           // claim loops in this process; default 4
 	Batch        int           // jobs claimed at once per loop; default DefaultBatch
-	Lease        time.Duration // how long a claim holds; default 2 min
+	Lease        time.Duration // how long a claim holds unless renewed; default DefaultLease
 	Poll         time.Duration // fallback poll when no wake-up comes; default 1 s
 	FetchTimeout time.Duration // deadline of one provider fetch; default 30 s
 	Backoff      []time.Duration
 	// OnOutcome, when set, sees every outcome (metrics, tests).
 	OnOutcome func(Job, Outcome)
+}
+
+// DefaultLease is how long a claim holds without renewal. A worker renews
+// the leases it holds every third of it while it works, so only a worker
+// that died keeps a customer waiting, and for at most this long.
+const DefaultLease = 15 * time.Second
+
+// validate checks cfg and fills in the defaults.
+func (cfg *WorkerConfig) validate() error {
+	var errs []error
+	if cfg.Store == nil {
+		errs = append(errs, errors.New("no store"))
+	}
+	if cfg.Plans == nil {
+		errs = append(errs, errors.New("no plans"))
+	}
+	if len(cfg.Providers) == 0 {
+		errs = append(errs, errors.New("no providers"))
+	}
+	seen := map[string]bool{}
+	for _, p := range cfg.Providers {
+		switch {
+		case p == nil:
+			errs = append(errs, errors.New("a nil provider"))
+		case seen[p.Name()]:
+			errs = append(errs, fmt.Errorf("provider %q given twice", p.Name()))
+		default:
+			seen[p.Name()] = true
+		}
+	}
+	if cfg.Concurrency < 0 || cfg.Batch < 0 || cfg.Lease < 0 || cfg.Poll < 0 || cfg.FetchTimeout < 0 {
+		errs = append(errs, errors.New("negative concurrency, batch, lease, poll or fetch timeout"))
+	}
+	for _, d := range cfg.Backoff {
+		if d < 0 {
+			errs = append(errs, errors.New("negative backoff"))
+			break
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("worker config: %w", err)
+	}
+	cfg.Name = cmp.Or(cfg.Name, "worker")
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, 4)
+	cfg.Batch = cmp.Or(cfg.Batch, DefaultBatch)
+	cfg.Lease = cmp.Or(cfg.Lease, DefaultLease)
+	cfg.Poll = cmp.Or(cfg.Poll, time.Second)
+	cfg.FetchTimeout = cmp.Or(cfg.FetchTimeout, 30*time.Second)
+	if len(cfg.Backoff) == 0 {
+		cfg.Backoff = DefaultBackoff
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
 }
 
 // Worker drains the reconcile queue: for each claimed customer it takes the
@@ -48,20 +104,11 @@ type Worker struct {
 	dead      atomic.Int64
 }
 
-// NewWorker returns a Worker for cfg.
-func NewWorker(cfg WorkerConfig) *Worker {
-	cfg.Name = cmp.Or(cfg.Name, "worker")
-	cfg.Concurrency = max(cfg.Concurrency, 0)
-	cfg.Concurrency = cmp.Or(cfg.Concurrency, 4)
-	cfg.Batch = cmp.Or(cfg.Batch, DefaultBatch)
-	cfg.Lease = cmp.Or(cfg.Lease, 2*time.Minute)
-	cfg.Poll = cmp.Or(cfg.Poll, time.Second)
-	cfg.FetchTimeout = cmp.Or(cfg.FetchTimeout, 30*time.Second)
-	if len(cfg.Backoff) == 0 {
-		cfg.Backoff = DefaultBackoff
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+// NewWorker returns a Worker for cfg, or an error saying what is wrong
+// with cfg.
+func NewWorker(cfg WorkerConfig) (*Worker, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	w := &Worker{cfg: cfg, providers: map[string]Provider{}}
 	for _, p := range cfg.Providers {
@@ -70,7 +117,7 @@ func NewWorker(cfg WorkerConfig) *Worker {
 	for range cfg.Concurrency {
 		w.wake = append(w.wake, make(chan struct{}, 1))
 	}
-	return w
+	return w, nil
 }
 
 // Wake tells idle loops that work may be due (called on NOTIFY).
@@ -87,8 +134,9 @@ func (w *Worker) Wake() {
 func (w *Worker) Dead() int64 { return w.dead.Load() }
 
 // Run claims and processes jobs until ctx is done, then finishes the job in
-// hand and releases the leases it holds on the rest.
-func (w *Worker) Run(ctx context.Context) error {
+// hand and releases the leases it holds on the rest. Failures are logged
+// and retried, never returned: the database may come back.
+func (w *Worker) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for i := range w.cfg.Concurrency {
 		wg.Add(1)
@@ -98,7 +146,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	return nil
 }
 
 func (w *Worker) loop(ctx context.Context, id string, wake <-chan struct{}) {

@@ -141,7 +141,7 @@ func TestWorkerStopReleasesLeases(t *testing.T) {
 	w := h.worker(reconcile.WorkerConfig{Concurrency: 1, Batch: 5, Lease: time.Hour})
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { _ = w.Run(runCtx); close(done) }()
+	go func() { w.Run(runCtx); close(done) }()
 	// Wait for the batch to be claimed, then stop.
 	require.Eventually(t, func() bool {
 		var leased int

@@ -124,7 +124,7 @@ func benchDrain(ctx context.Context, st *store.Store, plans *reconcile.Plans, o 
 	}
 	provider := &benchCountingProvider{Provider: client, fetches: map[string]int{}}
 	var outcomesMu sync.Mutex
-	worker := reconcile.NewWorker(reconcile.WorkerConfig{
+	worker, err := reconcile.NewWorker(reconcile.WorkerConfig{
 		Name: "bench", Store: st, Providers: []reconcile.Provider{provider}, Plans: plans,
 		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)), // as in production, minus the output
 		Concurrency: o.Workers, Batch: o.Batch,
@@ -134,12 +134,15 @@ func benchDrain(ctx context.Context, st *store.Store, plans *reconcile.Plans, o 
 			outcomesMu.Unlock()
 		},
 	})
+	if err != nil {
+		return res, err
+	}
 
 	reqs0, limited0, conns0 := counted.requests.Load(), counted.limited.Load(), counted.conns.Load()
 	runCtx, stopWorkers := context.WithCancel(ctx)
 	done := make(chan struct{})
 	start := time.Now()
-	go func() { defer close(done); _ = worker.Run(runCtx) }()
+	go func() { defer close(done); worker.Run(runCtx) }()
 	// At the limit the drain needs requests/limit seconds; ten times that
 	// (plus a minute) means it is broken, not slow.
 	expected := time.Duration(2 * float64(len(customers)) / o.RateLimit * float64(time.Second))
@@ -229,14 +232,17 @@ func benchDrainLive(ctx context.Context, st *store.Store, client reconcile.Provi
 
 	provider := &benchCountingProvider{Provider: client, fetches: map[string]int{}}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	worker := reconcile.NewWorker(reconcile.WorkerConfig{
+	worker, err := reconcile.NewWorker(reconcile.WorkerConfig{
 		Name: "bench-live", Store: st, Providers: []reconcile.Provider{provider}, Plans: plans,
 		Logger: quiet, Concurrency: o.Workers, Batch: o.Batch,
 	})
+	if err != nil {
+		return benchLiveRes{}, err
+	}
 	runCtx, stopWorkers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); _ = worker.Run(runCtx) }()
+	go func() { defer wg.Done(); worker.Run(runCtx) }()
 	defer func() { stopWorkers(); wg.Wait() }()
 
 	// Each stored delivery wakes the idle loops at once, as serve's NOTIFY

@@ -170,8 +170,11 @@ func newDemo(ctx context.Context, dbURL, addr string, logger *slog.Logger) (_ *d
 	if err != nil {
 		return nil, err
 	}
-	d.worker = reconcile.NewWorker(reconcile.WorkerConfig{Name: "demo", Store: d.st, Providers: []reconcile.Provider{client},
+	d.worker, err = reconcile.NewWorker(reconcile.WorkerConfig{Name: "demo", Store: d.st, Providers: []reconcile.Provider{client},
 		Plans: d.plans, Logger: logger, Lease: demoLease, Poll: 200 * time.Millisecond, Concurrency: 2})
+	if err != nil {
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -488,7 +491,7 @@ func (d *demo) serve(ctx context.Context, out io.Writer, customer string) error 
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); d.st.Listen(ctx, d.logger, d.worker.Wake) }()
-	go func() { defer wg.Done(); _ = d.worker.Run(ctx) }()
+	go func() { defer wg.Done(); d.worker.Run(ctx) }()
 	fmt.Fprintf(out, `
 billsync keeps running, its worker live (Ctrl-C to stop; the demo database is dropped on exit).
 Changes made at the fake Stripe now reach billsync as signed webhooks. Try:

@@ -77,13 +77,16 @@ STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 		if err != nil {
 			return err
 		}
-		worker := reconcile.NewWorker(reconcile.WorkerConfig{
+		worker, err := reconcile.NewWorker(reconcile.WorkerConfig{
 			Name: workerName(), Store: st, Providers: []reconcile.Provider{client}, Plans: plans,
 			Logger: logger, Concurrency: cfg.Workers, OnOutcome: metrics.ObserveReconcile,
 		})
+		if err != nil {
+			return err
+		}
 		wg.Add(2)
 		go func() { defer wg.Done(); st.Listen(ctx, logger, worker.Wake) }()
-		go func() { defer wg.Done(); _ = worker.Run(ctx) }()
+		go func() { defer wg.Done(); worker.Run(ctx) }()
 	}
 	err = listenAndServe(ctx, cfg.Addr, srv, cfg.ShutdownTimeout, stdout, logger)
 	cancel()
