@@ -43,7 +43,7 @@ func BenchmarkApply(b *testing.B) {
 		b.ResetTimer()
 		for i, job := range jobs {
 			obs := now.Add(time.Duration(i+1) * time.Microsecond)
-			out, err := st.Apply(ctx, job, obs, benchSnapshot(job.CustomerID, now), plans)
+			out, err := st.Apply(ctx, job, obs, decideWith(benchSnapshot(job.CustomerID, now), plans, obs))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -63,12 +63,13 @@ func BenchmarkApply(b *testing.B) {
 		}
 		job := reconcile.Job{Provider: "stripe", CustomerID: "cus_same", Trigger: reconcile.TriggerResync}
 		snap := benchSnapshot(job.CustomerID, now)
-		if _, err := st.Apply(ctx, job, now, snap, plans); err != nil {
+		if _, err := st.Apply(ctx, job, now, decideWith(snap, plans, now)); err != nil {
 			b.Fatal(err)
 		}
 		b.ResetTimer()
 		for i := range b.N {
-			out, err := st.Apply(ctx, job, now.Add(time.Duration(i+1)*time.Microsecond), snap, plans)
+			obs := now.Add(time.Duration(i+1) * time.Microsecond)
+			out, err := st.Apply(ctx, job, obs, decideWith(snap, plans, obs))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -86,4 +87,9 @@ func benchSnapshot(customerID string, now time.Time) reconcile.Snapshot {
 		SubscriptionID: "sub_" + customerID, Status: "active", PriceRefs: []string{"pro", "price_pro"},
 		PeriodStart: start, PeriodEnd: start.AddDate(0, 1, 0),
 	}
+}
+
+// decideWith is the worker's decision for snap, as Apply takes it.
+func decideWith(snap reconcile.Snapshot, plans *reconcile.Plans, obs time.Time) func(reconcile.Account) reconcile.Change {
+	return func(cur reconcile.Account) reconcile.Change { return reconcile.Decide(cur, snap, plans, obs) }
 }

@@ -82,6 +82,23 @@ func Decide(cur Account, snap Snapshot, plans *Plans, observedAt time.Time) Chan
 	return ch
 }
 
+// Writes reports whether the change writes the account and may grant:
+// only a snapshot newer than the account's, which maps to a plan, does.
+func (c Change) Writes() bool {
+	return c.Result == ResultApplied || c.Result == ResultUnchanged
+}
+
+// Done returns what applying the change to cur did, once the store knows
+// what the grant added: an otherwise unchanged account whose ledger moved
+// (a new period, or a grant a crash lost) counts as applied.
+func (c Change) Done(cur Account, granted int64) Outcome {
+	out := Outcome{AccountID: cur.ID, Result: c.Result, Text: c.Describe(granted), Granted: granted, Before: cur, After: c.Next}
+	if granted > 0 {
+		out.Result = ResultApplied
+	}
+	return out
+}
+
 // Describe returns the readable outcome once the grant's top-up is known.
 func (c Change) Describe(granted int64) string {
 	if granted <= 0 {

@@ -24,6 +24,16 @@ type Event struct {
 	IgnoreReason string
 }
 
+// EventStatus is where a stored event stands.
+type EventStatus string
+
+const (
+	EventPending EventStatus = "pending" // waiting for its customer's reconcile
+	EventApplied EventStatus = "applied" // answered by a reconcile that read the provider
+	EventIgnored EventStatus = "ignored" // unusable, or its customer's state cannot be applied; the outcome says why
+	EventDead    EventStatus = "dead"    // its customer's reconcile gave up; revived by a sweep, resync or new webhook
+)
+
 // Delivery is one HTTP request carrying an event; copies are several
 // deliveries of one event.
 type Delivery struct {
@@ -37,7 +47,7 @@ type Stored struct {
 	EventID   int64 // billsync's inbox_events.id
 	Duplicate bool  // the event was already stored; this was a copy
 	SeenCount int
-	Status    string // pending or ignored
+	Status    EventStatus // pending or ignored
 }
 
 // Inbox stores deliveries. StoreDelivery must have committed before it

@@ -34,24 +34,51 @@ type Outcome struct {
 	Events    int // stored events this reconcile answered
 }
 
-// Store is what the worker needs from the database. Every method that
-// writes does so in one transaction.
+// EventStatus is the status the outcome gives the events it answers.
+func (o Outcome) EventStatus() EventStatus {
+	switch o.Result {
+	case ResultIgnored:
+		return EventIgnored
+	case ResultDead:
+		return EventDead
+	case ResultRetry:
+		return EventPending
+	}
+	return EventApplied
+}
+
+// Store is what the worker needs from the database. The store executes;
+// the domain decides: Apply hands the locked account to decide and writes
+// what it returns. Every method that writes does so in one transaction,
+// and every call is bounded by the store's own deadline, so a hung
+// database can neither stall a worker forever nor hold a shutdown.
 type Store interface {
-	// Claim leases up to limit due jobs to worker (FOR UPDATE SKIP LOCKED).
+	// Claim leases up to limit due jobs to worker (FOR UPDATE SKIP LOCKED)
+	// for lease.
 	Claim(ctx context.Context, worker string, limit int, lease time.Duration) ([]Job, error)
+	// Extend renews worker's leases on jobs for lease from now (the
+	// heartbeat of jobs in hand) and returns how many it still held.
+	Extend(ctx context.Context, worker string, jobs []Job, lease time.Duration) (int, error)
 	// Now is the database's clock: observed_at, received_at and
 	// requested_at all come from it.
 	Now(ctx context.Context) (time.Time, error)
-	// Apply locks the account, applies snap as Decide says, writes the
-	// grant, the log row, marks the customer's events received at or before
-	// observedAt, and completes or re-dues the job.
-	Apply(ctx context.Context, job Job, observedAt time.Time, snap Snapshot, plans *Plans) (Outcome, error)
-	// Ignore records a permanent failure: the customer's events end as
-	// ignored with reason, and the job completes.
-	Ignore(ctx context.Context, job Job, observedAt time.Time, reason string) (Outcome, error)
-	// Retry releases the job to run again after delay, or marks it dead
-	// (and the events it holds) when dead is set.
-	Retry(ctx context.Context, job Job, observedAt time.Time, cause error, delay time.Duration, dead bool) (Outcome, error)
+	// Apply locks the job's queue row and the customer's account (creating
+	// it), calls decide with the account, and writes what it returns: the
+	// account (when the change writes), the grant's top-up, the log row,
+	// the status of the customer's events received at or before
+	// observedAt; then it completes the job, or makes it due again when a
+	// request came in after observedAt.
+	Apply(ctx context.Context, job Job, observedAt time.Time, decide func(cur Account) Change) (Outcome, error)
+	// Ignore records a permanent failure (out.Result is ResultIgnored): the
+	// customer's events end as ignored with out.Text, and the job
+	// completes.
+	Ignore(ctx context.Context, job Job, observedAt time.Time, out Outcome) (Outcome, error)
+	// Retry records a failed attempt (out.Result is ResultRetry or
+	// ResultDead): the job runs again after delay, or is dead, with its
+	// pending events, until a sweep, a resync or a new webhook revives it.
+	// observedAt may be zero when the failure came before the clock was
+	// read.
+	Retry(ctx context.Context, job Job, observedAt time.Time, out Outcome, delay time.Duration) (Outcome, error)
 	// Release gives back leases on jobs the worker will not process.
 	Release(ctx context.Context, worker string, jobs []Job) error
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -178,50 +179,108 @@ func (w *Worker) Drain(ctx context.Context) (int, error) {
 	}
 }
 
-// runBatch claims one batch and processes it; on shutdown it releases what
-// it did not start.
+// runBatch claims one batch and processes it, renewing the leases of the
+// jobs it still holds while it works; on shutdown it releases what it did
+// not start.
 func (w *Worker) runBatch(ctx context.Context, id string) (int, error) {
 	jobs, err := w.cfg.Store.Claim(ctx, id, w.cfg.Batch, w.cfg.Lease)
-	if err != nil {
+	if err != nil || len(jobs) == 0 {
 		return 0, err
 	}
+	held := &heldJobs{jobs: slices.Clone(jobs)}
+	stop := w.heartbeat(ctx, id, held)
+	defer stop()
 	for i, job := range jobs {
 		if ctx.Err() != nil {
 			// Stopping: hand the rest back now rather than after the lease.
-			if err := w.cfg.Store.Release(context.WithoutCancel(ctx), id, jobs[i:]); err != nil {
-				w.cfg.Logger.Error("release leases", slog.String("worker", id), slog.Any("error", err))
-			}
+			w.release(ctx, id, jobs[i:]...)
 			return i, ctx.Err()
 		}
 		w.process(ctx, id, job)
+		held.done(job.ID)
 	}
 	return len(jobs), nil
 }
 
+// heldJobs is the part of a claimed batch a loop still holds.
+type heldJobs struct {
+	mu   sync.Mutex
+	jobs []Job
+}
+
+func (h *heldJobs) done(id int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.jobs = slices.DeleteFunc(h.jobs, func(j Job) bool { return j.ID == id })
+}
+
+func (h *heldJobs) list() []Job {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.jobs)
+}
+
+// heartbeat renews the leases of held every third of a lease until stop is
+// called, so a worker that is alive never loses a customer, and one that
+// died (kill -9, a lost host) holds it for one lease at most.
+func (w *Worker) heartbeat(ctx context.Context, id string, held *heldJobs) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	// Renewing outlives the caller's ctx: jobs in hand are finished on
+	// shutdown, and must stay leased until they are.
+	ctx = context.WithoutCancel(ctx)
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(w.cfg.Lease / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			jobs := held.list()
+			if len(jobs) == 0 {
+				continue
+			}
+			n, err := w.cfg.Store.Extend(ctx, id, jobs, w.cfg.Lease)
+			switch {
+			case err != nil:
+				w.cfg.Logger.Warn("renew leases", slog.String("worker", id), slog.Any("error", err))
+			case n < len(jobs):
+				// The lease ran out and another worker took the job: the
+				// guarded write makes the overlap harmless.
+				w.cfg.Logger.Warn("lost a lease", slog.String("worker", id), slog.Int("held", n), slog.Int("jobs", len(jobs)))
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
 // process reconciles one job claimed by worker id and records its outcome.
 // Failures are recorded, never returned: the job is retried, ignored or
-// dead.
+// dead. A failure of the store itself counts as a failed attempt too, so a
+// fault that never clears (a constraint violation, say) ends dead and
+// visible instead of looping silently.
 func (w *Worker) process(ctx context.Context, id string, job Job) Outcome {
 	log := w.cfg.Logger.With(slog.String("provider", job.Provider), slog.String("customer", job.CustomerID))
-	// Finishing a job must not be cut short by shutdown: its lease would
-	// hold the customer back for nothing.
-	storeCtx := context.WithoutCancel(ctx)
 	if ctx.Err() != nil {
-		return w.release(storeCtx, id, job)
+		w.release(ctx, id, job)
+		return Outcome{Result: ResultRetry, Text: "released on shutdown"}
 	}
 	observedAt, err := w.cfg.Store.Now(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return w.release(storeCtx, id, job)
-		}
-		log.Error("read database clock", slog.Any("error", err))
-		return Outcome{Result: ResultRetry, Text: err.Error()}
+	var out Outcome
+	if err == nil {
+		out, err = w.reconcile(ctx, job, observedAt)
 	}
-	out, err := w.reconcile(ctx, storeCtx, id, job, observedAt)
-	if err != nil {
-		// The store failed: the lease runs out and the job is claimed again.
-		log.Error("record reconcile", slog.Any("error", err))
-		return Outcome{Result: ResultRetry, Text: err.Error()}
+	switch {
+	case errors.Is(err, errShutdown) || (err != nil && ctx.Err() != nil && observedAt.IsZero()):
+		// Shutting down, not a failure: give the job back as it is.
+		w.release(ctx, id, job)
+		return Outcome{Result: ResultRetry, Text: "released on shutdown"}
+	case err != nil:
+		log.Error("reconcile failed in the store", slog.Any("error", err))
+		out = w.recordFailure(ctx, job, observedAt, fmt.Errorf("store: %w", err))
 	}
 	switch out.Result {
 	case ResultDead:
@@ -238,38 +297,80 @@ func (w *Worker) process(ctx context.Context, id string, job Job) Outcome {
 	return out
 }
 
-// release hands a job back untouched on shutdown: no attempt is counted
-// and the next worker may claim it at once.
-func (w *Worker) release(ctx context.Context, id string, job Job) Outcome {
-	if err := w.cfg.Store.Release(ctx, id, []Job{job}); err != nil {
-		w.cfg.Logger.Error("release lease", slog.String("worker", id), slog.Any("error", err))
+// errShutdown is a fetch cut short by shutdown.
+var errShutdown = errors.New("shutting down")
+
+// release hands jobs back untouched: no attempt is counted and the next
+// worker may claim them at once.
+func (w *Worker) release(ctx context.Context, id string, jobs ...Job) {
+	if err := w.cfg.Store.Release(context.WithoutCancel(ctx), id, jobs); err != nil {
+		w.cfg.Logger.Error("release leases; they run out on their own", slog.String("worker", id), slog.Any("error", err))
 	}
-	return Outcome{Result: ResultRetry, Text: "released on shutdown"}
 }
 
-func (w *Worker) reconcile(ctx, storeCtx context.Context, id string, job Job, observedAt time.Time) (Outcome, error) {
+// reconcile fetches the customer's snapshot and records what it means.
+// Store calls are not cut short by shutdown (the store bounds them):
+// a job whose snapshot is in hand is finished, not thrown away.
+func (w *Worker) reconcile(ctx context.Context, job Job, observedAt time.Time) (Outcome, error) {
+	storeCtx := context.WithoutCancel(ctx)
 	p, ok := w.providers[job.Provider]
 	if !ok {
-		return w.cfg.Store.Ignore(storeCtx, job, observedAt, fmt.Sprintf("provider %q is not configured", job.Provider))
+		return w.cfg.Store.Ignore(storeCtx, job, observedAt, ignored(fmt.Sprintf("provider %q is not configured", job.Provider)))
 	}
 	fetchCtx, cancel := context.WithTimeout(ctx, w.cfg.FetchTimeout)
 	snap, err := p.Fetch(fetchCtx, job.CustomerID)
 	cancel()
 	switch {
 	case err == nil:
-		return w.cfg.Store.Apply(storeCtx, job, observedAt, snap, w.cfg.Plans)
+		return w.cfg.Store.Apply(storeCtx, job, observedAt, func(cur Account) Change {
+			return Decide(cur, snap, w.cfg.Plans, observedAt)
+		})
 	case errors.Is(err, ErrCustomerUnknown):
-		return w.cfg.Store.Ignore(storeCtx, job, observedAt, fmt.Sprintf("customer %s is unknown to %s", job.CustomerID, job.Provider))
+		return w.cfg.Store.Ignore(storeCtx, job, observedAt, ignored(fmt.Sprintf("customer %s is unknown to %s", job.CustomerID, job.Provider)))
 	case IsPermanent(err):
-		return w.cfg.Store.Ignore(storeCtx, job, observedAt, err.Error())
+		return w.cfg.Store.Ignore(storeCtx, job, observedAt, ignored(err.Error()))
+	case ctx.Err() != nil:
+		return Outcome{}, errShutdown
 	}
-	if ctx.Err() != nil {
-		// Shutting down, not a provider failure: give the job back as is.
-		return w.release(storeCtx, id, job), nil
-	}
-	// Each wait follows a failed attempt; the attempt after the last wait
-	// is the last one.
-	dead := job.Attempts >= len(w.cfg.Backoff)
+	out, delay := w.failed(job, err)
+	return w.cfg.Store.Retry(storeCtx, job, observedAt, out, delay)
+}
+
+func ignored(reason string) Outcome {
+	return Outcome{Result: ResultIgnored, Text: "ignored: " + reason}
+}
+
+// failed returns the outcome of a failed attempt and the wait before the
+// next one: after the last wait the job is dead.
+func (w *Worker) failed(job Job, cause error) (Outcome, time.Duration) {
 	delay := w.cfg.Backoff[min(job.Attempts, len(w.cfg.Backoff)-1)]
-	return w.cfg.Store.Retry(storeCtx, job, observedAt, err, delay, dead)
+	if job.Attempts >= len(w.cfg.Backoff) {
+		return Outcome{Result: ResultDead, Text: fmt.Sprintf("dead after %d attempts: %v", job.Attempts+1, cause)}, delay
+	}
+	return Outcome{Result: ResultRetry, Text: fmt.Sprintf("retry in %s after attempt %d: %v", delay, job.Attempts+1, cause)}, delay
+}
+
+// recordFailure records a failed attempt whose cause was the store itself.
+// The store may be failing for good (then the attempt counts, and the job
+// ends dead) or only for a moment (a restart): one second later it is
+// tried once more. If it still cannot be recorded, the job's lease runs out
+// on its own (its heartbeat stops with this call) and the next claim
+// retries it.
+func (w *Worker) recordFailure(ctx context.Context, job Job, observedAt time.Time, cause error) Outcome {
+	want, delay := w.failed(job, cause)
+	storeCtx := context.WithoutCancel(ctx)
+	out, err := w.cfg.Store.Retry(storeCtx, job, observedAt, want, delay)
+	if err != nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+		out, err = w.cfg.Store.Retry(storeCtx, job, observedAt, want, delay)
+	}
+	if err != nil {
+		w.cfg.Logger.Error("cannot record the failure; the lease runs out on its own", slog.String("provider", job.Provider),
+			slog.String("customer", job.CustomerID), slog.Any("error", err))
+		return want
+	}
+	return out
 }

@@ -26,6 +26,8 @@ func scanAccount(row pgx.Row) (reconcile.Account, error) {
 
 // Account returns the account of a provider's customer.
 func (s *Store) Account(ctx context.Context, provider, customerID string) (reconcile.Account, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	a, err := scanAccount(s.pool.QueryRow(ctx,
 		`SELECT `+accountColumns+` FROM accounts WHERE provider = $1 AND customer_id = $2`, provider, customerID))
 	if err != nil {
@@ -37,6 +39,8 @@ func (s *Store) Account(ctx context.Context, provider, customerID string) (recon
 // Balance returns the sum of the account's ledger rows for its current
 // period.
 func (s *Store) Balance(ctx context.Context, accountID int64) (int64, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	var b int64
 	err := s.pool.QueryRow(ctx, `
 		SELECT coalesce(sum(l.delta), 0) FROM accounts a
@@ -48,12 +52,13 @@ func (s *Store) Balance(ctx context.Context, accountID int64) (int64, error) {
 	return b, nil
 }
 
-// Apply applies snap to the job's account in one transaction (see
-// reconcile.Store).
-func (s *Store) Apply(ctx context.Context, job reconcile.Job, observedAt time.Time, snap reconcile.Snapshot, plans *reconcile.Plans) (reconcile.Outcome, error) {
+// Apply runs one reconcile's writes in one transaction (see
+// reconcile.Store): the domain decides, the store executes.
+func (s *Store) Apply(ctx context.Context, job reconcile.Job, observedAt time.Time, decide func(cur reconcile.Account) reconcile.Change) (reconcile.Outcome, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	var out reconcile.Outcome
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		out = reconcile.Outcome{}
 		if err := lockJob(ctx, tx, job); err != nil {
 			return err
 		}
@@ -61,9 +66,9 @@ func (s *Store) Apply(ctx context.Context, job reconcile.Job, observedAt time.Ti
 		if err != nil {
 			return err
 		}
-		ch := reconcile.Decide(cur, snap, plans, observedAt)
-		out.AccountID, out.Result, out.Before, out.After = cur.ID, ch.Result, cur, ch.Next
-		if ch.Result == reconcile.ResultApplied || ch.Result == reconcile.ResultUnchanged {
+		ch := decide(cur)
+		var granted int64
+		if ch.Writes() {
 			if err := writeAccount(ctx, tx, ch.Next); err != nil {
 				return err
 			}
@@ -72,19 +77,12 @@ func (s *Store) Apply(ctx context.Context, job reconcile.Job, observedAt time.Ti
 					return err
 				}
 			}
-			if out.Granted, err = writeGrant(ctx, tx, cur.ID, ch.Grant); err != nil {
+			if granted, err = writeGrant(ctx, tx, cur.ID, ch.Grant); err != nil {
 				return err
 			}
-			if out.Granted > 0 {
-				out.Result = reconcile.ResultApplied
-			}
 		}
-		out.Text = ch.Describe(out.Granted)
-		status := "applied"
-		if ch.Result == reconcile.ResultIgnored {
-			status = "ignored"
-		}
-		return s.finish(ctx, tx, job, observedAt, status, &out)
+		out = ch.Done(cur, granted)
+		return finish(ctx, tx, job, observedAt, &out)
 	})
 	if err != nil {
 		return reconcile.Outcome{}, fmt.Errorf("apply %s/%s: %w", job.Provider, job.CustomerID, classify(err))
@@ -93,14 +91,14 @@ func (s *Store) Apply(ctx context.Context, job reconcile.Job, observedAt time.Ti
 }
 
 // Ignore records a permanent failure for the job's customer.
-func (s *Store) Ignore(ctx context.Context, job reconcile.Job, observedAt time.Time, reason string) (reconcile.Outcome, error) {
-	out := reconcile.Outcome{Result: reconcile.ResultIgnored, Text: "ignored: " + reason}
+func (s *Store) Ignore(ctx context.Context, job reconcile.Job, observedAt time.Time, out reconcile.Outcome) (reconcile.Outcome, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		out.Events = 0
 		if err := lockJob(ctx, tx, job); err != nil {
 			return err
 		}
-		return s.finish(ctx, tx, job, observedAt, "ignored", &out)
+		return finish(ctx, tx, job, observedAt, &out)
 	})
 	if err != nil {
 		return reconcile.Outcome{}, fmt.Errorf("ignore %s/%s: %w", job.Provider, job.CustomerID, classify(err))
@@ -110,11 +108,11 @@ func (s *Store) Ignore(ctx context.Context, job reconcile.Job, observedAt time.T
 
 // finish writes the log row, answers the customer's events and completes
 // the job: the common tail of Apply and Ignore.
-func (s *Store) finish(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time, status string, out *reconcile.Outcome) error {
+func finish(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time, out *reconcile.Outcome) error {
 	if err := writeLog(ctx, tx, job, observedAt, *out); err != nil {
 		return err
 	}
-	n, err := markEvents(ctx, tx, job, observedAt, status, out.Text)
+	n, err := markEvents(ctx, tx, job, observedAt, out.EventStatus(), out.Text)
 	if err != nil {
 		return err
 	}
@@ -122,35 +120,35 @@ func (s *Store) finish(ctx context.Context, tx pgx.Tx, job reconcile.Job, observ
 	return finishJob(ctx, tx, job, observedAt)
 }
 
-// Retry records a transient failure: the job runs again after delay, or,
-// when dead, stays visible as dead with its events until a sweep, resync
-// or new webhook revives it.
-func (s *Store) Retry(ctx context.Context, job reconcile.Job, observedAt time.Time, cause error, delay time.Duration, dead bool) (reconcile.Outcome, error) {
-	out := reconcile.Outcome{Result: reconcile.ResultRetry,
-		Text: fmt.Sprintf("retry in %s after attempt %d: %v", delay, job.Attempts+1, cause)}
-	status := "pending"
-	if dead {
-		out.Result, status = reconcile.ResultDead, "dead"
-		out.Text = fmt.Sprintf("dead after %d attempts: %v", job.Attempts+1, cause)
+// Retry records a failed attempt: the job runs again after delay, or,
+// when out says dead, stays visible as dead with its pending events until
+// a sweep, resync or new webhook revives it.
+func (s *Store) Retry(ctx context.Context, job reconcile.Job, observedAt time.Time, out reconcile.Outcome, delay time.Duration) (reconcile.Outcome, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	status := queuePending
+	if out.Result == reconcile.ResultDead {
+		status = queueDead
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `
 			UPDATE reconcile_queue
 			SET attempts = attempts + 1, due_at = now() + make_interval(secs => $2), status = $3,
 			    last_error = $4, locked_by = NULL, locked_until = NULL
-			WHERE id = $1`, job.ID, delay.Seconds(), status, cause.Error()); err != nil {
+			WHERE id = $1`, job.ID, delay.Seconds(), status, out.Text); err != nil {
 			return fmt.Errorf("reschedule job: %w", err)
 		}
 		if err := writeLog(ctx, tx, job, observedAt, out); err != nil {
 			return err
 		}
-		if !dead {
+		if status != queueDead {
 			return nil
 		}
-		_, err := tx.Exec(ctx, `
-			UPDATE inbox_events SET status = 'dead', outcome = $3, processed_at = now()
-			WHERE provider = $1 AND customer_id = $2 AND status = 'pending'`,
-			job.Provider, job.CustomerID, out.Text)
+		tag, err := tx.Exec(ctx, `
+			UPDATE inbox_events SET status = $3, outcome = $4, processed_at = now()
+			WHERE provider = $1 AND customer_id = $2 AND status = $5`,
+			job.Provider, job.CustomerID, reconcile.EventDead, out.Text, reconcile.EventPending)
+		out.Events = int(tag.RowsAffected())
 		return err
 	})
 	if err != nil {
@@ -266,10 +264,12 @@ func writeLog(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time
 	if out.AccountID != 0 {
 		accountID = &out.AccountID
 	}
+	// observed_at is unknown when the failure came before the clock was
+	// read: the row then says when it was written.
 	_, err := tx.Exec(ctx, `
 		INSERT INTO reconcile_log (account_id, provider, customer_id, trigger, observed_at, result, outcome, before, after)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		accountID, job.Provider, job.CustomerID, job.Trigger, observedAt, string(out.Result), out.Text,
+		VALUES ($1, $2, $3, $4, coalesce($5, clock_timestamp()), $6, $7, $8, $9)`,
+		accountID, job.Provider, job.CustomerID, job.Trigger, nullTime(observedAt), string(out.Result), out.Text,
 		accountDoc(out.Before), accountDoc(out.After))
 	if err != nil {
 		return fmt.Errorf("write reconcile log: %w", err)

@@ -31,6 +31,14 @@ func liveSnap(customer, price string) reconcile.Snapshot {
 		Status: "active", PriceRefs: []string{price}, PeriodStart: periodStart, PeriodEnd: periodEnd}
 }
 
+// applySnap applies snap as the worker does: Decide runs inside the
+// store's transaction, on the locked account.
+func applySnap(ctx context.Context, st *store.Store, job reconcile.Job, obs time.Time, snap reconcile.Snapshot, plans *reconcile.Plans) (reconcile.Outcome, error) {
+	return st.Apply(ctx, job, obs, func(cur reconcile.Account) reconcile.Change {
+		return reconcile.Decide(cur, snap, plans, obs)
+	})
+}
+
 // receive stores a delivery of a new event for customer, as the intake does.
 func receive(t *testing.T, st *store.Store, id, customer string) {
 	t.Helper()
@@ -107,7 +115,7 @@ func TestApplyCrashBetweenWrites(t *testing.T) {
 	plans := testPlans(t)
 
 	st.CrashAfterAccountWrite(func() error { return errors.New("killed") })
-	_, err := st.Apply(ctx, job, dbNow(t, st), liveSnap("cus_1", "pro"), plans)
+	_, err := applySnap(ctx, st, job, dbNow(t, st), liveSnap("cus_1", "pro"), plans)
 	require.ErrorContains(t, err, "killed")
 
 	s := stateOf(t, st, "cus_1")
@@ -117,7 +125,7 @@ func TestApplyCrashBetweenWrites(t *testing.T) {
 	require.True(t, s.queued, "the job must survive the crash")
 
 	st.CrashAfterAccountWrite(nil)
-	out, err := st.Apply(ctx, job, dbNow(t, st), liveSnap("cus_1", "pro"), plans)
+	out, err := applySnap(ctx, st, job, dbNow(t, st), liveSnap("cus_1", "pro"), plans)
 	require.NoError(t, err)
 	require.Equal(t, reconcile.ResultApplied, out.Result)
 	require.Equal(t, "account created on plan pro (active), Pro allowance granted (+500)", out.Text)
@@ -135,12 +143,12 @@ func TestApplyOutOfOrder(t *testing.T) {
 	older := dbNow(t, st)
 	newer := older.Add(time.Millisecond)
 
-	_, err := st.Apply(ctx, job, newer, liveSnap("cus_1", "pro"), plans)
+	_, err := applySnap(ctx, st, job, newer, liveSnap("cus_1", "pro"), plans)
 	require.NoError(t, err)
 	canceled := liveSnap("cus_1", "free")
 	canceled.Status = "canceled"
 	for _, at := range []time.Time{older, newer} { // an equal observed_at must not win either
-		out, err := st.Apply(ctx, job, at, canceled, plans)
+		out, err := applySnap(ctx, st, job, at, canceled, plans)
 		require.NoError(t, err)
 		require.Equal(t, reconcile.ResultStale, out.Result)
 		require.Contains(t, out.Text, "stale: a newer snapshot")
@@ -173,7 +181,7 @@ func TestApplyGrantsOncePerPeriodAndPlan(t *testing.T) {
 	}
 	for i, step := range steps {
 		at = at.Add(time.Second)
-		_, err := st.Apply(ctx, job, at, step.snap, plans)
+		_, err := applySnap(ctx, st, job, at, step.snap, plans)
 		require.NoError(t, err)
 		s := stateOf(t, st, "cus_1")
 		require.Equal(t, step.balance, s.balance, "step %d", i)
@@ -181,7 +189,7 @@ func TestApplyGrantsOncePerPeriodAndPlan(t *testing.T) {
 	}
 	next := liveSnap("cus_1", "pro")
 	next.PeriodStart, next.PeriodEnd = periodEnd, periodEnd.AddDate(0, 1, 0)
-	out, err := st.Apply(ctx, job, at.Add(time.Second), next, plans)
+	out, err := applySnap(ctx, st, job, at.Add(time.Second), next, plans)
 	require.NoError(t, err)
 	require.Equal(t, "period now starts 2026-12-03, Pro allowance granted (+500)", out.Text)
 	s := stateOf(t, st, "cus_1")
@@ -197,7 +205,7 @@ func TestApplyKeepsJobWhenAnEventArrivesDuringTheFetch(t *testing.T) {
 	obs := dbNow(t, st)
 	receive(t, st, "evt_2", "cus_1") // arrives while the fetch is in flight
 
-	_, err := st.Apply(ctx, job, obs, liveSnap("cus_1", "pro"), testPlans(t))
+	_, err := applySnap(ctx, st, job, obs, liveSnap("cus_1", "pro"), testPlans(t))
 	require.NoError(t, err)
 	s := stateOf(t, st, "cus_1")
 	require.Equal(t, map[string]string{"evt_1": "applied", "evt_2": "pending"}, s.eventStatus)
@@ -211,14 +219,14 @@ func TestRetryThenDeadThenRevived(t *testing.T) {
 	st, job := claimedJob(t)
 	obs := dbNow(t, st)
 
-	out, err := st.Retry(ctx, job, obs, errors.New("stripe: 503"), time.Hour, false)
+	out, err := st.Retry(ctx, job, obs, reconcile.Outcome{Result: reconcile.ResultRetry, Text: "stripe: 503"}, time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, reconcile.ResultRetry, out.Result)
 	jobs, err := st.Claim(ctx, "test", 10, time.Minute)
 	require.NoError(t, err)
 	require.Empty(t, jobs, "a job in backoff is not due")
 
-	out, err = st.Retry(ctx, job, obs, errors.New("stripe: 503"), time.Hour, true)
+	out, err = st.Retry(ctx, job, obs, reconcile.Outcome{Result: reconcile.ResultDead, Text: "stripe: 503"}, time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, reconcile.ResultDead, out.Result)
 	s := stateOf(t, st, "cus_1")
@@ -235,7 +243,7 @@ func TestRetryThenDeadThenRevived(t *testing.T) {
 	job = claimOne(t, st)
 	require.Zero(t, job.Attempts)
 	obs = dbNow(t, st)
-	_, err = st.Apply(ctx, job, obs, liveSnap("cus_1", "pro"), testPlans(t))
+	_, err = applySnap(ctx, st, job, obs, liveSnap("cus_1", "pro"), testPlans(t))
 	require.NoError(t, err)
 	s = stateOf(t, st, "cus_1")
 	require.Equal(t, map[string]string{"evt_1": "applied", "evt_2": "applied"}, s.eventStatus)
@@ -293,7 +301,7 @@ func TestApplyWaitsForAnIntakeInFlight(t *testing.T) {
 
 	applied := make(chan error, 1)
 	go func() {
-		_, err := st.Apply(ctx, job, obs, liveSnap("cus_1", "pro"), testPlans(t))
+		_, err := applySnap(ctx, st, job, obs, liveSnap("cus_1", "pro"), testPlans(t))
 		applied <- err
 	}()
 	time.Sleep(100 * time.Millisecond) // let Apply reach the row the intake holds

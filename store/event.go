@@ -3,10 +3,14 @@ package store
 import (
 	"context"
 	"fmt"
+
+	"github.com/billsync/billsync/reconcile"
 )
 
 // EventOutcome returns a stored event's status and outcome text.
-func (s *Store) EventOutcome(ctx context.Context, provider, dedupeKey string) (status, outcome string, err error) {
+func (s *Store) EventOutcome(ctx context.Context, provider, dedupeKey string) (status reconcile.EventStatus, outcome string, err error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	err = s.pool.QueryRow(ctx, `SELECT status, coalesce(outcome, '') FROM inbox_events WHERE provider = $1 AND dedupe_key = $2`,
 		provider, dedupeKey).Scan(&status, &outcome)
 	if err != nil {
@@ -30,6 +34,8 @@ type GrantRow struct {
 
 // Tally counts a customer's events, deliveries and grants.
 func (s *Store) Tally(ctx context.Context, provider, customerID string) (CustomerTally, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	var t CustomerTally
 	err := s.pool.QueryRow(ctx, `
 		SELECT count(*), (SELECT count(*) FROM receipts r JOIN inbox_events e ON e.id = r.event_id

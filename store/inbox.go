@@ -16,10 +16,12 @@ import (
 // returns only after the commit. Any failure to reach the database or to
 // commit wraps reconcile.ErrUnavailable.
 func (s *Store) StoreDelivery(ctx context.Context, d reconcile.Delivery) (reconcile.Stored, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	ev := d.Event
-	status, outcome := "pending", (*string)(nil)
+	status, outcome := reconcile.EventPending, (*string)(nil)
 	if ev.IgnoreReason != "" {
-		status, outcome = "ignored", &ev.IgnoreReason
+		status, outcome = reconcile.EventIgnored, &ev.IgnoreReason
 	}
 	var st reconcile.Stored
 	var inserted bool
@@ -52,7 +54,7 @@ func (s *Store) StoreDelivery(ctx context.Context, d reconcile.Delivery) (reconc
 		return reconcile.Stored{}, fmt.Errorf("store %s event %s: %w", ev.Provider, ev.DedupeKey, classify(err))
 	}
 	st.Duplicate = !inserted
-	if !st.Duplicate && st.Status == "pending" && ev.CustomerID != "" {
+	if !st.Duplicate && st.Status == reconcile.EventPending && ev.CustomerID != "" {
 		s.notify(ctx)
 	}
 	return st, nil

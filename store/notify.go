@@ -24,6 +24,8 @@ func (s *Store) notify(ctx context.Context) {
 	if now-last < int64(notifyEvery) || !s.lastNotify.CompareAndSwap(last, now) {
 		return
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	if _, err := s.pool.Exec(ctx, `SELECT pg_notify($1, '')`, queueChannel); err != nil {
 		s.lastNotify.Store(0) // let the next caller try
 	}

@@ -14,6 +14,8 @@ import (
 // workers in any process claim side by side; a lease that ran out (its
 // worker died) makes the row claimable again.
 func (s *Store) Claim(ctx context.Context, worker string, limit int, lease time.Duration) ([]reconcile.Job, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	rows, err := s.pool.Query(ctx, `
 		WITH due AS (
 			SELECT id FROM reconcile_queue
@@ -43,6 +45,8 @@ func (s *Store) Claim(ctx context.Context, worker string, limit int, lease time.
 
 // Now returns the database's clock.
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	var t time.Time
 	if err := s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&t); err != nil {
 		return time.Time{}, fmt.Errorf("read database clock: %w", classify(err))
@@ -50,18 +54,38 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	return t, nil
 }
 
+// Extend renews the leases worker still holds on jobs for lease from now
+// and returns how many it held.
+func (s *Store) Extend(ctx context.Context, worker string, jobs []reconcile.Job, lease time.Duration) (int, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE reconcile_queue SET locked_until = now() + make_interval(secs => $3)
+		WHERE id = ANY($1) AND locked_by = $2`, jobIDs(jobs), worker, lease.Seconds())
+	if err != nil {
+		return 0, fmt.Errorf("extend leases: %w", classify(err))
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+func jobIDs(jobs []reconcile.Job) []int64 {
+	ids := make([]int64, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	return ids
+}
+
 // Release gives back the leases worker holds on jobs.
 func (s *Store) Release(ctx context.Context, worker string, jobs []reconcile.Job) error {
 	if len(jobs) == 0 {
 		return nil
 	}
-	ids := make([]int64, len(jobs))
-	for i, j := range jobs {
-		ids[i] = j.ID
-	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	_, err := s.pool.Exec(ctx, `
 		UPDATE reconcile_queue SET locked_by = NULL, locked_until = NULL
-		WHERE id = ANY($1) AND locked_by = $2`, ids, worker)
+		WHERE id = ANY($1) AND locked_by = $2`, jobIDs(jobs), worker)
 	if err != nil {
 		return fmt.Errorf("release jobs: %w", classify(err))
 	}
@@ -70,6 +94,8 @@ func (s *Store) Release(ctx context.Context, worker string, jobs []reconcile.Job
 
 // Enqueue makes a customer due now for trigger (sweep, resync, replay).
 func (s *Store) Enqueue(ctx context.Context, provider, customerID, trigger string) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		return enqueue(ctx, tx, provider, customerID, trigger)
 	})
@@ -79,6 +105,12 @@ func (s *Store) Enqueue(ctx context.Context, provider, customerID, trigger strin
 	s.notify(ctx)
 	return nil
 }
+
+// Queue row statuses.
+const (
+	queuePending = "pending"
+	queueDead    = "dead"
+)
 
 // finishJob ends a job inside the reconcile's transaction: deleted when
 // its newest request is covered by observedAt, else left due now (an event
@@ -104,11 +136,11 @@ func finishJob(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt tim
 // markEvents answers every stored event of the job's customer received at
 // or before observedAt with status and outcome: one reconcile answers them
 // all, because a webhook is sent after the change it reports.
-func markEvents(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time, status, outcome string) (int, error) {
+func markEvents(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time, status reconcile.EventStatus, outcome string) (int, error) {
 	tag, err := tx.Exec(ctx, `
 		UPDATE inbox_events SET status = $3, outcome = $4, processed_at = now()
-		WHERE provider = $1 AND customer_id = $2 AND status IN ('pending', 'dead') AND received_at <= $5`,
-		job.Provider, job.CustomerID, status, outcome, observedAt)
+		WHERE provider = $1 AND customer_id = $2 AND status IN ($6, $7) AND received_at <= $5`,
+		job.Provider, job.CustomerID, status, outcome, observedAt, reconcile.EventPending, reconcile.EventDead)
 	if err != nil {
 		return 0, fmt.Errorf("mark events: %w", err)
 	}

@@ -25,6 +25,8 @@ type Stats struct {
 // Stats returns the current row counts, read in one statement (one
 // snapshot).
 func (s *Store) Stats(ctx context.Context) (Stats, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	var st Stats
 	err := s.pool.QueryRow(ctx, `
 		SELECT
@@ -55,6 +57,8 @@ type QueueDepth struct {
 
 // QueueDepth reads the queue's depth in one statement (for /metrics).
 func (s *Store) QueueDepth(ctx context.Context) (QueueDepth, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	var q QueueDepth
 	err := s.pool.QueryRow(ctx, `
 		SELECT count(*) FILTER (WHERE status = 'pending'),

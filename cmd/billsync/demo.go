@@ -456,7 +456,7 @@ func (d *demo) deliverToBillsync(ctx context.Context, customer string, dl *captu
 	case strings.HasPrefix(ans.Status, "duplicate"):
 		s.Outcome = "copy counted; nothing to do"
 	default:
-		s.Outcome = prefix + status + ": " + outcome
+		s.Outcome = prefix + string(status) + ": " + outcome
 	}
 	return s, nil
 }
