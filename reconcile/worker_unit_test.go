@@ -1,0 +1,337 @@
+package reconcile_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/billsync/billsync/mocks/mock"
+	"github.com/billsync/billsync/reconcile"
+)
+
+// These tests drive the worker's loop against function-field fakes: no
+// database, no provider. The store's own behaviour is tested against
+// PostgreSQL in package store, and the whole path in harness tests.
+
+// fakeQueue is one customer's queue row as the fakes see it.
+type fakeQueue struct {
+	mu       sync.Mutex
+	job      reconcile.Job
+	due      bool
+	results  []reconcile.Result
+	texts    []string
+	released [][]reconcile.Job
+}
+
+func (q *fakeQueue) store() *mock.Store {
+	return &mock.Store{
+		ClaimFn: func(context.Context, string, int, time.Duration) ([]reconcile.Job, error) {
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			if !q.due {
+				return nil, nil
+			}
+			q.due = false
+			return []reconcile.Job{q.job}, nil
+		},
+		ExtendFn: func(_ context.Context, _ string, jobs []reconcile.Job, _ time.Duration) (int, error) {
+			return len(jobs), nil
+		},
+		NowFn: func(context.Context) (time.Time, error) { return time.Now(), nil },
+		RetryFn: func(_ context.Context, job reconcile.Job, _ time.Time, out reconcile.Outcome, _ time.Duration) (reconcile.Outcome, error) {
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			q.job.Attempts++
+			q.due = out.Result == reconcile.ResultRetry
+			q.results = append(q.results, out.Result)
+			q.texts = append(q.texts, out.Text)
+			return out, nil
+		},
+		ReleaseFn: func(_ context.Context, _ string, jobs []reconcile.Job) error {
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			q.released = append(q.released, jobs)
+			q.due = true
+			return nil
+		},
+	}
+}
+
+func stripeFake(fetch func(ctx context.Context, customerID string) (reconcile.Snapshot, error)) *mock.Provider {
+	return &mock.Provider{ProviderName: "stripe", FetchFn: fetch}
+}
+
+func liveSnapshot(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
+	return reconcile.Snapshot{Provider: "stripe", CustomerID: customerID, Status: "active", PriceRefs: []string{"pro"}}, nil
+}
+
+func newUnitWorker(t *testing.T, cfg reconcile.WorkerConfig) *reconcile.Worker {
+	t.Helper()
+	cfg.Plans = cmpOr(cfg.Plans, examplePlans(t))
+	w, err := reconcile.NewWorker(cfg)
+	require.NoError(t, err)
+	return w
+}
+
+func cmpOr[T comparable](a, b T) T {
+	var zero T
+	if a != zero {
+		return a
+	}
+	return b
+}
+
+var threeWaits = []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond}
+
+// drainUntilIdle drains until nothing is due: each Drain call stands for
+// one claim after the backoff.
+func drainUntilIdle(t *testing.T, w *reconcile.Worker) {
+	t.Helper()
+	for range 20 {
+		n, err := w.Drain(context.Background())
+		require.NoError(t, err)
+		if n == 0 {
+			return
+		}
+	}
+	t.Fatal("the job never stopped being due")
+}
+
+// TestWorkerStoreFailureIsAnAttempt: a store failure that never clears (a
+// constraint violation, a guarded write that matches nothing) must be
+// counted like a provider failure, end dead, and reach OnOutcome each time.
+func TestWorkerStoreFailureIsAnAttempt(t *testing.T) {
+	q := &fakeQueue{job: reconcile.Job{ID: 1, Provider: "stripe", CustomerID: "cus_1"}, due: true}
+	st := q.store()
+	st.ApplyFn = func(context.Context, reconcile.Job, time.Time, func(reconcile.Account) reconcile.Change) (reconcile.Outcome, error) {
+		return reconcile.Outcome{}, errors.New("violates check constraint")
+	}
+	var seen []reconcile.Result
+	w := newUnitWorker(t, reconcile.WorkerConfig{Store: st, Providers: []reconcile.Provider{stripeFake(liveSnapshot)},
+		Backoff: threeWaits, OnOutcome: func(_ reconcile.Job, out reconcile.Outcome) { seen = append(seen, out.Result) }})
+
+	drainUntilIdle(t, w)
+	want := []reconcile.Result{reconcile.ResultRetry, reconcile.ResultRetry, reconcile.ResultRetry, reconcile.ResultDead}
+	require.Equal(t, want, q.results, "recorded attempts")
+	require.Equal(t, want, seen, "outcomes reported (metrics, alerts)")
+	require.EqualValues(t, 1, w.Dead())
+	require.Contains(t, q.texts[3], "dead after 4 attempts: store: violates check constraint")
+}
+
+// TestWorkerClockFailureIsAnAttempt: failing to read the database clock
+// is a failed attempt too, recorded without an observed_at.
+func TestWorkerClockFailureIsAnAttempt(t *testing.T) {
+	q := &fakeQueue{job: reconcile.Job{ID: 1, Provider: "stripe", CustomerID: "cus_1"}, due: true}
+	st := q.store()
+	st.NowFn = func(context.Context) (time.Time, error) { return time.Time{}, errors.New("connection reset") }
+	var observed []time.Time
+	retry := st.RetryFn
+	st.RetryFn = func(ctx context.Context, job reconcile.Job, at time.Time, out reconcile.Outcome, d time.Duration) (reconcile.Outcome, error) {
+		observed = append(observed, at)
+		return retry(ctx, job, at, out, d)
+	}
+	w := newUnitWorker(t, reconcile.WorkerConfig{Store: st, Providers: []reconcile.Provider{stripeFake(liveSnapshot)}, Backoff: threeWaits})
+	drainUntilIdle(t, w)
+	require.Len(t, q.results, 4)
+	require.Equal(t, reconcile.ResultDead, q.results[3])
+	for _, at := range observed {
+		require.True(t, at.IsZero())
+	}
+}
+
+// TestWorkerRecordsAFailureOnceTheStoreIsBack: when recording the failure
+// fails too (the database restarting), it is tried once more, so the job
+// is rescheduled instead of keeping its lease.
+func TestWorkerRecordsAFailureOnceTheStoreIsBack(t *testing.T) {
+	q := &fakeQueue{job: reconcile.Job{ID: 1, Provider: "stripe", CustomerID: "cus_1"}, due: true}
+	st := q.store()
+	st.ApplyFn = func(context.Context, reconcile.Job, time.Time, func(reconcile.Account) reconcile.Change) (reconcile.Outcome, error) {
+		return reconcile.Outcome{}, errors.New("unexpected EOF")
+	}
+	calls := 0
+	retry := st.RetryFn
+	st.RetryFn = func(ctx context.Context, job reconcile.Job, at time.Time, out reconcile.Outcome, d time.Duration) (reconcile.Outcome, error) {
+		if calls++; calls == 1 {
+			return reconcile.Outcome{}, errors.New("the database system is starting up")
+		}
+		out, err := retry(ctx, job, at, out, d)
+		q.due = false // in backoff: not claimed again by this Drain
+		return out, err
+	}
+	w := newUnitWorker(t, reconcile.WorkerConfig{Store: st, Providers: []reconcile.Provider{stripeFake(liveSnapshot)}, Backoff: threeWaits})
+	n, err := w.Drain(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, 2, calls)
+	require.Equal(t, []reconcile.Result{reconcile.ResultRetry}, q.results)
+	require.Empty(t, q.released)
+}
+
+// TestWorkerHeartbeatRenewsLeasesInHand: while a job is worked, the loop
+// renews the leases of every job of its batch it still holds, and stops
+// renewing a job once it is done.
+func TestWorkerHeartbeatRenewsLeasesInHand(t *testing.T) {
+	jobs := []reconcile.Job{{ID: 1, Provider: "stripe", CustomerID: "cus_1"}, {ID: 2, Provider: "stripe", CustomerID: "cus_2"}}
+	claimed := false
+	renewed := make(chan []int64, 100)
+	st := &mock.Store{
+		ClaimFn: func(context.Context, string, int, time.Duration) ([]reconcile.Job, error) {
+			if claimed {
+				return nil, nil
+			}
+			claimed = true
+			return jobs, nil
+		},
+		ExtendFn: func(_ context.Context, _ string, held []reconcile.Job, _ time.Duration) (int, error) {
+			ids := make([]int64, len(held))
+			for i, j := range held {
+				ids[i] = j.ID
+			}
+			renewed <- ids
+			return len(held), nil
+		},
+		NowFn: func(context.Context) (time.Time, error) { return time.Now(), nil },
+		ApplyFn: func(_ context.Context, job reconcile.Job, _ time.Time, _ func(reconcile.Account) reconcile.Change) (reconcile.Outcome, error) {
+			return reconcile.Outcome{Result: reconcile.ResultApplied}, nil
+		},
+	}
+	// Each fetch waits for the heartbeat it must see: both jobs renewed
+	// while the first is fetched, only the second while it is.
+	waitRenewal := func(want []int64) {
+		deadline := time.After(30 * time.Second) // a liveness guard, not a timing claim
+		for {
+			select {
+			case ids := <-renewed:
+				if equalIDs(ids, want) {
+					return
+				}
+			case <-deadline:
+				t.Errorf("no lease renewal of %v", want)
+				return
+			}
+		}
+	}
+	fetch := func(_ context.Context, customerID string) (reconcile.Snapshot, error) {
+		if customerID == "cus_1" {
+			waitRenewal([]int64{1, 2})
+		} else {
+			waitRenewal([]int64{2})
+		}
+		return liveSnapshot(context.Background(), customerID)
+	}
+	w := newUnitWorker(t, reconcile.WorkerConfig{Store: st, Providers: []reconcile.Provider{stripeFake(fetch)},
+		Batch: 2, Lease: 30 * time.Millisecond})
+	n, err := w.Drain(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+}
+
+func equalIDs(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestWorkerStopHandsBackWithoutCountingAnAttempt: a fetch cut short by
+// shutdown is not a provider failure; the job in hand and the rest of the
+// batch are released at once.
+func TestWorkerStopHandsBackWithoutCountingAnAttempt(t *testing.T) {
+	jobs := []reconcile.Job{{ID: 1, Provider: "stripe", CustomerID: "cus_1"}, {ID: 2, Provider: "stripe", CustomerID: "cus_2"}}
+	ctx, cancel := context.WithCancel(context.Background())
+	claimed := false
+	var released []int64
+	st := &mock.Store{
+		ClaimFn: func(context.Context, string, int, time.Duration) ([]reconcile.Job, error) {
+			if claimed {
+				return nil, nil
+			}
+			claimed = true
+			return jobs, nil
+		},
+		ExtendFn: func(_ context.Context, _ string, held []reconcile.Job, _ time.Duration) (int, error) { return len(held), nil },
+		NowFn:    func(context.Context) (time.Time, error) { return time.Now(), nil },
+		ReleaseFn: func(_ context.Context, _ string, js []reconcile.Job) error {
+			for _, j := range js {
+				released = append(released, j.ID)
+			}
+			return nil
+		},
+		// RetryFn is nil: a call would panic and fail the test.
+	}
+	fetch := func(fctx context.Context, _ string) (reconcile.Snapshot, error) {
+		cancel() // SIGTERM arrives mid-fetch
+		<-fctx.Done()
+		return reconcile.Snapshot{}, fctx.Err()
+	}
+	w := newUnitWorker(t, reconcile.WorkerConfig{Store: st, Providers: []reconcile.Provider{stripeFake(fetch)}, Batch: 2, Concurrency: 1})
+	w.Run(ctx)
+	require.ElementsMatch(t, []int64{1, 2}, released)
+}
+
+// TestWorkerIgnoresPermanentFailures: an unknown customer, unreadable data
+// and an unconfigured provider end ignored with the reason, never retried.
+func TestWorkerIgnoresPermanentFailures(t *testing.T) {
+	for name, tc := range map[string]struct {
+		job  reconcile.Job
+		err  error
+		want string
+	}{
+		"UnknownCustomer": {reconcile.Job{ID: 1, Provider: "stripe", CustomerID: "cus_x"}, reconcile.ErrCustomerUnknown, "ignored: customer cus_x is unknown to stripe"},
+		"Permanent":       {reconcile.Job{ID: 1, Provider: "stripe", CustomerID: "cus_x"}, reconcile.Permanent("subscription sub_1 has no price"), "ignored: subscription sub_1 has no price"},
+		"NoProvider":      {reconcile.Job{ID: 1, Provider: "kinde", CustomerID: "customer_x"}, nil, `ignored: provider "kinde" is not configured`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			q := &fakeQueue{job: tc.job, due: true}
+			st := q.store()
+			var got []string
+			st.IgnoreFn = func(_ context.Context, _ reconcile.Job, _ time.Time, out reconcile.Outcome) (reconcile.Outcome, error) {
+				require.Equal(t, reconcile.ResultIgnored, out.Result)
+				got = append(got, out.Text)
+				return out, nil
+			}
+			fetch := func(context.Context, string) (reconcile.Snapshot, error) { return reconcile.Snapshot{}, tc.err }
+			w := newUnitWorker(t, reconcile.WorkerConfig{Store: st, Providers: []reconcile.Provider{stripeFake(fetch)}})
+			drainUntilIdle(t, w)
+			require.Equal(t, []string{tc.want}, got)
+			require.Empty(t, q.results, "a permanent failure is not retried")
+		})
+	}
+}
+
+func TestNewWorkerRefusesBadConfig(t *testing.T) {
+	plans := examplePlans(t)
+	st := &mock.Store{}
+	p := stripeFake(liveSnapshot)
+	for name, tc := range map[string]struct {
+		cfg  reconcile.WorkerConfig
+		want string
+	}{
+		"NoStore":           {reconcile.WorkerConfig{Plans: plans, Providers: []reconcile.Provider{p}}, "no store"},
+		"NoPlans":           {reconcile.WorkerConfig{Store: st, Providers: []reconcile.Provider{p}}, "no plans"},
+		"NoProviders":       {reconcile.WorkerConfig{Store: st, Plans: plans}, "no providers"},
+		"NilProvider":       {reconcile.WorkerConfig{Store: st, Plans: plans, Providers: []reconcile.Provider{nil}}, "a nil provider"},
+		"DuplicateProvider": {reconcile.WorkerConfig{Store: st, Plans: plans, Providers: []reconcile.Provider{p, p}}, `provider "stripe" given twice`},
+		"NegativeBatch":     {reconcile.WorkerConfig{Store: st, Plans: plans, Providers: []reconcile.Provider{p}, Batch: -1}, "negative"},
+		"NegativeLease":     {reconcile.WorkerConfig{Store: st, Plans: plans, Providers: []reconcile.Provider{p}, Lease: -time.Second}, "negative"},
+		"NegativeBackoff":   {reconcile.WorkerConfig{Store: st, Plans: plans, Providers: []reconcile.Provider{p}, Backoff: []time.Duration{-1}}, "negative backoff"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			w, err := reconcile.NewWorker(tc.cfg)
+			require.ErrorContains(t, err, tc.want)
+			require.Nil(t, w)
+		})
+	}
+	w, err := reconcile.NewWorker(reconcile.WorkerConfig{Store: st, Plans: plans, Providers: []reconcile.Provider{p}})
+	require.NoError(t, err)
+	require.NotNil(t, w)
+}
