@@ -110,9 +110,10 @@ func TestConcurrentWorkers(t *testing.T) {
 	final := make([]string, customers)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	errs := make(chan error, 4)
 	for g := range 4 {
 		wg.Add(1)
-		go func() {
+		go func() { // no require here: it must fail on the test's goroutine
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(g), 99))
 			for i := g; i < changes-2*customers; i += 4 {
@@ -122,13 +123,24 @@ func TestConcurrentWorkers(t *testing.T) {
 				for p == cmp.Or(final[c], "price_free") { // an unchanged price emits no event
 					p = prices[rng.IntN(len(prices))]
 				}
-				h.changePrice(subs[c], p)
+				_, err := h.sc.V1Subscriptions.Update(ctx, subs[c].ID, &stripeapi.SubscriptionUpdateParams{
+					Items: []*stripeapi.SubscriptionUpdateItemParams{{ID: stripeapi.String(subs[c].Items.Data[0].ID), Price: stripeapi.String(p)}},
+				})
+				if err != nil {
+					mu.Unlock()
+					errs <- err
+					return
+				}
 				final[c] = p
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
 	h.delivered()
 
 	// Wait until the queue is empty and nothing is pending.
