@@ -15,6 +15,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -110,6 +111,7 @@ type demo struct {
 	intakeURL string
 	verifier  *stripe.Verifier
 	worker    *reconcile.Worker
+	doomed    *reconcile.Worker // a worker whose process is killed mid-apply
 	naive     *naiveApp
 	servers   []*http.Server
 
@@ -175,8 +177,42 @@ func newDemo(ctx context.Context, dbURL, addr string, logger *slog.Logger) (_ *d
 	if err != nil {
 		return nil, err
 	}
+	d.doomed, err = reconcile.NewWorker(reconcile.WorkerConfig{Name: "doomed", Store: killedStore{d.st, new(atomic.Bool)}, Providers: []reconcile.Provider{client},
+		Plans: d.plans, Logger: logger, Lease: demoLease})
+	if err != nil {
+		return nil, err
+	}
 	return d, nil
 }
+
+// errKilled is what a killed process's database calls amount to.
+var errKilled = errors.New("process killed between the plan write and the ledger write")
+
+// killedStore is the store as seen by a process that dies during Apply:
+// the transaction is rolled back, and nothing after it (recording the
+// failure, releasing or renewing the lease) reaches the database, so the
+// customer waits for the lease to run out, as after a real kill -9.
+type killedStore struct {
+	*store.Store
+	claimed *atomic.Bool // the process dies during its first batch
+}
+
+func (k killedStore) Claim(ctx context.Context, worker string, limit int, lease time.Duration) ([]reconcile.Job, error) {
+	if k.claimed.Swap(true) {
+		return nil, errKilled
+	}
+	return k.Store.Claim(ctx, worker, limit, lease)
+}
+
+func (killedStore) Extend(context.Context, string, []reconcile.Job, time.Duration) (int, error) {
+	return 0, errKilled
+}
+
+func (killedStore) Retry(context.Context, reconcile.Job, time.Time, reconcile.Outcome, time.Duration) (reconcile.Outcome, error) {
+	return reconcile.Outcome{}, errKilled
+}
+
+func (killedStore) Release(context.Context, string, []reconcile.Job) error { return errKilled }
 
 func (d *demo) listen(addr string, h http.Handler) (string, error) {
 	ln, err := net.Listen("tcp", addr)
@@ -434,8 +470,8 @@ func (d *demo) deliverToBillsync(ctx context.Context, customer string, dl *captu
 
 	var prefix string
 	if crash {
-		d.st.CrashAfterAccountWrite(func() error { return errors.New("process killed between the plan write and the ledger write") })
-		if _, err := d.worker.Drain(ctx); err != nil {
+		d.st.CrashAfterAccountWrite(func() error { return errKilled })
+		if _, err := d.doomed.Drain(ctx); err != nil && !errors.Is(err, errKilled) {
 			return s, err
 		}
 		d.st.CrashAfterAccountWrite(nil)
