@@ -20,6 +20,7 @@ import (
 	"github.com/stripe/stripe-go/v82/webhook"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/stripe/stripetest"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
@@ -67,8 +68,8 @@ func benchDrain(ctx context.Context, st *store.Store, plans *reconcile.Plans, o 
 
 	fake := stripemock.New(stripemock.Options{})
 	defer fake.Close()
-	for _, p := range defaultMockPrices {
-		fake.AddPrice(p.id, p.lookupKey, p.amount)
+	for _, p := range stripetest.Prices() {
+		fake.AddPrice(p.ID, p.LookupKey, p.Amount)
 	}
 	counted := &benchCountingHandler{next: fake}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

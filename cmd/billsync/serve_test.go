@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +21,7 @@ import (
 	"github.com/stripe/stripe-go/v82/webhook"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/stripe/stripetest"
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/pgembed"
 	"github.com/billsync/billsync/store/storetest"
@@ -205,23 +204,18 @@ func (s *syncBuffer) String() string {
 // as webhooks, and the account ends as Stripe says, through LISTEN/NOTIFY.
 func TestServeReconcilesAgainstStripe(t *testing.T) {
 	ctx := context.Background()
-	fake := stripemock.New(stripemock.Options{})
-	t.Cleanup(fake.Close)
-	fakeHTTP := httptest.NewServer(fake)
-	t.Cleanup(fakeHTTP.Close)
-	for _, p := range defaultMockPrices {
-		fake.AddPrice(p.id, p.lookupKey, p.amount)
-	}
+	h := stripetest.ForTest(t, stripetest.Options{})
 	addr := freeAddr(t)
-	secret := fake.AddWebhookEndpoint("http://" + addr + "/webhooks/stripe")
+	secret := h.Fake.AddWebhookEndpoint("http://" + addr + "/webhooks/stripe")
 	dataDir := filepath.Join(reachableDir(t), "data")
 	cmd := startBillsync(t, dataDir, addr,
 		"BILLSYNC_TEST_ARGS=serve -workers 2 -addr "+addr+" -data-dir "+dataDir,
-		"STRIPE_WEBHOOK_SECRET="+secret, "STRIPE_API_KEY="+stripemock.DefaultAPIKey, "STRIPE_API_URL="+fakeHTTP.URL)
+		"STRIPE_WEBHOOK_SECRET="+secret, "STRIPE_API_KEY="+stripemock.DefaultAPIKey, "STRIPE_API_URL="+h.URL)
 
-	form := url.Values{"metadata[user_id]": {"user_serve"}}
-	customer := stripePost(t, fakeHTTP.URL+"/v1/customers", form)
-	stripePost(t, fakeHTTP.URL+"/v1/subscriptions", url.Values{"customer": {customer}, "items[0][price]": {"price_team"}})
+	customer, err := h.Customer(ctx, "user_serve")
+	require.NoError(t, err)
+	_, err = h.Subscribe(ctx, customer, "price_team")
+	require.NoError(t, err)
 
 	dbURL, err := pgembed.RunningURL(dataDir, "billsync")
 	require.NoError(t, err)
@@ -240,21 +234,6 @@ func TestServeReconcilesAgainstStripe(t *testing.T) {
 	require.EqualValues(t, 2000, balance)
 	st.Close()
 	stopBillsync(t, cmd)
-}
-
-func stripePost(t *testing.T, endpoint string, form url.Values) string {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, endpoint, strings.NewReader(form.Encode()))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+stripemock.DefaultAPIKey)
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	var obj struct{ ID string }
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&obj))
-	return obj.ID
 }
 
 // TestNoMigrateRefusesPendingMigrations: with -no-migrate, serve must not
