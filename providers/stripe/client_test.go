@@ -42,9 +42,7 @@ func (rc *recorder) wrap(next http.Handler, rewrite func(*http.Request)) http.Ha
 		if rewrite != nil {
 			rewrite(r)
 		}
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-		next.ServeHTTP(sw, r)
-		rec.status = sw.status
+		rec.status = stripetest.AnswerStatus(next, w, r)
 		rc.mu.Lock()
 		rc.requests = append(rc.requests, rec)
 		rc.mu.Unlock()
@@ -64,16 +62,6 @@ func (rc *recorder) count() int {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	return len(rc.requests)
-}
-
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	w.status = code
-	w.ResponseWriter.WriteHeader(code)
 }
 
 // fakeStripe is the shared harness's fake Stripe behind a recorder of the

@@ -279,6 +279,24 @@ func (h *Harness) serveOn(ln net.Listener, handler http.Handler, connState func(
 	go func() { _ = hs.Serve(ln) }() // ends with Close
 }
 
+// AnswerStatus serves r with next and returns the status it answered (for
+// Wrap functions that count or record the fake's answers).
+func AnswerStatus(next http.Handler, w http.ResponseWriter, r *http.Request) int {
+	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	next.ServeHTTP(sw, r)
+	return sw.status
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
 // TB is the part of testing.TB that ForTest uses (so this package does not
 // import testing).
 type TB interface {

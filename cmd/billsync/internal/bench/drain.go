@@ -336,10 +336,9 @@ func (h *countingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
-	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-	h.next.ServeHTTP(sw, r)
+	status := stripetest.AnswerStatus(h.next, w, r)
 	h.requests.Add(1)
-	if sw.status == http.StatusTooManyRequests {
+	if status == http.StatusTooManyRequests {
 		h.limited.Add(1)
 	}
 }
@@ -348,16 +347,6 @@ func (h *countingHandler) connState(_ net.Conn, s http.ConnState) {
 	if s == http.StateNew {
 		h.conns.Add(1)
 	}
-}
-
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	w.status = code
-	w.ResponseWriter.WriteHeader(code)
 }
 
 // countingProvider counts Fetch calls per customer.
