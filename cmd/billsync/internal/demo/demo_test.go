@@ -3,6 +3,7 @@ package demo_test
 import (
 	"bytes"
 	"context"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/billsync/billsync/cmd/billsync/internal/demo"
+	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
 )
 
@@ -22,11 +24,26 @@ func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
 // changed; and the naive foil must show the damage it exists to show.
 func TestDemoSeedScenario(t *testing.T) {
 	ctx := context.Background()
-	d, err := demo.Start(ctx, storetest.URL(t), demo.Config{Addr: "127.0.0.1:0"})
+	server := storetest.URL(t) // the demo creates a database of its own next to this one
+	probe := storetest.OpenStore(t, server, store.Options{})
+	d, err := demo.Start(ctx, server, demo.Config{Addr: "127.0.0.1:0"})
 	require.NoError(t, err)
-	defer d.Close()
+	closed := false
+	defer func() {
+		if !closed {
+			d.Close()
+		}
+	}()
 	res, err := d.Play(ctx)
 	require.NoError(t, err)
+	dbURL, err := url.Parse(d.Where().DatabaseURL)
+	require.NoError(t, err)
+	d.Close()
+	closed = true
+	var left int
+	require.NoError(t, probe.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname = $1`,
+		strings.TrimPrefix(dbURL.Path, "/")).Scan(&left))
+	require.Zero(t, left, "Close drops the demo's database")
 
 	b := res.Billsync
 	require.Equal(t, "pro", b.Plan)
