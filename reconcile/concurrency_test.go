@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -24,16 +25,25 @@ import (
 )
 
 // workerProcEnv makes the test binary a second billsync worker process
-// (see runWorkerProcess); its value is "dbURL fakeURL".
+// (see runWorkerProcess); its value is "dbURL fakeURL [lease]".
 const workerProcEnv = "BILLSYNC_TEST_WORKER_PROCESS"
 
 // runWorkerProcess runs 4 workers against the database and fake Stripe the
-// parent test gives, until SIGTERM.
+// parent test gives, with its lease (default: the worker's), until SIGTERM.
 func runWorkerProcess() int {
-	var dbURL, fakeURL string
-	if _, err := fmt.Sscan(os.Getenv(workerProcEnv), &dbURL, &fakeURL); err != nil {
-		fmt.Fprintln(os.Stderr, "worker process:", err)
+	args := strings.Fields(os.Getenv(workerProcEnv))
+	if len(args) < 2 {
+		fmt.Fprintln(os.Stderr, "worker process: want dbURL fakeURL [lease]")
 		return 2
+	}
+	dbURL, fakeURL := args[0], args[1]
+	var lease time.Duration
+	if len(args) > 2 {
+		var err error
+		if lease, err = time.ParseDuration(args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "worker process:", err)
+			return 2
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
@@ -54,7 +64,7 @@ func runWorkerProcess() int {
 		return 1
 	}
 	w, err := reconcile.NewWorker(reconcile.WorkerConfig{Name: "proc2", Store: st, Providers: []reconcile.Provider{client},
-		Plans: plans, Concurrency: 4, Batch: 5, Poll: 10 * time.Millisecond})
+		Plans: plans, Concurrency: 4, Batch: 5, Poll: 10 * time.Millisecond, Lease: lease})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker process:", err)
 		return 1
@@ -100,9 +110,10 @@ func TestConcurrentWorkers(t *testing.T) {
 	final := make([]string, customers)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	errs := make(chan error, 4)
 	for g := range 4 {
 		wg.Add(1)
-		go func() {
+		go func() { // no require here: it must fail on the test's goroutine
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(g), 99))
 			for i := g; i < changes-2*customers; i += 4 {
@@ -112,13 +123,24 @@ func TestConcurrentWorkers(t *testing.T) {
 				for p == cmp.Or(final[c], "price_free") { // an unchanged price emits no event
 					p = prices[rng.IntN(len(prices))]
 				}
-				h.changePrice(subs[c], p)
+				_, err := h.sc.V1Subscriptions.Update(ctx, subs[c].ID, &stripeapi.SubscriptionUpdateParams{
+					Items: []*stripeapi.SubscriptionUpdateItemParams{{ID: stripeapi.String(subs[c].Items.Data[0].ID), Price: stripeapi.String(p)}},
+				})
+				if err != nil {
+					mu.Unlock()
+					errs <- err
+					return
+				}
 				final[c] = p
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
 	h.delivered()
 
 	// Wait until the queue is empty and nothing is pending.

@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 // webhooks to billsync's real intake, which stores them in a fresh database;
 // workers fetch through the real Stripe client pointed at the fake.
 type harness struct {
-	t        *testing.T
+	t        testingT
 	sh       *stripetest.Harness
 	fake     *stripemock.Server
 	fakeURL  string
@@ -42,12 +42,12 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	return newHarnessWith(t, t.Cleanup)
+	return newHarnessWith(t, t.Cleanup, stripemock.Options{})
 }
 
 // newHarnessWith registers its teardown with cleanup (for property checks,
 // which must not hold every check's connections until the test ends).
-func newHarnessWith(t *testing.T, cleanup func(func())) *harness {
+func newHarnessWith(t *testing.T, cleanup func(func()), fakeOpts stripemock.Options) *harness {
 	t.Helper()
 	h := &harness{t: t, plans: examplePlans(t), outcomes: make(chan reconcile.Outcome, 100000)}
 	h.dbURL = storetest.URL(t)
@@ -56,7 +56,7 @@ func newHarnessWith(t *testing.T, cleanup func(func())) *harness {
 	cleanup(st.Close)
 	h.st = st
 
-	h.sh, err = stripetest.New(stripetest.Options{Store: st, Client: stripetest.Fast(stripe.Config{})})
+	h.sh, err = stripetest.New(stripetest.Options{Store: st, Fake: fakeOpts, Client: stripetest.Fast(stripe.Config{})})
 	require.NoError(t, err)
 	cleanup(h.sh.Close)
 	h.fake, h.fakeURL, h.sc, h.client = h.sh.Fake, h.sh.URL, h.sh.API, h.sh.Client
@@ -180,4 +180,12 @@ func (h *harness) outcomeTexts(customerID string) []string {
 	}
 	require.NoError(h.t, rows.Err())
 	return out
+}
+
+// testingT is what the harness asserts with: the test's *testing.T, or a
+// property check's *rapid.T, so that a failure inside a property is
+// shrunk and replayable instead of failing the outer test.
+type testingT interface {
+	require.TestingT
+	Helper()
 }

@@ -258,8 +258,10 @@ func TestWorkerStopHandsBackWithoutCountingAnAttempt(t *testing.T) {
 			claimed = true
 			return jobs, nil
 		},
-		ExtendFn: func(_ context.Context, _ string, held []reconcile.Job, _ time.Duration) (int, error) { return len(held), nil },
-		NowFn:    func(context.Context) (time.Time, error) { return time.Now(), nil },
+		ExtendFn: func(_ context.Context, _ string, held []reconcile.Job, _ time.Duration) (int, error) {
+			return len(held), nil
+		},
+		NowFn: func(context.Context) (time.Time, error) { return time.Now(), nil },
 		ReleaseFn: func(_ context.Context, _ string, js []reconcile.Job) error {
 			for _, j := range js {
 				released = append(released, j.ID)

@@ -271,10 +271,11 @@ func TestClaimSkipsLockedAndReclaimsExpiredLeases(t *testing.T) {
 	c, err := st.Claim(ctx, "c", 10, time.Millisecond)
 	require.NoError(t, err)
 	require.Len(t, c, 1, "a released lease is claimable at once")
-	time.Sleep(20 * time.Millisecond)
-	d, err := st.Claim(ctx, "d", 10, time.Minute)
-	require.NoError(t, err)
-	require.Len(t, d, 1, "an expired lease (its worker died) is claimable again")
+	var d []reconcile.Job
+	require.Eventually(t, func() bool { // c's 1 ms lease runs out: c "died"
+		d, err = st.Claim(ctx, "d", 10, time.Minute)
+		return err == nil && len(d) == 1
+	}, 30*time.Second, time.Millisecond, "an expired lease (its worker died) is claimable again")
 	require.Equal(t, c[0].ID, d[0].ID)
 }
 
@@ -299,12 +300,20 @@ func TestApplyWaitsForAnIntakeInFlight(t *testing.T) {
 	obs, err := st.Now(ctx) // after the intake's now(): its event counts as received before
 	require.NoError(t, err)
 
+	plans := testPlans(t)
 	applied := make(chan error, 1)
 	go func() {
-		_, err := applySnap(ctx, st, job, obs, liveSnap("cus_1", "pro"), testPlans(t))
+		_, err := applySnap(ctx, st, job, obs, liveSnap("cus_1", "pro"), plans)
 		applied <- err
 	}()
-	time.Sleep(100 * time.Millisecond) // let Apply reach the row the intake holds
+	// Apply must be waiting for the row the intake holds before it commits.
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := st.Pool().QueryRow(ctx, `
+			SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+			               WHERE NOT l.granted AND a.datname = current_database())`).Scan(&waiting)
+		return err == nil && waiting
+	}, 30*time.Second, time.Millisecond, "Apply never waited for the intake's row lock")
 	require.NoError(t, intake.Commit(ctx))
 	require.NoError(t, <-applied)
 

@@ -74,8 +74,17 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, opts Options) (*Store,
 	return s, nil
 }
 
-// Close closes every connection.
-func (s *Store) Close() { s.pool.Close() }
+// Close closes every connection. It waits at most the store's timeout:
+// pgx gives a connection 15 s to say goodbye, which a hung database never
+// answers, and a process shutting down must not wait for it.
+func (s *Store) Close() {
+	done := make(chan struct{})
+	go func() { s.pool.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(s.timeout):
+	}
+}
 
 // CrashAfterAccountWrite installs fault injection for tests and the demo:
 // fn runs inside Apply between the account write and the ledger write, and

@@ -51,7 +51,8 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 	c.bindCommon(fs, getenv)
 	fs.StringVar(&c.Addr, "addr", cmp.Or(getenv("BILLSYNC_ADDR"), "127.0.0.1:8080"), "HTTP listen address (env BILLSYNC_ADDR)")
 	fs.BoolVar(&c.NoMigrate, "no-migrate", false, "refuse to start if migrations are pending instead of applying them")
-	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "how long in-flight requests may take on SIGTERM")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 20*time.Second,
+		"on SIGTERM, how long in-flight requests and reconciles may take to finish (a database call then in flight is cut off within -db-timeout)")
 	fs.DurationVar(&c.StripeTolerance, "stripe-tolerance", 300*time.Second, "oldest Stripe-Signature timestamp accepted")
 	fs.StringVar(&c.StripeAPIURL, "stripe-api-url", getenv("STRIPE_API_URL"), "Stripe API base URL, e.g. a fake Stripe (env STRIPE_API_URL; default api.stripe.com)")
 	fs.Float64Var(&c.StripeRateLimit, "stripe-rate", 25, "Stripe API requests per second, shared by every worker of this process")
@@ -104,6 +105,9 @@ func (c *config) validateServe() error {
 	}
 	if c.StripeRateLimit <= 0 {
 		errs = append(errs, errors.New("-stripe-rate must be positive"))
+	}
+	if c.ShutdownTimeout <= 0 || c.DBTimeout <= 0 {
+		errs = append(errs, errors.New("-shutdown-timeout and -db-timeout must be positive"))
 	}
 	if c.StripeTolerance <= 0 {
 		errs = append(errs, errors.New("-stripe-tolerance must be positive"))

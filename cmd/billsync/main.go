@@ -49,7 +49,10 @@ func main() {
 var errUsage = errors.New("usage")
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel()}))
+	logger, err := newLogger(stderr, os.Getenv)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stderr)
 		if len(args) == 0 {
@@ -75,10 +78,23 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun 'billsync <command> --help' for a command's flags.")
 }
 
-func logLevel() slog.Level {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(os.Getenv("BILLSYNC_LOG_LEVEL"))); err != nil {
-		return slog.LevelInfo
+// newLogger returns billsync's one logger: text for people (the default),
+// or JSON lines for log aggregators (BILLSYNC_LOG_FORMAT=json), at
+// BILLSYNC_LOG_LEVEL (default info).
+func newLogger(w io.Writer, getenv func(string) string) (*slog.Logger, error) {
+	level := slog.LevelInfo
+	if v := getenv("BILLSYNC_LOG_LEVEL"); v != "" {
+		if err := level.UnmarshalText([]byte(v)); err != nil {
+			return nil, fmt.Errorf("BILLSYNC_LOG_LEVEL %q: want debug, info, warn or error", v)
+		}
 	}
-	return l
+	opts := &slog.HandlerOptions{Level: level}
+	switch f := getenv("BILLSYNC_LOG_FORMAT"); f {
+	case "", "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, fmt.Errorf("BILLSYNC_LOG_FORMAT %q: want text or json", f)
+	}
 }

@@ -65,7 +65,9 @@ STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 		Metrics:   metrics,
 	})
 
-	// Workers stop with the server, whether by signal or by a listen error.
+	// Workers stop with the server, whether by signal or by a listen error:
+	// their context ends at the signal, the HTTP drain starts with it, and
+	// -shutdown-timeout bounds both.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -88,10 +90,19 @@ STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 		go func() { defer wg.Done(); st.Listen(ctx, logger, worker.Wake) }()
 		go func() { defer wg.Done(); worker.Run(ctx) }()
 	}
-	err = listenAndServe(ctx, cfg.Addr, srv, cfg.ShutdownTimeout, stdout, logger)
-	cancel()
-	wg.Wait() // workers finish the job in hand and release their leases
-	return err
+	// Workers finish the job in hand and release their leases.
+	stopWorkers := func(shutCtx context.Context) error {
+		cancel()
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+			return nil
+		case <-shutCtx.Done():
+			return fmt.Errorf("workers still busy after -shutdown-timeout %s: their leases run out on their own", cfg.ShutdownTimeout)
+		}
+	}
+	return listenAndServe(ctx, cfg.Addr, srv, cfg.ShutdownTimeout, stdout, logger, stopWorkers)
 }
 
 // queueDepth adapts the store for the metrics' queue gauge.
@@ -108,9 +119,11 @@ func workerName() string {
 	return fmt.Sprintf("%s-%d", cmp.Or(host, "billsync"), os.Getpid())
 }
 
-// listenAndServe serves h on addr until ctx is done, then lets in-flight
-// requests finish for up to grace.
-func listenAndServe(ctx context.Context, addr string, h http.Handler, grace time.Duration, stdout io.Writer, logger *slog.Logger) error {
+// listenAndServe serves h on addr until ctx is done; then, within grace in
+// all, it lets in-flight requests finish and runs stop (the background
+// work's own shutdown) alongside.
+func listenAndServe(ctx context.Context, addr string, h http.Handler, grace time.Duration, stdout io.Writer, logger *slog.Logger,
+	stop func(context.Context) error) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
@@ -134,8 +147,12 @@ func listenAndServe(ctx context.Context, addr string, h http.Handler, grace time
 	logger.Info("shutting down", slog.Duration("grace", grace))
 	shutCtx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop(shutCtx) }()
+	var errs []error
 	if err := hs.Shutdown(shutCtx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+		errs = append(errs, fmt.Errorf("shutdown: %w", err))
 	}
-	return nil
+	errs = append(errs, <-stopped)
+	return errors.Join(errs...)
 }

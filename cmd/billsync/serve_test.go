@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -232,8 +234,104 @@ func TestServeReconcilesAgainstStripe(t *testing.T) {
 	balance, err := st.Balance(ctx, a.ID)
 	require.NoError(t, err)
 	require.EqualValues(t, 2000, balance)
+
+	// The real wiring counts what happened: the worker's outcome and the
+	// intake's answers reach GET /metrics.
+	metrics := scrape(t, addr)
+	require.Regexp(t, `(?m)^billsync_reconciles_total\{provider="stripe",result="applied"\} [1-9]`, metrics)
+	require.Regexp(t, `(?m)^billsync_webhook_deliveries_total\{answer="stored",provider="stripe"\} [1-9]`, metrics)
+	require.Regexp(t, `(?m)^billsync_queue_customers\{state="dead"\} 0$`, metrics)
 	st.Close()
 	stopBillsync(t, cmd)
+}
+
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// TestServeShutdownIsBoundedWhenTheDatabaseHangs: SIGTERM while PostgreSQL
+// is frozen (SIGSTOP) and a worker is between its fetch and its write.
+// serve must still exit, within -shutdown-timeout plus one -db-timeout, not
+// wait for the database forever.
+func TestServeShutdownIsBoundedWhenTheDatabaseHangs(t *testing.T) {
+	cluster, _ := storetest.PrivateCluster(t)
+	// The worker's reads (GETs) hang at the fake until the client gives
+	// up: the worker is mid-fetch when the database freezes and SIGTERM
+	// comes.
+	fetching := make(chan struct{}, 1)
+	h := stripetest.ForTest(t, stripetest.Options{Wrap: func(fake http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet {
+				select {
+				case fetching <- struct{}{}:
+				default:
+				}
+				<-r.Context().Done()
+				return
+			}
+			fake.ServeHTTP(w, r)
+		})
+	}})
+	addr := freeAddr(t)
+	secret := h.Fake.AddWebhookEndpoint("http://" + addr + "/webhooks/stripe")
+	cmd := startBillsync(t, "", addr,
+		"BILLSYNC_TEST_ARGS=serve -workers 1 -addr "+addr+" -shutdown-timeout 2s -db-timeout 1s",
+		"DATABASE_URL="+cluster.URL("billsync"),
+		"STRIPE_WEBHOOK_SECRET="+secret, "STRIPE_API_KEY="+stripemock.DefaultAPIKey, "STRIPE_API_URL="+h.URL)
+
+	customer, err := h.Customer(context.Background(), "")
+	require.NoError(t, err)
+	_, err = h.Subscribe(context.Background(), customer, "price_pro")
+	require.NoError(t, err)
+	select {
+	case <-fetching:
+	case <-time.After(time.Minute):
+		t.Fatalf("no fetch started:\n%s", cmd.logs.String())
+	}
+
+	thaw := freeze(t, cluster.DataDir())
+	defer thaw()
+	require.NoError(t, cmd.cmd.Process.Signal(syscall.SIGTERM))
+	stopping := time.Now()
+	select {
+	case <-cmd.exited:
+		t.Logf("serve exited %s after SIGTERM (%v) with the database frozen", time.Since(stopping).Round(time.Millisecond), cmd.err)
+	case <-time.After(time.Minute): // a liveness guard: before the fix it never exited
+		t.Fatalf("billsync serve did not exit while the database was frozen:\n%s", cmd.logs.String())
+	}
+}
+
+// freeze stops the PostgreSQL server under dataDir and its backends with
+// SIGSTOP, as a hung database host would be; thaw lets them go on.
+func freeze(t *testing.T, dataDir string) (thaw func()) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dataDir, "pgdata", "postmaster.pid"))
+	require.NoError(t, err)
+	postmaster, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+	require.NoError(t, err)
+	out, err := exec.Command("pgrep", "-P", strconv.Itoa(postmaster)).Output()
+	require.NoError(t, err)
+	pids := []int{postmaster}
+	for _, f := range strings.Fields(string(out)) {
+		pid, err := strconv.Atoi(f)
+		require.NoError(t, err)
+		pids = append(pids, pid)
+	}
+	for _, pid := range pids {
+		require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	}
+	return func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
 }
 
 // TestNoMigrateRefusesPendingMigrations: with -no-migrate, serve must not

@@ -14,6 +14,7 @@ type Clock struct {
 	base      time.Time // fake time at realStart
 	realStart time.Time
 	offset    time.Duration
+	stopped   bool // moves only with Advance
 	nextID    int
 	listeners map[int]func(now time.Time)
 }
@@ -23,6 +24,15 @@ func NewClock(t time.Time) *Clock {
 	return &Clock{base: t.Round(0), realStart: time.Now(), listeners: map[int]func(time.Time){}}
 }
 
+// NewStoppedClock returns a clock that reads t and moves only with
+// Advance: timestamps then depend on what a test did, not on how fast it
+// ran, so a failing property check replays exactly.
+func NewStoppedClock(t time.Time) *Clock {
+	c := NewClock(t)
+	c.stopped = true
+	return c
+}
+
 // Now returns the fake current time.
 func (c *Clock) Now() time.Time {
 	c.mu.Lock()
@@ -30,7 +40,12 @@ func (c *Clock) Now() time.Time {
 	return c.now()
 }
 
-func (c *Clock) now() time.Time { return c.base.Add(time.Since(c.realStart) + c.offset) }
+func (c *Clock) now() time.Time {
+	if c.stopped {
+		return c.base.Add(c.offset)
+	}
+	return c.base.Add(time.Since(c.realStart) + c.offset)
+}
 
 // Advance moves the clock forward by d and then lets every server using it
 // catch up (renew subscriptions whose period ended). It returns the new time.

@@ -1,0 +1,84 @@
+package reconcile_test
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/reconcile"
+)
+
+// TestKilledWorkerProcessStrandsNothing: a worker process is killed with
+// SIGKILL while it holds customers mid-fetch. Nothing it did may be half
+// applied, and every customer it held must be reconciled by another worker
+// once its lease (not renewed by a dead process) runs out: right plan,
+// balance equal to the largest plan granted (no double grant), every event
+// applied. The time from the kill to the last stranded customer is logged
+// (a measurement, not a claim): BILLSYNC_TEST_CRASH_LEASE sets the dead
+// process's lease (default 2 s here; serve's is reconcile.DefaultLease).
+func TestKilledWorkerProcessStrandsNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a second process")
+	}
+	const customers = 12
+	ctx := context.Background()
+	lease := cmp.Or(os.Getenv("BILLSYNC_TEST_CRASH_LEASE"), "2s")
+	h := newHarness(t)
+	ids := make([]string, customers)
+	for i := range ids {
+		ids[i] = h.customer(fmt.Sprintf("user_%d", i))
+		sub := h.subscribe(ids[i], "price_free")
+		h.changePrice(sub, []string{"price_pro", "price_team"}[i%2])
+	}
+	h.delivered()
+
+	// Every read is slow, so the doomed process holds its claims mid-fetch.
+	h.fake.SetFaults(stripemock.Faults{Latency: time.Minute})
+	proc := exec.Command(os.Args[0], "-test.run=^$")
+	proc.Env = append(os.Environ(), workerProcEnv+"="+h.dbURL+" "+h.fakeURL+" "+lease)
+	var procLog bytes.Buffer
+	proc.Stdout, proc.Stderr = &procLog, &procLog
+	require.NoError(t, proc.Start())
+	t.Cleanup(func() { _ = proc.Process.Kill() })
+
+	var held int
+	require.Eventually(t, func() bool {
+		err := h.st.Pool().QueryRow(ctx, `SELECT count(*) FROM reconcile_queue WHERE locked_by LIKE 'proc2-%'`).Scan(&held)
+		return err == nil && held >= 4 // 4 loops, each fetching its first job
+	}, time.Minute, 5*time.Millisecond, "the second process never claimed:\n%s", &procLog)
+	require.NoError(t, proc.Process.Kill())
+	killed := time.Now()
+	_ = proc.Wait()
+	require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT count(*) FROM reconcile_queue WHERE locked_by LIKE 'proc2-%'`).Scan(&held))
+
+	h.fake.SetFaults(stripemock.Faults{})
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	local := h.worker(reconcile.WorkerConfig{Name: "survivor", Concurrency: 2, Poll: 20 * time.Millisecond})
+	done := make(chan struct{})
+	go func() { local.Run(runCtx); close(done) }()
+	defer func() { stop(); <-done }()
+
+	var queued, pending int
+	require.Eventually(t, func() bool {
+		err := h.st.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM reconcile_queue), (SELECT count(*) FROM inbox_events WHERE status = 'pending')`).Scan(&queued, &pending)
+		return err == nil && queued == 0 && pending == 0
+	}, 5*time.Minute, 10*time.Millisecond, "stranded customers never reconciled")
+	t.Logf("lease %s: %d customers stranded by kill -9, all reconciled %s after the kill", lease, held, time.Since(killed).Round(10*time.Millisecond))
+
+	for i, cus := range ids {
+		s := h.state(cus)
+		require.Equal(t, []string{"pro", "team"}[i%2], s.Plan, "customer %d", i)
+		require.Equal(t, h.largestGrant(cus), s.Balance, "customer %d: no double grant", i)
+		require.Positive(t, s.Events["applied"], "customer %d", i)
+		require.Len(t, s.Events, 1, "customer %d: every event applied", i)
+	}
+}
