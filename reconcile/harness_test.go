@@ -2,20 +2,17 @@ package reconcile_test
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	stripeapi "github.com/stripe/stripe-go/v82"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/stripe/stripetest"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
-	"github.com/billsync/billsync/server"
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
 )
@@ -32,6 +29,7 @@ func TestMain(m *testing.M) {
 // workers fetch through the real Stripe client pointed at the fake.
 type harness struct {
 	t        testingT
+	sh       *stripetest.Harness
 	fake     *stripemock.Server
 	fakeURL  string
 	sc       *stripeapi.Client // drives the fake, as the app or the Stripe dashboard would
@@ -58,40 +56,17 @@ func newHarnessWith(t *testing.T, cleanup func(func()), fakeOpts stripemock.Opti
 	cleanup(st.Close)
 	h.st = st
 
-	h.fake = stripemock.New(fakeOpts)
-	cleanup(h.fake.Close)
-	fakeHTTP := httptest.NewServer(h.fake)
-	cleanup(fakeHTTP.Close)
-	h.fakeURL = fakeHTTP.URL
-	h.fake.AddPrice("price_free", "free", 0)
-	h.fake.AddPrice("price_pro", "pro", 2000)
-	h.fake.AddPrice("price_team", "team", 5000)
-	h.fake.AddPrice("price_legacy", "legacy_gold", 9900) // mapped to no plan
-
-	var intake *server.Server
-	intakeHTTP := httptest.NewServer(deferredHandler(func() *server.Server { return intake }))
-	cleanup(intakeHTTP.Close)
-	v, err := stripe.NewVerifier([]string{h.fake.AddWebhookEndpoint(intakeHTTP.URL + "/webhooks/stripe")}, 0)
+	h.sh, err = stripetest.New(stripetest.Options{Store: st, Fake: fakeOpts, Client: stripetest.Fast(stripe.Config{})})
 	require.NoError(t, err)
-	intake = server.New(server.Config{Inbox: h.st, Verifiers: []server.Verifier{v}})
-
-	h.client = h.newClient(stripe.Config{})
-	h.sc = stripeapi.NewClient(stripemock.DefaultAPIKey, stripeapi.WithBackends(stripeapi.NewBackendsWithConfig(&stripeapi.BackendConfig{
-		URL: stripeapi.String(h.fakeURL), MaxNetworkRetries: stripeapi.Int64(0),
-		LeveledLogger: &stripeapi.LeveledLogger{Level: stripeapi.LevelNull},
-	})))
+	cleanup(h.sh.Close)
+	h.fake, h.fakeURL, h.sc, h.client = h.sh.Fake, h.sh.URL, h.sh.API, h.sh.Client
 	return h
 }
 
 // newClient returns billsync's Stripe client on the fake, with fast retries.
 func (h *harness) newClient(cfg stripe.Config) *stripe.Client {
 	h.t.Helper()
-	cfg.APIKey, cfg.BaseURL = stripemock.DefaultAPIKey, h.fakeURL
-	cfg.RateLimit = max(cfg.RateLimit, 1000)
-	cfg.Burst = max(cfg.Burst, 100)
-	cfg.RetryWaitMin = max(cfg.RetryWaitMin, time.Millisecond)
-	cfg.RetryWaitMax = max(cfg.RetryWaitMax, 5*time.Millisecond)
-	c, err := stripe.NewClient(cfg)
+	c, err := h.sh.NewClient(stripetest.Fast(cfg))
 	require.NoError(h.t, err)
 	return c
 }
@@ -110,27 +85,21 @@ func (h *harness) worker(cfg reconcile.WorkerConfig) *reconcile.Worker {
 
 func (h *harness) customer(userRef string) string {
 	h.t.Helper()
-	c, err := h.sc.V1Customers.Create(context.Background(), &stripeapi.CustomerCreateParams{Metadata: map[string]string{"user_id": userRef}})
+	id, err := h.sh.Customer(context.Background(), userRef)
 	require.NoError(h.t, err)
-	return c.ID
+	return id
 }
 
 func (h *harness) subscribe(customerID, price string) *stripeapi.Subscription {
 	h.t.Helper()
-	sub, err := h.sc.V1Subscriptions.Create(context.Background(), &stripeapi.SubscriptionCreateParams{
-		Customer: stripeapi.String(customerID),
-		Items:    []*stripeapi.SubscriptionCreateItemParams{{Price: stripeapi.String(price)}},
-	})
+	sub, err := h.sh.Subscribe(context.Background(), customerID, price)
 	require.NoError(h.t, err)
 	return sub
 }
 
 func (h *harness) changePrice(sub *stripeapi.Subscription, price string) {
 	h.t.Helper()
-	_, err := h.sc.V1Subscriptions.Update(context.Background(), sub.ID, &stripeapi.SubscriptionUpdateParams{
-		Items: []*stripeapi.SubscriptionUpdateItemParams{{ID: stripeapi.String(sub.Items.Data[0].ID), Price: stripeapi.String(price)}},
-	})
-	require.NoError(h.t, err)
+	require.NoError(h.t, h.sh.ChangePrice(context.Background(), sub, price))
 }
 
 func (h *harness) cancel(sub *stripeapi.Subscription) {
@@ -142,9 +111,7 @@ func (h *harness) cancel(sub *stripeapi.Subscription) {
 // delivered waits until the fake has sent every webhook.
 func (h *harness) delivered() {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	require.NoError(h.t, h.fake.WaitIdle(ctx))
+	require.NoError(h.t, h.sh.WaitDelivered(context.Background()))
 }
 
 // customerState is what matters about one customer after reconciling.
@@ -222,7 +189,3 @@ type testingT interface {
 	require.TestingT
 	Helper()
 }
-
-type deferredHandler func() *server.Server
-
-func (f deferredHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { f().ServeHTTP(w, r) }

@@ -15,27 +15,17 @@ import (
 	"time"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/stripe/stripetest"
 )
 
-// defaultMockPrices are always loaded; -price adds to or overrides them.
-var defaultMockPrices = []mockPrice{
-	{"price_free", "free", 0},
-	{"price_pro", "pro", 2000},
-	{"price_team", "team", 5000},
-}
-
-type mockPrice struct {
-	id, lookupKey string
-	amount        int64
-}
-
-// mockPrices is the repeatable -price id:lookup_key:amount flag.
-type mockPrices []mockPrice
+// mockPrices is the repeatable -price id:lookup_key:amount flag; it adds
+// to or overrides stripetest.Prices, which are always loaded.
+type mockPrices []stripetest.Price
 
 func (p *mockPrices) String() string {
 	parts := make([]string, 0, len(*p))
 	for _, mp := range *p {
-		parts = append(parts, fmt.Sprintf("%s:%s:%d", mp.id, mp.lookupKey, mp.amount))
+		parts = append(parts, fmt.Sprintf("%s:%s:%d", mp.ID, mp.LookupKey, mp.Amount))
 	}
 	return strings.Join(parts, ",")
 }
@@ -49,7 +39,7 @@ func (p *mockPrices) Set(v string) error {
 	if err != nil || amount < 0 {
 		return fmt.Errorf("amount %q: want a non-negative integer in cents", fields[2])
 	}
-	*p = append(*p, mockPrice{fields[0], fields[1], amount})
+	*p = append(*p, stripetest.Price{ID: fields[0], LookupKey: fields[1], Amount: amount})
 	return nil
 }
 
@@ -69,7 +59,7 @@ knobs. Control endpoints (no key): /_mock/faults, /_mock/clock/advance,
 	apiKey := fs.String("api-key", stripemock.DefaultAPIKey, "secret key clients must send (Authorization: Bearer …)")
 	webhookURL := fs.String("webhook", "", "webhook endpoint URL to register at start; its secret is printed as STRIPE_WEBHOOK_SECRET")
 	var prices mockPrices
-	fs.Var(&prices, "price", "extra price `id:lookup_key:amount` (repeatable; price_free, price_pro and price_team are always loaded)")
+	fs.Var(&prices, "price", "extra price `id:lookup_key:amount` (repeatable; price_free, price_pro, price_team and price_legacy are always loaded)")
 	var f stripemock.Faults
 	fs.IntVar(&f.DuplicateCopies, "duplicates", 0, "send each webhook 1+N times")
 	fs.DurationVar(&f.ReorderDelay, "reorder", 0, "delay each webhook copy by a random [0, d] so deliveries reorder")
@@ -92,8 +82,8 @@ knobs. Control endpoints (no key): /_mock/faults, /_mock/clock/advance,
 
 	fake := stripemock.New(stripemock.Options{APIKey: *apiKey, Faults: f, Logger: logger.With("component", "stripemock")})
 	defer fake.Close()
-	for _, p := range slices.Concat(defaultMockPrices, prices) {
-		fake.AddPrice(p.id, p.lookupKey, p.amount)
+	for _, p := range slices.Concat(stripetest.Prices(), prices) {
+		fake.AddPrice(p.ID, p.LookupKey, p.Amount)
 	}
 
 	ln, err := net.Listen("tcp", *addr)

@@ -9,8 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +23,7 @@ import (
 	"github.com/stripe/stripe-go/v82/webhook"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/stripe/stripetest"
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/pgembed"
 	"github.com/billsync/billsync/store/storetest"
@@ -207,23 +206,18 @@ func (s *syncBuffer) String() string {
 // as webhooks, and the account ends as Stripe says, through LISTEN/NOTIFY.
 func TestServeReconcilesAgainstStripe(t *testing.T) {
 	ctx := context.Background()
-	fake := stripemock.New(stripemock.Options{})
-	t.Cleanup(fake.Close)
-	fakeHTTP := httptest.NewServer(fake)
-	t.Cleanup(fakeHTTP.Close)
-	for _, p := range defaultMockPrices {
-		fake.AddPrice(p.id, p.lookupKey, p.amount)
-	}
+	h := stripetest.ForTest(t, stripetest.Options{})
 	addr := freeAddr(t)
-	secret := fake.AddWebhookEndpoint("http://" + addr + "/webhooks/stripe")
+	secret := h.Fake.AddWebhookEndpoint("http://" + addr + "/webhooks/stripe")
 	dataDir := filepath.Join(reachableDir(t), "data")
 	cmd := startBillsync(t, dataDir, addr,
 		"BILLSYNC_TEST_ARGS=serve -workers 2 -addr "+addr+" -data-dir "+dataDir,
-		"STRIPE_WEBHOOK_SECRET="+secret, "STRIPE_API_KEY="+stripemock.DefaultAPIKey, "STRIPE_API_URL="+fakeHTTP.URL)
+		"STRIPE_WEBHOOK_SECRET="+secret, "STRIPE_API_KEY="+stripemock.DefaultAPIKey, "STRIPE_API_URL="+h.URL)
 
-	form := url.Values{"metadata[user_id]": {"user_serve"}}
-	customer := stripePost(t, fakeHTTP.URL+"/v1/customers", form)
-	stripePost(t, fakeHTTP.URL+"/v1/subscriptions", url.Values{"customer": {customer}, "items[0][price]": {"price_team"}})
+	customer, err := h.Customer(ctx, "user_serve")
+	require.NoError(t, err)
+	_, err = h.Subscribe(ctx, customer, "price_team")
+	require.NoError(t, err)
 
 	dbURL, err := pgembed.RunningURL(dataDir, "billsync")
 	require.NoError(t, err)
@@ -268,36 +262,34 @@ func scrape(t *testing.T, addr string) string {
 // wait for the database forever.
 func TestServeShutdownIsBoundedWhenTheDatabaseHangs(t *testing.T) {
 	cluster, _ := storetest.PrivateCluster(t)
-	fake := stripemock.New(stripemock.Options{})
-	t.Cleanup(fake.Close)
 	// The worker's reads (GETs) hang at the fake until the client gives
 	// up: the worker is mid-fetch when the database freezes and SIGTERM
 	// comes.
 	fetching := make(chan struct{}, 1)
-	fakeHTTP := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet {
-			select {
-			case fetching <- struct{}{}:
-			default:
+	h := stripetest.ForTest(t, stripetest.Options{Wrap: func(fake http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet {
+				select {
+				case fetching <- struct{}{}:
+				default:
+				}
+				<-r.Context().Done()
+				return
 			}
-			<-r.Context().Done()
-			return
-		}
-		fake.ServeHTTP(w, r)
-	}))
-	t.Cleanup(fakeHTTP.Close)
-	for _, p := range defaultMockPrices {
-		fake.AddPrice(p.id, p.lookupKey, p.amount)
-	}
+			fake.ServeHTTP(w, r)
+		})
+	}})
 	addr := freeAddr(t)
-	secret := fake.AddWebhookEndpoint("http://" + addr + "/webhooks/stripe")
+	secret := h.Fake.AddWebhookEndpoint("http://" + addr + "/webhooks/stripe")
 	cmd := startBillsync(t, "", addr,
 		"BILLSYNC_TEST_ARGS=serve -workers 1 -addr "+addr+" -shutdown-timeout 2s -db-timeout 1s",
 		"DATABASE_URL="+cluster.URL("billsync"),
-		"STRIPE_WEBHOOK_SECRET="+secret, "STRIPE_API_KEY="+stripemock.DefaultAPIKey, "STRIPE_API_URL="+fakeHTTP.URL)
+		"STRIPE_WEBHOOK_SECRET="+secret, "STRIPE_API_KEY="+stripemock.DefaultAPIKey, "STRIPE_API_URL="+h.URL)
 
-	customer := stripePost(t, fakeHTTP.URL+"/v1/customers", url.Values{})
-	stripePost(t, fakeHTTP.URL+"/v1/subscriptions", url.Values{"customer": {customer}, "items[0][price]": {"price_pro"}})
+	customer, err := h.Customer(context.Background(), "")
+	require.NoError(t, err)
+	_, err = h.Subscribe(context.Background(), customer, "price_pro")
+	require.NoError(t, err)
 	select {
 	case <-fetching:
 	case <-time.After(time.Minute):
@@ -340,21 +332,6 @@ func freeze(t *testing.T, dataDir string) (thaw func()) {
 			_ = syscall.Kill(pid, syscall.SIGCONT)
 		}
 	}
-}
-
-func stripePost(t *testing.T, endpoint string, form url.Values) string {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, endpoint, strings.NewReader(form.Encode()))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+stripemock.DefaultAPIKey)
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	var obj struct{ ID string }
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&obj))
-	return obj.ID
 }
 
 // TestNoMigrateRefusesPendingMigrations: with -no-migrate, serve must not

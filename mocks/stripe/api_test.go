@@ -210,12 +210,17 @@ func TestAuthRequiresTheKey(t *testing.T) {
 	require.Regexp(t, `^Invalid API Key provided: \*+rong$`, path(body, "error", "message"), "the key is masked")
 
 	// stripe-go with the default key (wrong for this fake) gets a typed 401.
-	_, err := f.sc.V1Customers.Create(context.Background(), &stripe.CustomerCreateParams{})
+	wrong := stripe.NewClient(stripemock.DefaultAPIKey, stripe.WithBackends(stripe.NewBackendsWithConfig(&stripe.BackendConfig{
+		URL: stripe.String(f.URL), MaxNetworkRetries: stripe.Int64(0), LeveledLogger: &stripe.LeveledLogger{Level: stripe.LevelNull},
+	})))
+	_, err := wrong.V1Customers.Create(context.Background(), &stripe.CustomerCreateParams{})
 	var se *stripe.Error
 	require.ErrorAs(t, err, &se)
 	require.Equal(t, http.StatusUnauthorized, se.HTTPStatusCode)
 
-	// The right key works as bearer and as curl's basic-auth user.
+	// The right key works with stripe-go, as bearer and as curl's basic-auth user.
+	_, err = f.sc.V1Customers.Create(context.Background(), &stripe.CustomerCreateParams{})
+	require.NoError(t, err)
 	resp, _ = f.do(t, http.MethodGet, "/v1/customers", nil, map[string]string{"Authorization": "Bearer sk_test_right"})
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	req, err := http.NewRequest(http.MethodGet, f.URL+"/v1/customers", nil)

@@ -10,40 +10,28 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v82"
 	"github.com/stripe/stripe-go/v82/webhook"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/stripe/stripetest"
 )
 
 type fake struct {
 	*stripemock.Server
 	URL string
 	sc  *stripe.Client
+	h   *stripetest.Harness
 }
 
-// newFake starts a fake with the three default prices and a stripe-go client
-// pointed at it (no client retries, no client logging).
+// newFake starts the shared harness's fake (with its prices) and a stripe-go
+// client pointed at it (no client retries, no client logging); no intake.
 func newFake(t *testing.T, opts stripemock.Options) *fake {
 	t.Helper()
-	srv := stripemock.New(opts)
-	hs := httptest.NewServer(srv)
-	t.Cleanup(func() {
-		srv.Close()
-		hs.Close()
-	})
-	srv.AddPrice("price_free", "free", 0)
-	srv.AddPrice("price_pro", "pro", 2000)
-	srv.AddPrice("price_team", "team", 5000)
-	sc := stripe.NewClient(stripemock.DefaultAPIKey, stripe.WithBackends(stripe.NewBackendsWithConfig(&stripe.BackendConfig{
-		URL:               stripe.String(hs.URL),
-		MaxNetworkRetries: stripe.Int64(0),
-		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
-	})))
-	return &fake{Server: srv, URL: hs.URL, sc: sc}
+	h := stripetest.ForTest(t, stripetest.Options{Fake: opts})
+	return &fake{Server: h.Fake, URL: h.URL, sc: h.API, h: h}
 }
 
 func (f *fake) customer(t *testing.T) *stripe.Customer {
@@ -56,10 +44,7 @@ func (f *fake) customer(t *testing.T) *stripe.Customer {
 
 func (f *fake) subscribe(t *testing.T, customerID, priceID string) *stripe.Subscription {
 	t.Helper()
-	sub, err := f.sc.V1Subscriptions.Create(context.Background(), &stripe.SubscriptionCreateParams{
-		Customer: stripe.String(customerID),
-		Items:    []*stripe.SubscriptionCreateItemParams{{Price: stripe.String(priceID)}},
-	})
+	sub, err := f.h.Subscribe(context.Background(), customerID, priceID)
 	require.NoError(t, err)
 	return sub
 }
@@ -98,9 +83,7 @@ func (f *fake) do(t *testing.T, method, path string, values url.Values, header m
 
 func (f *fake) waitIdle(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	require.NoError(t, f.WaitIdle(ctx))
+	require.NoError(t, f.h.WaitDelivered(context.Background()))
 }
 
 // receiver is a webhook endpoint that verifies each delivery with stripe-go

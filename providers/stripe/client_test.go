@@ -1,7 +1,6 @@
-package stripe
+package stripe_test
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,81 +16,75 @@ import (
 	stripeapi "github.com/stripe/stripe-go/v82"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 )
 
-// fakeStripe is the stateful fake behind a recorder of the API requests it
-// received, with a plain stripe-go client (admin) to set up its state.
-type fakeStripe struct {
-	*stripemock.Server
-	URL   string
-	admin *stripeapi.Client
-
-	mu       sync.Mutex
-	requests []recorded
-}
-
+// recorded is one API request as the client sent it, with the answer's
+// status.
 type recorded struct {
 	method, path, query, version string
 	status                       int
 }
 
-type statusWriter struct {
-	http.ResponseWriter
-	status int
+// recorder keeps the requests a server answered.
+type recorder struct {
+	mu       sync.Mutex
+	requests []recorded
 }
 
-func (w *statusWriter) WriteHeader(code int) {
-	w.status = code
-	w.ResponseWriter.WriteHeader(code)
+// wrap records each request next answers. rewrite, when set, may change
+// the request before next sees it (the record keeps the client's original).
+func (rc *recorder) wrap(next http.Handler, rewrite func(*http.Request)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := recorded{method: r.Method, path: r.URL.Path, query: r.URL.RawQuery, version: r.Header.Get("Stripe-Version")}
+		if rewrite != nil {
+			rewrite(r)
+		}
+		rec.status = stripetest.AnswerStatus(next, w, r)
+		rc.mu.Lock()
+		rc.requests = append(rc.requests, rec)
+		rc.mu.Unlock()
+	})
+}
+
+// seen returns the requests received so far and forgets them.
+func (rc *recorder) seen() []recorded {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	r := rc.requests
+	rc.requests = nil
+	return r
+}
+
+func (rc *recorder) count() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return len(rc.requests)
+}
+
+// fakeStripe is the shared harness's fake Stripe behind a recorder of the
+// API requests it received.
+type fakeStripe struct {
+	*stripemock.Server
+	*recorder
+	h   *stripetest.Harness
+	URL string
 }
 
 // newFake starts the fake. rewrite, when set, may change each request before
 // the fake sees it (the recorder sees the client's original).
 func newFake(t *testing.T, opts stripemock.Options, rewrite func(*http.Request)) *fakeStripe {
 	t.Helper()
-	f := &fakeStripe{Server: stripemock.New(opts)}
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rec := recorded{method: r.Method, path: r.URL.Path, query: r.URL.RawQuery, version: r.Header.Get("Stripe-Version")}
-		if rewrite != nil {
-			rewrite(r)
-		}
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-		f.ServeHTTP(sw, r)
-		rec.status = sw.status
-		f.mu.Lock()
-		f.requests = append(f.requests, rec)
-		f.mu.Unlock()
-	}))
-	t.Cleanup(func() {
-		hs.Close()
-		f.Close()
-	})
-	f.URL = hs.URL
-	key := cmp.Or(opts.APIKey, stripemock.DefaultAPIKey)
-	f.admin = stripeapi.NewClient(key, stripeapi.WithBackends(stripeapi.NewBackendsWithConfig(&stripeapi.BackendConfig{
-		URL:               stripeapi.String(hs.URL),
-		MaxNetworkRetries: stripeapi.Int64(0),
-		LeveledLogger:     &stripeapi.LeveledLogger{Level: stripeapi.LevelNull},
-	})))
-	f.AddPrice("price_free", "free", 0)
-	f.AddPrice("price_pro", "pro", 2000)
-	f.AddPrice("price_team", "team", 5000)
-	return f
-}
-
-// seen returns the requests received so far and forgets them.
-func (f *fakeStripe) seen() []recorded {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	r := f.requests
-	f.requests = nil
-	return r
+	rec := &recorder{}
+	h := stripetest.ForTest(t, stripetest.Options{Fake: opts, Wrap: func(next http.Handler) http.Handler { return rec.wrap(next, rewrite) }})
+	return &fakeStripe{Server: h.Fake, recorder: rec, h: h, URL: h.URL}
 }
 
 func (f *fakeStripe) customer(t *testing.T, metadata map[string]string) string {
 	t.Helper()
-	c, err := f.admin.V1Customers.Create(context.Background(), &stripeapi.CustomerCreateParams{
+	c, err := f.h.API.V1Customers.Create(context.Background(), &stripeapi.CustomerCreateParams{
 		Email: stripeapi.String("ada@example.com"), Metadata: metadata})
 	require.NoError(t, err)
 	return c.ID
@@ -99,32 +92,25 @@ func (f *fakeStripe) customer(t *testing.T, metadata map[string]string) string {
 
 func (f *fakeStripe) subscribe(t *testing.T, customerID, priceID string) *stripeapi.Subscription {
 	t.Helper()
-	sub, err := f.admin.V1Subscriptions.Create(context.Background(), &stripeapi.SubscriptionCreateParams{
-		Customer: stripeapi.String(customerID),
-		Items:    []*stripeapi.SubscriptionCreateItemParams{{Price: stripeapi.String(priceID)}},
-	})
+	sub, err := f.h.Subscribe(context.Background(), customerID, priceID)
 	require.NoError(t, err)
 	return sub
 }
 
 func (f *fakeStripe) cancel(t *testing.T, subID string) {
 	t.Helper()
-	_, err := f.admin.V1Subscriptions.Cancel(context.Background(), subID, nil)
+	_, err := f.h.API.V1Subscriptions.Cancel(context.Background(), subID, nil)
 	require.NoError(t, err)
 }
 
 // testConfig is a Config for url with short waits and no rate limit to speak of.
-func testConfig(url string) Config {
-	return Config{
-		APIKey: stripemock.DefaultAPIKey, BaseURL: url,
-		RateLimit: 10000, Burst: 100,
-		RetryWaitMin: time.Millisecond, RetryWaitMax: 10 * time.Millisecond,
-	}
+func testConfig(url string) stripe.Config {
+	return stripetest.Fast(stripe.Config{APIKey: stripemock.DefaultAPIKey, BaseURL: url})
 }
 
-func newTestClient(t *testing.T, cfg Config) *Client {
+func newTestClient(t *testing.T, cfg stripe.Config) *stripe.Client {
 	t.Helper()
-	c, err := NewClient(cfg)
+	c, err := stripe.NewClient(cfg)
 	require.NoError(t, err)
 	return c
 }
@@ -138,16 +124,16 @@ func periodOfItem(sub *stripeapi.Subscription) (time.Time, time.Time) {
 
 func TestNewClientValidates(t *testing.T) {
 	t.Parallel()
-	_, err := NewClient(Config{})
+	_, err := stripe.NewClient(stripe.Config{})
 	require.ErrorContains(t, err, "API key is required")
-	_, err = NewClient(Config{APIKey: "sk_test_x", BaseURL: "localhost:12111"})
+	_, err = stripe.NewClient(stripe.Config{APIKey: "sk_test_x", BaseURL: "localhost:12111"})
 	require.ErrorContains(t, err, "not an http(s) URL")
-	_, err = NewClient(Config{APIKey: "sk_test_x", RetryWaitMin: time.Second, RetryWaitMax: time.Millisecond})
+	_, err = stripe.NewClient(stripe.Config{APIKey: "sk_test_x", RetryWaitMin: time.Second, RetryWaitMax: time.Millisecond})
 	require.ErrorContains(t, err, "maximum wait")
-	c, err := NewClient(Config{APIKey: "sk_test_x"})
+	c, err := stripe.NewClient(stripe.Config{APIKey: "sk_test_x"})
 	require.NoError(t, err)
 	require.Equal(t, "stripe", c.Name())
-	require.Equal(t, "2025-08-27.basil", APIVersion)
+	require.Equal(t, "2025-08-27.basil", stripe.APIVersion)
 }
 
 func TestFetch(t *testing.T) {
@@ -176,7 +162,7 @@ func TestFetch(t *testing.T) {
 		require.Contains(t, reqs[1].query, "status=all")
 		require.Contains(t, reqs[1].query, "limit=100")
 		for _, r := range reqs {
-			require.Equal(t, APIVersion, r.version, "every request pins the API version")
+			require.Equal(t, stripe.APIVersion, r.version, "every request pins the API version")
 		}
 	})
 
@@ -405,9 +391,7 @@ func TestFetchFaults(t *testing.T) {
 		require.False(t, reconcile.IsPermanent(err))
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		require.Eventually(t, func() bool {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			return len(f.requests) == cfg.RetryMax+1
+			return f.count() == cfg.RetryMax+1
 		}, 5*time.Second, 10*time.Millisecond, "each attempt times out and is retried")
 	})
 

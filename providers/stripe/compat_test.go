@@ -1,4 +1,4 @@
-package stripe
+package stripe_test
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/billsync/billsync/mocks/stripe/openapi"
+	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 )
 
@@ -25,10 +26,10 @@ import (
 // published API accepts (stripe-mock validates parameters against the spec
 // and answers 400 otherwise). It keeps no state: any id returns a fixture.
 type stripeMock struct {
-	URL      string
-	mu       sync.Mutex
-	requests []recorded
-	patch    func(path string, body map[string]any) // see patchWith
+	*recorder
+	URL   string
+	mu    sync.Mutex
+	patch func(path string, body map[string]any) // see patchWith
 }
 
 func startStripeMock(t *testing.T) *stripeMock {
@@ -36,17 +37,9 @@ func startStripeMock(t *testing.T) *stripeMock {
 	target, err := url.Parse(openapi.Start(t))
 	require.NoError(t, err)
 	proxy := httputil.NewSingleHostReverseProxy(target)
-	m := &stripeMock{}
+	m := &stripeMock{recorder: &recorder{}}
 	proxy.ModifyResponse = m.patchResponse
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rec := recorded{method: r.Method, path: r.URL.Path, query: r.URL.RawQuery, version: r.Header.Get("Stripe-Version")}
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-		proxy.ServeHTTP(sw, r)
-		rec.status = sw.status
-		m.mu.Lock()
-		m.requests = append(m.requests, rec)
-		m.mu.Unlock()
-	}))
+	hs := httptest.NewServer(m.wrap(proxy, nil))
 	t.Cleanup(hs.Close)
 	m.URL = hs.URL
 	return m
@@ -90,14 +83,6 @@ func (m *stripeMock) patchResponse(resp *http.Response) error {
 	resp.ContentLength = int64(len(out))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(out)))
 	return nil
-}
-
-func (m *stripeMock) seen() []recorded {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	r := m.requests
-	m.requests = nil
-	return r
 }
 
 func TestCompatStripeMock(t *testing.T) {
@@ -152,7 +137,7 @@ func TestCompatStripeMock(t *testing.T) {
 		requireFetchAccepted(t, m.seen())
 		require.NoError(t, err)
 		require.Equal(t, reconcile.Snapshot{
-			Provider:       Provider,
+			Provider:       stripe.Provider,
 			CustomerID:     "cus_compat",
 			UserRef:        "user_compat",
 			SubscriptionID: "sub_1Pgc6rB7WZ01zgkWNy0Cn5nw", // the fixture's
@@ -207,7 +192,7 @@ func requireFetchAccepted(t *testing.T, reqs []recorded) {
 	require.Len(t, reqs, 2)
 	for _, r := range reqs {
 		require.Equal(t, http.StatusOK, r.status, "stripe-mock refused %s %s?%s", r.method, r.path, r.query)
-		require.Equal(t, APIVersion, r.version)
+		require.Equal(t, stripe.APIVersion, r.version)
 	}
 	require.Equal(t, "/v1/customers/cus_compat", reqs[0].path)
 	require.Equal(t, "/v1/subscriptions", reqs[1].path)

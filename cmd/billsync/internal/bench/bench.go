@@ -1,0 +1,173 @@
+// Package bench measures billsync on this machine, each figure against a
+// baseline measured in the same run: the HTTP intake against the same store
+// call made directly (its ceiling), and the worker draining a burst against
+// the fake Stripe's rate limit. Run returns a Report; Report.Print writes
+// it as a table.
+//
+// It must never touch the operator's data: it works only in databases it
+// creates (billsync_bench_*) on the server it is given, and drops them at
+// the end whatever happened. It never judges a figure by a number from
+// another run, and a run that loses work reports an error, not a figure.
+package bench
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"time"
+
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store"
+)
+
+// The targets the bench measures against (see BENCHMARKS.md).
+const (
+	TargetIntakeRatio = 0.8                   // intake throughput / ceiling, at TargetSenders
+	TargetIntakeP99   = 20 * time.Millisecond // intake p99, at TargetSenders
+	TargetLimitShare  = 0.95                  // drain: API requests/s as a share of the client's limit
+	TargetFetches     = 1.1                   // drain: provider fetches per customer per burst
+	TargetSenders     = 32
+)
+
+const (
+	copyShare       = 0.3  // share of intake deliveries that are copies of another delivery's event
+	intakeCustomers = 1000 // customers the intake's events are spread over
+)
+
+// Config sizes a run. Zero values take the mode's defaults.
+type Config struct {
+	Full             bool
+	Senders          []int
+	IntakeDeliveries int // per path, per round, per sender count
+	Rounds           int
+	DrainEvents      int
+	Customers        int
+	Workers          int
+	Batch            int
+	Latency          time.Duration
+	RateLimit        float64
+	// PoolConns is the bench pools' size; 0 = what serve gets on the same
+	// URL (its pool_max_conns, else pgx's default: max(4, CPUs)).
+	PoolConns int
+	// Database says, for the report, which server the run used.
+	Database string
+	// Logger gets the run's progress; nil discards.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Full {
+		if len(c.Senders) == 0 {
+			c.Senders = []int{1, 8, TargetSenders}
+		}
+		c.IntakeDeliveries = cmp.Or(c.IntakeDeliveries, 10000)
+		c.Rounds = cmp.Or(c.Rounds, 3)
+		c.DrainEvents = cmp.Or(c.DrainEvents, 10000)
+		c.Customers = cmp.Or(c.Customers, 1000)
+	} else {
+		if len(c.Senders) == 0 {
+			c.Senders = []int{TargetSenders}
+		}
+		c.IntakeDeliveries = cmp.Or(c.IntakeDeliveries, 4000)
+		c.Rounds = cmp.Or(c.Rounds, 2)
+		c.DrainEvents = cmp.Or(c.DrainEvents, 2000)
+		c.Customers = cmp.Or(c.Customers, 200)
+	}
+	c.Workers = cmp.Or(c.Workers, 16)
+	c.Batch = cmp.Or(c.Batch, reconcile.DefaultBatch) // as serve runs it
+	c.Latency = cmp.Or(c.Latency, 50*time.Millisecond)
+	c.RateLimit = cmp.Or(c.RateLimit, 100)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports what is wrong with c once its defaults are filled in.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	for _, n := range c.Senders {
+		if n < 1 {
+			errs = append(errs, errors.New("-senders: each count must be 1 or more"))
+			break
+		}
+	}
+	if c.IntakeDeliveries < 10 || c.Rounds < 1 {
+		errs = append(errs, errors.New("-intake-deliveries must be 10 or more and -rounds 1 or more"))
+	}
+	if c.Customers < 1 || c.DrainEvents < c.Customers {
+		errs = append(errs, errors.New("-customers must be 1 or more and -drain-events at least -customers"))
+	}
+	if c.Workers < 1 || c.Batch < 1 || c.Latency < 0 || c.RateLimit <= 0 || c.PoolConns < 0 {
+		errs = append(errs, errors.New("-workers and -batch must be 1 or more, -latency and -pool-conns not negative, -rate positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// Run measures the intake, then the drain, each in a fresh database of its
+// own on the server at databaseURL (like store.Open, the URL is where, cfg
+// is what), and returns the report with each target judged.
+func Run(ctx context.Context, databaseURL string, cfg Config) (Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return Report{}, err
+	}
+	cfg = cfg.withDefaults()
+	rep := Report{
+		Mode:      map[bool]string{false: "quick", true: "full"}[cfg.Full],
+		CPUs:      runtime.NumCPU(),
+		GoVersion: runtime.Version(),
+		Database:  cfg.Database,
+		StartedAt: time.Now().UTC().Truncate(time.Second),
+	}
+	started := time.Now()
+	stamp := time.Now().Unix()
+	// Each part gets a database of its own: the intake leaves its
+	// customers queued, which the drain must not see.
+	err := withDatabase(ctx, databaseURL, fmt.Sprintf("billsync_bench_%d_intake", stamp), cfg, func(st *store.Store) error {
+		rep.PoolConns = st.MaxConns()
+		var err error
+		rep.Intake, err = runIntake(ctx, st, cfg)
+		return err
+	})
+	if err != nil {
+		return rep, err
+	}
+	err = withDatabase(ctx, databaseURL, fmt.Sprintf("billsync_bench_%d_drain", stamp), cfg, func(st *store.Store) error {
+		var err error
+		rep.Drain, err = runDrain(ctx, st, cfg)
+		return err
+	})
+	if err != nil {
+		return rep, err
+	}
+	rep.Seconds = round(time.Since(started).Seconds(), 1)
+	rep.evaluate()
+	return rep, nil
+}
+
+// withDatabase runs fn on a fresh, migrated database called name, through
+// a pool of cfg.PoolConns connections, and drops the database afterwards,
+// whatever happened.
+func withDatabase(ctx context.Context, databaseURL, name string, cfg Config, fn func(*store.Store) error) error {
+	// The pool serve would have, on the new database: the pool size
+	// changes both intake paths' latency under many senders.
+	st, drop, err := store.CreateDatabase(ctx, databaseURL, name, store.Options{MaxConns: int32(cfg.PoolConns)})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if err := drop(dropCtx); err != nil {
+			cfg.Logger.Error("drop bench database", slog.String("database", name), slog.Any("error", err))
+		}
+	}()
+	if _, err := st.Migrate(ctx); err != nil {
+		return fmt.Errorf("migrate bench database %s: %w", name, err)
+	}
+	return fn(st)
+}

@@ -1,0 +1,295 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/storetest"
+)
+
+func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
+
+func startIntake(t testing.TB, st *store.Store) *intake {
+	t.Helper()
+	in, err := newIntake(st)
+	require.NoError(t, err)
+	t.Cleanup(in.close)
+	return in
+}
+
+// toy is a run small enough for a test.
+func toy() Config {
+	return Config{Senders: []int{1, 4}, IntakeDeliveries: 40, Rounds: 2,
+		DrainEvents: 30, Customers: 6, Workers: 3, Latency: 2 * time.Millisecond, RateLimit: 500}.withDefaults()
+}
+
+// TestIntakeStoresWhatItReports: read back from the database, every
+// delivery either path sent is stored exactly once (one receipt each, one
+// event per id, seen_count its number of deliveries), the HTTP path's came
+// over HTTP and the ceiling's by the direct call, and the report counts
+// what was sent.
+func TestIntakeStoresWhatItReports(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	in := startIntake(t, st)
+	var mu sync.Mutex
+	sent := map[string]map[string]int{} // path → event id → deliveries
+	for _, p := range []*path{&in.ceiling, &in.http} {
+		send, name := p.send, p.name
+		sent[name] = map[string]int{}
+		p.send = func(ctx context.Context, d delivery) error {
+			err := send(ctx, d)
+			if err == nil {
+				mu.Lock()
+				sent[name][d.verified.Event.EventID]++
+				mu.Unlock()
+			}
+			return err
+		}
+	}
+	cfg := toy()
+	res, err := in.run(ctx, cfg)
+	require.NoError(t, err)
+
+	stored := map[string]map[string]int{"ceiling": {}, "http": {}}
+	rows, err := st.Pool().Query(ctx, `
+		SELECT e.event_id, e.seen_count, r.remote_addr = $1 AS direct, count(*)
+		FROM inbox_events e JOIN receipts r ON r.event_id = e.id
+		GROUP BY e.id, direct`, directAddr)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		var seen, n int
+		var direct bool
+		require.NoError(t, rows.Scan(&id, &seen, &direct, &n))
+		p := map[bool]string{true: "ceiling", false: "http"}[direct]
+		stored[p][id] += n
+		require.Equal(t, sent["ceiling"][id]+sent["http"][id], seen, "event %s: seen_count is its deliveries", id)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, sent, stored, "every delivery stored once, by the path that sent it")
+
+	var reported, sentAll, timedHTTP, reportedHTTP int
+	for _, ids := range sent {
+		for _, n := range ids {
+			sentAll += n
+		}
+	}
+	for id, n := range sent["http"] {
+		if !strings.HasPrefix(id, "evt_hw") { // warm-ups are stored, not timed
+			timedHTTP += n
+		}
+	}
+	for i, r := range res {
+		require.Equal(t, cfg.Senders[i], r.Senders)
+		reported += r.Check.SentDeliveries
+		reportedHTTP += r.HTTP.Deliveries
+	}
+	require.Equal(t, sentAll, reported)
+	require.Equal(t, timedHTTP, reportedHTTP)
+}
+
+// stepClock is a clock that moves only when told: a path's cost is then
+// exactly what the test says it is.
+type stepClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *stepClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// TestIntakeRatioComesFromTheTwoPaths: with each direct call costing 1 ms
+// and each HTTP delivery 4 ms on the meters' clock, each path's latencies
+// are its own and the ratio is the HTTP path's throughput over the
+// ceiling's, in every round, whichever path goes first.
+func TestIntakeRatioComesFromTheTwoPaths(t *testing.T) {
+	st := storetest.NewStore(t)
+	in := startIntake(t, st)
+	clock := &stepClock{now: time.Unix(0, 0)}
+	in.now = clock.Now
+	for _, c := range []struct {
+		p    *path
+		cost time.Duration
+	}{{&in.ceiling, time.Millisecond}, {&in.http, 4 * time.Millisecond}} {
+		send, cost := c.p.send, c.cost
+		c.p.send = func(ctx context.Context, d delivery) error {
+			err := send(ctx, d)
+			clock.advance(cost)
+			return err
+		}
+	}
+	cfg := toy()
+	cfg.Senders = []int{1}
+	res, err := in.run(context.Background(), cfg)
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	r := res[0]
+	require.Equal(t, []float64{4, 4, 4, 250}, []float64{r.HTTP.P50Ms, r.HTTP.P99Ms, r.HTTP.MaxMs, r.HTTP.PerSec})
+	require.Equal(t, []float64{1, 1, 1, 1000}, []float64{r.Ceiling.P50Ms, r.Ceiling.P99Ms, r.Ceiling.MaxMs, r.Ceiling.PerSec})
+	require.Equal(t, 0.25, r.Ratio)
+	require.Equal(t, []float64{0.25, 0.25}, r.RoundRatios)
+}
+
+// TestIntakeThatDropsDeliveriesFailsTheRun: an intake that answers without
+// storing (here every seventh HTTP delivery) makes the run an error, never
+// a figure.
+func TestIntakeThatDropsDeliveriesFailsTheRun(t *testing.T) {
+	st := storetest.NewStore(t)
+	in := startIntake(t, st)
+	var n atomic.Int64
+	send := in.http.send
+	in.http.send = func(ctx context.Context, d delivery) error {
+		if n.Add(1)%7 == 0 {
+			return nil
+		}
+		return send(ctx, d)
+	}
+	_, err := in.run(context.Background(), toy())
+	require.ErrorContains(t, err, "lost work")
+}
+
+// TestDrainAnswersEveryEvent: read back from the database after both
+// drains, every event sent is stored and applied, the queue is empty, and
+// each customer's account has the plan of its subscription at the fake;
+// the fake's count of API requests agrees with the provider's count of
+// fetches (two requests each, plus one per 429).
+func TestDrainAnswersEveryEvent(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	cfg := toy()
+	res, err := runDrain(ctx, st, cfg)
+	require.NoError(t, err)
+
+	var events, applied, receipts, queued int
+	require.NoError(t, st.Pool().QueryRow(ctx, `
+		SELECT count(*), count(*) FILTER (WHERE status = 'applied'),
+		       (SELECT count(*) FROM receipts), (SELECT count(*) FROM reconcile_queue)
+		FROM inbox_events`).Scan(&events, &applied, &receipts, &queued))
+	require.Equal(t, 2*cfg.DrainEvents, events, "the stored burst and the live one")
+	require.Equal(t, events, applied)
+	require.Equal(t, events, receipts)
+	require.Zero(t, queued)
+
+	rows, err := st.Pool().Query(ctx, `SELECT user_ref, plan FROM accounts ORDER BY user_ref`)
+	require.NoError(t, err)
+	var plans []string
+	for rows.Next() {
+		var user, plan string
+		require.NoError(t, rows.Scan(&user, &plan))
+		plans = append(plans, user+"="+plan)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"user_00000=pro", "user_00001=pro", "user_00002=team",
+		"user_00003=pro", "user_00004=pro", "user_00005=team"}, plans, "the seed subscribes every third customer to team")
+
+	require.Equal(t, cfg.Customers, res.CustomersFetched, "every customer is fetched")
+	require.Equal(t, cfg.Customers, res.Live.CustomersFetched, "and again for its live burst")
+	require.Equal(t, 2*res.Fetches+res.RateLimited, res.APIRequests)
+	outcomes := 0
+	for _, n := range res.Outcomes {
+		outcomes += n
+	}
+	require.Equal(t, res.Reconciles, outcomes, "the worker's outcomes are the log's rows")
+}
+
+// TestBenchQuick runs the whole bench at toy sizes on the test server: it
+// works in databases of its own and drops them, its pools have serve's
+// size, and without 32 senders the intake is judged at the largest count.
+// It asserts no timing: figures are measurements.
+func TestBenchQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the bench")
+	}
+	ctx := context.Background()
+	probe := storetest.NewStore(t) // a database of the tests' own on the same server
+	cfg := toy()
+	cfg.Rounds = 1
+	rep, err := Run(ctx, storetest.URL(t), cfg)
+	require.NoError(t, err)
+
+	var left int
+	require.NoError(t, probe.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname LIKE 'billsync\_bench\_%'`).Scan(&left))
+	require.Zero(t, left, "the bench drops its databases")
+	require.Equal(t, probe.MaxConns(), rep.PoolConns, "the bench's pools are serve's size")
+	require.Len(t, rep.Intake, 2)
+	require.Equal(t, "intake throughput / ceiling, 4 senders", rep.Targets[0].Name)
+	require.Len(t, rep.Targets, 5)
+}
+
+// TestReportPrintsMiss: the table names each target and says MISS plainly
+// when one is missed.
+func TestReportPrintsMiss(t *testing.T) {
+	rep := Report{
+		Mode: "quick",
+		Intake: []IntakeResult{{Senders: 32, Ratio: 0.5,
+			HTTP: Latency{PerSec: 500, P99Ms: 40}, Ceiling: Latency{PerSec: 1000, P99Ms: 10}}},
+		Drain: DrainResult{Events: 20, Customers: 2, LimitShare: 0.99, RateLimit: 100, FetchesPerCustomer: 1,
+			Live: LiveResult{FetchesPerCustomer: 1.5, Refetched: 1}},
+	}
+	rep.evaluate()
+	var out bytes.Buffer
+	rep.Print(&out)
+	verdicts := map[string]string{}
+	for _, line := range strings.Split(out.String(), "\n") {
+		for _, tg := range rep.Targets {
+			if strings.HasPrefix(line, tg.Name+" ") {
+				for _, v := range []string{"PASS", "MISS"} {
+					if strings.Contains(line, " "+v+" ") {
+						verdicts[tg.Name] = v
+					}
+				}
+			}
+		}
+	}
+	require.Equal(t, map[string]string{
+		"intake throughput / ceiling, 32 senders":         "MISS",
+		"intake p99, 32 senders":                          "MISS",
+		"drain API requests/s / client limit":             "PASS",
+		"drain fetches per customer, burst stored first":  "PASS",
+		"drain fetches per customer, burst arriving live": "MISS",
+	}, verdicts, out.String())
+	require.Contains(t, out.String(), "MISS: 3 of 5 targets missed")
+}
+
+// BenchmarkIntake is `billsync bench`'s intake pair as a Go benchmark: the
+// same engine sends b.N deliveries through each path from TargetSenders
+// senders and reports the same figures, on the test cluster (fsync off, so
+// not the command's numbers):
+//
+//	go test -bench Intake -run '^$' ./cmd/billsync/internal/bench
+func BenchmarkIntake(b *testing.B) {
+	in := startIntake(b, storetest.NewStore(b))
+	for _, p := range []path{in.ceiling, in.http} {
+		b.Run(p.name, func(b *testing.B) {
+			plan, _, err := in.plan(p.name[:1], b.N)
+			require.NoError(b, err)
+			b.ResetTimer()
+			t, err := in.measure(context.Background(), p, TargetSenders, plan)
+			b.StopTimer()
+			require.NoError(b, err)
+			l := latencyOf(t.lat, t.took, t.cpu)
+			b.ReportMetric(l.PerSec, "deliveries/s")
+			b.ReportMetric(l.P50Ms, "p50-ms")
+			b.ReportMetric(l.P99Ms, "p99-ms")
+		})
+	}
+}

@@ -1,0 +1,379 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store"
+)
+
+// DrainResult is the worker draining a burst stored before it starts.
+type DrainResult struct {
+	Events               int            `json:"events"`
+	Customers            int            `json:"customers"`
+	StoredVia            string         `json:"stored_via"`
+	LatencyMs            float64        `json:"provider_latency_ms"`
+	RateLimit            float64        `json:"rate_limit_per_sec"`
+	Workers              int            `json:"workers"`
+	Batch                int            `json:"batch"`
+	SeedSeconds          float64        `json:"seed_seconds"`
+	StoreSeconds         float64        `json:"store_seconds"`
+	Seconds              float64        `json:"seconds"` // workers start → queue empty
+	APIRequests          int64          `json:"api_requests"`
+	APIRequestsPerSec    float64        `json:"api_requests_per_sec"`
+	LimitShare           float64        `json:"limit_share"`
+	Reconciles           int            `json:"reconciles"`
+	ReconcilesPerSec     float64        `json:"reconciles_per_sec"`
+	RequestsPerReconcile float64        `json:"requests_per_reconcile"`
+	MaxReconcilesPerSec  float64        `json:"max_reconciles_per_sec"` // the limit over requests per reconcile
+	Fetches              int64          `json:"fetches"`
+	CustomersFetched     int            `json:"customers_fetched"`
+	FetchesPerCustomer   float64        `json:"fetches_per_customer"`
+	RateLimited          int64          `json:"rate_limited_429"`
+	Connections          int64          `json:"connections_opened"`
+	Outcomes             map[string]int `json:"outcomes"`
+	EventsApplied        int            `json:"events_applied"`
+	EventsPending        int            `json:"events_pending"`
+	EventsOther          int            `json:"events_ignored_or_dead"`
+	Live                 LiveResult     `json:"live"`
+}
+
+// LiveResult is the drain with the events arriving while the workers run,
+// as in production: coalescing is only tested when a customer can be
+// fetched before its burst is over.
+type LiveResult struct {
+	Events             int     `json:"events"`
+	Customers          int     `json:"customers"`
+	Senders            int     `json:"senders"`
+	PostedVia          string  `json:"posted_via"`
+	PostSeconds        float64 `json:"post_seconds"` // first post → last answer
+	Seconds            float64 `json:"seconds"`      // first post → queue empty
+	Fetches            int64   `json:"fetches"`
+	CustomersFetched   int     `json:"customers_fetched"`
+	FetchesPerCustomer float64 `json:"fetches_per_customer"`
+	Refetched          int     `json:"customers_fetched_more_than_once"`
+	EventsPending      int     `json:"events_pending"`
+}
+
+// drain is the fake Stripe (counted) with billsync wired to it, and the
+// customers seeded at the fake.
+type drain struct {
+	st        *store.Store
+	plans     *reconcile.Plans
+	h         *stripetest.Harness
+	counted   *countingHandler
+	customers []string
+}
+
+// runDrain seeds the fake with customers and subscriptions, stores a burst
+// of events for them, then times the workers until the queue is empty; then
+// does it again with the burst posted through the intake while they run.
+func runDrain(ctx context.Context, st *store.Store, cfg Config) (DrainResult, error) {
+	res := DrainResult{
+		Events: cfg.DrainEvents, Customers: cfg.Customers, StoredVia: "store.StoreDelivery (no HTTP)",
+		LatencyMs: float64(cfg.Latency) / float64(time.Millisecond), RateLimit: cfg.RateLimit,
+		Workers: cfg.Workers, Batch: cfg.Batch, Outcomes: map[string]int{},
+	}
+	plans, err := reconcile.ParsePlans(reconcile.ExamplePlans)
+	if err != nil {
+		return res, err
+	}
+	d := &drain{st: st, plans: plans, counted: &countingHandler{}}
+	d.h, err = stripetest.New(stripetest.Options{
+		Store: st, Wrap: d.counted.wrap, ConnState: d.counted.connState,
+		// The fake's own webhooks are not the burst: seeding sends none.
+		Fake: stripemock.Options{Faults: stripemock.Faults{DropRate: 1}},
+		// billsync's client as serve runs it, at the bench's limit.
+		Client: stripe.Config{RateLimit: cfg.RateLimit},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		return res, err
+	}
+	defer d.h.Close()
+
+	t0 := time.Now()
+	if err := d.seed(ctx, cfg.Customers); err != nil {
+		return res, err
+	}
+	res.SeedSeconds = round(time.Since(t0).Seconds(), 2)
+	cfg.Logger.Info("bench drain: fake seeded", slog.Int("customers", len(d.customers)), slog.Float64("seconds", res.SeedSeconds))
+
+	// Store the burst: event k of every customer before event k+1 of any,
+	// as a burst over many customers arrives.
+	t0 = time.Now()
+	deliveries := make([]reconcile.Delivery, 0, cfg.DrainEvents)
+	for i := range cfg.DrainEvents {
+		body := eventBody(fmt.Sprintf("evt_drain_%06d", i), d.customers[i%len(d.customers)], i)
+		deliveries = append(deliveries, reconcile.Delivery{Event: stripe.ParseEvent(body)})
+	}
+	if _, _, err := sendAll(ctx, time.Now, 8, len(deliveries), func(ctx context.Context, i int) error {
+		_, err := st.StoreDelivery(ctx, deliveries[i])
+		return err
+	}); err != nil {
+		return res, fmt.Errorf("store drain events: %w", err)
+	}
+	res.StoreSeconds = round(time.Since(t0).Seconds(), 2)
+	depth, err := st.QueueDepth(ctx)
+	if err != nil {
+		return res, err
+	}
+	if queued := depth.Pending + depth.Dead; queued != len(d.customers) {
+		return res, fmt.Errorf("drain: %d customers queued after storing events for %d", queued, len(d.customers))
+	}
+	cfg.Logger.Info("bench drain: events stored", slog.Int("events", cfg.DrainEvents), slog.Float64("seconds", res.StoreSeconds))
+
+	// The provider as Stripe's live mode would be: every request takes the
+	// latency, and the account's rate limit is enforced (429 over it).
+	d.h.Fake.SetFaults(stripemock.Faults{Latency: cfg.Latency, RequestsPerSecond: cfg.RateLimit})
+	provider := &countingProvider{Provider: d.h.Client, fetches: map[string]int{}}
+	var outcomesMu sync.Mutex
+	worker, err := d.worker(cfg, provider, func(_ reconcile.Job, out reconcile.Outcome) {
+		outcomesMu.Lock()
+		res.Outcomes[string(out.Result)]++
+		outcomesMu.Unlock()
+	})
+	if err != nil {
+		return res, err
+	}
+
+	reqs0, limited0, conns0 := d.counted.requests.Load(), d.counted.limited.Load(), d.counted.conns.Load()
+	runCtx, stopWorkers := context.WithCancel(ctx)
+	done := make(chan struct{})
+	start := time.Now()
+	go func() { defer close(done); worker.Run(runCtx) }()
+	took, err := d.waitEmpty(ctx, start, cfg)
+	stopWorkers()
+	<-done
+	if err != nil {
+		return res, err
+	}
+	// The queue is empty, so every fetch has finished: what the fake
+	// counted so far is the drain's.
+	reqs, limited, conns := d.counted.requests.Load()-reqs0, d.counted.limited.Load()-limited0, d.counted.conns.Load()-conns0
+
+	stats, err := st.Stats(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Seconds = round(took.Seconds(), 3)
+	res.APIRequests, res.RateLimited, res.Connections = reqs, limited, conns
+	res.APIRequestsPerSec = round(float64(reqs)/took.Seconds(), 1)
+	res.LimitShare = round(float64(reqs)/took.Seconds()/cfg.RateLimit, 4)
+	res.Reconciles = stats.Reconciles
+	res.ReconcilesPerSec = round(float64(stats.Reconciles)/took.Seconds(), 1)
+	if stats.Reconciles > 0 {
+		res.RequestsPerReconcile = round(float64(reqs)/float64(stats.Reconciles), 2)
+		res.MaxReconcilesPerSec = round(cfg.RateLimit/res.RequestsPerReconcile, 1)
+	}
+	res.Fetches, res.CustomersFetched = provider.counts()
+	res.FetchesPerCustomer = round(float64(res.Fetches)/float64(len(d.customers)), 3)
+	res.EventsApplied, res.EventsPending = stats.Applied, stats.Pending
+	res.EventsOther = stats.Ignored + stats.Dead
+	if stats.Pending > 0 || stats.Events != cfg.DrainEvents {
+		return res, fmt.Errorf("drain: queue empty but %d of %d stored events (of %d sent) still pending", stats.Pending, stats.Events, cfg.DrainEvents)
+	}
+	cfg.Logger.Info("bench drain: queue empty", slog.Float64("seconds", res.Seconds), slog.Int64("api_requests", reqs))
+
+	res.Live, err = d.live(ctx, cfg)
+	return res, err
+}
+
+func (d *drain) worker(cfg Config, provider reconcile.Provider, onOutcome func(reconcile.Job, reconcile.Outcome)) (*reconcile.Worker, error) {
+	return reconcile.NewWorker(reconcile.WorkerConfig{
+		Name: "bench", Store: d.st, Providers: []reconcile.Provider{provider}, Plans: d.plans,
+		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)), // as in production, minus the output
+		Concurrency: cfg.Workers, Batch: cfg.Batch, OnOutcome: onOutcome,
+	})
+}
+
+// live posts one burst per customer (its events back to back) through the
+// HTTP intake while the workers reconcile; it counts the fetches until the
+// queue is empty.
+func (d *drain) live(ctx context.Context, cfg Config) (LiveResult, error) {
+	senders := slices.Max(cfg.Senders)
+	res := LiveResult{Events: cfg.DrainEvents, Customers: len(d.customers), Senders: senders,
+		PostedVia: "HTTP intake (signed deliveries)"}
+	poster := newPoster(d.h.IntakeURL)
+	defer poster.close()
+	plan := make([]delivery, 0, cfg.DrainEvents)
+	now := time.Now()
+	for c, cust := range d.customers {
+		n := cfg.DrainEvents / len(d.customers)
+		if c < cfg.DrainEvents%len(d.customers) {
+			n++
+		}
+		for range n {
+			body := eventBody(fmt.Sprintf("evt_live_%06d", len(plan)), cust, len(plan))
+			plan = append(plan, delivery{body: body, header: sign(body, d.h.Secret, now)})
+		}
+	}
+
+	provider := &countingProvider{Provider: d.h.Client, fetches: map[string]int{}}
+	worker, err := d.worker(cfg, provider, nil)
+	if err != nil {
+		return res, err
+	}
+	runCtx, stopWorkers := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { worker.Run(runCtx) })
+	defer func() { stopWorkers(); wg.Wait() }()
+
+	start := time.Now()
+	// Each stored delivery wakes the idle loops at once, as serve's NOTIFY
+	// listener would a moment later.
+	if _, _, err := sendAll(ctx, time.Now, senders, len(plan), func(ctx context.Context, i int) error {
+		err := poster.post(ctx, plan[i].body, plan[i].header)
+		worker.Wake()
+		return err
+	}); err != nil {
+		return res, fmt.Errorf("drain (live): %w", err)
+	}
+	res.PostSeconds = round(time.Since(start).Seconds(), 2)
+	took, err := d.waitEmpty(ctx, start, cfg)
+	if err != nil {
+		return res, fmt.Errorf("drain (live): %w", err)
+	}
+	stopWorkers()
+	wg.Wait()
+	res.Seconds = round(took.Seconds(), 3)
+	res.Fetches, res.CustomersFetched = provider.counts()
+	res.FetchesPerCustomer = round(float64(res.Fetches)/float64(len(d.customers)), 3)
+	for _, n := range provider.fetchCounts() {
+		if n > 1 {
+			res.Refetched++
+		}
+	}
+	stats, err := d.st.Stats(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.EventsPending = stats.Pending
+	if stats.Pending > 0 {
+		return res, fmt.Errorf("drain (live): queue empty but %d events still pending", stats.Pending)
+	}
+	cfg.Logger.Info("bench drain (live): queue empty", slog.Float64("seconds", res.Seconds), slog.Int64("fetches", res.Fetches))
+	return res, nil
+}
+
+// waitEmpty polls the queue until its last row is gone and returns the time
+// since start. At the limit a drain needs requests/limit seconds; ten times
+// that (plus a minute) means it is broken, not slow.
+func (d *drain) waitEmpty(ctx context.Context, start time.Time, cfg Config) (time.Duration, error) {
+	limit := time.Minute + 10*time.Duration(2*float64(len(d.customers))/cfg.RateLimit*float64(time.Second))
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-deadline.C:
+			return 0, fmt.Errorf("drain: the queue was not empty after %s", limit)
+		case <-tick.C:
+			depth, err := d.st.QueueDepth(ctx)
+			if err != nil {
+				return 0, err
+			}
+			if depth.Pending+depth.Dead == 0 {
+				return time.Since(start), nil
+			}
+		}
+	}
+}
+
+// seed creates n customers at the fake, each with a subscription to pro or
+// team, through stripe-go as the app would.
+func (d *drain) seed(ctx context.Context, n int) error {
+	d.customers = make([]string, n)
+	_, _, err := sendAll(ctx, time.Now, 8, n, func(ctx context.Context, i int) error {
+		id, err := d.h.Customer(ctx, fmt.Sprintf("user_%05d", i))
+		if err != nil {
+			return fmt.Errorf("seed fake: %w", err)
+		}
+		price := "price_pro"
+		if i%3 == 2 {
+			price = "price_team"
+		}
+		if _, err := d.h.Subscribe(ctx, id, price); err != nil {
+			return fmt.Errorf("seed fake: %w", err)
+		}
+		d.customers[i] = id
+		return nil
+	})
+	return err
+}
+
+// countingHandler counts the fake's API requests, its 429 answers and the
+// connections clients open to it.
+type countingHandler struct {
+	next                     http.Handler
+	requests, limited, conns atomic.Int64
+}
+
+func (h *countingHandler) wrap(next http.Handler) http.Handler {
+	h.next = next
+	return h
+}
+
+func (h *countingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !strings.HasPrefix(r.URL.Path, "/v1/") {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	status := stripetest.AnswerStatus(h.next, w, r)
+	h.requests.Add(1)
+	if status == http.StatusTooManyRequests {
+		h.limited.Add(1)
+	}
+}
+
+func (h *countingHandler) connState(_ net.Conn, s http.ConnState) {
+	if s == http.StateNew {
+		h.conns.Add(1)
+	}
+}
+
+// countingProvider counts Fetch calls per customer.
+type countingProvider struct {
+	reconcile.Provider
+	mu      sync.Mutex
+	fetches map[string]int
+}
+
+func (p *countingProvider) Fetch(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
+	p.mu.Lock()
+	p.fetches[customerID]++
+	p.mu.Unlock()
+	return p.Provider.Fetch(ctx, customerID)
+}
+
+func (p *countingProvider) fetchCounts() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.fetches)
+}
+
+func (p *countingProvider) counts() (fetches int64, customers int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, n := range p.fetches {
+		fetches += int64(n)
+	}
+	return fetches, len(p.fetches)
+}

@@ -1,0 +1,148 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is one run's figures, each target judged against a baseline
+// measured in the same run.
+type Report struct {
+	Mode      string         `json:"mode"`
+	CPUs      int            `json:"cpus"`
+	GoVersion string         `json:"go_version"`
+	Database  string         `json:"database"`
+	PoolConns int            `json:"pool_conns"`
+	StartedAt time.Time      `json:"started_at"`
+	Seconds   float64        `json:"seconds"`
+	Intake    []IntakeResult `json:"intake"`
+	Drain     DrainResult    `json:"drain"`
+	Targets   []Target       `json:"targets"`
+	Missed    int            `json:"missed"`
+}
+
+// Target is one measured figure against its target.
+type Target struct {
+	Name     string  `json:"name"`
+	Value    float64 `json:"value"`
+	Unit     string  `json:"unit"`
+	Target   string  `json:"target"`
+	Pass     bool    `json:"pass"`
+	Verdict  string  `json:"verdict"` // PASS or MISS
+	Baseline string  `json:"baseline,omitempty"`
+}
+
+func (r *Report) evaluate() {
+	add := func(t Target) {
+		t.Verdict = map[bool]string{true: "PASS", false: "MISS"}[t.Pass]
+		if !t.Pass {
+			r.Missed++
+		}
+		r.Targets = append(r.Targets, t)
+	}
+	// The intake targets are set at 32 senders; a run without 32 is judged
+	// at its largest count, and says so in the name.
+	var at *IntakeResult
+	for i := range r.Intake {
+		if at == nil || r.Intake[i].Senders == TargetSenders ||
+			(at.Senders != TargetSenders && r.Intake[i].Senders > at.Senders) {
+			at = &r.Intake[i]
+		}
+	}
+	if at != nil {
+		add(Target{
+			Name: fmt.Sprintf("intake throughput / ceiling, %d senders", at.Senders), Value: at.Ratio, Unit: "ratio",
+			Target: fmt.Sprintf(">= %.2f", TargetIntakeRatio), Pass: at.Ratio >= TargetIntakeRatio,
+			Baseline: fmt.Sprintf("ceiling %.0f deliveries/s, intake %.0f deliveries/s", at.Ceiling.PerSec, at.HTTP.PerSec),
+		})
+		add(Target{
+			Name: fmt.Sprintf("intake p99, %d senders", at.Senders), Value: at.HTTP.P99Ms, Unit: "ms",
+			Target:   fmt.Sprintf("<= %d ms", TargetIntakeP99.Milliseconds()),
+			Pass:     at.HTTP.P99Ms <= float64(TargetIntakeP99.Milliseconds()),
+			Baseline: fmt.Sprintf("ceiling p99 %.1f ms", at.Ceiling.P99Ms),
+		})
+	}
+	d := r.Drain
+	add(Target{
+		Name: "drain API requests/s / client limit", Value: d.LimitShare, Unit: "share",
+		Target: fmt.Sprintf(">= %.0f%%", TargetLimitShare*100), Pass: d.LimitShare >= TargetLimitShare,
+		Baseline: fmt.Sprintf("%.1f of %.0f req/s", d.APIRequestsPerSec, d.RateLimit),
+	})
+	add(Target{
+		Name: "drain fetches per customer, burst stored first", Value: d.FetchesPerCustomer, Unit: "fetches",
+		Target: fmt.Sprintf("<= %.1f", TargetFetches), Pass: d.FetchesPerCustomer <= TargetFetches,
+		Baseline: fmt.Sprintf("%d events over %d customers", d.Events, d.Customers),
+	})
+	add(Target{
+		Name: "drain fetches per customer, burst arriving live", Value: d.Live.FetchesPerCustomer, Unit: "fetches",
+		Target: fmt.Sprintf("<= %.1f", TargetFetches), Pass: d.Live.FetchesPerCustomer <= TargetFetches,
+		Baseline: fmt.Sprintf("%d customers fetched more than once", d.Live.Refetched),
+	})
+}
+
+// Print writes the report as tables: each part's figures, then each
+// target with its verdict.
+func (r Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "billsync bench (%s): %d CPUs, %s, %s, pools of %d connections, %.0f s\n\n",
+		r.Mode, r.CPUs, r.GoVersion, r.Database, r.PoolConns, r.Seconds)
+	if len(r.Intake) > 0 {
+		first := r.Intake[0]
+		fmt.Fprintf(w, "INTAKE: %d deliveries per path and round (%d%% copies, %d customers), %d rounds, paths alternating first\n",
+			first.Deliveries, int(copyShare*100), intakeCustomers, first.Rounds)
+		fmt.Fprintln(w, "  ceiling = store.StoreDelivery called directly (same transaction, no HTTP, no signature check)")
+		fmt.Fprintln(w, "  bench CPU = this process (senders, HTTP server, pgx); machine busy = all CPUs, PostgreSQL included")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "  senders\tpath\tdeliveries/s\tp50 ms\tp99 ms\tmax ms\tratio\tbench CPU µs/delivery\tmachine busy\t")
+		row := func(senders int, path string, l Latency, ratio string) {
+			fmt.Fprintf(tw, "  %d\t%s\t%.0f\t%.1f\t%.1f\t%.1f\t%s\t%.0f\t%.0f%%\t\n",
+				senders, path, l.PerSec, l.P50Ms, l.P99Ms, l.MaxMs, ratio, l.ProcessCPUus, l.MachineBusy*100)
+		}
+		for _, in := range r.Intake {
+			row(in.Senders, "ceiling", in.Ceiling, "")
+			row(in.Senders, "HTTP intake", in.HTTP, fmt.Sprintf("%.3f", in.Ratio))
+		}
+		tw.Flush()
+		fmt.Fprintln(w)
+	}
+	d := r.Drain
+	fmt.Fprintf(w, "DRAIN: %d events over %d customers, stored with %s; fake Stripe latency %s, client limit %.0f req/s, %d workers (batch %d)\n",
+		d.Events, d.Customers, d.StoredVia, time.Duration(d.LatencyMs*float64(time.Millisecond)), d.RateLimit, d.Workers, d.Batch)
+	fmt.Fprintf(w, "  queue empty after %.2f s: %d API requests = %.1f req/s = %.1f%% of the %.0f req/s limit\n",
+		d.Seconds, d.APIRequests, d.APIRequestsPerSec, d.LimitShare*100, d.RateLimit)
+	fmt.Fprintf(w, "  %d reconciles = %.1f reconciles/s (each costs %.1f requests, so the limit allows at most %.1f/s)\n",
+		d.Reconciles, d.ReconcilesPerSec, d.RequestsPerReconcile, d.MaxReconcilesPerSec)
+	fmt.Fprintf(w, "  %d provider fetches for %d customers = %.2f per customer; %d answers 429; %d connections opened to the fake\n",
+		d.Fetches, d.Customers, d.FetchesPerCustomer, d.RateLimited, d.Connections)
+	fmt.Fprintf(w, "  events: %d applied, %d pending; setup: seeding the fake %.1f s, storing events %.1f s\n",
+		d.EventsApplied, d.EventsPending, d.SeedSeconds, d.StoreSeconds)
+	l := d.Live
+	fmt.Fprintf(w, "  live: %d more events posted through the HTTP intake by %d senders, each customer's burst back to back,\n", l.Events, l.Senders)
+	fmt.Fprintf(w, "    while the workers ran (woken after each delivery): posted in %.2f s, queue empty after %.2f s;\n", l.PostSeconds, l.Seconds)
+	fmt.Fprintf(w, "    %d fetches for %d customers = %.2f per customer (%d customers fetched more than once)\n\n",
+		l.Fetches, l.Customers, l.FetchesPerCustomer, l.Refetched)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TARGET\tMEASURED\tTARGET\tRESULT\tBASELINE (same run)")
+	for _, t := range r.Targets {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, t.formatValue(), t.Target, t.Verdict, t.Baseline)
+	}
+	tw.Flush()
+	if r.Missed > 0 {
+		fmt.Fprintf(w, "\nMISS: %d of %d targets missed (a measurement: the exit status is 0 anyway)\n", r.Missed, len(r.Targets))
+	} else {
+		fmt.Fprintf(w, "\nall %d targets met\n", len(r.Targets))
+	}
+}
+
+func (t Target) formatValue() string {
+	switch t.Unit {
+	case "ms":
+		return fmt.Sprintf("%.1f ms", t.Value)
+	case "share":
+		return fmt.Sprintf("%.1f%%", t.Value*100)
+	default:
+		return fmt.Sprintf("%.3f", t.Value)
+	}
+}

@@ -1,0 +1,468 @@
+// Package demo plays the seed scenario through billsync and, side by side,
+// through a naive handler (the foil): nine deliveries of three Stripe
+// events (the Pro plan change three times, the payment five times, an older
+// cancellation that arrives last but two), with the process killed during
+// the first plan change. Afterwards it can keep billsync serving, its
+// worker live, for a person to poke at.
+//
+// It is a demonstration. It works in a database of its own, created on the
+// server it is given and dropped on Close, against the in-process fake
+// Stripe: it must never touch the operator's tables or the real Stripe, and
+// its naive handler must never be used for anything but showing the damage.
+package demo
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	stripeapi "github.com/stripe/stripe-go/v82"
+
+	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store"
+)
+
+// lease is short so the demo's "restart after a kill" takes a second.
+const lease = time.Second
+
+// Config configures a demo. The zero value works.
+type Config struct {
+	// Addr is where billsync's intake listens; default 127.0.0.1:8080.
+	Addr string
+	// Logger gets billsync's logs; nil discards.
+	Logger *slog.Logger
+}
+
+// Validate reports what is wrong with cfg.
+func (c Config) Validate() error {
+	if c.Addr == "" {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return fmt.Errorf("demo address %q: want host:port: %w", c.Addr, err)
+	}
+	return nil
+}
+
+// Demo holds the running parts: a fresh database, the fake Stripe and
+// billsync's intake and worker (stripetest), the naive foil, and the
+// deliveries the demo holds back and replays as the network would.
+type Demo struct {
+	logger *slog.Logger
+	st     *store.Store
+	drop   func(context.Context) error
+	h      *stripetest.Harness
+	worker *reconcile.Worker
+	doomed *reconcile.Worker // a worker whose process is killed mid-apply
+	naive  *naiveApp
+
+	mu       sync.Mutex
+	captured []delivery
+	relay    bool // after the scenario: pass deliveries straight to billsync
+}
+
+// delivery is one signed webhook as the fake sent it.
+type delivery struct {
+	id, typ string
+	body    []byte
+	header  http.Header
+}
+
+// Start creates the demo's database on the server at databaseURL and
+// starts the fake Stripe and billsync; Close stops them and drops it.
+func Start(ctx context.Context, databaseURL string, cfg Config) (_ *Demo, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d := &Demo{logger: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))}
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+	d.st, d.drop, err = store.CreateDatabase(ctx, databaseURL, fmt.Sprintf("billsync_demo_%d", time.Now().UnixNano()), store.Options{})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := d.st.Migrate(ctx); err != nil {
+		return nil, err
+	}
+	plans, err := reconcile.ParsePlans(reconcile.ExamplePlans)
+	if err != nil {
+		return nil, err
+	}
+	d.naive = &naiveApp{plans: plans}
+	// The network between the fake and billsync is the demo's: it holds
+	// Stripe's signed deliveries and replays them in the scenario's order.
+	d.h, err = stripetest.New(stripetest.Options{
+		Store: d.st, IntakeAddr: cmp.Or(cfg.Addr, "127.0.0.1:8080"), Network: http.HandlerFunc(d.capture),
+		Fake: stripemock.Options{Logger: d.logger}, Logger: d.logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.worker, err = reconcile.NewWorker(reconcile.WorkerConfig{
+		Name: "demo", Store: d.st, Providers: []reconcile.Provider{d.h.Client}, Plans: plans, Logger: d.logger,
+		Lease: lease, Poll: 200 * time.Millisecond, Concurrency: 2,
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.doomed, err = reconcile.NewWorker(reconcile.WorkerConfig{
+		Name: "doomed", Store: killedStore{d.st, new(atomic.Bool)}, Providers: []reconcile.Provider{d.h.Client},
+		Plans: plans, Logger: d.logger, Lease: lease,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// errKilled is what a killed process's database calls amount to.
+var errKilled = errors.New("process killed between the plan write and the ledger write")
+
+// killedStore is the store as seen by a process that dies during its first
+// Apply: the transaction is rolled back, and nothing after it (recording
+// the failure, renewing or releasing the lease, claiming) reaches the
+// database, so the customer waits for the lease to run out, as after a
+// real kill -9.
+type killedStore struct {
+	*store.Store
+	claimed *atomic.Bool
+}
+
+func (k killedStore) Claim(ctx context.Context, worker string, limit int, lease time.Duration) ([]reconcile.Job, error) {
+	if k.claimed.Swap(true) {
+		return nil, errKilled
+	}
+	return k.Store.Claim(ctx, worker, limit, lease)
+}
+
+func (killedStore) Extend(context.Context, string, []reconcile.Job, time.Duration) (int, error) {
+	return 0, errKilled
+}
+
+func (killedStore) Retry(context.Context, reconcile.Job, time.Time, reconcile.Outcome, time.Duration) (reconcile.Outcome, error) {
+	return reconcile.Outcome{}, errKilled
+}
+
+func (killedStore) Release(context.Context, string, []reconcile.Job) error { return errKilled }
+
+// Close stops everything and drops the demo's database.
+func (d *Demo) Close() {
+	if d.h != nil {
+		d.h.Close()
+	}
+	if d.drop != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := d.drop(ctx); err != nil {
+			d.logger.Error("drop demo database", slog.Any("error", err))
+		}
+	}
+}
+
+func (d *Demo) capture(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	d.mu.Lock()
+	relay := d.relay
+	if !relay {
+		var ev struct{ ID, Type string }
+		_ = json.Unmarshal(body, &ev) // a body without them is simply never replayed
+		d.captured = append(d.captured, delivery{ev.ID, ev.Type, body, r.Header.Clone()})
+	}
+	d.mu.Unlock()
+	if !relay {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	// The scenario is over: the network delivers as is, and Stripe hears
+	// billsync's own answer.
+	resp, err := d.post(r.Context(), body, r.Header)
+	if err != nil {
+		w.WriteHeader(http.StatusBadGateway)
+		return
+	}
+	resp.Body.Close()
+	w.WriteHeader(resp.StatusCode)
+}
+
+// post sends a delivery to billsync's intake.
+func (d *Demo) post(ctx context.Context, body []byte, header http.Header) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.h.IntakeURL+"/webhooks/stripe", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header = header.Clone()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("deliver to billsync: %w", err)
+	}
+	return resp, nil
+}
+
+// Row is one delivery as both handlers saw it.
+type Row struct {
+	N        int    `json:"n"`
+	Event    string `json:"event"`
+	Type     string `json:"type"`
+	Naive    Side   `json:"naive"`
+	Billsync Side   `json:"billsync"`
+}
+
+// Side is one handler's answer and state after a delivery.
+type Side struct {
+	Answer  string `json:"answer"`
+	Plan    string `json:"plan"`
+	Balance int64  `json:"balance"`
+	Outcome string `json:"outcome,omitempty"`
+}
+
+// State is a handler's plan and balance.
+type State struct {
+	Plan    string `json:"plan"`
+	Balance int64  `json:"balance"`
+}
+
+// Result is the scenario as both handlers lived it.
+type Result struct {
+	Customer string `json:"customer"`
+	Start    struct {
+		Naive    State `json:"naive"`
+		Billsync State `json:"billsync"`
+	} `json:"start"`
+	Deliveries []Row `json:"deliveries"`
+	Naive      State `json:"naive"`
+	Billsync   struct {
+		Plan         string           `json:"plan"`
+		Balance      int64            `json:"balance"`
+		EventsStored int              `json:"events_stored"`
+		Deliveries   int              `json:"deliveries"`
+		Grants       []store.GrantRow `json:"grants"`
+		Right        bool             `json:"right"`
+	} `json:"billsync"`
+}
+
+// Play runs the scenario and returns both handlers' story.
+func (d *Demo) Play(ctx context.Context) (Result, error) {
+	var res Result
+	// The customer starts on Free: a subscription to price_free, reconciled
+	// once (billsync) and set by hand (the naive app).
+	cus, err := d.h.API.V1Customers.Create(ctx, &stripeapi.CustomerCreateParams{
+		Email: stripeapi.String("ada@example.com"), Metadata: map[string]string{"user_id": "user_ada"}})
+	if err != nil {
+		return res, fmt.Errorf("create the customer at the fake Stripe: %w", err)
+	}
+	res.Customer = cus.ID
+	free, err := d.h.Subscribe(ctx, res.Customer, "price_free")
+	if err != nil {
+		return res, err
+	}
+	if err := d.waitDeliveries(ctx, 2); err != nil { // created + invoice.paid, not part of the scenario
+		return res, err
+	}
+	d.mu.Lock()
+	d.captured = nil
+	d.mu.Unlock()
+	if err := d.st.Enqueue(ctx, "stripe", res.Customer, reconcile.TriggerResync); err != nil {
+		return res, err
+	}
+	if _, err := d.worker.Drain(ctx); err != nil {
+		return res, err
+	}
+	d.naive.plan, d.naive.balance = "free", 10
+	res.Start.Naive = State{d.naive.plan, d.naive.balance}
+	if res.Start.Billsync, err = d.billsyncState(ctx, res.Customer); err != nil {
+		return res, err
+	}
+
+	// What happened at Stripe, in order: the Free subscription was canceled,
+	// then a Pro one created and its first invoice paid.
+	if _, err := d.h.API.V1Subscriptions.Cancel(ctx, free.ID, nil); err != nil {
+		return res, fmt.Errorf("cancel %s at the fake Stripe: %w", free.ID, err)
+	}
+	if _, err := d.h.Subscribe(ctx, res.Customer, "price_pro"); err != nil {
+		return res, err
+	}
+	if err := d.waitDeliveries(ctx, 3); err != nil {
+		return res, err
+	}
+	change, payment, cancellation := d.capturedOf("customer.subscription.created"), d.capturedOf("invoice.paid"), d.capturedOf("customer.subscription.deleted")
+	if change == nil || payment == nil || cancellation == nil {
+		return res, errors.New("the fake Stripe did not send the three scenario events")
+	}
+
+	order := []*delivery{change, payment, change, payment, payment, change, cancellation, payment, payment}
+	for i, dl := range order {
+		row := Row{N: i + 1, Event: dl.id, Type: dl.typ}
+		crash := i == 0
+		row.Naive = d.naive.handle(dl.body, crash)
+		if row.Billsync, err = d.deliverToBillsync(ctx, res.Customer, dl, crash); err != nil {
+			return res, err
+		}
+		res.Deliveries = append(res.Deliveries, row)
+	}
+
+	res.Naive = State{d.naive.plan, d.naive.balance}
+	b := &res.Billsync
+	final, err := d.billsyncState(ctx, res.Customer)
+	if err != nil {
+		return res, err
+	}
+	b.Plan, b.Balance = final.Plan, final.Balance
+	tally, err := d.st.Tally(ctx, "stripe", res.Customer)
+	if err != nil {
+		return res, err
+	}
+	b.EventsStored, b.Deliveries, b.Grants = tally.Events, tally.Receipts, tally.Grants
+	proGrants := 0
+	for _, g := range tally.Grants {
+		if g.Plan == "pro" {
+			proGrants++
+		}
+	}
+	b.Right = b.Plan == "pro" && b.Balance == 500 && b.EventsStored == 3 && b.Deliveries == 9 && proGrants == 1
+	return res, nil
+}
+
+// waitDeliveries waits until the fake has sent n more webhooks.
+func (d *Demo) waitDeliveries(ctx context.Context, n int) error {
+	if err := d.h.WaitDelivered(ctx); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.captured) < n {
+		return fmt.Errorf("the fake Stripe sent %d webhooks, want %d", len(d.captured), n)
+	}
+	return nil
+}
+
+func (d *Demo) capturedOf(typ string) *delivery {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i := range d.captured {
+		if d.captured[i].typ == typ {
+			return &d.captured[i]
+		}
+	}
+	return nil
+}
+
+// deliverToBillsync posts one delivery to billsync's intake, then lets the
+// worker reconcile. With crash set the worker is killed between the plan
+// write and the ledger write, and another worker takes the customer once
+// the dead one's lease has run out.
+func (d *Demo) deliverToBillsync(ctx context.Context, customer string, dl *delivery, crash bool) (Side, error) {
+	var s Side
+	resp, err := d.post(ctx, dl.body, dl.header)
+	if err != nil {
+		return s, err
+	}
+	var ans struct{ Status string }
+	err = json.NewDecoder(resp.Body).Decode(&ans)
+	resp.Body.Close()
+	if err != nil {
+		return s, fmt.Errorf("billsync's answer: %w", err)
+	}
+	s.Answer = fmt.Sprintf("%d %s", resp.StatusCode, ans.Status)
+
+	var prefix string
+	if crash {
+		d.st.CrashAfterAccountWrite(func() error { return errKilled })
+		if _, err := d.doomed.Drain(ctx); err != nil && !errors.Is(err, errKilled) {
+			return s, err
+		}
+		d.st.CrashAfterAccountWrite(nil)
+		prefix = "killed mid-apply, rolled back; restarted after the lease: "
+	}
+	if err := d.drainUntilAnswered(ctx, dl.id); err != nil {
+		return s, err
+	}
+	state, err := d.billsyncState(ctx, customer)
+	if err != nil {
+		return s, err
+	}
+	s.Plan, s.Balance = state.Plan, state.Balance
+	status, outcome, err := d.st.EventOutcome(ctx, "stripe", dl.id)
+	if err != nil {
+		return s, err
+	}
+	switch {
+	case strings.HasPrefix(ans.Status, "duplicate"):
+		s.Outcome = "copy counted; nothing to do"
+	default:
+		s.Outcome = fmt.Sprintf("%s%s: %s", prefix, status, outcome)
+	}
+	return s, nil
+}
+
+// drainUntilAnswered lets the worker reconcile until the event is no
+// longer pending (after a kill, its customer is due again a lease later).
+func (d *Demo) drainUntilAnswered(ctx context.Context, eventID string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*lease)
+	defer cancel()
+	for {
+		if _, err := d.worker.Drain(ctx); err != nil {
+			return err
+		}
+		status, _, err := d.st.EventOutcome(ctx, "stripe", eventID)
+		if err != nil || status != reconcile.EventPending {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("event %s still pending: %w", eventID, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (d *Demo) billsyncState(ctx context.Context, customer string) (State, error) {
+	a, err := d.st.Account(ctx, "stripe", customer)
+	if err != nil {
+		return State{}, err
+	}
+	balance, err := d.st.Balance(ctx, a.ID)
+	return State{a.Plan, balance}, err
+}
+
+// Serve keeps billsync running after the scenario, its worker live and the
+// fake's webhooks relayed to the intake, until ctx is done.
+func (d *Demo) Serve(ctx context.Context) {
+	d.mu.Lock()
+	d.relay = true
+	d.mu.Unlock()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); d.st.Listen(ctx, d.logger, d.worker.Wake) }()
+	go func() { defer wg.Done(); d.worker.Run(ctx) }()
+	wg.Wait()
+}
+
+// Where says where the running demo's parts are, for PrintServing.
+type Where struct {
+	FakeURL, APIKey, IntakeURL, DatabaseURL string
+}
+
+// Where returns where the running demo's parts are.
+func (d *Demo) Where() Where {
+	return Where{FakeURL: d.h.URL, APIKey: stripemock.DefaultAPIKey, IntakeURL: d.h.IntakeURL, DatabaseURL: d.st.URL()}
+}

@@ -1,0 +1,85 @@
+package demo_test
+
+import (
+	"bytes"
+	"context"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/billsync/billsync/cmd/billsync/internal/demo"
+	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/storetest"
+)
+
+func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
+
+// TestDemoSeedScenario is the seed's scenario as a test: nine deliveries of
+// three events, a crash during the first plan change, a late older
+// cancellation. billsync must end on Pro with 500, one Pro top-up, three
+// events from nine deliveries; the late cancellation must say why nothing
+// changed; and the naive foil must show the damage it exists to show.
+func TestDemoSeedScenario(t *testing.T) {
+	ctx := context.Background()
+	server := storetest.URL(t) // the demo creates a database of its own next to this one
+	probe := storetest.OpenStore(t, server, store.Options{})
+	d, err := demo.Start(ctx, server, demo.Config{Addr: "127.0.0.1:0"})
+	require.NoError(t, err)
+	closed := false
+	defer func() {
+		if !closed {
+			d.Close()
+		}
+	}()
+	res, err := d.Play(ctx)
+	require.NoError(t, err)
+	dbURL, err := url.Parse(d.Where().DatabaseURL)
+	require.NoError(t, err)
+	d.Close()
+	closed = true
+	var left int
+	require.NoError(t, probe.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname = $1`,
+		strings.TrimPrefix(dbURL.Path, "/")).Scan(&left))
+	require.Zero(t, left, "Close drops the demo's database")
+
+	b := res.Billsync
+	require.Equal(t, "pro", b.Plan)
+	require.EqualValues(t, 500, b.Balance)
+	require.Equal(t, 3, b.EventsStored)
+	require.Equal(t, 9, b.Deliveries)
+	require.True(t, b.Right)
+	var pro []int64
+	for _, g := range b.Grants {
+		if g.Plan == "pro" {
+			pro = append(pro, g.Delta)
+		}
+	}
+	require.Len(t, pro, 1, "one Pro top-up")
+	require.Equal(t, demo.State{Plan: "free", Balance: 10}, res.Start.Billsync)
+
+	require.Len(t, res.Deliveries, 9)
+	require.Contains(t, res.Deliveries[0].Billsync.Outcome, "killed mid-apply")
+	require.Contains(t, res.Deliveries[0].Billsync.Outcome, "plan set to pro")
+	late := res.Deliveries[6]
+	require.Equal(t, "customer.subscription.deleted", late.Type)
+	require.Equal(t, "200 stored", late.Billsync.Answer)
+	require.True(t, strings.Contains(late.Billsync.Outcome, "no change") && strings.Contains(late.Billsync.Outcome, "plan pro"),
+		"the late cancellation must say why nothing changed: %q", late.Billsync.Outcome)
+	for _, row := range res.Deliveries {
+		require.Equal(t, "pro", row.Billsync.Plan, "delivery %d", row.N)
+		require.EqualValues(t, 500, row.Billsync.Balance, "delivery %d: billsync is never half-applied", row.N)
+	}
+	// The foil goes wrong exactly as the seed describes.
+	require.Equal(t, "pro", res.Deliveries[0].Naive.Plan)
+	require.EqualValues(t, 10, res.Deliveries[0].Naive.Balance, "killed between its two writes")
+	require.Equal(t, "free", res.Naive.Plan, "the late cancellation wins")
+	require.Greater(t, res.Naive.Balance, int64(500), "copies grant again")
+
+	var out bytes.Buffer
+	require.NoError(t, res.Print(&out))
+	require.Contains(t, out.String(), "billsync is right: Stripe says Pro")
+	require.Contains(t, out.String(), "older cancellation")
+}
