@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -175,29 +176,18 @@ func TestWorkerRecordsAFailureOnceTheStoreIsBack(t *testing.T) {
 // renews the leases of every job of its batch it still holds, and stops
 // renewing a job once it is done.
 func TestWorkerHeartbeatRenewsLeasesInHand(t *testing.T) {
-	jobs := []reconcile.Job{{ID: 1, Provider: "stripe", CustomerID: "cus_1"}, {ID: 2, Provider: "stripe", CustomerID: "cus_2"}}
-	claimed := false
 	renewed := make(chan []int64, 100)
-	st := &mock.Store{
-		ClaimFn: func(context.Context, string, int, time.Duration) ([]reconcile.Job, error) {
-			if claimed {
-				return nil, nil
-			}
-			claimed = true
-			return jobs, nil
-		},
-		ExtendFn: func(_ context.Context, _ string, held []reconcile.Job, _ time.Duration) (int, error) {
-			ids := make([]int64, len(held))
-			for i, j := range held {
-				ids[i] = j.ID
-			}
-			renewed <- ids
-			return len(held), nil
-		},
-		NowFn: func(context.Context) (time.Time, error) { return time.Now(), nil },
-		ApplyFn: func(_ context.Context, job reconcile.Job, _ time.Time, _ func(reconcile.Account) reconcile.Change) (reconcile.Outcome, error) {
-			return reconcile.Outcome{Result: reconcile.ResultApplied}, nil
-		},
+	st := batchOfTwo()
+	st.ExtendFn = func(_ context.Context, _ string, held []reconcile.Job, _ time.Duration) (int, error) {
+		ids := make([]int64, len(held))
+		for i, j := range held {
+			ids[i] = j.ID
+		}
+		renewed <- ids
+		return len(held), nil
+	}
+	st.ApplyFn = func(context.Context, reconcile.Job, time.Time, func(reconcile.Account) reconcile.Change) (reconcile.Outcome, error) {
+		return reconcile.Outcome{Result: reconcile.ResultApplied}, nil
 	}
 	// Each fetch waits for the heartbeat it must see: both jobs renewed
 	// while the first is fetched, only the second while it is.
@@ -206,7 +196,7 @@ func TestWorkerHeartbeatRenewsLeasesInHand(t *testing.T) {
 		for {
 			select {
 			case ids := <-renewed:
-				if equalIDs(ids, want) {
+				if slices.Equal(ids, want) {
 					return
 				}
 			case <-deadline:
@@ -230,45 +220,37 @@ func TestWorkerHeartbeatRenewsLeasesInHand(t *testing.T) {
 	require.Equal(t, 2, n)
 }
 
-func equalIDs(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
+// batchOfTwo is a store whose queue hands out one batch of two jobs, then
+// nothing; leases renew, the clock reads.
+func batchOfTwo() *mock.Store {
+	claimed := false
+	return &mock.Store{
+		ClaimFn: func(context.Context, string, int, time.Duration) ([]reconcile.Job, error) {
+			if claimed {
+				return nil, nil
+			}
+			claimed = true
+			return []reconcile.Job{{ID: 1, Provider: "stripe", CustomerID: "cus_1"}, {ID: 2, Provider: "stripe", CustomerID: "cus_2"}}, nil
+		},
+		ExtendFn: func(_ context.Context, _ string, held []reconcile.Job, _ time.Duration) (int, error) {
+			return len(held), nil
+		},
+		NowFn: func(context.Context) (time.Time, error) { return time.Now(), nil },
 	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestWorkerStopHandsBackWithoutCountingAnAttempt: a fetch cut short by
 // shutdown is not a provider failure; the job in hand and the rest of the
 // batch are released at once.
 func TestWorkerStopHandsBackWithoutCountingAnAttempt(t *testing.T) {
-	jobs := []reconcile.Job{{ID: 1, Provider: "stripe", CustomerID: "cus_1"}, {ID: 2, Provider: "stripe", CustomerID: "cus_2"}}
 	ctx, cancel := context.WithCancel(context.Background())
-	claimed := false
 	var released []int64
-	st := &mock.Store{
-		ClaimFn: func(context.Context, string, int, time.Duration) ([]reconcile.Job, error) {
-			if claimed {
-				return nil, nil
-			}
-			claimed = true
-			return jobs, nil
-		},
-		ExtendFn: func(_ context.Context, _ string, held []reconcile.Job, _ time.Duration) (int, error) {
-			return len(held), nil
-		},
-		NowFn: func(context.Context) (time.Time, error) { return time.Now(), nil },
-		ReleaseFn: func(_ context.Context, _ string, js []reconcile.Job) error {
-			for _, j := range js {
-				released = append(released, j.ID)
-			}
-			return nil
-		},
-		// RetryFn is nil: a call would panic and fail the test.
+	st := batchOfTwo() // its RetryFn is nil: a call would panic and fail the test
+	st.ReleaseFn = func(_ context.Context, _ string, js []reconcile.Job) error {
+		for _, j := range js {
+			released = append(released, j.ID)
+		}
+		return nil
 	}
 	fetch := func(fctx context.Context, _ string) (reconcile.Snapshot, error) {
 		cancel() // SIGTERM arrives mid-fetch
