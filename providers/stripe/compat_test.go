@@ -86,8 +86,8 @@ func (m *stripeMock) patchResponse(resp *http.Response) error {
 }
 
 func TestCompatStripeMock(t *testing.T) {
-	// Not parallel: every stripe-mock also binds the fixed HTTPS port 12112
-	// (openapi.Start sets only -http-addr), so two at once collide.
+	// The subtests run in order: they share one stripe-mock and one
+	// recorder, and FetchLive patches the recorder's answers while it runs.
 	m := startStripeMock(t)
 	cfg := testConfig(m.URL)
 	cfg.APIKey = "sk_test_123" // stripe-mock takes any test key
