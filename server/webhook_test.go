@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -215,6 +216,72 @@ func TestIntakeStoresIgnoredEventsWithReason(t *testing.T) {
 	counts := rowCounts(t, pool)
 	require.Equal(t, 2, counts["inbox_events"])
 	require.Equal(t, 2, counts["receipts"])
+	require.Zero(t, counts["reconcile_queue"], "an ignored event queues nothing")
+}
+
+// TestIntakeStoresHostileContentAsIgnored: validly signed events whose
+// content PostgreSQL cannot hold as is (NUL in text, absurd times, ids over
+// the index row limit) used to get a 500 and be retried for days. Each is
+// stored once, as ignored with the reason, its payload byte for byte, and a
+// copy finds it again.
+func TestIntakeStoresHostileContentAsIgnored(t *testing.T) {
+	pool := storetest.NewPool(t)
+	srv := newIntake(t, pool)
+	now := strconv.FormatInt(time.Now().Unix(), 10)
+	hostile := func(id, typ, apiVersion, created, customer string) []byte {
+		return []byte(`{"id":` + id + `,"object":"event","type":` + typ + `,"api_version":` + apiVersion + `,"created":` + created +
+			`,"data":{"object":{"id":"sub_1","object":"subscription","customer":` + customer + `}}}`)
+	}
+	tests := []struct {
+		name   string
+		body   []byte
+		reason string
+	}{
+		{"NULInID", hostile(`"evt_\u0000id"`, `"invoice.paid"`, `"v1"`, now, `"cus_1"`), "event id contains a NUL byte"},
+		{"NULInType", hostile(`"evt_nul_type"`, `"invoice.\u0000paid"`, `"v1"`, now, `"cus_1"`), "event type contains a NUL byte"},
+		{"NULInAPIVersion", hostile(`"evt_nul_ver"`, `"invoice.paid"`, `"2025-\u0000"`, now, `"cus_1"`), "api_version contains a NUL byte"},
+		{"NULInCustomer", hostile(`"evt_nul_cus"`, `"invoice.paid"`, `"v1"`, now, `"cus_\u0000"`), "customer id contains a NUL byte"},
+		{"CreatedMaxInt64", hostile(`"evt_max"`, `"invoice.paid"`, `"v1"`, "9223372036854775807", `"cus_1"`),
+			"event time (created 9223372036854775807) is outside the years 2000-2200"},
+		{"CreatedNegative", hostile(`"evt_neg"`, `"invoice.paid"`, `"v1"`, "-1000000000000000", `"cus_1"`),
+			"event time (created -1000000000000000) is outside the years 2000-2200"},
+		{"LongID", hostile(`"evt_`+strings.Repeat("x", 4096)+`"`, `"invoice.paid"`, `"v1"`, now, `"cus_1"`), "event id longer than 255 bytes"},
+		{"LongCustomer", hostile(`"evt_long_cus"`, `"invoice.paid"`, `"v1"`, now, `"cus_`+strings.Repeat("c", 4096)+`"`),
+			"customer id longer than 255 bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := deliver(t, srv.URL, tt.body, sign(tt.body, secretA, time.Now()))
+			require.Equal(t, http.StatusOK, a.code, a.body)
+			require.Equal(t, "ignored", a.body["status"])
+			require.Equal(t, tt.reason, a.body["reason"])
+			key := a.body["event"].(string)
+
+			a = deliver(t, srv.URL, tt.body, sign(tt.body, secretA, time.Now()))
+			require.Equal(t, http.StatusOK, a.code, a.body)
+			require.Equal(t, "duplicate", a.body["status"], "a copy must find the stored event")
+
+			var status, outcome string
+			var seen, receipts int
+			var payload []byte
+			var eventTime *time.Time
+			require.NoError(t, pool.QueryRow(context.Background(), `
+				SELECT status, outcome, seen_count, payload, event_time,
+				       (SELECT count(*) FROM receipts r WHERE r.event_id = e.id)
+				FROM inbox_events e WHERE dedupe_key = $1`, key).Scan(&status, &outcome, &seen, &payload, &eventTime, &receipts))
+			require.Equal(t, "ignored", status)
+			require.Equal(t, tt.reason, outcome)
+			require.Equal(t, 2, seen)
+			require.Equal(t, 2, receipts)
+			require.Equal(t, tt.body, payload, "the raw body is kept byte for byte")
+			if strings.HasPrefix(tt.name, "Created") {
+				require.Nil(t, eventTime, "an absurd time is stored as unknown")
+			}
+		})
+	}
+	counts := rowCounts(t, pool)
+	require.Equal(t, len(tests), counts["inbox_events"])
+	require.Equal(t, 2*len(tests), counts["receipts"])
 	require.Zero(t, counts["reconcile_queue"], "an ignored event queues nothing")
 }
 
