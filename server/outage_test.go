@@ -187,3 +187,109 @@ func waitGone(t *testing.T, pids []int) {
 		}
 	}
 }
+
+// TestIntakeDatabaseHangs: a database that takes the intake's statement and
+// never answers (here: another session holds a lock on inbox_events) must
+// not hold the delivery open. Past StoreTimeout the answer is 503 with
+// Retry-After; once the database moves again, the retried delivery leaves
+// exactly one event (the abandoned statement may have committed after all:
+// then the retry is its duplicate).
+func TestIntakeDatabaseHangs(t *testing.T) {
+	ctx := context.Background()
+	pool := storetest.NewPool(t)
+	cfg := intakeConfig(t, pool)
+	cfg.StoreTimeout = 300 * time.Millisecond
+	srv, _ := startIntake(t, cfg)
+
+	locker, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	require.NoError(t, err)
+	t.Cleanup(func() { locker.Close(context.Background()) })
+	tx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `LOCK TABLE inbox_events IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	body := eventBody("evt_hang", "customer.subscription.updated", "cus_hang", "2025-08-27.basil")
+	a := deliver(t, srv.URL, body, sign(body, secretA, time.Now()))
+	require.Equal(t, http.StatusServiceUnavailable, a.code, a.body)
+	require.NotEmpty(t, a.header.Get("Retry-After"))
+	require.NotContains(t, a.body, "status")
+
+	require.NoError(t, tx.Rollback(ctx))
+	waitIdle(t, locker)
+	a = deliver(t, srv.URL, body, sign(body, secretA, time.Now()))
+	require.Equal(t, http.StatusOK, a.code, a.body)
+	receipts := map[string]int{"stored": 1, "duplicate": 2}[a.body["status"].(string)]
+	require.NotZero(t, receipts, "answer %v", a.body)
+	counts := rowCounts(t, pool)
+	require.Equal(t, 1, counts["inbox_events"])
+	require.Equal(t, receipts, counts["receipts"])
+	require.Equal(t, 1, counts["reconcile_queue"])
+}
+
+// TestIntakeDatabaseFrozen freezes PostgreSQL (SIGSTOP on the postmaster
+// and every backend): nothing it is asked answers, not even a ping. A
+// delivery and /readyz get 503 with Retry-After instead of waiting for as
+// long as it is frozen; after SIGCONT the delivery is stored once.
+func TestIntakeDatabaseFrozen(t *testing.T) {
+	ctx := context.Background()
+	cluster, _ := storetest.PrivateCluster(t)
+	pool, err := store.Open(ctx, cluster.URL("billsync"))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = store.Migrate(ctx, pool)
+	require.NoError(t, err)
+	cfg := intakeConfig(t, pool)
+	cfg.StoreTimeout = 300 * time.Millisecond
+	srv, _ := startIntake(t, cfg)
+
+	pids := postgresPIDs(t, cluster.DataDir())
+	signalAll(pids, syscall.SIGSTOP)
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			signalAll(pids, syscall.SIGCONT)
+			thawed = true
+		}
+	}
+	t.Cleanup(thaw) // before the cluster's own cleanup stops it
+
+	body := eventBody("evt_frozen", "customer.subscription.updated", "cus_frozen", "2025-08-27.basil")
+	a := deliver(t, srv.URL, body, sign(body, secretA, time.Now()))
+	require.Equal(t, http.StatusServiceUnavailable, a.code, a.body)
+	require.NotEmpty(t, a.header.Get("Retry-After"))
+	resp, err := http.Get(srv.URL + "/readyz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.NotEmpty(t, resp.Header.Get("Retry-After"))
+
+	thaw()
+	for range 5 {
+		if a = deliver(t, srv.URL, body, sign(body, secretA, time.Now())); a.code == http.StatusOK {
+			break
+		}
+		require.Equal(t, http.StatusServiceUnavailable, a.code, a.body)
+	}
+	require.Equal(t, http.StatusOK, a.code)
+	require.Contains(t, []any{"stored", "duplicate"}, a.body["status"])
+	counts := rowCounts(t, pool)
+	require.Equal(t, 1, counts["inbox_events"])
+	require.Equal(t, 1, counts["reconcile_queue"])
+}
+
+// waitIdle returns once no other session of conn's database is running a
+// statement (an abandoned one has finished).
+func waitIdle(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	for {
+		var busy int
+		require.NoError(t, conn.QueryRow(context.Background(), `
+			SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'`).Scan(&busy))
+		if busy == 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

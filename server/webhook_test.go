@@ -33,15 +33,29 @@ const (
 	secretB = "whsec_test_b"
 )
 
-// newIntake returns a billsync HTTP server storing into a fresh database.
+// newIntake returns a billsync HTTP server storing into pool's database.
 func newIntake(t *testing.T, pool *pgxpool.Pool) *httptest.Server {
+	t.Helper()
+	srv, _ := startIntake(t, intakeConfig(t, pool))
+	return srv
+}
+
+// intakeConfig is newIntake's configuration, for tests that change it.
+func intakeConfig(t *testing.T, pool *pgxpool.Pool) server.Config {
 	t.Helper()
 	v, err := stripe.NewVerifier([]string{secretA, secretB}, stripe.DefaultTolerance)
 	require.NoError(t, err)
 	st := store.New(pool)
-	srv := httptest.NewServer(server.New(server.Config{Inbox: st, Verifiers: []server.Verifier{v}, Ready: st.Ping}))
+	return server.Config{Inbox: st, Verifiers: []server.Verifier{v}, Ready: st.Ping}
+}
+
+// startIntake serves cfg on a loopback port until the test ends.
+func startIntake(t *testing.T, cfg server.Config) (*httptest.Server, *server.Server) {
+	t.Helper()
+	s := server.New(cfg)
+	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
-	return srv
+	return srv, s
 }
 
 func eventBody(id, typ, customer, apiVersion string) []byte {
@@ -51,8 +65,9 @@ func eventBody(id, typ, customer, apiVersion string) []byte {
 }
 
 type answer struct {
-	code int
-	body map[string]any
+	code   int
+	header http.Header
+	body   map[string]any
 }
 
 func deliver(t *testing.T, url string, body []byte, header string) answer {
@@ -66,8 +81,7 @@ func deliver(t *testing.T, url string, body []byte, header string) answer {
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	var a answer
-	a.code = resp.StatusCode
+	a := answer{code: resp.StatusCode, header: resp.Header}
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&a.body))
 	return a
 }
