@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/billsync/billsync/reconcile"
@@ -60,8 +61,9 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		s.metrics.ObserveDelivery(v.Provider(), ans.Status)
 	}
 	// Debug, not info: every delivery already has its receipts row, and the
-	// worker logs what each reconcile did.
-	s.log.Debug("webhook stored", slog.String("provider", v.Provider()),
+	// worker logs what each reconcile did. LogAttrs: nothing is allocated
+	// when debug is off.
+	s.log.LogAttrs(ctx, slog.LevelDebug, "webhook stored", slog.String("provider", v.Provider()),
 		slog.String("event", d.Event.DedupeKey), slog.String("type", d.Event.Type),
 		slog.String("customer", d.Event.CustomerID), slog.String("status", ans.Status))
 	writeJSON(w, http.StatusOK, ans)
@@ -72,6 +74,12 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 // nothing costs this, not a megabyte: the buffer grows only with what
 // arrives.
 const bodyChunk = 8 << 10
+
+// chunks recycles bodyChunk buffers: most deliveries need no other memory.
+// A buffer goes back only after StoreDelivery has returned (the store has
+// copied the payload into its query by then; an Inbox must not keep
+// d.Event.Payload), and grown buffers are left to the collector.
+var chunks = sync.Pool{New: func() any { return new([bodyChunk]byte) }}
 
 var (
 	// errIncompleteBody: the client hung up, sent less than it announced,
@@ -101,10 +109,14 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 	s.bodiesReading.Add(1)
 	defer s.bodiesReading.Add(-1)
 
+	chunk := chunks.Get().(*[bodyChunk]byte)
 	var reserved int64
-	release = func() { s.bodyMemory.Add(-reserved) }
+	release = func() {
+		s.bodyMemory.Add(-reserved)
+		chunks.Put(chunk)
+	}
 	src := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-	buf := make([]byte, 0, bodyChunk)
+	buf := chunk[:0]
 	for {
 		if len(buf) == cap(buf) {
 			// One byte over the limit lets MaxBytesReader tell "exactly

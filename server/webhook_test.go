@@ -148,6 +148,32 @@ func TestIntakeConcurrentCopies(t *testing.T) {
 	require.True(t, due)
 }
 
+// TestIntakeKeepsEachPayload: body buffers are recycled once a delivery is
+// stored; concurrent deliveries must each keep their own bytes.
+func TestIntakeKeepsEachPayload(t *testing.T) {
+	pool := storetest.NewPool(t)
+	srv := newIntake(t, pool)
+	const n = 64
+	bodies := make([][]byte, n)
+	var wg sync.WaitGroup
+	for i := range bodies {
+		bodies[i] = eventBody(fmt.Sprintf("evt_own_%d", i), "invoice.paid", fmt.Sprintf("cus_own_%d", i), "2025-08-27.basil")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := deliver(t, srv.URL, bodies[i], sign(bodies[i], secretA, time.Now()))
+			require.Equal(t, http.StatusOK, a.code)
+		}()
+	}
+	wg.Wait()
+	for i, body := range bodies {
+		var payload []byte
+		require.NoError(t, pool.QueryRow(context.Background(),
+			`SELECT payload FROM inbox_events WHERE dedupe_key = $1`, fmt.Sprintf("evt_own_%d", i)).Scan(&payload))
+		require.Equal(t, string(body), string(payload))
+	}
+}
+
 func TestIntakeRefusesAndStoresNothing(t *testing.T) {
 	pool := storetest.NewPool(t)
 	srv := newIntake(t, pool)
