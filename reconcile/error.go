@@ -10,8 +10,6 @@ var (
 	ErrBadSignature = errors.New("bad signature")
 	// ErrTooLarge: the body is over the intake limit. Nothing is stored.
 	ErrTooLarge = errors.New("body too large")
-	// ErrMalformed: the verified body cannot be read as an event.
-	ErrMalformed = errors.New("malformed event")
 	// ErrUnavailable: the database cannot be reached or did not commit.
 	// The work was not stored; the caller must retry.
 	ErrUnavailable = errors.New("store unavailable")

@@ -51,7 +51,8 @@ type Stored struct {
 }
 
 // Inbox stores deliveries. StoreDelivery must have committed before it
-// returns a nil error: the caller answers 200 on that promise.
+// returns a nil error: the caller answers 200 on that promise. It must not
+// keep d.Event.Payload after it returns: the intake reuses that memory.
 type Inbox interface {
 	StoreDelivery(ctx context.Context, d Delivery) (Stored, error)
 }

@@ -31,7 +31,7 @@ func NewMetrics(depth QueueDepthFunc, logger *slog.Logger) *Metrics {
 		reg: prometheus.NewRegistry(),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "billsync_webhook_deliveries_total",
-			Help: "Webhook deliveries by provider and answer (stored, duplicate, ignored, or the HTTP status of a refusal).",
+			Help: "Webhook deliveries by provider and answer: stored, duplicate, ignored; client_error (the client hung up, sent a short body or was too slow); busy (refused: body memory in use); or the HTTP status of any other refusal. Alert on 5xx.",
 		}, []string{"provider", "answer"}),
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "billsync_reconciles_total",

@@ -1,11 +1,20 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/billsync/billsync/store"
@@ -48,4 +57,236 @@ func TestIntakeDatabaseOutage(t *testing.T) {
 	require.Equal(t, 1, counts["inbox_events"])
 	require.Equal(t, 1, counts["receipts"])
 	require.Equal(t, 1, counts["reconcile_queue"])
+}
+
+// TestIntakeDatabaseCrash kills PostgreSQL (SIGKILL, no shutdown) while a
+// delivery's statement is in flight: the intake's connection ends without a
+// word (unexpected EOF). The delivery must get 503, nothing may be stored,
+// and once the database is back the same delivery is stored.
+func TestIntakeDatabaseCrash(t *testing.T) {
+	ctx := context.Background()
+	cluster, cfg := storetest.PrivateCluster(t)
+	st := storetest.OpenStore(t, cluster.URL("billsync"), store.Options{})
+	pool := st.Pool()
+	_, err := st.Migrate(ctx)
+	require.NoError(t, err)
+	// The test cluster commits asynchronously: without a checkpoint, a kill
+	// could lose the migrations themselves.
+	_, err = pool.Exec(ctx, `CHECKPOINT`)
+	require.NoError(t, err)
+	srv := newIntake(t, st)
+
+	// Hold the intake's statement in the server: it waits for a lock.
+	locker, err := pgx.Connect(ctx, cluster.URL("billsync"))
+	require.NoError(t, err)
+	t.Cleanup(func() { locker.Close(context.Background()) })
+	tx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `LOCK TABLE inbox_events IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	body := eventBody("evt_crash", "customer.subscription.updated", "cus_crash", "2025-08-27.basil")
+	answered := make(chan answer, 1)
+	go func() { answered <- deliverAsync(srv.URL, body, sign(body, secretA, time.Now())) }()
+	waitForLockWait(t, locker)
+	pids := postgresPIDs(t, cluster.DataDir())
+	signalAll(pids, syscall.SIGKILL)
+	a := <-answered
+	require.Equal(t, http.StatusServiceUnavailable, a.code, a.body)
+	require.NotContains(t, a.body, "status")
+
+	waitGone(t, pids)
+	restarted, err := pgembed.Start(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = restarted.Stop(context.Background()) })
+
+	// Stripe retries until it gets a 200. Idle connections of the pool died
+	// with the server: a retry may meet one (503) before the pool notices.
+	for range 5 {
+		if a = deliver(t, srv.URL, body, sign(body, secretA, time.Now())); a.code == http.StatusOK {
+			break
+		}
+		require.Equal(t, http.StatusServiceUnavailable, a.code, a.body)
+	}
+	require.Equal(t, http.StatusOK, a.code)
+	require.Equal(t, "stored", a.body["status"], "nothing was committed before the crash")
+	counts := rowCounts(t, pool)
+	require.Equal(t, 1, counts["inbox_events"])
+	require.Equal(t, 1, counts["receipts"])
+	require.Equal(t, 1, counts["reconcile_queue"])
+}
+
+// deliverAsync is deliver for a goroutine: failures come back as code 0.
+func deliverAsync(url string, body []byte, header string) answer {
+	req, err := http.NewRequest(http.MethodPost, url+"/webhooks/stripe", bytes.NewReader(body))
+	if err != nil {
+		return answer{body: map[string]any{"error": err.Error()}}
+	}
+	req.Header.Set("Stripe-Signature", header)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return answer{body: map[string]any{"error": err.Error()}}
+	}
+	defer resp.Body.Close()
+	a := answer{code: resp.StatusCode}
+	if err := json.NewDecoder(resp.Body).Decode(&a.body); err != nil {
+		a.body = map[string]any{"decode": err.Error()}
+	}
+	return a
+}
+
+// waitForLockWait returns once some session waits for a lock on
+// inbox_events, asking through conn.
+func waitForLockWait(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	for {
+		var waiting bool
+		require.NoError(t, conn.QueryRow(context.Background(), `
+			SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted AND relation = 'inbox_events'::regclass)`).Scan(&waiting))
+		if waiting {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// postgresPIDs returns the cluster's postmaster and its children.
+func postgresPIDs(t *testing.T, dataDir string) []int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dataDir, "pgdata", "postmaster.pid"))
+	require.NoError(t, err)
+	postmaster, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+	require.NoError(t, err)
+	pids := []int{postmaster}
+	out, err := exec.Command("pgrep", "-P", strconv.Itoa(postmaster)).Output()
+	require.NoError(t, err)
+	for _, f := range strings.Fields(string(out)) {
+		pid, err := strconv.Atoi(f)
+		require.NoError(t, err)
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+func signalAll(pids []int, sig syscall.Signal) {
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, sig)
+	}
+}
+
+// waitGone returns once none of pids is alive (a new postmaster refuses to
+// start while the old one's pid still exists).
+func waitGone(t *testing.T, pids []int) {
+	t.Helper()
+	for _, pid := range pids {
+		for syscall.Kill(pid, 0) == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// TestIntakeDatabaseHangs: a database that takes the intake's statement and
+// never answers (here: another session holds a lock on inbox_events) must
+// not hold the delivery open. Past StoreTimeout the answer is 503 with
+// Retry-After; once the database moves again, the retried delivery leaves
+// exactly one event (the abandoned statement may have committed after all:
+// then the retry is its duplicate).
+func TestIntakeDatabaseHangs(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	pool := st.Pool()
+	cfg := intakeConfig(t, st)
+	cfg.StoreTimeout = 300 * time.Millisecond
+	srv, _ := startIntake(t, cfg)
+
+	locker, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	require.NoError(t, err)
+	t.Cleanup(func() { locker.Close(context.Background()) })
+	tx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `LOCK TABLE inbox_events IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	body := eventBody("evt_hang", "customer.subscription.updated", "cus_hang", "2025-08-27.basil")
+	a := deliver(t, srv.URL, body, sign(body, secretA, time.Now()))
+	require.Equal(t, http.StatusServiceUnavailable, a.code, a.body)
+	require.NotEmpty(t, a.header.Get("Retry-After"))
+	require.NotContains(t, a.body, "status")
+
+	require.NoError(t, tx.Rollback(ctx))
+	waitIdle(t, locker)
+	a = deliver(t, srv.URL, body, sign(body, secretA, time.Now()))
+	require.Equal(t, http.StatusOK, a.code, a.body)
+	receipts := map[string]int{"stored": 1, "duplicate": 2}[a.body["status"].(string)]
+	require.NotZero(t, receipts, "answer %v", a.body)
+	counts := rowCounts(t, pool)
+	require.Equal(t, 1, counts["inbox_events"])
+	require.Equal(t, receipts, counts["receipts"])
+	require.Equal(t, 1, counts["reconcile_queue"])
+}
+
+// TestIntakeDatabaseFrozen freezes PostgreSQL (SIGSTOP on the postmaster
+// and every backend): nothing it is asked answers, not even a ping. A
+// delivery and /readyz get 503 with Retry-After instead of waiting for as
+// long as it is frozen; after SIGCONT the delivery is stored once.
+func TestIntakeDatabaseFrozen(t *testing.T) {
+	ctx := context.Background()
+	cluster, _ := storetest.PrivateCluster(t)
+	st := storetest.OpenStore(t, cluster.URL("billsync"), store.Options{})
+	pool := st.Pool()
+	_, err := st.Migrate(ctx)
+	require.NoError(t, err)
+	cfg := intakeConfig(t, st)
+	cfg.StoreTimeout = 300 * time.Millisecond
+	srv, _ := startIntake(t, cfg)
+
+	pids := postgresPIDs(t, cluster.DataDir())
+	signalAll(pids, syscall.SIGSTOP)
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			signalAll(pids, syscall.SIGCONT)
+			thawed = true
+		}
+	}
+	t.Cleanup(thaw) // before the cluster's own cleanup stops it
+
+	body := eventBody("evt_frozen", "customer.subscription.updated", "cus_frozen", "2025-08-27.basil")
+	a := deliver(t, srv.URL, body, sign(body, secretA, time.Now()))
+	require.Equal(t, http.StatusServiceUnavailable, a.code, a.body)
+	require.NotEmpty(t, a.header.Get("Retry-After"))
+	resp, err := http.Get(srv.URL + "/readyz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.NotEmpty(t, resp.Header.Get("Retry-After"))
+
+	thaw()
+	for range 5 {
+		if a = deliver(t, srv.URL, body, sign(body, secretA, time.Now())); a.code == http.StatusOK {
+			break
+		}
+		require.Equal(t, http.StatusServiceUnavailable, a.code, a.body)
+	}
+	require.Equal(t, http.StatusOK, a.code)
+	require.Contains(t, []any{"stored", "duplicate"}, a.body["status"])
+	counts := rowCounts(t, pool)
+	require.Equal(t, 1, counts["inbox_events"])
+	require.Equal(t, 1, counts["reconcile_queue"])
+}
+
+// waitIdle returns once no other session of conn's database is running a
+// statement (an abandoned one has finished).
+func waitIdle(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	for {
+		var busy int
+		require.NoError(t, conn.QueryRow(context.Background(), `
+			SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'`).Scan(&busy))
+		if busy == 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

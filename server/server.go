@@ -6,12 +6,16 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
+	"os"
 	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/billsync/billsync/reconcile"
 )
@@ -35,7 +39,27 @@ type Config struct {
 	Ready func(context.Context) error
 	// Metrics, when set, counts deliveries and serves GET /metrics.
 	Metrics *Metrics
+	// StoreTimeout bounds the database's part of a request (storing a
+	// delivery, the readiness check). Past it the answer is 503 with
+	// Retry-After, so a hung database never holds a provider's request
+	// open; Stripe waits longer than the default, 5 s.
+	StoreTimeout time.Duration
+	// BodyTimeout bounds reading a webhook body once its headers are in
+	// (default 10 s). A slower body gets 408 and is counted as a client
+	// error.
+	BodyTimeout time.Duration
+	// BodyMemory bounds the bytes all webhook bodies being read at once
+	// may hold beyond their first 8 KiB each (default 16 MiB: sixteen
+	// bodies of the maximum size). See readBody.
+	BodyMemory int64
 }
+
+// Defaults for Config's limits.
+const (
+	DefaultStoreTimeout = 5 * time.Second
+	DefaultBodyTimeout  = 10 * time.Second
+	DefaultBodyMemory   = 16 << 20
+)
 
 // Server routes billsync's HTTP requests.
 type Server struct {
@@ -45,6 +69,12 @@ type Server struct {
 	ready     func(context.Context) error
 	metrics   *Metrics
 	mux       *http.ServeMux
+
+	storeTimeout  time.Duration
+	bodyTimeout   time.Duration
+	bodyMemoryMax int64
+	bodyMemory    atomic.Int64 // reserved by bodies being read (see readBody)
+	bodiesReading atomic.Int64
 }
 
 // New returns a Server for cfg.
@@ -56,6 +86,10 @@ func New(cfg Config) *Server {
 		ready:     cfg.Ready,
 		metrics:   cfg.Metrics,
 		mux:       http.NewServeMux(),
+
+		storeTimeout:  cmp.Or(cfg.StoreTimeout, DefaultStoreTimeout),
+		bodyTimeout:   cmp.Or(cfg.BodyTimeout, DefaultBodyTimeout),
+		bodyMemoryMax: cmp.Or(cfg.BodyMemory, DefaultBodyMemory),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -79,7 +113,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	if s.ready != nil {
-		if err := s.ready(r.Context()); err != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), s.storeTimeout)
+		defer cancel()
+		if err := s.ready(ctx); err != nil {
 			s.writeError(w, r, err)
 			return
 		}
@@ -87,42 +123,64 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
-// errorStatus maps domain failures to HTTP status codes, in one place.
-func errorStatus(err error) int {
-	var tooBig *http.MaxBytesError
+// statusClientClosed is nginx's "client closed request": nobody reads it,
+// but it keeps such requests apart from billsync's own failures.
+const statusClientClosed = 499
+
+// errorStatus maps a failure to its HTTP status and its answer in
+// billsync_webhook_deliveries_total, in one place. Failures of the client
+// (hung up, short or slow body) are "client_error", never a 5xx.
+func errorStatus(err error) (code int, answer string) {
 	switch {
 	case errors.Is(err, reconcile.ErrBadSignature):
-		return http.StatusUnauthorized
-	case errors.Is(err, reconcile.ErrTooLarge), errors.As(err, &tooBig):
-		return http.StatusRequestEntityTooLarge
+		code = http.StatusUnauthorized
+	case errors.Is(err, reconcile.ErrTooLarge):
+		code = http.StatusRequestEntityTooLarge
 	case errors.Is(err, reconcile.ErrNotFound):
-		return http.StatusNotFound
+		code = http.StatusNotFound
+	case errors.Is(err, errIncompleteBody) && errors.Is(err, os.ErrDeadlineExceeded):
+		return http.StatusRequestTimeout, "client_error"
+	case errors.Is(err, errIncompleteBody):
+		return http.StatusBadRequest, "client_error"
+	case errors.Is(err, context.Canceled):
+		return statusClientClosed, "client_error"
+	case errors.Is(err, errBusy):
+		return http.StatusServiceUnavailable, "busy"
 	case errors.Is(err, reconcile.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		return http.StatusServiceUnavailable
+		code = http.StatusServiceUnavailable
 	default:
-		return http.StatusInternalServerError
+		code = http.StatusInternalServerError
 	}
+	return code, strconv.Itoa(code)
 }
 
-// writeError answers with err's status. Only unexpected errors are logged
-// at error level; the message sent never includes secrets or payloads.
+// writeError answers with err's status. Only billsync's own failures are
+// logged at error level; the message sent never includes secrets or
+// payloads.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	code := errorStatus(err)
+	code, answer := errorStatus(err)
 	if p := r.PathValue("provider"); p != "" && s.metrics != nil {
-		s.metrics.ObserveDelivery(p, strconv.Itoa(code))
+		s.metrics.ObserveDelivery(p, answer)
 	}
 	msg := http.StatusText(code)
-	switch code {
-	case http.StatusUnauthorized:
+	switch {
+	case answer == "client_error":
+		s.log.Debug("client failed", slog.String("path", r.URL.Path), slog.Any("error", err))
+		msg = errIncompleteBody.Error()
+	case answer == "busy":
+		s.log.Warn("refused delivery: body memory in use", slog.String("path", r.URL.Path), slog.Any("error", err))
+		w.Header().Set("Retry-After", "5")
+		msg = "not stored: too many large bodies being read, retry later"
+	case code == http.StatusUnauthorized:
 		s.log.Warn("refused delivery", slog.String("path", r.URL.Path), slog.Any("error", err))
 		msg = err.Error()
-	case http.StatusRequestEntityTooLarge:
+	case code == http.StatusRequestEntityTooLarge:
 		msg = "body larger than 1 MiB"
-	case http.StatusServiceUnavailable:
+	case code == http.StatusServiceUnavailable:
 		s.log.Error("store unavailable", slog.String("path", r.URL.Path), slog.Any("error", err))
 		w.Header().Set("Retry-After", "5")
 		msg = "not stored: database unavailable, retry later"
-	case http.StatusInternalServerError:
+	case code == http.StatusInternalServerError:
 		s.log.Error("request failed", slog.String("path", r.URL.Path), slog.Any("error", err))
 	}
 	writeJSON(w, code, map[string]string{"error": msg})

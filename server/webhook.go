@@ -1,10 +1,16 @@
 package server
 
 import (
-	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"sync"
+	"time"
+
+	"github.com/billsync/billsync/reconcile"
 )
 
 // webhookAnswer is the body of a 200 answer: it says "stored", never
@@ -22,18 +28,24 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such provider configured"})
 		return
 	}
-	body, err := readBody(w, r)
+	body, release, err := s.readBody(w, r)
 	if err != nil {
 		s.writeError(w, r, fmt.Errorf("read body: %w", err))
 		return
 	}
+	defer release()
 	d, err := v.Verify(r.Header, body)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	d.RemoteAddr = r.RemoteAddr
-	st, err := s.inbox.StoreDelivery(r.Context(), d)
+	// The client hanging up must not cancel a store half way (the body is
+	// in hand, and Stripe will retry anyway); a hung database must not hold
+	// the request either: past StoreTimeout the answer is 503.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.storeTimeout)
+	defer cancel()
+	st, err := s.inbox.StoreDelivery(ctx, d)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -49,20 +61,87 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		s.metrics.ObserveDelivery(v.Provider(), ans.Status)
 	}
 	// Debug, not info: every delivery already has its receipts row, and the
-	// worker logs what each reconcile did.
-	s.log.Debug("webhook stored", slog.String("provider", v.Provider()),
+	// worker logs what each reconcile did. LogAttrs: nothing is allocated
+	// when debug is off.
+	s.log.LogAttrs(ctx, slog.LevelDebug, "webhook stored", slog.String("provider", v.Provider()),
 		slog.String("event", d.Event.DedupeKey), slog.String("type", d.Event.Type),
 		slog.String("customer", d.Event.CustomerID), slog.String("status", ans.Status))
 	writeJSON(w, http.StatusOK, ans)
 }
 
-// readBody reads the request body, refusing more than MaxBodyBytes. The
-// buffer is sized from Content-Length when the client sends one.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	var buf bytes.Buffer
-	if n := r.ContentLength; n > 0 && n <= MaxBodyBytes {
-		buf.Grow(int(n) + bytes.MinRead)
+// bodyChunk is what every body starts in. Stripe's events are a few KB, so
+// most never need more, and a client that announces a megabyte and sends
+// nothing costs this, not a megabyte: the buffer grows only with what
+// arrives.
+const bodyChunk = 8 << 10
+
+// chunks recycles bodyChunk buffers: most deliveries need no other memory.
+// A buffer goes back only after StoreDelivery has returned (the store has
+// copied the payload into its query by then; an Inbox must not keep
+// d.Event.Payload), and grown buffers are left to the collector.
+var chunks = sync.Pool{New: func() any { return new([bodyChunk]byte) }}
+
+var (
+	// errIncompleteBody: the client hung up, sent less than it announced,
+	// or was too slow. Its failure, not billsync's: counted apart from
+	// server errors and never logged as one, so nobody can trip a 5xx
+	// alert by hanging up.
+	errIncompleteBody = errors.New("request body incomplete")
+	// errBusy: the bodies being read already hold BodyMemory.
+	errBusy = errors.New("too many large webhook bodies being read at once")
+)
+
+// readBody reads the request body, refusing more than MaxBodyBytes, within
+// BodyTimeout. Growing past bodyChunk reserves memory from the server's
+// BodyMemory budget; release returns it once the body is no longer used.
+// When the budget is spent the body is refused at once (errBusy, a 503 the
+// provider retries) rather than queued: a queue would let a flood of slow
+// senders hold every later delivery too, while small bodies, which need no
+// reservation, keep flowing.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), err error) {
+	if r.ContentLength > MaxBodyBytes {
+		return nil, nil, fmt.Errorf("%w: Content-Length %d", reconcile.ErrTooLarge, r.ContentLength)
 	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	return buf.Bytes(), err
+	// The body gets its own deadline, whatever the listener's timeouts: a
+	// client trickling it is cut off. (A ResponseWriter that cannot set
+	// one, in tests, reads without.)
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.bodyTimeout))
+	s.bodiesReading.Add(1)
+	defer s.bodiesReading.Add(-1)
+
+	chunk := chunks.Get().(*[bodyChunk]byte)
+	var reserved int64
+	release = func() {
+		s.bodyMemory.Add(-reserved)
+		chunks.Put(chunk)
+	}
+	src := http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	buf := chunk[:0]
+	for {
+		if len(buf) == cap(buf) {
+			// One byte over the limit lets MaxBytesReader tell "exactly
+			// 1 MiB" from "more".
+			grown := min(2*cap(buf), MaxBodyBytes+1)
+			extra := int64(grown - cap(buf))
+			if s.bodyMemory.Add(extra) > s.bodyMemoryMax {
+				s.bodyMemory.Add(-extra)
+				release()
+				return nil, nil, errBusy
+			}
+			reserved += extra
+			buf = append(make([]byte, 0, grown), buf...)
+		}
+		n, err := src.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		switch {
+		case err == io.EOF:
+			return buf, release, nil
+		case err != nil:
+			release()
+			if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
+				return nil, nil, fmt.Errorf("%w: %w", reconcile.ErrTooLarge, err)
+			}
+			return nil, nil, fmt.Errorf("%w: %w", errIncompleteBody, err)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -32,14 +33,28 @@ const (
 	secretB = "whsec_test_b"
 )
 
-// newIntake returns a billsync HTTP server storing into a fresh database.
+// newIntake returns a billsync HTTP server storing into st.
 func newIntake(t *testing.T, st *store.Store) *httptest.Server {
+	t.Helper()
+	srv, _ := startIntake(t, intakeConfig(t, st))
+	return srv
+}
+
+// intakeConfig is newIntake's configuration, for tests that change it.
+func intakeConfig(t *testing.T, st *store.Store) server.Config {
 	t.Helper()
 	v, err := stripe.NewVerifier([]string{secretA, secretB}, stripe.DefaultTolerance)
 	require.NoError(t, err)
-	srv := httptest.NewServer(server.New(server.Config{Inbox: st, Verifiers: []server.Verifier{v}, Ready: st.Ping}))
+	return server.Config{Inbox: st, Verifiers: []server.Verifier{v}, Ready: st.Ping}
+}
+
+// startIntake serves cfg on a loopback port until the test ends.
+func startIntake(t *testing.T, cfg server.Config) (*httptest.Server, *server.Server) {
+	t.Helper()
+	s := server.New(cfg)
+	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
-	return srv
+	return srv, s
 }
 
 func eventBody(id, typ, customer, apiVersion string) []byte {
@@ -49,8 +64,9 @@ func eventBody(id, typ, customer, apiVersion string) []byte {
 }
 
 type answer struct {
-	code int
-	body map[string]any
+	code   int
+	header http.Header
+	body   map[string]any
 }
 
 func deliver(t *testing.T, url string, body []byte, header string) answer {
@@ -64,8 +80,7 @@ func deliver(t *testing.T, url string, body []byte, header string) answer {
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	var a answer
-	a.code = resp.StatusCode
+	a := answer{code: resp.StatusCode, header: resp.Header}
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&a.body))
 	return a
 }
@@ -131,6 +146,33 @@ func TestIntakeConcurrentCopies(t *testing.T) {
 		`SELECT customer_id, due_at <= now() FROM reconcile_queue`).Scan(&customer, &due))
 	require.Equal(t, "cus_1", customer)
 	require.True(t, due)
+}
+
+// TestIntakeKeepsEachPayload: body buffers are recycled once a delivery is
+// stored; concurrent deliveries must each keep their own bytes.
+func TestIntakeKeepsEachPayload(t *testing.T) {
+	st := storetest.NewStore(t)
+	pool := st.Pool()
+	srv := newIntake(t, st)
+	const n = 64
+	bodies := make([][]byte, n)
+	var wg sync.WaitGroup
+	for i := range bodies {
+		bodies[i] = eventBody(fmt.Sprintf("evt_own_%d", i), "invoice.paid", fmt.Sprintf("cus_own_%d", i), "2025-08-27.basil")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := deliver(t, srv.URL, bodies[i], sign(bodies[i], secretA, time.Now()))
+			require.Equal(t, http.StatusOK, a.code)
+		}()
+	}
+	wg.Wait()
+	for i, body := range bodies {
+		var payload []byte
+		require.NoError(t, pool.QueryRow(context.Background(),
+			`SELECT payload FROM inbox_events WHERE dedupe_key = $1`, fmt.Sprintf("evt_own_%d", i)).Scan(&payload))
+		require.Equal(t, string(body), string(payload))
+	}
 }
 
 func TestIntakeRefusesAndStoresNothing(t *testing.T) {
@@ -222,6 +264,73 @@ func TestIntakeStoresIgnoredEventsWithReason(t *testing.T) {
 	require.Zero(t, counts["reconcile_queue"], "an ignored event queues nothing")
 }
 
+// TestIntakeStoresHostileContentAsIgnored: validly signed events whose
+// content PostgreSQL cannot hold as is (NUL in text, absurd times, ids over
+// the index row limit) used to get a 500 and be retried for days. Each is
+// stored once, as ignored with the reason, its payload byte for byte, and a
+// copy finds it again.
+func TestIntakeStoresHostileContentAsIgnored(t *testing.T) {
+	st := storetest.NewStore(t)
+	pool := st.Pool()
+	srv := newIntake(t, st)
+	now := strconv.FormatInt(time.Now().Unix(), 10)
+	hostile := func(id, typ, apiVersion, created, customer string) []byte {
+		return []byte(`{"id":` + id + `,"object":"event","type":` + typ + `,"api_version":` + apiVersion + `,"created":` + created +
+			`,"data":{"object":{"id":"sub_1","object":"subscription","customer":` + customer + `}}}`)
+	}
+	tests := []struct {
+		name   string
+		body   []byte
+		reason string
+	}{
+		{"NULInID", hostile(`"evt_\u0000id"`, `"invoice.paid"`, `"v1"`, now, `"cus_1"`), "event id contains a NUL byte"},
+		{"NULInType", hostile(`"evt_nul_type"`, `"invoice.\u0000paid"`, `"v1"`, now, `"cus_1"`), "event type contains a NUL byte"},
+		{"NULInAPIVersion", hostile(`"evt_nul_ver"`, `"invoice.paid"`, `"2025-\u0000"`, now, `"cus_1"`), "api_version contains a NUL byte"},
+		{"NULInCustomer", hostile(`"evt_nul_cus"`, `"invoice.paid"`, `"v1"`, now, `"cus_\u0000"`), "customer id contains a NUL byte"},
+		{"CreatedMaxInt64", hostile(`"evt_max"`, `"invoice.paid"`, `"v1"`, "9223372036854775807", `"cus_1"`),
+			"event time (created 9223372036854775807) is outside the years 2000-2200"},
+		{"CreatedNegative", hostile(`"evt_neg"`, `"invoice.paid"`, `"v1"`, "-1000000000000000", `"cus_1"`),
+			"event time (created -1000000000000000) is outside the years 2000-2200"},
+		{"LongID", hostile(`"evt_`+strings.Repeat("x", 4096)+`"`, `"invoice.paid"`, `"v1"`, now, `"cus_1"`), "event id longer than 255 bytes"},
+		{"LongCustomer", hostile(`"evt_long_cus"`, `"invoice.paid"`, `"v1"`, now, `"cus_`+strings.Repeat("c", 4096)+`"`),
+			"customer id longer than 255 bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := deliver(t, srv.URL, tt.body, sign(tt.body, secretA, time.Now()))
+			require.Equal(t, http.StatusOK, a.code, a.body)
+			require.Equal(t, "ignored", a.body["status"])
+			require.Equal(t, tt.reason, a.body["reason"])
+			key := a.body["event"].(string)
+
+			a = deliver(t, srv.URL, tt.body, sign(tt.body, secretA, time.Now()))
+			require.Equal(t, http.StatusOK, a.code, a.body)
+			require.Equal(t, "duplicate", a.body["status"], "a copy must find the stored event")
+
+			var status, outcome string
+			var seen, receipts int
+			var payload []byte
+			var eventTime *time.Time
+			require.NoError(t, pool.QueryRow(context.Background(), `
+				SELECT status, outcome, seen_count, payload, event_time,
+				       (SELECT count(*) FROM receipts r WHERE r.event_id = e.id)
+				FROM inbox_events e WHERE dedupe_key = $1`, key).Scan(&status, &outcome, &seen, &payload, &eventTime, &receipts))
+			require.Equal(t, "ignored", status)
+			require.Equal(t, tt.reason, outcome)
+			require.Equal(t, 2, seen)
+			require.Equal(t, 2, receipts)
+			require.Equal(t, tt.body, payload, "the raw body is kept byte for byte")
+			if strings.HasPrefix(tt.name, "Created") {
+				require.Nil(t, eventTime, "an absurd time is stored as unknown")
+			}
+		})
+	}
+	counts := rowCounts(t, pool)
+	require.Equal(t, len(tests), counts["inbox_events"])
+	require.Equal(t, 2*len(tests), counts["receipts"])
+	require.Zero(t, counts["reconcile_queue"], "an ignored event queues nothing")
+}
+
 // failingInbox stands for a store that fails in a way nobody planned for.
 type failingInbox struct{ err error }
 
@@ -250,8 +359,3 @@ func TestIntakeNeverAnswers200ForUnstoredWork(t *testing.T) {
 		})
 	}
 }
-
-// httpHandlerFunc defers to the handler get returns at request time.
-type httpHandlerFunc func() *server.Server
-
-func (f httpHandlerFunc) ServeHTTP(w http.ResponseWriter, r *http.Request) { f().ServeHTTP(w, r) }

@@ -8,9 +8,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -123,7 +125,10 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // classify wraps errors that mean "the database is not there or did not
 // commit" with reconcile.ErrUnavailable, so callers can tell an outage (retry
-// later) from a bug.
+// later) from a bug. A connection that ends mid-statement (the server crashed
+// or was killed: io.ErrUnexpectedEOF, a reset, a closed conn) is an outage
+// too; whether the statement committed is unknown, and a retry of a delivery
+// then finds it stored (a duplicate) or stores it.
 func classify(err error) error {
 	if err == nil {
 		return nil
@@ -144,7 +149,9 @@ func classify(err error) error {
 	}
 	var netErr net.Error
 	var connErr *pgconn.ConnectError
-	if errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.SafeToRetry(err) ||
+	if errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.SafeToRetry(err) || pgconn.Timeout(err) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, pgconn.ErrConnClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("%w: %w", reconcile.ErrUnavailable, err)
 	}

@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/billsync/billsync/server"
 )
 
 // defaultDataDir is where the embedded PostgreSQL lives by default.
@@ -24,6 +26,7 @@ type config struct {
 	Addr            string
 	NoMigrate       bool
 	ShutdownTimeout time.Duration
+	IntakeTimeout   time.Duration
 
 	StripeAPIKey         string
 	StripeAPIURL         string
@@ -53,6 +56,8 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.BoolVar(&c.NoMigrate, "no-migrate", false, "refuse to start if migrations are pending instead of applying them")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 20*time.Second,
 		"on SIGTERM, how long in-flight requests and reconciles may take to finish (a database call then in flight is cut off within -db-timeout)")
+	fs.DurationVar(&c.IntakeTimeout, "intake-timeout", server.DefaultStoreTimeout,
+		"how long a webhook delivery or /readyz may wait for the database before answering 503 with Retry-After")
 	fs.DurationVar(&c.StripeTolerance, "stripe-tolerance", 300*time.Second, "oldest Stripe-Signature timestamp accepted")
 	fs.StringVar(&c.StripeAPIURL, "stripe-api-url", getenv("STRIPE_API_URL"), "Stripe API base URL, e.g. a fake Stripe (env STRIPE_API_URL; default api.stripe.com)")
 	fs.Float64Var(&c.StripeRateLimit, "stripe-rate", 25, "Stripe API requests per second, shared by every worker of this process")
@@ -106,8 +111,8 @@ func (c *config) validateServe() error {
 	if c.StripeRateLimit <= 0 {
 		errs = append(errs, errors.New("-stripe-rate must be positive"))
 	}
-	if c.ShutdownTimeout <= 0 || c.DBTimeout <= 0 {
-		errs = append(errs, errors.New("-shutdown-timeout and -db-timeout must be positive"))
+	if c.ShutdownTimeout <= 0 || c.DBTimeout <= 0 || c.IntakeTimeout <= 0 {
+		errs = append(errs, errors.New("-shutdown-timeout, -db-timeout and -intake-timeout must be positive"))
 	}
 	if c.StripeTolerance <= 0 {
 		errs = append(errs, errors.New("-stripe-tolerance must be positive"))

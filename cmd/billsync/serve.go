@@ -63,6 +63,9 @@ STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 		Verifiers: []server.Verifier{stripeVerifier},
 		Ready:     st.Ping,
 		Metrics:   metrics,
+		// A hung database gets the provider a 503 (it retries), not a
+		// request held open for as long as the database hangs.
+		StoreTimeout: cfg.IntakeTimeout,
 	})
 
 	// Workers stop with the server, whether by signal or by a listen error:

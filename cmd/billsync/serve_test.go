@@ -174,6 +174,15 @@ func TestServeRefusesBadConfiguration(t *testing.T) {
 			require.NotContains(t, err.Error(), "whsec_a", "a secret must never appear in an error")
 		})
 	}
+	t.Run("ErrBadIntakeTimeout", func(t *testing.T) {
+		t.Setenv("STRIPE_WEBHOOK_SECRET", "whsec_a")
+		t.Setenv("STRIPE_WEBHOOK_SECRET_FILE", "")
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		var out bytes.Buffer
+		err := run(ctx, []string{"serve", "-workers", "0", "-intake-timeout", "0s"}, &out, &out)
+		require.ErrorContains(t, err, "-intake-timeout must be positive")
+	})
 	t.Run("SecretFromFile", func(t *testing.T) {
 		t.Setenv("STRIPE_WEBHOOK_SECRET", "")
 		t.Setenv("STRIPE_WEBHOOK_SECRET_FILE", secretFile)

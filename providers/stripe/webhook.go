@@ -1,6 +1,7 @@
 package stripe
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stripe/stripe-go/v82/webhook"
 
@@ -89,9 +91,25 @@ type objectJSON struct {
 	Customer json.RawMessage `json:"customer"`
 }
 
+// MaxFieldBytes bounds every text field billsync stores from an event (id,
+// type, API version, customer). Stripe's own are under 100 bytes; PostgreSQL
+// cannot index a key of more than about 2,700 bytes, and the dedupe key has a
+// unique index.
+const MaxFieldBytes = 255
+
+// Event times outside [minEventTime, maxEventTime) are absurd: Stripe did not
+// exist before 2000, and PostgreSQL's timestamptz cannot hold most int64
+// seconds at all (max int64 came back as 1969).
+var (
+	minEventTime = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxEventTime = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
 // ParseEvent reads a verified event body. It never fails: an event billsync
 // cannot use comes back with IgnoreReason set, so it is stored (and answered
-// 200) instead of being retried by Stripe forever.
+// 200) instead of being retried by Stripe forever. Every event it returns
+// can be stored: text fields hold no NUL byte and at most MaxFieldBytes, and
+// Time is zero or within 2000..2200. The payload is kept byte for byte.
 func ParseEvent(body []byte) reconcile.Event {
 	ev := reconcile.Event{Provider: Provider, Payload: body}
 	// One pass over the body. A field of the wrong JSON type (a number for
@@ -105,32 +123,85 @@ func ParseEvent(body []byte) reconcile.Event {
 	}
 	if err != nil || raw.ID == "" {
 		// Still deduplicated: copies of one body share its hash.
-		sum := sha256.Sum256(body)
-		ev.DedupeKey = "body:" + hex.EncodeToString(sum[:])
+		ev.DedupeKey = "body:" + sha256Hex(body)
 		ev.EventID = ev.DedupeKey
 		ev.Type = "unreadable"
 		ev.IgnoreReason = "unreadable event: no event id in a JSON body"
 		if err != nil {
-			ev.IgnoreReason = "unreadable event: " + err.Error()
+			ev.IgnoreReason, _ = storable("unreadable event: " + err.Error())
 		}
 		return ev
 	}
-	ev.DedupeKey, ev.EventID, ev.Type, ev.APIVersion = raw.ID, raw.ID, raw.Type, raw.APIVersion
-	if raw.Created > 0 {
-		ev.Time = time.Unix(raw.Created, 0).UTC()
+	// Fields PostgreSQL's text cannot hold (NUL) or index (huge) are stored
+	// escaped and cut, and the event is ignored with the first such reason.
+	var reason string
+	field := func(name, s string) string {
+		clean, problem := storable(s)
+		if problem != "" && reason == "" {
+			reason = name + " " + problem
+		}
+		return clean
 	}
-	if ev.Type == "" {
-		ev.Type = "unknown"
+	ev.EventID = field("event id", raw.ID)
+	ev.DedupeKey = raw.ID
+	if ev.EventID != raw.ID {
+		// Copies must still meet: the hash of the full id is unique, short
+		// and free of NUL.
+		ev.DedupeKey = "sha256:" + sha256Hex([]byte(raw.ID))
+	}
+	ev.Type = cmp.Or(field("event type", raw.Type), "unknown")
+	ev.APIVersion = field("api_version", raw.APIVersion)
+	if raw.Created != 0 {
+		if t := time.Unix(raw.Created, 0).UTC(); raw.Created > 0 && !t.Before(minEventTime) && t.Before(maxEventTime) {
+			ev.Time = t
+		} else if reason == "" {
+			reason = fmt.Sprintf("event time (created %d) is outside the years 2000-2200", raw.Created)
+		}
+	}
+	if reason != "" {
+		ev.IgnoreReason = reason
+		return ev
 	}
 	if !relevant(raw.Type) {
 		ev.IgnoreReason = fmt.Sprintf("event type %q does not affect billing state", raw.Type)
 		return ev
 	}
-	ev.CustomerID = customerOf(raw.Data.Object)
-	if ev.CustomerID == "" {
+	customer, problem := storable(customerOf(raw.Data.Object))
+	switch {
+	case problem != "":
+		ev.IgnoreReason = "customer id " + problem
+	case customer == "":
 		ev.IgnoreReason = "event names no customer"
+	default:
+		ev.CustomerID = customer
 	}
 	return ev
+}
+
+// storable returns s fit for a PostgreSQL text column: NUL bytes escaped as
+// \x00 and at most MaxFieldBytes (cut on a rune boundary). problem says what
+// had to change; it is empty when s is returned as is. encoding/json has
+// already replaced invalid UTF-8.
+func storable(s string) (clean, problem string) {
+	if strings.IndexByte(s, 0) >= 0 {
+		s, problem = strings.ReplaceAll(s, "\x00", `\x00`), "contains a NUL byte"
+	}
+	if len(s) > MaxFieldBytes {
+		if problem == "" {
+			problem = fmt.Sprintf("longer than %d bytes", MaxFieldBytes)
+		}
+		cut := MaxFieldBytes
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
+	}
+	return s, problem
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // relevant reports whether an event type can signal a change to a

@@ -1,11 +1,16 @@
 package stripe
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v82/webhook"
@@ -98,9 +103,55 @@ func TestParseEvent(t *testing.T) {
 		})
 	}
 	t.Run("NoCustomer", func(t *testing.T) {
-		ev := ParseEvent([]byte(`{"id":"evt_x","type":"invoice.paid","created":1,"data":{"object":{"id":"in_1","customer":null}}}`))
+		ev := ParseEvent([]byte(`{"id":"evt_x","type":"invoice.paid","created":1764500000,"data":{"object":{"id":"in_1","customer":null}}}`))
 		require.Equal(t, "event names no customer", ev.IgnoreReason)
 		require.Equal(t, "evt_x", ev.DedupeKey)
+	})
+	t.Run("Hostile", func(t *testing.T) {
+		longID := "evt_" + strings.Repeat("x", 4096)
+		const created = "1764500000"
+		at := time.Unix(1764500000, 0).UTC()
+		tests := []struct {
+			name, body                string
+			dedupe, id, typ, ver, cus string
+			reason                    string
+			time                      time.Time
+		}{
+			{"NULInID", hostileEvent(`"evt_\u0000a"`, `"invoice.paid"`, `"v1"`, created, `"cus_1"`),
+				hashKey("evt_\x00a"), `evt_\x00a`, "invoice.paid", "v1", "", "event id contains a NUL byte", at},
+			{"NULInType", hostileEvent(`"evt_t"`, `"invoice.\u0000paid"`, `"v1"`, created, `"cus_1"`),
+				"evt_t", "evt_t", `invoice.\x00paid`, "v1", "", "event type contains a NUL byte", at},
+			{"NULInAPIVersion", hostileEvent(`"evt_v"`, `"invoice.paid"`, `"2025-\u0000"`, created, `"cus_1"`),
+				"evt_v", "evt_v", "invoice.paid", `2025-\x00`, "", "api_version contains a NUL byte", at},
+			{"NULInCustomer", hostileEvent(`"evt_c"`, `"invoice.paid"`, `"v1"`, created, `"cus_\u0000"`),
+				"evt_c", "evt_c", "invoice.paid", "v1", "", "customer id contains a NUL byte", at},
+			{"LongCustomer", hostileEvent(`"evt_lc"`, `"invoice.paid"`, `"v1"`, created, `"cus_`+strings.Repeat("c", 300)+`"`),
+				"evt_lc", "evt_lc", "invoice.paid", "v1", "", "customer id longer than 255 bytes", at},
+			{"LongID", hostileEvent(`"`+longID+`"`, `"invoice.paid"`, `"v1"`, created, `"cus_1"`),
+				hashKey(longID), longID[:MaxFieldBytes], "invoice.paid", "v1", "", "event id longer than 255 bytes", at},
+			{"CreatedMaxInt64", hostileEvent(`"evt_max"`, `"invoice.paid"`, `"v1"`, "9223372036854775807", `"cus_1"`),
+				"evt_max", "evt_max", "invoice.paid", "v1", "", "event time (created 9223372036854775807) is outside the years 2000-2200", time.Time{}},
+			{"CreatedNegative", hostileEvent(`"evt_neg"`, `"invoice.paid"`, `"v1"`, "-1000000000000000", `"cus_1"`),
+				"evt_neg", "evt_neg", "invoice.paid", "v1", "", "event time (created -1000000000000000) is outside the years 2000-2200", time.Time{}},
+			{"Created1970", hostileEvent(`"evt_1970"`, `"invoice.paid"`, `"v1"`, "1", `"cus_1"`),
+				"evt_1970", "evt_1970", "invoice.paid", "v1", "", "event time (created 1) is outside the years 2000-2200", time.Time{}},
+			{"CreatedAbsent", `{"id":"evt_nt","type":"invoice.paid","data":{"object":{"customer":"cus_1"}}}`,
+				"evt_nt", "evt_nt", "invoice.paid", "", "cus_1", "", time.Time{}},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				ev := ParseEvent([]byte(tt.body))
+				require.Equal(t, tt.dedupe, ev.DedupeKey)
+				require.Equal(t, tt.id, ev.EventID)
+				require.Equal(t, tt.typ, ev.Type)
+				require.Equal(t, tt.ver, ev.APIVersion)
+				require.Equal(t, tt.cus, ev.CustomerID)
+				require.Equal(t, tt.reason, ev.IgnoreReason)
+				require.Equal(t, tt.time, ev.Time)
+				require.Equal(t, tt.body, string(ev.Payload), "the payload is kept byte for byte")
+				requireStorable(t, ev)
+			})
+		}
 	})
 	t.Run("Unreadable", func(t *testing.T) {
 		a, b := ParseEvent([]byte(`not json`)), ParseEvent([]byte(`not json`))
@@ -108,6 +159,38 @@ func TestParseEvent(t *testing.T) {
 		require.Equal(t, a.DedupeKey, b.DedupeKey, "copies of one unreadable body must deduplicate")
 		require.NotEqual(t, a.DedupeKey, ParseEvent([]byte(`{}`)).DedupeKey)
 	})
+}
+
+// hostileEvent is a Stripe event whose fields are the given JSON values.
+func hostileEvent(id, typ, apiVersion, created, customer string) string {
+	return `{"id":` + id + `,"object":"event","type":` + typ + `,"api_version":` + apiVersion + `,"created":` + created +
+		`,"data":{"object":{"id":"sub_1","object":"subscription","customer":` + customer + `}}}`
+}
+
+func hashKey(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// requireStorable fails unless PostgreSQL can store ev as the intake does:
+// no NUL in a text column, bounded text (the dedupe key is indexed), and a
+// time timestamptz holds.
+func requireStorable(t testing.TB, ev reconcile.Event) {
+	t.Helper()
+	for name, s := range map[string]string{
+		"provider": ev.Provider, "dedupe key": ev.DedupeKey, "event id": ev.EventID, "type": ev.Type,
+		"api version": ev.APIVersion, "customer": ev.CustomerID,
+	} {
+		if strings.IndexByte(s, 0) >= 0 || !utf8.ValidString(s) || len(s) > MaxFieldBytes {
+			t.Fatalf("%s cannot be stored (NUL, invalid UTF-8 or over %d bytes): %q", name, MaxFieldBytes, s)
+		}
+	}
+	if r := ev.IgnoreReason; strings.IndexByte(r, 0) >= 0 || !utf8.ValidString(r) || len(r) > 4*MaxFieldBytes+100 {
+		t.Fatalf("ignore reason cannot be stored: %q", r)
+	}
+	if !ev.Time.IsZero() && (ev.Time.Year() < 2000 || ev.Time.Year() >= 2200) {
+		t.Fatalf("event time %v outside 2000..2200", ev.Time)
+	}
 }
 
 // FuzzParseEvent checks that no verified body can make the parser panic or
@@ -124,8 +207,19 @@ func FuzzParseEvent(f *testing.F) {
 	f.Add([]byte(`{"id":"evt_1","type":"customer.subscription.created","data":{"object":{"customer":{"id":7}}}}`))
 	f.Add([]byte(`{"id":"","data":null}`))
 	f.Add([]byte(`[]`))
+	// Verified bodies that once got a 500 and were retried for days.
+	f.Add([]byte(hostileEvent(`"evt_\u0000"`, `"invoice.\u0000paid"`, `"2025-\u0000"`, "1764500000", `"cus_\u0000"`)))
+	f.Add([]byte(hostileEvent(`"evt_max"`, `"invoice.paid"`, `"v1"`, "9223372036854775807", `"cus_1"`)))
+	f.Add([]byte(hostileEvent(`"evt_neg"`, `"invoice.paid"`, `"v1"`, "-1000000000000000", `"cus_1"`)))
+	f.Add([]byte(hostileEvent(`"evt_`+strings.Repeat("x", 4096)+`"`, `"invoice.paid"`, `"v1"`, "1764500000", `"cus_1"`)))
+	f.Add([]byte(hostileEvent(`"evt_1"`, `"invoice.paid"`, `"v1"`, "1764500000", `{"id":"cus_\u0000\ud800"}`)))
+	f.Add([]byte(hostileEvent(`"evt_1"`, `"`+strings.Repeat("é", 200)+`"`, `"v1"`, "1764500000", `"cus_1"`)))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		ev := ParseEvent(body)
+		requireStorable(t, ev)
+		if !bytes.Equal(ev.Payload, body) {
+			t.Fatalf("payload changed")
+		}
 		if ev.DedupeKey == "" || ev.Type == "" {
 			t.Fatalf("event without dedupe key or type: %+v", ev)
 		}
