@@ -1,0 +1,70 @@
+package reconcile_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/billsync/billsync/mocks/mock"
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/storetest"
+)
+
+// TestDatabaseRestartMidReconcileKeepsNoLease: every connection billsync
+// holds is cut (as a database restart does) between the fetch and the
+// apply. The failed apply must be recorded as an attempt and the job
+// rescheduled, not left leased for a lease's length; the next attempt
+// applies it.
+func TestDatabaseRestartMidReconcileKeepsNoLease(t *testing.T) {
+	ctx := context.Background()
+	url := storetest.URL(t)
+	st := storetest.OpenStore(t, url, store.Options{})
+	_, err := st.StoreDelivery(ctx, reconcile.Delivery{Event: reconcile.Event{Provider: "stripe", DedupeKey: "evt_1", EventID: "evt_1",
+		Type: "customer.subscription.updated", CustomerID: "cus_1", Payload: []byte(`{}`)}})
+	require.NoError(t, err)
+
+	killer, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer killer.Close(ctx)
+	fetches := 0
+	provider := &mock.Provider{ProviderName: "stripe", FetchFn: func(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
+		if fetches++; fetches == 1 {
+			_, err := killer.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+				WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+			if err != nil {
+				return reconcile.Snapshot{}, err
+			}
+		}
+		return reconcile.Snapshot{Provider: "stripe", CustomerID: customerID, SubscriptionID: "sub_1", Status: "active",
+			PriceRefs: []string{"pro"}, PeriodStart: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), PeriodEnd: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}, nil
+	}}
+	w, err := reconcile.NewWorker(reconcile.WorkerConfig{Store: st, Providers: []reconcile.Provider{provider}, Plans: examplePlans(t),
+		Backoff: []time.Duration{time.Millisecond}})
+	require.NoError(t, err)
+
+	// One Drain: the first attempt fails in the store and is rescheduled;
+	// the job is due again a millisecond later and the next one applies.
+	var n int
+	require.Eventually(t, func() bool {
+		got, err := w.Drain(ctx)
+		n += got
+		return err == nil && n >= 2
+	}, time.Minute, 10*time.Millisecond, "the job was not claimable again: its lease was left behind")
+
+	var results []string
+	rows, err := killer.Query(ctx, `SELECT result FROM reconcile_log WHERE customer_id = 'cus_1' ORDER BY id`)
+	require.NoError(t, err)
+	results, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"retry", "applied"}, results)
+	a, err := st.Account(ctx, "stripe", "cus_1")
+	require.NoError(t, err)
+	require.Equal(t, "pro", a.Plan)
+	status, _, err := st.EventOutcome(ctx, "stripe", "evt_1")
+	require.NoError(t, err)
+	require.Equal(t, reconcile.EventApplied, status)
+}
