@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billsync/billsync/reconcile"
@@ -63,6 +64,13 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 func openConfig(ctx context.Context, cfg *pgxpool.Config, opts Options) (*Store, error) {
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
+	}
+	// A call whose deadline passes is cancelled in PostgreSQL too, so a
+	// delivery answered 503 after a lock wait is rolled back rather than
+	// committed behind the caller's back. A server that cannot take the
+	// cancel (frozen, gone) gets the connection cut a second later.
+	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: time.Second}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
