@@ -32,6 +32,9 @@ type Outcome struct {
 	Before    Account
 	After     Account
 	Events    int // stored events this reconcile answered
+	// Took is how long the reconcile took, from the clock read to the
+	// commit (set by the worker; metrics).
+	Took time.Duration
 }
 
 // EventStatus is the status the outcome gives the events it answers.

@@ -268,6 +268,7 @@ func (w *Worker) process(ctx context.Context, id string, job Job) Outcome {
 		w.release(ctx, id, job)
 		return Outcome{Result: ResultRetry, Text: "released on shutdown"}
 	}
+	start := time.Now()
 	observedAt, err := w.cfg.Store.Now(ctx)
 	var out Outcome
 	if err == nil {
@@ -282,6 +283,7 @@ func (w *Worker) process(ctx context.Context, id string, job Job) Outcome {
 		log.Error("reconcile failed in the store", slog.Any("error", err))
 		out = w.recordFailure(ctx, job, observedAt, fmt.Errorf("store: %w", err))
 	}
+	out.Took = time.Since(start)
 	switch out.Result {
 	case ResultDead:
 		w.dead.Add(1)

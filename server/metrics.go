@@ -23,6 +23,8 @@ type Metrics struct {
 	reg        *prometheus.Registry
 	deliveries *prometheus.CounterVec
 	reconciles *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	calls      *prometheus.CounterVec
 }
 
 // NewMetrics returns the registry; depth may be nil.
@@ -37,8 +39,17 @@ func NewMetrics(depth QueueDepthFunc, logger *slog.Logger) *Metrics {
 			Name: "billsync_reconciles_total",
 			Help: "Reconciles by provider and result (applied, unchanged, stale, ignored, retry, dead). Alert on dead.",
 		}, []string{"provider", "result"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "billsync_reconcile_seconds",
+			Help:    "Time of one reconcile, from reading the database clock to the commit (the provider fetch included), by provider and result.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"provider", "result"}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "billsync_provider_requests_total",
+			Help: "HTTP attempts at the provider's API, retries included, by provider and status code (error: no answer).",
+		}, []string{"provider", "status"}),
 	}
-	m.reg.MustRegister(m.deliveries, m.reconciles,
+	m.reg.MustRegister(m.deliveries, m.reconciles, m.latency, m.calls,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if depth != nil {
 		if logger == nil {
@@ -58,6 +69,13 @@ func (m *Metrics) ObserveDelivery(provider, answer string) {
 // OnOutcome).
 func (m *Metrics) ObserveReconcile(job reconcile.Job, out reconcile.Outcome) {
 	m.reconciles.WithLabelValues(job.Provider, string(out.Result)).Inc()
+	m.latency.WithLabelValues(job.Provider, string(out.Result)).Observe(out.Took.Seconds())
+}
+
+// ObserveProviderRequest counts one HTTP attempt at a provider's API (wire
+// it to the client's OnAttempt).
+func (m *Metrics) ObserveProviderRequest(provider, status string) {
+	m.calls.WithLabelValues(provider, status).Inc()
 }
 
 func (m *Metrics) handler() http.Handler {

@@ -78,6 +78,7 @@ STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 		client, err := stripe.NewClient(stripe.Config{
 			APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIURL, UserRefKey: cfg.UserRefKey,
 			RateLimit: cfg.StripeRateLimit, Logger: logger,
+			OnAttempt: func(status string) { metrics.ObserveProviderRequest(stripe.Provider, status) },
 		})
 		if err != nil {
 			return err

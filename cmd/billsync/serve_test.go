@@ -250,6 +250,8 @@ func TestServeReconcilesAgainstStripe(t *testing.T) {
 	require.Regexp(t, `(?m)^billsync_reconciles_total\{provider="stripe",result="applied"\} [1-9]`, metrics)
 	require.Regexp(t, `(?m)^billsync_webhook_deliveries_total\{answer="stored",provider="stripe"\} [1-9]`, metrics)
 	require.Regexp(t, `(?m)^billsync_queue_customers\{state="dead"\} 0$`, metrics)
+	require.Regexp(t, `(?m)^billsync_reconcile_seconds_count\{provider="stripe",result="applied"\} [1-9]`, metrics)
+	require.Regexp(t, `(?m)^billsync_provider_requests_total\{provider="stripe",status="200"\} [1-9]`, metrics)
 	st.Close()
 	stopBillsync(t, cmd)
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,6 +52,11 @@ type Config struct {
 	// with Retry-After waits exactly that long instead.
 	RetryMax                   int
 	RetryWaitMin, RetryWaitMax time.Duration
+
+	// OnAttempt, when set, sees every HTTP attempt's outcome, retries
+	// included: the status code ("200", "429", …) or "error" when no answer
+	// came (metrics: provider API calls by status).
+	OnAttempt func(status string)
 
 	Logger *slog.Logger // default discards
 }
@@ -126,9 +132,10 @@ func NewClient(cfg Config) (*Client, error) {
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	rc := retryablehttp.NewClient()
 	rc.HTTPClient = &http.Client{Transport: &attemptTransport{
-		base:    base,
-		limiter: rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.Burst),
-		timeout: cfg.Timeout,
+		base:      base,
+		limiter:   rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.Burst),
+		timeout:   cfg.Timeout,
+		onAttempt: cfg.OnAttempt,
 	}}
 	rc.RetryMax, rc.RetryWaitMin, rc.RetryWaitMax = cfg.RetryMax, cfg.RetryWaitMin, cfg.RetryWaitMax
 	// DefaultBackoff waits exactly Retry-After (seconds or HTTP date) on 429
@@ -342,9 +349,10 @@ func describe(se *stripeapi.Error) string {
 // then gives the attempt its own deadline; the wait for a token does not
 // count against it.
 type attemptTransport struct {
-	base    http.RoundTripper
-	limiter *rate.Limiter
-	timeout time.Duration
+	base      http.RoundTripper
+	limiter   *rate.Limiter
+	timeout   time.Duration
+	onAttempt func(status string) // may be nil
 }
 
 func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -353,6 +361,13 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), t.timeout)
 	resp, err := t.base.RoundTrip(req.WithContext(ctx))
+	if t.onAttempt != nil {
+		status := "error"
+		if err == nil {
+			status = strconv.Itoa(resp.StatusCode)
+		}
+		t.onAttempt(status)
+	}
 	if err != nil {
 		cancel()
 		return nil, err

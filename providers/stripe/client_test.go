@@ -348,11 +348,15 @@ func TestFetchFaults(t *testing.T) {
 		f.SetFaults(stripemock.Faults{Error5xxRate: 1})
 		cfg := testConfig(f.URL)
 		cfg.RetryMax = 2
+		var mu sync.Mutex
+		var attempts []string
+		cfg.OnAttempt = func(status string) { mu.Lock(); attempts = append(attempts, status); mu.Unlock() }
 		_, err := newTestClient(t, cfg).Fetch(context.Background(), cus)
 		require.Error(t, err)
 		require.False(t, reconcile.IsPermanent(err))
 		require.ErrorContains(t, err, "500 api_error")
 		require.Len(t, f.seen(), cfg.RetryMax+1)
+		require.Equal(t, []string{"500", "500", "500"}, attempts, "every attempt is reported, retries included")
 	})
 
 	t.Run("StripeShouldRetryHeaderObeyed", func(t *testing.T) {
