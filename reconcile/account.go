@@ -9,6 +9,7 @@ type Account struct {
 	Provider          string
 	CustomerID        string
 	UserRef           string
+	Email             string // the provider's email for the customer; empty if none
 	Plan              string
 	Status            string
 	SubscriptionID    string
@@ -24,7 +25,7 @@ type Account struct {
 // sameState reports whether a and b hold the same billing state (ids and
 // ObservedAt aside).
 func sameState(a, b Account) bool {
-	return a.UserRef == b.UserRef && a.Plan == b.Plan && a.Status == b.Status &&
+	return a.UserRef == b.UserRef && a.Email == b.Email && a.Plan == b.Plan && a.Status == b.Status &&
 		a.SubscriptionID == b.SubscriptionID && a.PeriodStart.Equal(b.PeriodStart) &&
 		a.PeriodEnd.Equal(b.PeriodEnd) && a.CancelAtPeriodEnd == b.CancelAtPeriodEnd
 }

@@ -56,3 +56,18 @@ type Stored struct {
 type Inbox interface {
 	StoreDelivery(ctx context.Context, d Delivery) (Stored, error)
 }
+
+// StoredEvent is an event as billsync holds it: what support staff see and
+// replay.
+type StoredEvent struct {
+	ID         int64 // billsync's inbox_events.id
+	Provider   string
+	DedupeKey  string
+	EventID    string
+	Type       string
+	CustomerID string // empty when the event names none
+	Status     EventStatus
+	Outcome    string
+	SeenCount  int
+	ReceivedAt time.Time
+}

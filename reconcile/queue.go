@@ -21,6 +21,21 @@ type Job struct {
 	Trigger     string
 	RequestedAt time.Time
 	Attempts    int // failed attempts so far
+	// Actor is who asked, for the audit log: "cli:<os user>", "admin-api";
+	// empty for the queue's own work (see ActorOf).
+	Actor string
+}
+
+// ActorOf returns who the job's reconcile is recorded as: its own actor,
+// else "sweep" for the sweep's jobs and "worker" for the rest.
+func ActorOf(job Job) string {
+	switch {
+	case job.Actor != "":
+		return job.Actor
+	case job.Trigger == TriggerSweep:
+		return "sweep"
+	}
+	return "worker"
 }
 
 // Outcome is what one reconcile did, as recorded in reconcile_log.
