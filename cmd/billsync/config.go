@@ -59,11 +59,17 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&c.IntakeTimeout, "intake-timeout", server.DefaultStoreTimeout,
 		"how long a webhook delivery or /readyz may wait for the database before answering 503 with Retry-After")
 	fs.DurationVar(&c.StripeTolerance, "stripe-tolerance", 300*time.Second, "oldest Stripe-Signature timestamp accepted")
+	c.bindReconcile(fs, getenv)
+	fs.IntVar(&c.Workers, "workers", 8, "reconcile loops in this process (0: intake only)")
+}
+
+// bindReconcile registers the flags of every command that reconciles
+// (serve, resync, replay): they must read the provider and the plans alike.
+func (c *config) bindReconcile(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.StripeAPIURL, "stripe-api-url", getenv("STRIPE_API_URL"), "Stripe API base URL, e.g. a fake Stripe (env STRIPE_API_URL; default api.stripe.com)")
 	fs.Float64Var(&c.StripeRateLimit, "stripe-rate", 25, "Stripe API requests per second, shared by every worker of this process")
 	fs.StringVar(&c.UserRefKey, "user-ref-key", "user_id", "Stripe customer metadata key holding the app's user reference")
 	fs.StringVar(&c.PlansPath, "plans", getenv("BILLSYNC_PLANS"), "plans file (YAML; env BILLSYNC_PLANS; default: the built-in plans.example.yaml)")
-	fs.IntVar(&c.Workers, "workers", 8, "reconcile loops in this process (0: intake only)")
 }
 
 // loadSecrets reads the secrets from the environment and checks the whole
