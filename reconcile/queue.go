@@ -40,13 +40,13 @@ func ActorOf(job Job) string {
 
 // Outcome is what one reconcile did, as recorded in reconcile_log.
 type Outcome struct {
-	AccountID int64
-	Result    Result
-	Text      string
-	Granted   int64 // allowance added by this reconcile
-	Before    Account
-	After     Account
-	Events    int // stored events this reconcile answered
+	AccountID int64   `json:"account_id"`
+	Result    Result  `json:"result"`
+	Text      string  `json:"text"`
+	Granted   int64   `json:"granted"` // allowance added by this reconcile
+	Before    Account `json:"before"`
+	After     Account `json:"after"`
+	Events    int     `json:"events"` // stored events this reconcile answered
 }
 
 // EventStatus is the status the outcome gives the events it answers.

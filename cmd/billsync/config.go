@@ -37,6 +37,10 @@ type config struct {
 
 	PlansPath string
 	Workers   int
+
+	// AdminToken opens /admin/api/… to whoever sends it as a Bearer
+	// token; empty leaves the admin API absent.
+	AdminToken string
 }
 
 // bindCommon registers the flags every database-using command shares,
@@ -79,6 +83,9 @@ func (c *config) loadSecrets(getenv func(string) string) error {
 	key, err := secret(getenv, "STRIPE_API_KEY")
 	errs = append(errs, err)
 	c.StripeAPIKey = key
+	admin, err := secret(getenv, "BILLSYNC_ADMIN_TOKEN")
+	errs = append(errs, err)
+	c.AdminToken = admin
 	whsec, err := secret(getenv, "STRIPE_WEBHOOK_SECRET")
 	errs = append(errs, err)
 	for _, s := range strings.Split(whsec, ",") {
