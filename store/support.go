@@ -80,4 +80,3 @@ func (s *Store) Events(ctx context.Context, status reconcile.EventStatus, limit 
 	}
 	return events, nil
 }
-
