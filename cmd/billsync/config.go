@@ -118,6 +118,9 @@ func (c *config) validateServe() error {
 	if c.Workers > 0 && c.StripeAPIKey == "" {
 		errs = append(errs, errors.New("STRIPE_API_KEY is not set: the reconcile worker reads customers from the Stripe API (or set STRIPE_API_KEY_FILE, or -workers 0 for intake only)"))
 	}
+	if c.AdminToken != "" && len(c.AdminToken) < 16 {
+		errs = append(errs, errors.New("BILLSYNC_ADMIN_TOKEN is shorter than 16 characters: it opens the admin API, use a long random value (openssl rand -hex 32)"))
+	}
 	if c.Workers < 0 {
 		errs = append(errs, errors.New("-workers must be 0 or more"))
 	}
