@@ -183,7 +183,11 @@ func (w *Worker) Drain(ctx context.Context) (int, error) {
 // jobs it still holds while it works; on shutdown it releases what it did
 // not start.
 func (w *Worker) runBatch(ctx context.Context, id string) (int, error) {
-	jobs, err := w.cfg.Store.Claim(ctx, id, w.cfg.Batch, w.cfg.Lease)
+	// The claim is not cut short by shutdown (the store bounds it): one
+	// cancelled after PostgreSQL committed it but before its rows were read
+	// would leave leases nobody knows of until they run out. A claim that
+	// returns is handed back below when stopping.
+	jobs, err := w.cfg.Store.Claim(context.WithoutCancel(ctx), id, w.cfg.Batch, w.cfg.Lease)
 	if err != nil || len(jobs) == 0 {
 		return 0, err
 	}
