@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -254,6 +255,35 @@ func TestReplay(t *testing.T) {
 	}
 	_, err := e.billsync("replay")
 	require.ErrorIs(t, err, errUsage)
+
+	// An event that names no customer has nothing to replay.
+	e.exec(`INSERT INTO inbox_events (provider, dedupe_key, event_id, type, payload, status, outcome)
+		VALUES ('stripe', 'evt_product', 'evt_product', 'product.created', '{}', 'ignored', 'ignored: names no customer')`)
+	_, err = e.billsync("replay", "evt_product")
+	require.ErrorContains(t, err, "names no customer, so there is nothing to replay")
+	require.Equal(t, before, e.state(cus))
+}
+
+// TestResyncRefusesAHeldCustomer: while a worker holds the customer, a
+// resync says so and leaves the request queued for that worker.
+func TestResyncRefusesAHeldCustomer(t *testing.T) {
+	e := newSupportEnv(t)
+	cus := e.customer("u_gil", "gil@example.com", "price_pro")
+	e.exec(`UPDATE reconcile_queue SET locked_by = 'host-1-worker-0', locked_until = now() + interval '1 hour' WHERE customer_id = $1`, cus)
+	_, err := e.billsync("resync", "--customer", cus)
+	require.ErrorIs(t, err, reconcile.ErrHeld)
+	require.ErrorContains(t, err, "held by host-1-worker-0")
+	require.Equal(t, "host-1-worker-0 resync", e.query(`SELECT locked_by || ' ' || trigger FROM reconcile_queue WHERE customer_id = $1`, cus))
+	require.Equal(t, "0", e.query(`SELECT count(*)::text FROM accounts`))
+}
+
+// TestSupportHelp: --help on each support command prints its usage and
+// exits 0.
+func TestSupportHelp(t *testing.T) {
+	for _, cmd := range []string{"resync", "replay"} {
+		err := run(context.Background(), []string{cmd, "--help"}, io.Discard, io.Discard)
+		require.ErrorIs(t, err, flag.ErrHelp, cmd)
+	}
 }
 
 // TestResyncRevivesDead: a customer whose reconciles died while Stripe was
