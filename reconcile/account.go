@@ -5,26 +5,27 @@ import "time"
 // Account is billsync's row for one (provider, customer): the state it keeps
 // equal to the provider's.
 type Account struct {
-	ID                int64
-	Provider          string
-	CustomerID        string
-	UserRef           string
-	Plan              string
-	Status            string
-	SubscriptionID    string
-	PeriodStart       time.Time
-	PeriodEnd         time.Time
-	CancelAtPeriodEnd bool
+	ID                int64     `json:"id"`
+	Provider          string    `json:"provider"`
+	CustomerID        string    `json:"customer_id"`
+	UserRef           string    `json:"user_ref"`
+	Email             string    `json:"email"` // the provider's email for the customer; empty if none
+	Plan              string    `json:"plan"`
+	Status            string    `json:"status"`
+	SubscriptionID    string    `json:"subscription_id"`
+	PeriodStart       time.Time `json:"period_start"`
+	PeriodEnd         time.Time `json:"period_end"`
+	CancelAtPeriodEnd bool      `json:"cancel_at_period_end"`
 	// ObservedAt is when the applied snapshot's fetch began (database
 	// time); zero for an account never reconciled. Only a later snapshot
 	// may change the account.
-	ObservedAt time.Time
+	ObservedAt time.Time `json:"observed_at"`
 }
 
 // sameState reports whether a and b hold the same billing state (ids and
 // ObservedAt aside).
 func sameState(a, b Account) bool {
-	return a.UserRef == b.UserRef && a.Plan == b.Plan && a.Status == b.Status &&
+	return a.UserRef == b.UserRef && a.Email == b.Email && a.Plan == b.Plan && a.Status == b.Status &&
 		a.SubscriptionID == b.SubscriptionID && a.PeriodStart.Equal(b.PeriodStart) &&
 		a.PeriodEnd.Equal(b.PeriodEnd) && a.CancelAtPeriodEnd == b.CancelAtPeriodEnd
 }

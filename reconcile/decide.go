@@ -64,7 +64,7 @@ func Decide(cur Account, snap Snapshot, plans *Plans, observedAt time.Time) Chan
 	}
 	next := cur
 	next.Provider, next.CustomerID = snap.Provider, snap.CustomerID
-	next.UserRef = snap.UserRef
+	next.UserRef, next.Email = snap.UserRef, snap.Email
 	next.Plan, next.Status, next.SubscriptionID = plan.Name, snap.Status, snap.SubscriptionID
 	next.CancelAtPeriodEnd = snap.CancelAtPeriodEnd
 	next.PeriodStart, next.PeriodEnd = snap.PeriodStart, snap.PeriodEnd
@@ -130,6 +130,12 @@ func describeChange(cur, next Account) string {
 	}
 	if cur.SubscriptionID != next.SubscriptionID && len(parts) == 0 {
 		parts = append(parts, fmt.Sprintf("subscription now %s", orNone(next.SubscriptionID)))
+	}
+	if cur.UserRef != next.UserRef && len(parts) == 0 {
+		parts = append(parts, fmt.Sprintf("user reference now %q", next.UserRef))
+	}
+	if cur.Email != next.Email && len(parts) == 0 {
+		parts = append(parts, fmt.Sprintf("email now %q", next.Email))
 	}
 	if len(parts) == 0 {
 		return fmt.Sprintf("no change: %s says plan %s (%s) now, as already applied", next.Provider, next.Plan, orNone(next.Status))

@@ -15,4 +15,7 @@ var (
 	ErrUnavailable = errors.New("store unavailable")
 	// ErrNotFound: no such record.
 	ErrNotFound = errors.New("not found")
+	// ErrHeld: another worker is reconciling the customer right now. Its
+	// reconcile answers the request; asking again in a moment is safe.
+	ErrHeld = errors.New("being reconciled by another worker")
 )

@@ -21,20 +21,35 @@ type Job struct {
 	Trigger     string
 	RequestedAt time.Time
 	Attempts    int // failed attempts so far
+	// Actor is who asked, for the audit log: "cli:<os user>", "admin-api";
+	// empty for the queue's own work (see ActorOf).
+	Actor string
+}
+
+// ActorOf returns who the job's reconcile is recorded as: its own actor,
+// else "sweep" for the sweep's jobs and "worker" for the rest.
+func ActorOf(job Job) string {
+	switch {
+	case job.Actor != "":
+		return job.Actor
+	case job.Trigger == TriggerSweep:
+		return "sweep"
+	}
+	return "worker"
 }
 
 // Outcome is what one reconcile did, as recorded in reconcile_log.
 type Outcome struct {
-	AccountID int64
-	Result    Result
-	Text      string
-	Granted   int64 // allowance added by this reconcile
-	Before    Account
-	After     Account
-	Events    int // stored events this reconcile answered
+	AccountID int64   `json:"account_id"`
+	Result    Result  `json:"result"`
+	Text      string  `json:"text"`
+	Granted   int64   `json:"granted"` // allowance added by this reconcile
+	Before    Account `json:"before"`
+	After     Account `json:"after"`
+	Events    int     `json:"events"` // stored events this reconcile answered
 	// Took is how long the reconcile took, from the clock read to the
 	// commit (set by the worker; metrics).
-	Took time.Duration
+	Took time.Duration `json:"-"`
 }
 
 // EventStatus is the status the outcome gives the events it answers.

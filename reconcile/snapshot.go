@@ -16,6 +16,9 @@ type Snapshot struct {
 	// UserRef is the app's own reference for the customer (Stripe: a
 	// metadata key), empty when the provider has none.
 	UserRef string
+	// Email is the customer's email at the provider, empty if none: how
+	// support staff find an account.
+	Email string
 	// SubscriptionID is the subscription the snapshot describes; empty when
 	// the customer has none at all.
 	SubscriptionID string

@@ -183,7 +183,11 @@ func (w *Worker) Drain(ctx context.Context) (int, error) {
 // jobs it still holds while it works; on shutdown it releases what it did
 // not start.
 func (w *Worker) runBatch(ctx context.Context, id string) (int, error) {
-	jobs, err := w.cfg.Store.Claim(ctx, id, w.cfg.Batch, w.cfg.Lease)
+	// The claim is not cut short by shutdown (the store bounds it): one
+	// cancelled after PostgreSQL committed it but before its rows were read
+	// would leave leases nobody knows of until they run out. A claim that
+	// returns is handed back below when stopping.
+	jobs, err := w.cfg.Store.Claim(context.WithoutCancel(ctx), id, w.cfg.Batch, w.cfg.Lease)
 	if err != nil || len(jobs) == 0 {
 		return 0, err
 	}
@@ -315,27 +319,45 @@ func (w *Worker) release(ctx context.Context, id string, jobs ...Job) {
 // a job whose snapshot is in hand is finished, not thrown away.
 func (w *Worker) reconcile(ctx context.Context, job Job, observedAt time.Time) (Outcome, error) {
 	storeCtx := context.WithoutCancel(ctx)
-	p, ok := w.providers[job.Provider]
-	if !ok {
+	if _, ok := w.providers[job.Provider]; !ok {
 		return w.cfg.Store.Ignore(storeCtx, job, observedAt, ignored(fmt.Sprintf("provider %q is not configured", job.Provider)))
 	}
-	fetchCtx, cancel := context.WithTimeout(ctx, w.cfg.FetchTimeout)
-	snap, err := p.Fetch(fetchCtx, job.CustomerID)
-	cancel()
-	switch {
-	case err == nil:
-		return w.cfg.Store.Apply(storeCtx, job, observedAt, func(cur Account) Change {
-			return Decide(cur, snap, w.cfg.Plans, observedAt)
-		})
-	case errors.Is(err, ErrCustomerUnknown):
-		return w.cfg.Store.Ignore(storeCtx, job, observedAt, ignored(fmt.Sprintf("customer %s is unknown to %s", job.CustomerID, job.Provider)))
-	case IsPermanent(err):
-		return w.cfg.Store.Ignore(storeCtx, job, observedAt, ignored(err.Error()))
-	case ctx.Err() != nil:
+	snap, err := w.fetch(ctx, job)
+	if err == nil {
+		return w.cfg.Store.Apply(storeCtx, job, observedAt, w.decider(snap, observedAt))
+	}
+	if out, ok := permanent(job, err); ok {
+		return w.cfg.Store.Ignore(storeCtx, job, observedAt, out)
+	}
+	if ctx.Err() != nil {
 		return Outcome{}, errShutdown
 	}
 	out, delay := w.failed(job, err)
 	return w.cfg.Store.Retry(storeCtx, job, observedAt, out, delay)
+}
+
+// fetch reads the job's customer from its provider within FetchTimeout.
+func (w *Worker) fetch(ctx context.Context, job Job) (Snapshot, error) {
+	fetchCtx, cancel := context.WithTimeout(ctx, w.cfg.FetchTimeout)
+	defer cancel()
+	return w.providers[job.Provider].Fetch(fetchCtx, job.CustomerID)
+}
+
+// decider is what Apply calls with the locked account.
+func (w *Worker) decider(snap Snapshot, observedAt time.Time) func(Account) Change {
+	return func(cur Account) Change { return Decide(cur, snap, w.cfg.Plans, observedAt) }
+}
+
+// permanent returns the ignored outcome of a fetch failure that retrying
+// cannot fix.
+func permanent(job Job, err error) (Outcome, bool) {
+	switch {
+	case errors.Is(err, ErrCustomerUnknown):
+		return ignored(fmt.Sprintf("customer %s is unknown to %s", job.CustomerID, job.Provider)), true
+	case IsPermanent(err):
+		return ignored(err.Error()), true
+	}
+	return Outcome{}, false
 }
 
 func ignored(reason string) Outcome {

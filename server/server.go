@@ -1,5 +1,5 @@
 // Package server is billsync's HTTP surface: webhook intake, health,
-// readiness and Prometheus metrics (later: admin API and page, app API).
+// readiness, Prometheus metrics and the admin API (later: admin page, app API).
 //
 // It verifies and stores; it never applies a webhook to an account, and it
 // never answers 200 for a delivery that was not committed to the store.
@@ -52,6 +52,8 @@ type Config struct {
 	// may hold beyond their first 8 KiB each (default 16 MiB: sixteen
 	// bodies of the maximum size). See readBody.
 	BodyMemory int64
+	// Admin configures /admin/api/… (absent without a token).
+	Admin Admin
 }
 
 // Defaults for Config's limits.
@@ -69,6 +71,7 @@ type Server struct {
 	ready     func(context.Context) error
 	metrics   *Metrics
 	mux       *http.ServeMux
+	admin     Admin
 
 	storeTimeout  time.Duration
 	bodyTimeout   time.Duration
@@ -105,6 +108,7 @@ func New(cfg Config) *Server {
 	if s.metrics != nil {
 		s.mux.Handle("GET /metrics", s.metrics.handler())
 	}
+	s.routeAdmin(cfg.Admin)
 	return s
 }
 
@@ -138,6 +142,16 @@ func errorStatus(err error) (code int, answer string) {
 		code = http.StatusRequestEntityTooLarge
 	case errors.Is(err, reconcile.ErrNotFound):
 		code = http.StatusNotFound
+	case errors.Is(err, errUnauthorized):
+		code = http.StatusUnauthorized
+	case errors.Is(err, errBadRequest):
+		code = http.StatusBadRequest
+	case errors.Is(err, reconcile.ErrHeld):
+		code = http.StatusConflict
+	case errors.Is(err, reconcile.ErrNotReconciled):
+		code = http.StatusBadGateway // the provider failed; the customer stays queued
+	case errors.Is(err, errNoReconciler):
+		code = http.StatusServiceUnavailable
 	case errors.Is(err, errIncompleteBody) && errors.Is(err, os.ErrDeadlineExceeded):
 		return http.StatusRequestTimeout, "client_error"
 	case errors.Is(err, errIncompleteBody):

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,13 +14,13 @@ import (
 	"github.com/billsync/billsync/reconcile"
 )
 
-const accountColumns = `id, provider, customer_id, coalesce(user_ref, ''), coalesce(plan, ''), coalesce(status, ''),
+const accountColumns = `id, provider, customer_id, coalesce(user_ref, ''), coalesce(email, ''), coalesce(plan, ''), coalesce(status, ''),
 	coalesce(subscription_id, ''), period_start, period_end, cancel_at_period_end, observed_at`
 
 func scanAccount(row pgx.Row) (reconcile.Account, error) {
 	var a reconcile.Account
 	var start, end, observed *time.Time
-	err := row.Scan(&a.ID, &a.Provider, &a.CustomerID, &a.UserRef, &a.Plan, &a.Status,
+	err := row.Scan(&a.ID, &a.Provider, &a.CustomerID, &a.UserRef, &a.Email, &a.Plan, &a.Status,
 		&a.SubscriptionID, &start, &end, &a.CancelAtPeriodEnd, &observed)
 	a.PeriodStart, a.PeriodEnd, a.ObservedAt = deref(start), deref(end), deref(observed)
 	return a, err
@@ -58,36 +60,67 @@ func (s *Store) Apply(ctx context.Context, job reconcile.Job, observedAt time.Ti
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var out reconcile.Outcome
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := lockJob(ctx, tx, job); err != nil {
-			return err
-		}
-		cur, err := lockAccount(ctx, tx, job.Provider, job.CustomerID)
-		if err != nil {
-			return err
-		}
-		ch := decide(cur)
-		var granted int64
-		if ch.Writes() {
-			if err := writeAccount(ctx, tx, ch.Next); err != nil {
-				return err
-			}
-			if s.crashAfterAccountWrite != nil {
-				if err := s.crashAfterAccountWrite(); err != nil {
-					return err
-				}
-			}
-			if granted, err = writeGrant(ctx, tx, cur.ID, ch.Grant); err != nil {
-				return err
-			}
-		}
-		out = ch.Done(cur, granted)
-		return finish(ctx, tx, job, observedAt, &out)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
+		out, err = s.apply(ctx, tx, job, observedAt, decide)
+		return err
 	})
 	if err != nil {
 		return reconcile.Outcome{}, fmt.Errorf("apply %s/%s: %w", job.Provider, job.CustomerID, classify(err))
 	}
 	return out, nil
+}
+
+// errPreview rolls a preview's transaction back.
+var errPreview = errors.New("preview: roll back")
+
+// Preview runs exactly Apply's transaction and rolls it back: the outcome
+// is what Apply would do now (a dry run), and nothing is written. A new
+// customer's account is created and rolled back too, so its id is not
+// kept (a sequence value is used up; sequences are not data).
+func (s *Store) Preview(ctx context.Context, job reconcile.Job, observedAt time.Time, decide func(cur reconcile.Account) reconcile.Change) (reconcile.Outcome, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var out reconcile.Outcome
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		if out, err = s.apply(ctx, tx, job, observedAt, decide); err != nil {
+			return err
+		}
+		return errPreview
+	})
+	if !errors.Is(err, errPreview) {
+		return reconcile.Outcome{}, fmt.Errorf("preview %s/%s: %w", job.Provider, job.CustomerID, classify(err))
+	}
+	return out, nil
+}
+
+// apply is Apply's transaction body.
+func (s *Store) apply(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time, decide func(cur reconcile.Account) reconcile.Change) (reconcile.Outcome, error) {
+	if err := lockJob(ctx, tx, job); err != nil {
+		return reconcile.Outcome{}, err
+	}
+	cur, err := lockAccount(ctx, tx, job.Provider, job.CustomerID)
+	if err != nil {
+		return reconcile.Outcome{}, err
+	}
+	ch := decide(cur)
+	var granted int64
+	if ch.Writes() {
+		if err := writeAccount(ctx, tx, ch.Next); err != nil {
+			return reconcile.Outcome{}, err
+		}
+		if s.crashAfterAccountWrite != nil {
+			if err := s.crashAfterAccountWrite(); err != nil {
+				return reconcile.Outcome{}, err
+			}
+		}
+		if granted, err = writeGrant(ctx, tx, cur.ID, ch.Grant); err != nil {
+			return reconcile.Outcome{}, err
+		}
+	}
+	out := ch.Done(cur, granted)
+	err = finish(ctx, tx, job, observedAt, &out)
+	return out, err
 }
 
 // Ignore records a permanent failure for the job's customer.
@@ -197,10 +230,10 @@ func writeAccount(ctx context.Context, tx pgx.Tx, a reconcile.Account) error {
 	tag, err := tx.Exec(ctx, `
 		UPDATE accounts SET user_ref = NULLIF($2, ''), plan = $3, status = NULLIF($4, ''),
 			subscription_id = NULLIF($5, ''), period_start = $6, period_end = $7,
-			cancel_at_period_end = $8, observed_at = $9, updated_at = now()
+			cancel_at_period_end = $8, observed_at = $9, email = NULLIF($10, ''), updated_at = now()
 		WHERE id = $1 AND (observed_at IS NULL OR observed_at < $9)`,
 		a.ID, a.UserRef, a.Plan, a.Status, a.SubscriptionID, nullTime(a.PeriodStart), nullTime(a.PeriodEnd),
-		a.CancelAtPeriodEnd, a.ObservedAt)
+		a.CancelAtPeriodEnd, a.ObservedAt, a.Email)
 	if err != nil {
 		return fmt.Errorf("write account: %w", err)
 	}
@@ -248,6 +281,7 @@ type accountJSON struct {
 	PeriodEnd         *time.Time `json:"period_end,omitempty"`
 	CancelAtPeriodEnd bool       `json:"cancel_at_period_end,omitempty"`
 	UserRef           string     `json:"user_ref,omitempty"`
+	Email             string     `json:"email,omitempty"`
 }
 
 func accountDoc(a reconcile.Account) []byte {
@@ -255,7 +289,7 @@ func accountDoc(a reconcile.Account) []byte {
 		return nil
 	}
 	b, _ := json.Marshal(accountJSON{a.Plan, a.Status, a.SubscriptionID, nullTime(a.PeriodStart),
-		nullTime(a.PeriodEnd), a.CancelAtPeriodEnd, a.UserRef}) // plain struct: cannot fail
+		nullTime(a.PeriodEnd), a.CancelAtPeriodEnd, a.UserRef, a.Email}) // plain struct: cannot fail
 	return b
 }
 
@@ -267,12 +301,42 @@ func writeLog(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time
 	// observed_at is unknown when the failure came before the clock was
 	// read: the row then says when it was written.
 	_, err := tx.Exec(ctx, `
-		INSERT INTO reconcile_log (account_id, provider, customer_id, trigger, observed_at, result, outcome, before, after)
-		VALUES ($1, $2, $3, $4, coalesce($5, clock_timestamp()), $6, $7, $8, $9)`,
-		accountID, job.Provider, job.CustomerID, job.Trigger, nullTime(observedAt), string(out.Result), out.Text,
+		INSERT INTO reconcile_log (account_id, provider, customer_id, trigger, actor, observed_at, result, outcome, before, after)
+		VALUES ($1, $2, $3, $4, $5, coalesce($6, clock_timestamp()), $7, $8, $9, $10)`,
+		accountID, job.Provider, job.CustomerID, job.Trigger, reconcile.ActorOf(job), nullTime(observedAt), string(out.Result), out.Text,
 		accountDoc(out.Before), accountDoc(out.After))
 	if err != nil {
 		return fmt.Errorf("write reconcile log: %w", err)
 	}
 	return nil
+}
+
+// FindAccounts returns the accounts q names, oldest first (at most 50): by
+// account id (digits), provider customer id, app user reference, or email
+// (case-insensitive). None is reconcile.ErrNotFound.
+func (s *Store) FindAccounts(ctx context.Context, q string) ([]reconcile.Account, error) {
+	q = strings.TrimSpace(q)
+	if q == "" {
+		return nil, fmt.Errorf("find accounts: empty query: %w", reconcile.ErrNotFound)
+	}
+	var id *int64
+	if n, err := strconv.ParseInt(q, 10, 64); err == nil {
+		id = &n
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `SELECT `+accountColumns+` FROM accounts
+		WHERE id = $1 OR customer_id = $2 OR user_ref = $2 OR lower(email) = lower($2)
+		ORDER BY id LIMIT 50`, id, q)
+	if err != nil {
+		return nil, fmt.Errorf("find accounts %q: %w", q, classify(err))
+	}
+	accounts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (reconcile.Account, error) { return scanAccount(r) })
+	if err != nil {
+		return nil, fmt.Errorf("find accounts %q: %w", q, classify(err))
+	}
+	if len(accounts) == 0 {
+		return nil, fmt.Errorf("no account matches %q: %w", q, reconcile.ErrNotFound)
+	}
+	return accounts, nil
 }

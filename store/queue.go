@@ -146,3 +146,41 @@ func markEvents(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt ti
 	}
 	return int(tag.RowsAffected()), nil
 }
+
+// Hold makes the customer's queue row due now for trigger (creating it,
+// reviving it when dead, as a new webhook would) and leases it to holder
+// for lease, in one transaction: the caller then reconciles it exactly as a
+// claimed job. When another worker holds the row, the request stays queued
+// (that worker's reconcile, or the next, answers it) and the error wraps
+// reconcile.ErrHeld.
+func (s *Store) Hold(ctx context.Context, provider, customerID, trigger, holder string, lease time.Duration) (reconcile.Job, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var job reconcile.Job
+	var heldBy string
+	var heldUntil *time.Time
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := enqueue(ctx, tx, provider, customerID, trigger); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `
+			UPDATE reconcile_queue q
+			SET locked_by = CASE WHEN free THEN $3 ELSE locked_by END,
+			    locked_until = CASE WHEN free THEN now() + make_interval(secs => $4) ELSE locked_until END
+			FROM (SELECT id, locked_until IS NULL OR locked_until < now() OR locked_by = $3 AS free
+			      FROM reconcile_queue WHERE provider = $1 AND customer_id = $2 FOR UPDATE) f
+			WHERE q.id = f.id
+			RETURNING q.id, q.provider, q.customer_id, q.trigger, q.requested_at, q.attempts,
+			          CASE WHEN f.free THEN '' ELSE coalesce(q.locked_by, '') END, q.locked_until`,
+			provider, customerID, holder, lease.Seconds()).Scan(&job.ID, &job.Provider, &job.CustomerID,
+			&job.Trigger, &job.RequestedAt, &job.Attempts, &heldBy, &heldUntil)
+	})
+	if err != nil {
+		return reconcile.Job{}, fmt.Errorf("hold %s/%s: %w", provider, customerID, classify(err))
+	}
+	if heldBy != "" {
+		return reconcile.Job{}, fmt.Errorf("%s/%s is held by %s until %s; it stays queued: %w",
+			provider, customerID, heldBy, deref(heldUntil).UTC().Format(time.RFC3339), reconcile.ErrHeld)
+	}
+	return job, nil
+}

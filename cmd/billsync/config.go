@@ -37,6 +37,10 @@ type config struct {
 
 	PlansPath string
 	Workers   int
+
+	// AdminToken opens /admin/api/… to whoever sends it as a Bearer
+	// token; empty leaves the admin API absent.
+	AdminToken string
 }
 
 // bindCommon registers the flags every database-using command shares,
@@ -59,11 +63,17 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&c.IntakeTimeout, "intake-timeout", server.DefaultStoreTimeout,
 		"how long a webhook delivery or /readyz may wait for the database before answering 503 with Retry-After")
 	fs.DurationVar(&c.StripeTolerance, "stripe-tolerance", 300*time.Second, "oldest Stripe-Signature timestamp accepted")
+	c.bindReconcile(fs, getenv)
+	fs.IntVar(&c.Workers, "workers", 8, "reconcile loops in this process (0: intake only)")
+}
+
+// bindReconcile registers the flags of every command that reconciles
+// (serve, resync, replay): they must read the provider and the plans alike.
+func (c *config) bindReconcile(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.StripeAPIURL, "stripe-api-url", getenv("STRIPE_API_URL"), "Stripe API base URL, e.g. a fake Stripe (env STRIPE_API_URL; default api.stripe.com)")
 	fs.Float64Var(&c.StripeRateLimit, "stripe-rate", 25, "Stripe API requests per second, shared by every worker of this process")
 	fs.StringVar(&c.UserRefKey, "user-ref-key", "user_id", "Stripe customer metadata key holding the app's user reference")
 	fs.StringVar(&c.PlansPath, "plans", getenv("BILLSYNC_PLANS"), "plans file (YAML; env BILLSYNC_PLANS; default: the built-in plans.example.yaml)")
-	fs.IntVar(&c.Workers, "workers", 8, "reconcile loops in this process (0: intake only)")
 }
 
 // loadSecrets reads the secrets from the environment and checks the whole
@@ -73,6 +83,9 @@ func (c *config) loadSecrets(getenv func(string) string) error {
 	key, err := secret(getenv, "STRIPE_API_KEY")
 	errs = append(errs, err)
 	c.StripeAPIKey = key
+	admin, err := secret(getenv, "BILLSYNC_ADMIN_TOKEN")
+	errs = append(errs, err)
+	c.AdminToken = admin
 	whsec, err := secret(getenv, "STRIPE_WEBHOOK_SECRET")
 	errs = append(errs, err)
 	for _, s := range strings.Split(whsec, ",") {
@@ -104,6 +117,9 @@ func (c *config) validateServe() error {
 	}
 	if c.Workers > 0 && c.StripeAPIKey == "" {
 		errs = append(errs, errors.New("STRIPE_API_KEY is not set: the reconcile worker reads customers from the Stripe API (or set STRIPE_API_KEY_FILE, or -workers 0 for intake only)"))
+	}
+	if c.AdminToken != "" && len(c.AdminToken) < 16 {
+		errs = append(errs, errors.New("BILLSYNC_ADMIN_TOKEN is shorter than 16 characters: it opens the admin API, use a long random value (openssl rand -hex 32)"))
 	}
 	if c.Workers < 0 {
 		errs = append(errs, errors.New("-workers must be 0 or more"))

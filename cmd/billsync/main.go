@@ -25,6 +25,8 @@ func commands() []command {
 		{"demo", "play the seed scenario (copies, a late event, a crash) through billsync and a naive handler", runDemo},
 		{"serve", "verify and store webhooks, and reconcile customers against the provider (embedded PostgreSQL when DATABASE_URL is unset)", runServe},
 		{"migrate", "apply pending database migrations and exit", runMigrate},
+		{"resync", "reconcile one customer now (by customer, account, user or email); --dry-run shows the diff", runResync},
+		{"replay", "reconcile a stored event's customer again, now; harmless by design", runReplay},
 		{"mock", "run the fake Stripe (real wire protocol, signed webhooks, fault knobs)", runMock},
 		{"bench", "measure intake and drain throughput against baselines measured in the same run", runBench},
 	}

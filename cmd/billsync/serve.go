@@ -57,16 +57,6 @@ STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 		return err
 	}
 	metrics := server.NewMetrics(queueDepth(st), logger)
-	srv := server.New(server.Config{
-		Logger:    logger,
-		Inbox:     st,
-		Verifiers: []server.Verifier{stripeVerifier},
-		Ready:     st.Ping,
-		Metrics:   metrics,
-		// A hung database gets the provider a 503 (it retries), not a
-		// request held open for as long as the database hangs.
-		StoreTimeout: cfg.IntakeTimeout,
-	})
 
 	// Workers stop with the server, whether by signal or by a listen error:
 	// their context ends at the signal, the HTTP drain starts with it, and
@@ -74,6 +64,7 @@ STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
+	var reconciler server.Reconciler // the admin API's resyncs take a worker's path
 	if cfg.Workers > 0 {
 		client, err := stripe.NewClient(stripe.Config{
 			APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIURL, UserRefKey: cfg.UserRefKey,
@@ -90,10 +81,22 @@ STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 		if err != nil {
 			return err
 		}
+		reconciler = worker
 		wg.Add(2)
 		go func() { defer wg.Done(); st.Listen(ctx, logger, worker.Wake) }()
 		go func() { defer wg.Done(); worker.Run(ctx) }()
 	}
+	srv := server.New(server.Config{
+		Logger:    logger,
+		Inbox:     st,
+		Verifiers: []server.Verifier{stripeVerifier},
+		Ready:     st.Ping,
+		Metrics:   metrics,
+		// A hung database gets the provider a 503 (it retries), not a
+		// request held open for as long as the database hangs.
+		StoreTimeout: cfg.IntakeTimeout,
+		Admin:        server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler},
+	})
 	// Workers finish the job in hand and release their leases.
 	stopWorkers := func(shutCtx context.Context) error {
 		cancel()

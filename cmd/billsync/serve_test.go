@@ -157,10 +157,12 @@ func TestServeRefusesBadConfiguration(t *testing.T) {
 		"ErrMissingFile": {map[string]string{"STRIPE_WEBHOOK_SECRET_FILE": filepath.Join(dir, "nope")}, "STRIPE_WEBHOOK_SECRET_FILE"},
 		"ErrBadAddr":     {map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_a", "BILLSYNC_ADDR": "nonsense"}, "BILLSYNC_ADDR"},
 		"ErrBadAPIURL":   {map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_a", "STRIPE_API_URL": "not a url"}, "STRIPE_API_URL"},
+		"ErrShortAdmin":  {map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_a", "BILLSYNC_ADMIN_TOKEN": "whsec_a"}, "BILLSYNC_ADMIN_TOKEN is shorter"},
+		"ErrAdminTwice":  {map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_a", "BILLSYNC_ADMIN_TOKEN": "whsec_a", "BILLSYNC_ADMIN_TOKEN_FILE": secretFile}, "BILLSYNC_ADMIN_TOKEN and BILLSYNC_ADMIN_TOKEN_FILE are both set"},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			for _, k := range []string{"STRIPE_WEBHOOK_SECRET", "STRIPE_WEBHOOK_SECRET_FILE", "STRIPE_API_KEY", "STRIPE_API_KEY_FILE", "BILLSYNC_ADDR", "STRIPE_API_URL"} {
+			for _, k := range []string{"STRIPE_WEBHOOK_SECRET", "STRIPE_WEBHOOK_SECRET_FILE", "STRIPE_API_KEY", "STRIPE_API_KEY_FILE", "BILLSYNC_ADDR", "STRIPE_API_URL", "BILLSYNC_ADMIN_TOKEN", "BILLSYNC_ADMIN_TOKEN_FILE"} {
 				t.Setenv(k, tt.env[k])
 			}
 			// Cancelled: if validation wrongly passed, serve fails at once
@@ -189,6 +191,9 @@ func TestServeRefusesBadConfiguration(t *testing.T) {
 		var cfg config
 		require.NoError(t, cfg.loadSecrets(os.Getenv))
 		require.Equal(t, []string{"whsec_from_file"}, cfg.StripeWebhookSecrets)
+		t.Setenv("BILLSYNC_ADMIN_TOKEN_FILE", secretFile)
+		require.NoError(t, cfg.loadSecrets(os.Getenv))
+		require.Equal(t, "whsec_from_file", cfg.AdminToken)
 	})
 }
 

@@ -213,7 +213,7 @@ func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapsh
 		}
 	}
 	snap.CustomerID = customerID
-	snap.UserRef = cust.Metadata[c.userRefKey]
+	snap.UserRef, snap.Email = cust.Metadata[c.userRefKey], cust.Email
 	c.log.DebugContext(ctx, "stripe snapshot fetched", "customer", customerID,
 		"subscriptions", len(raws), "subscription", snap.SubscriptionID, "status", snap.Status)
 	return snap, nil
@@ -293,6 +293,7 @@ func (c *Client) listed(raw []byte, met map[string]bool) (reconcile.Snapshot, bo
 		return reconcile.Snapshot{}, false
 	}
 	snap.UserRef, _ = stringAt(raw, "customer", "metadata", c.userRefKey)
+	snap.Email, _ = stringAt(raw, "customer", "email")
 	return snap, true
 }
 

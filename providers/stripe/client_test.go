@@ -150,7 +150,7 @@ func TestFetch(t *testing.T) {
 		snap, err := newTestClient(t, testConfig(f.URL)).Fetch(context.Background(), cus)
 		require.NoError(t, err)
 		require.Equal(t, reconcile.Snapshot{
-			Provider: "stripe", CustomerID: cus, UserRef: "u_ada", SubscriptionID: sub.ID, Status: "active",
+			Provider: "stripe", CustomerID: cus, UserRef: "u_ada", Email: "ada@example.com", SubscriptionID: sub.ID, Status: "active",
 			PriceRefs: []string{"pro", "price_pro"}, PeriodStart: start, PeriodEnd: end,
 		}, snap)
 		require.True(t, end.After(start))
@@ -216,7 +216,7 @@ func TestFetch(t *testing.T) {
 		cus := f.customer(t, map[string]string{"user_id": "u_new"})
 		snap, err := newTestClient(t, testConfig(f.URL)).Fetch(context.Background(), cus)
 		require.NoError(t, err)
-		require.Equal(t, reconcile.Snapshot{Provider: "stripe", CustomerID: cus, UserRef: "u_new"}, snap)
+		require.Equal(t, reconcile.Snapshot{Provider: "stripe", CustomerID: cus, UserRef: "u_new", Email: "ada@example.com"}, snap)
 	})
 
 	t.Run("ErrCustomerUnknown", func(t *testing.T) {

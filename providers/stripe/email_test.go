@@ -1,0 +1,33 @@
+package stripe_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/reconcile"
+)
+
+// TestEmail: Fetch and List both carry the customer's email, which support
+// staff search accounts by.
+func TestEmail(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, stripemock.Options{}, nil)
+	cus := f.customer(t, map[string]string{"user_id": "u_ada"})
+	f.subscribe(t, cus, "price_pro")
+	c := newTestClient(t, testConfig(f.URL))
+
+	snap, err := c.Fetch(context.Background(), cus)
+	require.NoError(t, err)
+	require.Equal(t, "ada@example.com", snap.Email)
+
+	var listed []reconcile.Snapshot
+	require.NoError(t, c.List(context.Background(), "", func(snaps []reconcile.Snapshot, _ string) error {
+		listed = append(listed, snaps...)
+		return nil
+	}))
+	require.Len(t, listed, 1)
+	require.Equal(t, "ada@example.com", listed[0].Email)
+}

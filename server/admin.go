@@ -1,0 +1,181 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/billsync/billsync/reconcile"
+)
+
+// AdminStore is what the admin API reads (store.Store implements it).
+type AdminStore interface {
+	FindAccounts(ctx context.Context, q string) ([]reconcile.Account, error)
+	AccountByID(ctx context.Context, id int64) (reconcile.Account, error)
+	AccountDetail(ctx context.Context, id int64) (reconcile.AccountDetail, error)
+	Event(ctx context.Context, id int64) (reconcile.StoredEvent, error)
+	Events(ctx context.Context, status reconcile.EventStatus, limit int) ([]reconcile.StoredEvent, error)
+}
+
+// Reconciler reconciles one customer now (reconcile.Worker implements it).
+type Reconciler interface {
+	ReconcileNow(ctx context.Context, req reconcile.Request) (reconcile.Outcome, error)
+}
+
+// Admin configures the admin API. Without a Token its routes do not
+// exist (404): an API that changes accounts is never open by default.
+type Admin struct {
+	Token string
+	Store AdminStore
+	// Reconciler runs resyncs and replays; nil (a process without
+	// workers) answers them 503.
+	Reconciler Reconciler
+}
+
+// adminActor is the audit log's actor for every admin API reconcile.
+const adminActor = "admin-api"
+
+// eventsLimit bounds GET /admin/api/events.
+const eventsLimit = 200
+
+// Admin API failures of the request itself, mapped in errorStatus.
+var (
+	errUnauthorized = errors.New("missing or wrong admin token: send Authorization: Bearer <BILLSYNC_ADMIN_TOKEN>")
+	errBadRequest   = errors.New("bad request")
+	errNoReconciler = errors.New("this process runs no workers (-workers 0): run the resync on one that does, or use 'billsync resync'")
+)
+
+func (s *Server) routeAdmin(a Admin) {
+	if a.Token == "" || a.Store == nil {
+		return
+	}
+	s.admin = a
+	want := sha256.Sum256([]byte(a.Token))
+	handle := func(pattern string, h func(*http.Request) (any, error)) {
+		s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			// Hashing first makes the comparison's time independent of
+			// the token's length too.
+			got := sha256.Sum256([]byte(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")))
+			if !strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+				s.writeAdminError(w, r, errUnauthorized)
+				return
+			}
+			v, err := h(r)
+			if err != nil {
+				s.writeAdminError(w, r, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, v)
+		})
+	}
+	handle("GET /admin/api/accounts", s.adminFind)
+	handle("GET /admin/api/accounts/{id}", s.adminAccount)
+	handle("POST /admin/api/accounts/{id}/resync", s.adminResync)
+	handle("POST /admin/api/events/{id}/replay", s.adminReplay)
+	handle("GET /admin/api/events", s.adminEvents)
+}
+
+func (s *Server) adminFind(r *http.Request) (any, error) {
+	q := strings.TrimSpace(r.URL.Query().Get("q"))
+	if q == "" {
+		return nil, fmt.Errorf("%w: q is empty: search by account id, customer id, user reference or email", errBadRequest)
+	}
+	accounts, err := s.admin.Store.FindAccounts(r.Context(), q)
+	if errors.Is(err, reconcile.ErrNotFound) {
+		accounts, err = []reconcile.Account{}, nil
+	}
+	return map[string]any{"accounts": accounts}, err
+}
+
+func (s *Server) adminAccount(r *http.Request) (any, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return nil, err
+	}
+	return s.admin.Store.AccountDetail(r.Context(), id)
+}
+
+func (s *Server) adminResync(r *http.Request) (any, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.admin.Store.AccountByID(r.Context(), id)
+	if err != nil {
+		return nil, err
+	}
+	return s.reconcileNow(r, a.Provider, a.CustomerID, reconcile.TriggerResync)
+}
+
+func (s *Server) adminReplay(r *http.Request) (any, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return nil, err
+	}
+	ev, err := s.admin.Store.Event(r.Context(), id)
+	if err != nil {
+		return nil, err
+	}
+	if ev.CustomerID == "" {
+		return nil, fmt.Errorf("%w: event %d (%s) names no customer, so there is nothing to replay; it is %s: %s",
+			errBadRequest, ev.ID, ev.Type, ev.Status, ev.Outcome)
+	}
+	return s.reconcileNow(r, ev.Provider, ev.CustomerID, reconcile.TriggerReplay)
+}
+
+// reconcileNow runs a resync or replay (?dry_run=1: write nothing) and
+// answers its outcome.
+func (s *Server) reconcileNow(r *http.Request, provider, customerID, trigger string) (any, error) {
+	if s.admin.Reconciler == nil {
+		return nil, errNoReconciler
+	}
+	dry := r.URL.Query().Get("dry_run")
+	req := reconcile.Request{Provider: provider, CustomerID: customerID, Trigger: trigger, Actor: adminActor,
+		DryRun: dry == "1" || dry == "true"}
+	out, err := s.admin.Reconciler.ReconcileNow(r.Context(), req)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"dry_run": req.DryRun, "trigger": trigger, "outcome": out}, nil
+}
+
+func (s *Server) adminEvents(r *http.Request) (any, error) {
+	status := reconcile.EventStatus(r.URL.Query().Get("status"))
+	switch status {
+	case reconcile.EventDead, reconcile.EventIgnored, reconcile.EventPending, reconcile.EventApplied:
+	default:
+		return nil, fmt.Errorf("%w: status %q: want dead, ignored, pending or applied", errBadRequest, status)
+	}
+	events, err := s.admin.Store.Events(r.Context(), status, eventsLimit)
+	return map[string]any{"events": events}, err
+}
+
+func pathID(r *http.Request) (int64, error) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, fmt.Errorf("%w: id %q: want billsync's numeric id", errBadRequest, r.PathValue("id"))
+	}
+	return id, nil
+}
+
+// writeAdminError answers an admin API failure with its status (from
+// errorStatus) and a message a person can act on. The messages hold ids
+// and reasons, never the token.
+func (s *Server) writeAdminError(w http.ResponseWriter, r *http.Request, err error) {
+	code, _ := errorStatus(err)
+	msg := err.Error()
+	if code >= 500 && code != http.StatusBadGateway && !errors.Is(err, errNoReconciler) {
+		s.writeError(w, r, err) // billsync's own failure: logged, generic message
+		return
+	}
+	if code == http.StatusBadGateway {
+		s.log.Warn("admin reconcile failed at the provider", slog.String("path", r.URL.Path), slog.Any("error", err))
+	}
+	writeJSON(w, code, map[string]string{"error": msg})
+}

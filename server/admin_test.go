@@ -1,0 +1,249 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	stripeapi "github.com/stripe/stripe-go/v82"
+
+	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/server"
+	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/storetest"
+)
+
+const adminToken = "test-admin-token-0123456789"
+
+// adminEnv is the admin API on a real store, with a worker on billsync's
+// Stripe client at the fake for resyncs and replays.
+type adminEnv struct {
+	t    *testing.T
+	st   *store.Store
+	pool *pgxpool.Pool
+	sh   *stripetest.Harness
+	url  string
+	w    *reconcile.Worker
+}
+
+func newAdminEnv(t *testing.T, token string) *adminEnv {
+	t.Helper()
+	e := &adminEnv{t: t, st: storetest.NewStore(t)}
+	e.pool = e.st.Pool()
+	e.sh = stripetest.ForTest(t, stripetest.Options{Store: e.st})
+	plans, err := reconcile.ParsePlans(reconcile.ExamplePlans)
+	require.NoError(t, err)
+	e.w, err = reconcile.NewWorker(reconcile.WorkerConfig{Store: e.st, Providers: []reconcile.Provider{e.sh.Client}, Plans: plans})
+	require.NoError(t, err)
+	srv := httptest.NewServer(server.New(server.Config{Inbox: e.st,
+		Admin: server.Admin{Token: token, Store: e.st, Reconciler: e.w}}))
+	t.Cleanup(srv.Close)
+	e.url = srv.URL
+	return e
+}
+
+// customer creates a subscribed customer, stores its webhooks and
+// reconciles them; it returns billsync's account id.
+func (e *adminEnv) customer(userRef, email, price string) int64 {
+	e.t.Helper()
+	ctx := context.Background()
+	c, err := e.sh.API.V1Customers.Create(ctx, &stripeapi.CustomerCreateParams{
+		Email: stripeapi.String(email), Metadata: map[string]string{"user_id": userRef}})
+	require.NoError(e.t, err)
+	_, err = e.sh.Subscribe(ctx, c.ID, price)
+	require.NoError(e.t, err)
+	require.NoError(e.t, e.sh.WaitDelivered(ctx))
+	_, err = e.w.Drain(ctx)
+	require.NoError(e.t, err)
+	a, err := e.st.Account(ctx, "stripe", c.ID)
+	require.NoError(e.t, err)
+	return a.ID
+}
+
+// do sends an admin request with token (none when empty) and returns the
+// status and body.
+func (e *adminEnv) do(method, path, token string) (int, string) {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.url+path, nil)
+	require.NoError(e.t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(e.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(e.t, err)
+	return resp.StatusCode, string(b)
+}
+
+func (e *adminEnv) query(sql string, args ...any) string {
+	e.t.Helper()
+	var s string
+	require.NoError(e.t, e.pool.QueryRow(context.Background(), sql, args...).Scan(&s), sql)
+	return s
+}
+
+// tables is every table's row count and a digest of its rows.
+func (e *adminEnv) tables() map[string]string {
+	e.t.Helper()
+	rows, err := e.pool.Query(context.Background(), `SELECT tablename FROM pg_tables WHERE schemaname = 'public'`)
+	require.NoError(e.t, err)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(e.t, err)
+	require.Contains(e.t, names, "reconcile_log")
+	out := map[string]string{}
+	for _, n := range names {
+		out[n] = e.query(fmt.Sprintf(`SELECT count(*) || ' ' || coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') FROM %s t`,
+			pgx.Identifier{n}.Sanitize()))
+	}
+	return out
+}
+
+var adminRoutes = []struct{ method, path string }{
+	{"GET", "/admin/api/accounts?q=1"},
+	{"GET", "/admin/api/accounts/1"},
+	{"POST", "/admin/api/accounts/1/resync"},
+	{"POST", "/admin/api/events/1/replay"},
+	{"GET", "/admin/api/events?status=dead"},
+}
+
+func TestAdminAbsentWithoutToken(t *testing.T) {
+	e := newAdminEnv(t, "")
+	id := e.customer("u1", "u1@example.com", "price_pro")
+	require.Equal(t, int64(1), id)
+	for _, r := range adminRoutes {
+		for _, token := range []string{"", adminToken} {
+			code, _ := e.do(r.method, r.path, token)
+			require.Equal(t, http.StatusNotFound, code, "%s %s", r.method, r.path)
+		}
+	}
+}
+
+func TestAdminRefusesWrongToken(t *testing.T) {
+	e := newAdminEnv(t, adminToken)
+	id := e.customer("u1", "u1@example.com", "price_pro")
+	_, err := e.pool.Exec(context.Background(), `UPDATE accounts SET plan = 'free' WHERE id = $1`, id) // drift a resync would heal
+	require.NoError(t, err)
+	before := e.tables()
+	for _, r := range adminRoutes {
+		for _, token := range []string{"", "wrong", adminToken + "x", adminToken[:10]} {
+			code, body := e.do(r.method, r.path, token)
+			require.Equal(t, http.StatusUnauthorized, code, "%s %s token %q", r.method, r.path, token)
+			require.Contains(t, body, "missing or wrong admin token")
+			require.NotContains(t, body, adminToken)
+		}
+		// A token sent without "Bearer " is refused too.
+		req, _ := http.NewRequest(r.method, e.url+r.path, nil)
+		req.Header.Set("Authorization", adminToken)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	}
+	require.Equal(t, before, e.tables())
+	require.Equal(t, "free", e.query(`SELECT plan FROM accounts WHERE id = $1`, id))
+}
+
+// TestAdminEscapesProviderData: a customer's email and user reference are
+// the provider's data, not billsync's: they come back as escaped JSON.
+func TestAdminEscapesProviderData(t *testing.T) {
+	e := newAdminEnv(t, adminToken)
+	ref := `<script>alert("ref")</script>`
+	email := `<script>alert(1)</script>@example.com`
+	id := e.customer(ref, email, "price_pro")
+	for _, path := range []string{"/admin/api/accounts?q=" + url.QueryEscape(ref), fmt.Sprintf("/admin/api/accounts/%d", id)} {
+		code, body := e.do("GET", path, adminToken)
+		require.Equal(t, http.StatusOK, code, body)
+		require.NotContains(t, body, "<script>")
+		require.Contains(t, body, `\u003cscript\u003e`)
+		var v struct {
+			Accounts []reconcile.Account `json:"accounts"`
+			Account  reconcile.Account   `json:"account"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(body), &v))
+		a := v.Account
+		if len(v.Accounts) > 0 {
+			require.Len(t, v.Accounts, 1)
+			a = v.Accounts[0]
+		}
+		require.Equal(t, ref, a.UserRef)
+		require.Equal(t, email, a.Email)
+	}
+}
+
+func TestAdminResyncAndReplay(t *testing.T) {
+	e := newAdminEnv(t, adminToken)
+	id := e.customer("u1", "u1@example.com", "price_pro")
+	_, err := e.pool.Exec(context.Background(), `UPDATE accounts SET plan = 'free' WHERE id = $1`, id)
+	require.NoError(t, err)
+
+	// Dry run: says what it would do, writes nothing.
+	before := e.tables()
+	code, body := e.do("POST", fmt.Sprintf("/admin/api/accounts/%d/resync?dry_run=1", id), adminToken)
+	require.Equal(t, http.StatusOK, code, body)
+	var res struct {
+		DryRun  bool              `json:"dry_run"`
+		Outcome reconcile.Outcome `json:"outcome"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &res))
+	require.True(t, res.DryRun)
+	require.Equal(t, reconcile.ResultApplied, res.Outcome.Result)
+	require.Equal(t, "free", res.Outcome.Before.Plan)
+	require.Equal(t, "pro", res.Outcome.After.Plan)
+	require.Equal(t, before, e.tables())
+
+	// The real resync heals it and is audited as admin-api.
+	code, body = e.do("POST", fmt.Sprintf("/admin/api/accounts/%d/resync", id), adminToken)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Equal(t, "pro", e.query(`SELECT plan FROM accounts WHERE id = $1`, id))
+	require.Equal(t, "resync admin-api applied", e.query(`SELECT trigger || ' ' || actor || ' ' || result FROM reconcile_log ORDER BY id DESC LIMIT 1`))
+
+	// Replaying an applied event changes nothing.
+	ev := e.query(`SELECT min(id)::text FROM inbox_events`)
+	state := e.query(`SELECT plan || (SELECT sum(delta) FROM ledger)::text || (SELECT count(*) FROM ledger)::text FROM accounts WHERE id = $1`, id)
+	code, body = e.do("POST", "/admin/api/events/"+ev+"/replay", adminToken)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `"result":"unchanged"`)
+	require.Contains(t, body, "no change")
+	require.Equal(t, state, e.query(`SELECT plan || (SELECT sum(delta) FROM ledger)::text || (SELECT count(*) FROM ledger)::text FROM accounts WHERE id = $1`, id))
+	require.Equal(t, "replay admin-api unchanged", e.query(`SELECT trigger || ' ' || actor || ' ' || result FROM reconcile_log ORDER BY id DESC LIMIT 1`))
+
+	// The account's detail shows the history; events list by status.
+	code, body = e.do("GET", fmt.Sprintf("/admin/api/accounts/%d", id), adminToken)
+	require.Equal(t, http.StatusOK, code, body)
+	var d reconcile.AccountDetail
+	require.NoError(t, json.Unmarshal([]byte(body), &d))
+	require.Equal(t, int64(500), d.Balance)
+	require.Len(t, d.Ledger, 1)
+	require.NotEmpty(t, d.Events)
+	require.Equal(t, "admin-api", d.History[0].Actor)
+	require.Equal(t, "worker", d.History[len(d.History)-1].Actor)
+
+	code, body = e.do("GET", "/admin/api/events?status=applied", adminToken)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Equal(t, len(d.Events), strings.Count(body, `"status":"applied"`))
+
+	for path, want := range map[string]int{
+		"/admin/api/events?status=nonsense": http.StatusBadRequest,
+		"/admin/api/accounts/999":           http.StatusNotFound,
+		"/admin/api/accounts/abc":           http.StatusBadRequest,
+		"/admin/api/accounts?q=":            http.StatusBadRequest,
+	} {
+		code, body := e.do("GET", path, adminToken)
+		require.Equal(t, want, code, "%s: %s", path, body)
+		require.Contains(t, body, `"error":`)
+	}
+	code, body = e.do("POST", "/admin/api/events/999/replay", adminToken)
+	require.Equal(t, http.StatusNotFound, code, body)
+}

@@ -1,0 +1,82 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/billsync/billsync/reconcile"
+)
+
+// historyLimit bounds each list in an account's detail: support staff read
+// the newest rows; the tables keep every one.
+const historyLimit = 100
+
+// AccountByID returns the account with billsync's id; none is
+// reconcile.ErrNotFound.
+func (s *Store) AccountByID(ctx context.Context, id int64) (reconcile.Account, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	a, err := scanAccount(s.pool.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts WHERE id = $1`, id))
+	if err != nil {
+		return reconcile.Account{}, fmt.Errorf("account %d: %w", id, classify(err))
+	}
+	return a, nil
+}
+
+// AccountDetail returns the account with its balance, ledger, events and
+// reconcile history, newest first, read in one snapshot (REPEATABLE READ)
+// so the parts agree with each other.
+func (s *Store) AccountDetail(ctx context.Context, id int64) (reconcile.AccountDetail, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var d reconcile.AccountDetail
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		if d.Account, err = scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts WHERE id = $1`, id)); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(l.delta), 0) FROM accounts a
+			JOIN ledger l ON l.account_id = a.id AND l.period_start = a.period_start WHERE a.id = $1`, id).Scan(&d.Balance); err != nil {
+			return err
+		}
+		rows, _ := tx.Query(ctx, `SELECT entry_key, kind, coalesce(plan, ''), delta, period_start, coalesce(note, ''), created_at
+			FROM ledger WHERE account_id = $1 ORDER BY id DESC LIMIT $2`, id, historyLimit)
+		if d.Ledger, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (reconcile.LedgerEntry, error) {
+			var e reconcile.LedgerEntry
+			return e, r.Scan(&e.Key, &e.Kind, &e.Plan, &e.Delta, &e.PeriodStart, &e.Note, &e.CreatedAt)
+		}); err != nil {
+			return err
+		}
+		rows, _ = tx.Query(ctx, `SELECT `+eventColumns+` FROM inbox_events
+			WHERE provider = $1 AND customer_id = $2 ORDER BY id DESC LIMIT $3`, d.Account.Provider, d.Account.CustomerID, historyLimit)
+		if d.Events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (reconcile.StoredEvent, error) { return scanEvent(r) }); err != nil {
+			return err
+		}
+		rows, _ = tx.Query(ctx, `SELECT trigger, coalesce(actor, ''), result, outcome, observed_at, created_at
+			FROM reconcile_log WHERE provider = $1 AND customer_id = $2 ORDER BY id DESC LIMIT $3`,
+			d.Account.Provider, d.Account.CustomerID, historyLimit)
+		d.History, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (reconcile.LogEntry, error) {
+			var e reconcile.LogEntry
+			return e, r.Scan(&e.Trigger, &e.Actor, &e.Result, &e.Outcome, &e.ObservedAt, &e.CreatedAt)
+		})
+		return err
+	})
+	if err != nil {
+		return reconcile.AccountDetail{}, fmt.Errorf("account %d detail: %w", id, classify(err))
+	}
+	return d, nil
+}
+
+// Events returns the newest stored events with status (at most limit).
+func (s *Store) Events(ctx context.Context, status reconcile.EventStatus, limit int) ([]reconcile.StoredEvent, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, _ := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM inbox_events WHERE status = $1 ORDER BY id DESC LIMIT $2`, status, limit)
+	events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (reconcile.StoredEvent, error) { return scanEvent(r) })
+	if err != nil {
+		return nil, fmt.Errorf("%s events: %w", status, classify(err))
+	}
+	return events, nil
+}
