@@ -235,45 +235,49 @@ func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapsh
 // resumed from a cursor meets only what follows it; the caller skips
 // customers it resolved before (the sweep remembers them per run).
 func (c *Client) List(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error {
-	params := &stripeapi.SubscriptionListParams{Status: stripeapi.String("all")}
-	params.Limit = stripeapi.Int64(listPageSize)
-	params.AddExpand("data.customer")
-	if cursor != "" {
-		params.StartingAfter = stripeapi.String(cursor)
-	}
 	ctx = context.WithValue(ctx, listLimiterKey{}, c.listLimiter)
 	l := newListing(c.userRefKey, c.log)
-	var snaps []reconcile.Snapshot
-	read := 0
-	last := cursor
-	for sub, err := range c.api.V1Subscriptions.List(ctx, params) {
-		if err != nil {
-			return fail("list subscriptions after "+cmp.Or(last, "the start"), err)
+	for {
+		// One iteration per page, stopped at the page's end, so the caller
+		// has the page before the next one is requested: it takes the next
+		// page's observation time in between.
+		params := &stripeapi.SubscriptionListParams{Status: stripeapi.String("all")}
+		params.Limit = stripeapi.Int64(listPageSize)
+		params.AddExpand("data.customer")
+		if cursor != "" {
+			params.StartingAfter = stripeapi.String(cursor)
 		}
-		if read == listPageSize {
-			if err := page(snaps, last); err != nil {
+		var snaps []reconcile.Snapshot
+		read := 0
+		for sub, err := range c.api.V1Subscriptions.List(ctx, params) {
+			if err != nil {
+				return fail("list subscriptions after "+cmp.Or(cursor, "the start"), err)
+			}
+			raw, err := rawOf(sub)
+			if err != nil {
+				return fmt.Errorf("stripe list subscriptions: %w", err)
+			}
+			id, ok := stringAt(raw, "id")
+			if !ok {
+				return reconcile.Permanent("stripe subscription list: an entry has no id")
+			}
+			cursor = id
+			if snap, ok := l.add(raw); ok {
+				snaps = append(snaps, snap)
+			}
+			if read++; read == listPageSize {
+				break
+			}
+		}
+		if read > 0 {
+			if err := page(snaps, cursor); err != nil {
 				return err
 			}
-			snaps, read = nil, 0
 		}
-		read++
-		raw, err := rawOf(sub)
-		if err != nil {
-			return fmt.Errorf("stripe list subscriptions: %w", err)
-		}
-		if id, ok := stringAt(raw, "id"); ok {
-			last = id
-		}
-		if snap, ok := l.add(raw); ok {
-			snaps = append(snaps, snap)
+		if read < listPageSize {
+			return page(l.rest(), "")
 		}
 	}
-	if read > 0 {
-		if err := page(snaps, last); err != nil {
-			return err
-		}
-	}
-	return page(l.rest(), "")
 }
 
 // listPageSize is Stripe's largest page.
