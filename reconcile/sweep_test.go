@@ -1,0 +1,179 @@
+package reconcile_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/storetest"
+)
+
+// listCounter counts bulk subscription list calls at the fake (those
+// without a customer filter, so Fetch's per-customer lists don't count).
+type listCounter struct{ n atomic.Int64 }
+
+func (c *listCounter) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == "/v1/subscriptions" && r.URL.Query().Get("customer") == "" {
+			c.n.Add(1)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// newSweepHarness is newHarnessWith with list calls counted; intake false
+// leaves webhooks undelivered (no intake), for tests that need none.
+func newSweepHarness(t *testing.T, fakeOpts stripemock.Options, intake bool) (*harness, *listCounter) {
+	t.Helper()
+	h := &harness{t: t, plans: examplePlans(t), outcomes: make(chan reconcile.Outcome, 100000)}
+	h.dbURL = storetest.URL(t)
+	st, err := store.Open(context.Background(), h.dbURL, store.Options{})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	h.st = st
+	counter := &listCounter{}
+	opts := stripetest.Options{Fake: fakeOpts, Client: stripetest.Fast(stripe.Config{}), Wrap: counter.wrap}
+	if intake {
+		opts.Store = st
+	}
+	h.sh, err = stripetest.New(opts)
+	require.NoError(t, err)
+	t.Cleanup(h.sh.Close)
+	h.fake, h.fakeURL, h.sc, h.client = h.sh.Fake, h.sh.URL, h.sh.API, h.sh.Client
+	return h, counter
+}
+
+func (h *harness) sweeper(lister reconcile.Lister, st reconcile.SweepStore) *reconcile.Sweeper {
+	h.t.Helper()
+	if lister == nil {
+		lister = h.client
+	}
+	if st == nil {
+		st = h.st
+	}
+	s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: st, Provider: stripe.Provider, Lister: lister, Plans: h.plans})
+	require.NoError(h.t, err)
+	return s
+}
+
+// sweepRun reads the newest sweep_runs row.
+func (h *harness) sweepRun() (status string, seen, changed int, errText string) {
+	h.t.Helper()
+	var e *string
+	require.NoError(h.t, h.st.Pool().QueryRow(context.Background(),
+		`SELECT status, seen, changed, error FROM sweep_runs ORDER BY id DESC LIMIT 1`).Scan(&status, &seen, &changed, &e))
+	if e != nil {
+		errText = *e
+	}
+	return status, seen, changed, errText
+}
+
+// wrongAccounts asks the fake (through Fetch, the per-customer truth) what
+// each customer's state is, and returns the customers whose account differs
+// or is missing.
+func (h *harness) wrongAccounts(customers []string) map[string]bool {
+	h.t.Helper()
+	ctx := context.Background()
+	wrong := map[string]bool{}
+	for _, c := range customers {
+		snap, err := h.client.Fetch(ctx, c)
+		require.NoError(h.t, err)
+		plan := h.plans.Default()
+		if snap.Live() {
+			var ok bool
+			plan, ok = h.plans.ForPrice(stripe.Provider, snap.PriceRefs)
+			require.True(h.t, ok)
+		}
+		a, err := h.st.Account(ctx, stripe.Provider, c)
+		if errors.Is(err, reconcile.ErrNotFound) {
+			wrong[c] = true
+			continue
+		}
+		require.NoError(h.t, err)
+		same := a.Plan == plan.Name && a.Status == snap.Status && a.SubscriptionID == snap.SubscriptionID &&
+			a.CancelAtPeriodEnd == snap.CancelAtPeriodEnd && a.UserRef == snap.UserRef
+		if snap.Live() {
+			same = same && a.PeriodStart.Equal(snap.PeriodStart) && a.PeriodEnd.Equal(snap.PeriodEnd)
+		}
+		if !same {
+			wrong[c] = true
+		}
+	}
+	return wrong
+}
+
+func TestSweepHealsDrift(t *testing.T) {
+	t.Parallel()
+	h, _ := newSweepHarness(t, stripemock.Options{Faults: stripemock.Faults{DropRate: 0.2, Seed: 7}}, true)
+	rng := rand.New(rand.NewPCG(7, 7))
+	prices := []string{"price_pro", "price_team", "price_free"}
+	const n = 200
+	customers := make([]string, n)
+	for i := range n {
+		customers[i] = h.customer(fmt.Sprint("u", i))
+		sub := h.subscribe(customers[i], prices[rng.IntN(len(prices))])
+		switch rng.IntN(4) {
+		case 0:
+			h.changePrice(sub, prices[rng.IntN(len(prices))])
+		case 1:
+			h.cancel(sub)
+		}
+	}
+	h.delivered()
+	drainAll(t, h, h.worker(reconcile.WorkerConfig{}), 0)
+	wrong := h.wrongAccounts(customers)
+	require.NotEmpty(t, wrong, "dropped webhooks leave drift for the sweep")
+
+	rep, err := h.sweeper(nil, nil).Run(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, h.wrongAccounts(customers), "after one sweep every account equals the provider")
+	require.Equal(t, len(wrong), rep.Run.Healed, "healed exactly the accounts that were wrong")
+	require.Equal(t, n, rep.Run.Seen)
+	require.Len(t, rep.Healed, min(len(wrong), reconcile.MaxHealedReported))
+	for _, hd := range rep.Healed {
+		require.True(t, wrong[hd.CustomerID], hd.CustomerID)
+		require.Contains(t, []string{reconcile.CauseNoWebhook, reconcile.CauseWebhookFailed}, hd.Cause)
+	}
+	status, seen, changed, _ := h.sweepRun()
+	require.Equal(t, "succeeded", status)
+	require.Equal(t, n, seen)
+	require.Equal(t, len(wrong), changed)
+	var logged int
+	require.NoError(t, h.st.Pool().QueryRow(context.Background(),
+		`SELECT count(*) FROM reconcile_log WHERE trigger = 'sweep'`).Scan(&logged))
+	require.Equal(t, len(wrong), logged, "accounts already right are not written")
+
+	// A second sweep finds nothing to heal.
+	rep, err = h.sweeper(nil, nil).Run(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, rep.Run.Healed)
+	require.Equal(t, n, rep.Run.Seen)
+}
+
+func TestSweepListsInBulk(t *testing.T) {
+	t.Parallel()
+	h, calls := newSweepHarness(t, stripemock.Options{}, false)
+	const n = 1000
+	for i := range n {
+		h.subscribe(h.customer(fmt.Sprint("u", i)), "price_pro")
+	}
+	calls.n.Store(0)
+	rep, err := h.sweeper(nil, nil).Run(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, n, rep.Run.Seen)
+	require.Equal(t, n, rep.Run.Healed, "every account created by the sweep")
+	pages := (n + 99) / 100
+	require.LessOrEqual(t, int(calls.n.Load()), pages+1, "list calls for %d subscriptions", n)
+	t.Logf("list calls for %d subscriptions: %d", n, calls.n.Load())
+}
