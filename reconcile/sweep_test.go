@@ -177,3 +177,191 @@ func TestSweepListsInBulk(t *testing.T) {
 	require.LessOrEqual(t, int(calls.n.Load()), pages+1, "list calls for %d subscriptions", n)
 	t.Logf("list calls for %d subscriptions: %d", n, calls.n.Load())
 }
+
+// listerFunc adapts a function to reconcile.Lister.
+type listerFunc func(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error
+
+func (f listerFunc) List(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error {
+	return f(ctx, cursor, page)
+}
+
+func TestSweepFailsWhileProviderDownThenSucceeds(t *testing.T) {
+	t.Parallel()
+	h, _ := newSweepHarness(t, stripemock.Options{}, false)
+	cus := h.customer("u1")
+	h.subscribe(cus, "price_team")
+	f := h.fake.Faults()
+	f.Error5xxRate = 1
+	h.fake.SetFaults(f)
+	_, err := h.sweeper(nil, nil).Run(context.Background())
+	require.Error(t, err)
+	status, _, _, text := h.sweepRun()
+	require.Equal(t, "failed", status)
+	require.Contains(t, text, "500")
+	_, err = h.st.Account(context.Background(), stripe.Provider, cus)
+	require.ErrorIs(t, err, reconcile.ErrNotFound)
+
+	f.Error5xxRate = 0
+	h.fake.SetFaults(f)
+	rep, err := h.sweeper(nil, nil).Run(context.Background())
+	require.NoError(t, err)
+	require.False(t, rep.Run.Resumed, "a failed run is finished, not resumed")
+	require.Equal(t, 1, rep.Run.Healed)
+	status, _, _, text = h.sweepRun()
+	require.Equal(t, "succeeded", status)
+	require.Empty(t, text)
+	require.Equal(t, "team", h.state(cus).Plan)
+}
+
+// crashingStore is the real store whose FinishSweep does nothing, as a
+// sweeper that dies before it can record the end of its run.
+type crashingStore struct{ *store.Store }
+
+func (crashingStore) FinishSweep(context.Context, reconcile.SweepRun, error) error { return nil }
+
+func TestSweepResumesFromCursor(t *testing.T) {
+	t.Parallel()
+	h, calls := newSweepHarness(t, stripemock.Options{}, false)
+	const n = 250 // three pages
+	var customers []string
+	for i := range n {
+		customers = append(customers, h.customer(fmt.Sprint("u", i)))
+		h.subscribe(customers[i], "price_pro")
+	}
+	crash := errors.New("killed")
+	pages := 0
+	dying := listerFunc(func(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error {
+		return h.client.List(ctx, cursor, func(snaps []reconcile.Snapshot, next string) error {
+			if err := page(snaps, next); err != nil {
+				return err
+			}
+			if pages++; pages == 2 {
+				return crash
+			}
+			return nil
+		})
+	})
+	calls.n.Store(0)
+	_, err := h.sweeper(dying, crashingStore{h.st}).Run(context.Background())
+	require.ErrorIs(t, err, crash)
+	require.EqualValues(t, 2, calls.n.Load())
+	status, seen, _, _ := h.sweepRun()
+	require.Equal(t, "running", status, "the dead sweeper left its run running")
+	require.Equal(t, 200, seen)
+
+	calls.n.Store(0)
+	rep, err := h.sweeper(nil, nil).Run(context.Background())
+	require.NoError(t, err)
+	require.True(t, rep.Run.Resumed)
+	require.EqualValues(t, 1, calls.n.Load(), "only the page not finished is listed again")
+	require.Equal(t, n, rep.Run.Seen)
+	require.Equal(t, n, rep.Run.Healed)
+	require.Zero(t, rep.Enqueued, "every account was covered, before or after the crash")
+	require.Empty(t, h.wrongAccounts(customers))
+	var runs int
+	require.NoError(t, h.st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM sweep_runs`).Scan(&runs))
+	require.Equal(t, 1, runs, "the run was resumed, not started again")
+}
+
+func TestSweepNeverOverwritesAFresherReconcile(t *testing.T) {
+	t.Parallel()
+	h, _ := newSweepHarness(t, stripemock.Options{}, true)
+	cus := h.customer("u1")
+	sub := h.subscribe(cus, "price_pro")
+	h.delivered()
+	w := h.worker(reconcile.WorkerConfig{})
+	drainAll(t, h, w, 0)
+	require.Equal(t, "pro", h.state(cus).Plan)
+
+	// The page is listed (pro); before the sweep applies it, the customer
+	// upgrades and the webhook-triggered reconcile applies team.
+	racing := listerFunc(func(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error {
+		return h.client.List(ctx, cursor, func(snaps []reconcile.Snapshot, next string) error {
+			if len(snaps) > 0 {
+				require.Equal(t, "pro", snaps[0].PriceRefs[0])
+				h.changePrice(sub, "price_team")
+				h.delivered()
+				drainAll(t, h, w, 0)
+				require.Equal(t, "team", h.state(cus).Plan)
+			}
+			return page(snaps, next)
+		})
+	})
+	rep, err := h.sweeper(racing, nil).Run(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Run.Seen)
+	require.Zero(t, rep.Run.Healed)
+	st := h.state(cus)
+	require.Equal(t, "team", st.Plan, "the sweep's older page lost to the fresher reconcile")
+	require.Equal(t, h.largestGrant(cus), st.Balance)
+	require.Equal(t, 2, st.Grants, "pro, then the top-up to team; nothing from the sweep")
+}
+
+func TestSweepOneAtATime(t *testing.T) {
+	t.Parallel()
+	h, _ := newSweepHarness(t, stripemock.Options{}, false)
+	h.subscribe(h.customer("u1"), "price_pro")
+	// A second store is a second replica: its own pool on the same database.
+	other, err := store.Open(context.Background(), h.dbURL, store.Options{})
+	require.NoError(t, err)
+	t.Cleanup(other.Close)
+
+	inside, release := make(chan struct{}), make(chan struct{})
+	blocking := listerFunc(func(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error {
+		close(inside)
+		<-release
+		return h.client.List(ctx, cursor, page)
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.sweeper(blocking, nil).Run(context.Background())
+		done <- err
+	}()
+	<-inside
+	_, err = h.sweeper(nil, other).Run(context.Background())
+	require.ErrorIs(t, err, reconcile.ErrSweepRunning)
+	close(release)
+	require.NoError(t, <-done)
+
+	// The lock went with the first run: the other replica sweeps now.
+	rep, err := h.sweeper(nil, other).Run(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Run.Seen)
+	var runs int
+	require.NoError(t, h.st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM sweep_runs WHERE status = 'succeeded'`).Scan(&runs))
+	require.Equal(t, 2, runs)
+}
+
+func TestSweepEnqueuesWhatTheListingDidNotCover(t *testing.T) {
+	t.Parallel()
+	h, _ := newSweepHarness(t, stripemock.Options{}, false)
+	ctx := context.Background()
+	bare := h.customer("u_bare") // no subscription: not in the listing
+	listed := h.customer("u_listed")
+	h.subscribe(listed, "price_pro")
+	for _, c := range []string{bare, listed} {
+		require.NoError(t, h.st.Enqueue(ctx, stripe.Provider, c, reconcile.TriggerWebhook))
+	}
+	drainAll(t, h, h.worker(reconcile.WorkerConfig{}), 0)
+	// One more customer whose queue row is dead.
+	dead := h.customer("u_dead")
+	require.NoError(t, h.st.Enqueue(ctx, stripe.Provider, dead, reconcile.TriggerWebhook))
+	_, err := h.st.Pool().Exec(ctx, `UPDATE reconcile_queue SET status = 'dead', attempts = 5 WHERE customer_id = $1`, dead)
+	require.NoError(t, err)
+
+	rep, err := h.sweeper(nil, nil).Run(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Run.Seen)
+	rows, err := h.st.Pool().Query(ctx, `SELECT customer_id, trigger, status, attempts FROM reconcile_queue ORDER BY customer_id`)
+	require.NoError(t, err)
+	got := map[string]string{}
+	for rows.Next() {
+		var c, trig, status string
+		var attempts int
+		require.NoError(t, rows.Scan(&c, &trig, &status, &attempts))
+		got[c] = fmt.Sprint(trig, " ", status, " ", attempts)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, map[string]string{bare: "sweep pending 0", dead: "sweep pending 0"}, got)
+	require.Equal(t, 2, rep.Enqueued)
+}
