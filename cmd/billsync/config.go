@@ -37,6 +37,8 @@ type config struct {
 
 	PlansPath string
 	Workers   int
+
+	SweepSchedule string
 }
 
 // bindCommon registers the flags every database-using command shares,
@@ -64,6 +66,8 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.UserRefKey, "user-ref-key", "user_id", "Stripe customer metadata key holding the app's user reference")
 	fs.StringVar(&c.PlansPath, "plans", getenv("BILLSYNC_PLANS"), "plans file (YAML; env BILLSYNC_PLANS; default: the built-in plans.example.yaml)")
 	fs.IntVar(&c.Workers, "workers", 8, "reconcile loops in this process (0: intake only)")
+	fs.StringVar(&c.SweepSchedule, "sweep-schedule", cmp.Or(getenv("BILLSYNC_SWEEP_SCHEDULE"), defaultSweepSchedule),
+		"when to sweep: a five-field cron spec in UTC, or off (env BILLSYNC_SWEEP_SCHEDULE; one replica sweeps at a time; needs -workers > 0)")
 }
 
 // loadSecrets reads the secrets from the environment and checks the whole
@@ -116,6 +120,9 @@ func (c *config) validateServe() error {
 	}
 	if c.StripeTolerance <= 0 {
 		errs = append(errs, errors.New("-stripe-tolerance must be positive"))
+	}
+	if _, err := parseSweepSchedule(c.SweepSchedule); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -75,10 +75,7 @@ STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 	defer cancel()
 	var wg sync.WaitGroup
 	if cfg.Workers > 0 {
-		client, err := stripe.NewClient(stripe.Config{
-			APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIURL, UserRefKey: cfg.UserRefKey,
-			RateLimit: cfg.StripeRateLimit, Logger: logger,
-		})
+		client, err := newStripeClient(cfg, logger)
 		if err != nil {
 			return err
 		}
@@ -92,6 +89,15 @@ STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 		wg.Add(2)
 		go func() { defer wg.Done(); st.Listen(ctx, logger, worker.Wake) }()
 		go func() { defer wg.Done(); worker.Run(ctx) }()
+		if sched, _ := parseSweepSchedule(cfg.SweepSchedule); sched != nil { // validated above
+			sweeper, err := newSweeper(st, client, plans, logger, nil)
+			if err != nil {
+				return err
+			}
+			wait := scheduleSweeps(ctx, sched, sweeper, logger)
+			wg.Add(1)
+			go func() { defer wg.Done(); <-ctx.Done(); wait() }()
+		}
 	}
 	// Workers finish the job in hand and release their leases.
 	stopWorkers := func(shutCtx context.Context) error {
