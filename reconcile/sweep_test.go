@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	stripeapi "github.com/stripe/stripe-go/v82"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/mocks/stripe/stripetest"
@@ -119,10 +121,12 @@ func TestSweepHealsDrift(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	prices := []string{"price_pro", "price_team", "price_free"}
 	const n = 200
-	customers := make([]string, n)
-	for i := range n {
-		customers[i] = h.customer(fmt.Sprint("u", i))
-		sub := h.subscribe(customers[i], prices[rng.IntN(len(prices))])
+	first := make([]string, n)
+	for i := range first {
+		first[i] = prices[rng.IntN(len(prices))]
+	}
+	customers, subs := h.subscribeMany(n, func(i int) string { return first[i] })
+	for _, sub := range subs {
 		switch rng.IntN(4) {
 		case 0:
 			h.changePrice(sub, prices[rng.IntN(len(prices))])
@@ -164,10 +168,11 @@ func TestSweepHealsDrift(t *testing.T) {
 func TestSweepListsInBulk(t *testing.T) {
 	t.Parallel()
 	h, calls := newSweepHarness(t, stripemock.Options{}, false)
-	const n = 1000
-	for i := range n {
-		h.subscribe(h.customer(fmt.Sprint("u", i)), "price_pro")
+	n := 1000
+	if raceEnabled {
+		n = 300
 	}
+	h.subscribeMany(n, func(int) string { return "price_pro" })
 	calls.n.Store(0)
 	rep, err := h.sweeper(nil, nil).Run(context.Background())
 	require.NoError(t, err)
@@ -175,7 +180,33 @@ func TestSweepListsInBulk(t *testing.T) {
 	require.Equal(t, n, rep.Run.Healed, "every account created by the sweep")
 	pages := (n + 99) / 100
 	require.LessOrEqual(t, int(calls.n.Load()), pages+1, "list calls for %d subscriptions", n)
-	t.Logf("list calls for %d subscriptions: %d", n, calls.n.Load())
+	t.Logf("list calls for %d subscriptions: %d (sweep %s)", n, calls.n.Load(), rep.Took)
+}
+
+// subscribeMany creates n customers (user refs u0…) at the fake, each
+// subscribed to price(i), from a few goroutines (setup dominates these
+// tests' time), and returns them with their subscriptions.
+func (h *harness) subscribeMany(n int, price func(i int) string) ([]string, []*stripeapi.Subscription) {
+	h.t.Helper()
+	customers, subs := make([]string, n), make([]*stripeapi.Subscription, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	const workers = 8
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += workers {
+				ctx := context.Background()
+				if customers[i], errs[i] = h.sh.Customer(ctx, fmt.Sprint("u", i)); errs[i] == nil {
+					subs[i], errs[i] = h.sh.Subscribe(ctx, customers[i], price(i))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.NoError(h.t, errors.Join(errs...))
+	return customers, subs
 }
 
 // listerFunc adapts a function to reconcile.Lister.
@@ -223,11 +254,7 @@ func TestSweepResumesFromCursor(t *testing.T) {
 	t.Parallel()
 	h, calls := newSweepHarness(t, stripemock.Options{}, false)
 	const n = 250 // three pages
-	var customers []string
-	for i := range n {
-		customers = append(customers, h.customer(fmt.Sprint("u", i)))
-		h.subscribe(customers[i], "price_pro")
-	}
+	customers, _ := h.subscribeMany(n, func(int) string { return "price_pro" })
 	crash := errors.New("killed")
 	pages := 0
 	dying := listerFunc(func(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error {
