@@ -12,34 +12,32 @@ import (
 )
 
 // SweepLock takes the session advisory lock that lets one sweep of provider
-// run at a time across every replica. It is held on a connection of its own
-// for the whole run, so a leader that crashes loses it with its connection.
-// ok is false when another sweep holds it. unlock releases the lock and the
-// connection.
+// run at a time across every replica. It is held on a connection of its own,
+// outside the pool (so a long sweep takes no connection from the workers),
+// for the whole run: a leader that crashes loses it with its connection.
+// ok is false when another sweep holds it. unlock releases the lock and
+// closes the connection.
 func (s *Store) SweepLock(ctx context.Context, provider string) (unlock func(), ok bool, err error) {
 	bctx, cancel := s.bound(ctx)
 	defer cancel()
-	conn, err := s.pool.Acquire(bctx)
+	conn, err := pgx.ConnectConfig(bctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return nil, false, fmt.Errorf("sweep lock: %w", classify(err))
 	}
+	closeConn := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		defer cancel()
+		_ = conn.Close(ctx) // closing the session releases its lock
+	}
 	if err := conn.QueryRow(bctx, `SELECT pg_try_advisory_lock(hashtextextended('billsync.sweep.' || $1, 0))`, provider).Scan(&ok); err != nil {
-		conn.Release()
+		closeConn()
 		return nil, false, fmt.Errorf("sweep lock: %w", classify(err))
 	}
 	if !ok {
-		conn.Release()
+		closeConn()
 		return nil, false, nil
 	}
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-		defer cancel()
-		if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended('billsync.sweep.' || $1, 0))`, provider); err != nil {
-			// The lock must not outlive this run on a pooled connection.
-			_ = conn.Conn().Close(ctx)
-		}
-		conn.Release()
-	}, true, nil
+	return closeConn, true, nil
 }
 
 // StartSweep begins a run of provider's sweep, or resumes the newest one
