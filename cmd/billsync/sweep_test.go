@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -57,4 +59,35 @@ func TestSweepSchedule(t *testing.T) {
 	require.ErrorContains(t, err, `BILLSYNC_SWEEP_SCHEDULE "nightly": want a five-field cron spec`)
 	cfg.SweepSchedule = "off"
 	require.NoError(t, cfg.validateServe())
+}
+
+func TestScheduledSweepRuns(t *testing.T) {
+	h, err := stripetest.New(stripetest.Options{})
+	require.NoError(t, err)
+	t.Cleanup(h.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cus, err := h.Customer(ctx, "u_1")
+	require.NoError(t, err)
+	_, err = h.Subscribe(ctx, cus, "price_pro")
+	require.NoError(t, err)
+	st := storetest.NewStore(t)
+	plans, err := loadPlans("")
+	require.NoError(t, err)
+	sweeper, err := newSweeper(st, h.Client, plans, slog.New(slog.DiscardHandler), nil)
+	require.NoError(t, err)
+	sched, err := parseSweepSchedule("@every 50ms")
+	require.NoError(t, err)
+
+	wait := scheduleSweeps(ctx, sched, sweeper, slog.New(slog.DiscardHandler))
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM sweep_runs WHERE status = 'succeeded'`).Scan(&n))
+		return n >= 2
+	}, time.Minute, 10*time.Millisecond, "the schedule runs sweeps")
+	cancel()
+	wait()
+	a, err := st.Account(context.Background(), "stripe", cus)
+	require.NoError(t, err)
+	require.Equal(t, "pro", a.Plan)
 }
