@@ -115,7 +115,8 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 
 // Run sweeps once: ErrSweepRunning when another sweep holds the lock, else
 // the report and the run's failure, if any (the run is then recorded as
-// failed, never as succeeded).
+// failed, never as succeeded). A run stopped by ctx stays recorded as
+// running, so the next one resumes from its cursor.
 func (s *Sweeper) Run(ctx context.Context) (SweepReport, error) {
 	unlock, ok, err := s.cfg.Store.SweepLock(ctx, s.cfg.Provider)
 	if err != nil {
@@ -134,8 +135,14 @@ func (s *Sweeper) Run(ctx context.Context) (SweepReport, error) {
 	s.log.InfoContext(ctx, "sweep started", "run", run.ID, "resumed", run.Resumed, "cursor", run.Cursor)
 	err = s.sweep(ctx, &rep)
 	rep.Took = time.Since(begin)
-	// The run's record must be written even when ctx ended the run.
-	if ferr := s.cfg.Store.FinishSweep(context.WithoutCancel(ctx), rep.Run, err); ferr != nil {
+	if err != nil && ctx.Err() != nil {
+		// Stopped (SIGTERM, Ctrl-C), not failed: the run stays running
+		// with its cursor, and the next sweep resumes it.
+		s.log.WarnContext(ctx, "sweep interrupted; the next sweep resumes it", "run", rep.Run.ID,
+			"cursor", rep.Run.Cursor, "seen", rep.Run.Seen, "healed", rep.Run.Healed)
+		return rep, fmt.Errorf("%s sweep %d interrupted: %w", s.cfg.Provider, rep.Run.ID, err)
+	}
+	if ferr := s.cfg.Store.FinishSweep(ctx, rep.Run, err); ferr != nil {
 		err = errors.Join(err, ferr)
 	}
 	if err != nil {

@@ -392,3 +392,30 @@ func TestSweepEnqueuesWhatTheListingDidNotCover(t *testing.T) {
 	require.Equal(t, map[string]string{bare: "sweep pending 0", dead: "sweep pending 0"}, got)
 	require.Equal(t, 2, rep.Enqueued)
 }
+
+func TestSweepInterruptedResumes(t *testing.T) {
+	t.Parallel()
+	h, calls := newSweepHarness(t, stripemock.Options{}, false)
+	customers, _ := h.subscribeMany(150, func(int) string { return "price_team" })
+	ctx, cancel := context.WithCancel(context.Background())
+	stopping := listerFunc(func(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error {
+		return h.client.List(ctx, cursor, func(snaps []reconcile.Snapshot, next string) error {
+			err := page(snaps, next)
+			cancel() // SIGTERM after the first page
+			return err
+		})
+	})
+	calls.n.Store(0)
+	_, err := h.sweeper(stopping, nil).Run(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	status, seen, _, _ := h.sweepRun()
+	require.Equal(t, "running", status, "stopped, not failed: left for the next sweep to resume")
+	require.Equal(t, 100, seen)
+
+	rep, err := h.sweeper(nil, nil).Run(context.Background())
+	require.NoError(t, err)
+	require.True(t, rep.Run.Resumed)
+	require.EqualValues(t, 2, calls.n.Load(), "the first page once, then the second")
+	require.Equal(t, 150, rep.Run.Seen)
+	require.Empty(t, h.wrongAccounts(customers))
+}

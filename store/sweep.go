@@ -40,10 +40,16 @@ func (s *Store) SweepLock(ctx context.Context, provider string) (unlock func(), 
 	return closeConn, true, nil
 }
 
+// SweepResumeWithin is how recent a dead run's heartbeat must be for the
+// next sweep to resume it: a run stopped yesterday would skip every
+// customer it covered then, so it is closed as failed and a new run starts.
+const SweepResumeWithin = 6 * time.Hour
+
 // StartSweep begins a run of provider's sweep, or resumes the newest one
-// still marked running. The caller holds SweepLock, so a running row is
-// one whose sweeper died (its lock went with its connection), however
-// fresh its heartbeat. Older orphans are marked failed.
+// still marked running whose heartbeat is within SweepResumeWithin. The
+// caller holds SweepLock, so a running row is one whose sweeper died or
+// was stopped (its lock went with its connection). Other running rows are
+// closed as failed.
 func (s *Store) StartSweep(ctx context.Context, provider string) (reconcile.SweepRun, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
@@ -52,8 +58,9 @@ func (s *Store) StartSweep(ctx context.Context, provider string) (reconcile.Swee
 		var cursor *string
 		err := tx.QueryRow(ctx, `
 			UPDATE sweep_runs SET heartbeat_at = now()
-			WHERE id = (SELECT max(id) FROM sweep_runs WHERE provider = $1 AND status = 'running')
-			RETURNING id, started_at, cursor, seen, changed, failed`, provider).
+			WHERE id = (SELECT max(id) FROM sweep_runs WHERE provider = $1 AND status = 'running'
+			            AND heartbeat_at > now() - make_interval(secs => $2))
+			RETURNING id, started_at, cursor, seen, changed, failed`, provider, SweepResumeWithin.Seconds()).
 			Scan(&run.ID, &run.StartedAt, &cursor, &run.Seen, &run.Healed, &run.Failed)
 		switch {
 		case err == nil:
@@ -70,8 +77,14 @@ func (s *Store) StartSweep(ctx context.Context, provider string) (reconcile.Swee
 			return fmt.Errorf("find a run to resume: %w", err)
 		}
 		_, err = tx.Exec(ctx, `
-			UPDATE sweep_runs SET status = 'failed', finished_at = now(), error = 'abandoned: a later run resumed instead'
+			UPDATE sweep_runs SET status = 'failed', finished_at = now(), error = 'abandoned: its sweeper stopped and a later run did not resume it'
 			WHERE provider = $1 AND status = 'running' AND id <> $2`, provider, run.ID)
+		if err != nil {
+			return fmt.Errorf("close abandoned runs: %w", err)
+		}
+		_, err = tx.Exec(ctx, `
+			DELETE FROM sweep_seen w USING sweep_runs r
+			WHERE w.run_id = r.id AND r.provider = $1 AND r.status <> 'running'`, provider)
 		return err
 	})
 	if err != nil {

@@ -80,4 +80,18 @@ func TestSweepRunResumesAndRemembersCustomers(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, next.Resumed)
 	require.NotEqual(t, run.ID, next.ID)
+
+	// A run whose sweeper stopped long ago is closed, not resumed.
+	_, err = st.MarkSwept(ctx, next.ID, []string{"cus_a"})
+	require.NoError(t, err)
+	_, err = st.Pool().Exec(ctx, `UPDATE sweep_runs SET heartbeat_at = now() - interval '7 hours' WHERE id = $1`, next.ID)
+	require.NoError(t, err)
+	fresh2, err := st.StartSweep(ctx, "stripe")
+	require.NoError(t, err)
+	require.False(t, fresh2.Resumed)
+	var errText string
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT status || ': ' || error FROM sweep_runs WHERE id = $1`, next.ID).Scan(&errText))
+	require.Contains(t, errText, "failed: abandoned")
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM sweep_seen`).Scan(&seen))
+	require.Zero(t, seen, "an abandoned run's memory goes with it")
 }
