@@ -27,7 +27,11 @@ func (s *Store) SweepLock(ctx context.Context, provider string) (unlock func(), 
 	closeConn := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 		defer cancel()
-		_ = conn.Close(ctx) // closing the session releases its lock
+		// Unlock first: the server ends a closed session a moment later,
+		// and a sweep started right after this one must find the lock free.
+		// Closing the session releases it anyway if this fails.
+		_, _ = conn.Exec(ctx, `SELECT pg_advisory_unlock_all()`)
+		_ = conn.Close(ctx)
 	}
 	if err := conn.QueryRow(bctx, `SELECT pg_try_advisory_lock(hashtextextended('billsync.sweep.' || $1, 0))`, provider).Scan(&ok); err != nil {
 		closeConn()

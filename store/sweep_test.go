@@ -23,11 +23,6 @@ func TestSweepLock(t *testing.T) {
 	_, ok, err = b.SweepLock(ctx, "stripe")
 	require.NoError(t, err)
 	require.False(t, ok, "one sweep of a provider at a time")
-	unlockOther, ok, err := b.SweepLock(ctx, "kinde")
-	require.NoError(t, err)
-	require.True(t, ok, "another provider's sweep is separate")
-	unlockOther()
-
 	// The leader's connection dies (a crashed process): its lock goes too.
 	var killed int
 	require.NoError(t, b.Pool().QueryRow(ctx, `
@@ -39,9 +34,14 @@ func TestSweepLock(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	unlockB()
-	_, ok, err = a.SweepLock(ctx, "stripe")
+	unlockA, ok, err := a.SweepLock(ctx, "stripe")
 	require.NoError(t, err)
-	require.True(t, ok, "unlock released it")
+	require.True(t, ok, "unlock released it at once")
+	unlockA()
+	unlockOther, ok, err := b.SweepLock(ctx, "kinde")
+	require.NoError(t, err)
+	require.True(t, ok, "another provider's sweep is separate")
+	unlockOther()
 }
 
 func TestSweepRunResumesAndRemembersCustomers(t *testing.T) {
