@@ -40,7 +40,8 @@ type config struct {
 
 	// AdminToken opens /admin/api/… to whoever sends it as a Bearer
 	// token; empty leaves the admin API absent.
-	AdminToken string
+	AdminToken    string
+	SweepSchedule string
 }
 
 // bindCommon registers the flags every database-using command shares,
@@ -65,6 +66,8 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&c.StripeTolerance, "stripe-tolerance", 300*time.Second, "oldest Stripe-Signature timestamp accepted")
 	c.bindReconcile(fs, getenv)
 	fs.IntVar(&c.Workers, "workers", 8, "reconcile loops in this process (0: intake only)")
+	fs.StringVar(&c.SweepSchedule, "sweep-schedule", cmp.Or(getenv("BILLSYNC_SWEEP_SCHEDULE"), defaultSweepSchedule),
+		"when to sweep: a five-field cron spec in UTC, or off (env BILLSYNC_SWEEP_SCHEDULE; one replica sweeps at a time; needs -workers > 0)")
 }
 
 // bindReconcile registers the flags of every command that reconciles
@@ -132,6 +135,9 @@ func (c *config) validateServe() error {
 	}
 	if c.StripeTolerance <= 0 {
 		errs = append(errs, errors.New("-stripe-tolerance must be positive"))
+	}
+	if _, err := parseSweepSchedule(c.SweepSchedule); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

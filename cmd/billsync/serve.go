@@ -66,11 +66,7 @@ STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 	var wg sync.WaitGroup
 	var reconciler server.Reconciler // the admin API's resyncs take a worker's path
 	if cfg.Workers > 0 {
-		client, err := stripe.NewClient(stripe.Config{
-			APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIURL, UserRefKey: cfg.UserRefKey,
-			RateLimit: cfg.StripeRateLimit, Logger: logger,
-			OnAttempt: func(status string) { metrics.ObserveProviderRequest(stripe.Provider, status) },
-		})
+		client, err := newStripeClient(cfg, logger, func(status string) { metrics.ObserveProviderRequest(stripe.Provider, status) })
 		if err != nil {
 			return err
 		}
@@ -85,6 +81,15 @@ STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 		wg.Add(2)
 		go func() { defer wg.Done(); st.Listen(ctx, logger, worker.Wake) }()
 		go func() { defer wg.Done(); worker.Run(ctx) }()
+		if sched, _ := parseSweepSchedule(cfg.SweepSchedule); sched != nil { // validated above
+			sweeper, err := newSweeper(st, client, plans, logger, nil)
+			if err != nil {
+				return err
+			}
+			wait := scheduleSweeps(ctx, sched, sweeper, logger)
+			wg.Add(1)
+			go func() { defer wg.Done(); <-ctx.Done(); wait() }()
+		}
 	}
 	srv := server.New(server.Config{
 		Logger:    logger,

@@ -161,6 +161,19 @@ func TestListSubscriptionsPagesAndFilters(t *testing.T) {
 
 	_, page = f.do(t, http.MethodGet, "/v1/subscriptions", url.Values{"status": {"all"}, "limit": {"100"}}, nil)
 	require.Len(t, page["data"], 8, "no customer filter: every customer's subscriptions")
+
+	// The sweep's listing: every customer, customer expanded, paged.
+	_, page = f.do(t, http.MethodGet, "/v1/subscriptions", url.Values{"status": {"all"}, "limit": {"5"},
+		"expand[]": {"data.customer"}}, nil)
+	require.Len(t, page["data"], 5)
+	require.Equal(t, true, page["has_more"])
+	require.Equal(t, other.ID, path(page, "data", 0, "customer", "id"))
+	require.Equal(t, "u1", path(page, "data", 0, "customer", "metadata", "user_id"))
+	_, page = f.do(t, http.MethodGet, "/v1/subscriptions", url.Values{"status": {"all"}, "limit": {"5"},
+		"starting_after": {created[2]}}, nil)
+	require.Equal(t, false, page["has_more"])
+	require.Len(t, page["data"], 2, "the two canceled ones are older")
+	require.Equal(t, cust.ID, path(page, "data", 0, "customer"), "not expanded unless asked")
 }
 
 func TestUnknownIDIsStripeShaped404(t *testing.T) {

@@ -40,6 +40,9 @@ type Config struct {
 	// limiter's bucket size; default 1 (evenly spaced requests).
 	RateLimit float64
 	Burst     int
+	// ListRateLimit is requests per second List may take of RateLimit;
+	// default half of it, so webhook-triggered fetches keep the rest.
+	ListRateLimit float64
 
 	// Timeout bounds each HTTP attempt (connect, headers, body), not the time
 	// spent waiting for the rate limiter or between retries; default 10s.
@@ -65,6 +68,7 @@ func (cfg Config) withDefaults() Config {
 	cfg.UserRefKey = cmp.Or(cfg.UserRefKey, "user_id")
 	cfg.RateLimit = cmp.Or(cfg.RateLimit, 25)
 	cfg.Burst = cmp.Or(cfg.Burst, 1)
+	cfg.ListRateLimit = cmp.Or(cfg.ListRateLimit, cfg.RateLimit/2)
 	cfg.Timeout = cmp.Or(cfg.Timeout, 10*time.Second)
 	switch {
 	case cfg.RetryMax == 0:
@@ -90,7 +94,7 @@ func (cfg Config) validate() error {
 			errs = append(errs, fmt.Errorf("base URL %q is not an http(s) URL", cfg.BaseURL))
 		}
 	}
-	if cfg.RateLimit < 0 || cfg.Burst < 0 {
+	if cfg.RateLimit < 0 || cfg.Burst < 0 || cfg.ListRateLimit < 0 {
 		errs = append(errs, errors.New("rate limit and burst must not be negative"))
 	}
 	if cfg.Timeout < 0 || cfg.RetryWaitMin < 0 || cfg.RetryWaitMax < cfg.RetryWaitMin {
@@ -113,9 +117,10 @@ func (cfg Config) validate() error {
 //	  run the attempt under its own Timeout)
 //	http.Transport
 type Client struct {
-	api        *stripeapi.Client
-	userRefKey string
-	log        *slog.Logger
+	api         *stripeapi.Client
+	userRefKey  string
+	log         *slog.Logger
+	listLimiter *rate.Limiter
 }
 
 var (
@@ -155,9 +160,10 @@ func NewClient(cfg Config) (*Client, error) {
 		bc.URL = stripeapi.String(strings.TrimRight(cfg.BaseURL, "/"))
 	}
 	return &Client{
-		api:        stripeapi.NewClient(cfg.APIKey, stripeapi.WithBackends(stripeapi.NewBackendsWithConfig(bc))),
-		userRefKey: cfg.UserRefKey,
-		log:        cfg.Logger.With("provider", Provider),
+		api:         stripeapi.NewClient(cfg.APIKey, stripeapi.WithBackends(stripeapi.NewBackendsWithConfig(bc))),
+		userRefKey:  cfg.UserRefKey,
+		log:         cfg.Logger.With("provider", Provider),
+		listLimiter: rate.NewLimiter(rate.Limit(cfg.ListRateLimit), 1),
 	}, nil
 }
 
@@ -221,81 +227,68 @@ func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapsh
 
 // List pages through every subscription of the account (status=all, 100 per
 // page, newest first, starting after cursor, customer expanded for the user
-// reference) and hands page one snapshot per customer whose newest live
-// subscription is on that page, with the cursor to resume after it. The
-// last call has next == "" (it may carry no snapshots).
+// reference) and hands page, after each page, the customers that page
+// resolved by the rule Fetch uses, with the cursor to resume after it (the
+// page's last subscription). A final call with next == "" hands the
+// customers resolved only at the end: those without a live subscription
+// (see listing). Deleted customers, and customers Fetch would fail
+// permanently, are left out: the sweep reconciles them one by one.
 //
-// Limits, by design:
-//   - Only live subscriptions produce snapshots. Whether a customer without
-//     a live subscription is on the free plan needs all their subscriptions,
-//     which a page does not hold; such customers are left out, so the sweep
-//     reconciles them one by one as accounts the listing did not cover.
-//   - A customer's first live subscription met in this call wins and later
-//     (older) ones are skipped. The memory of which customers were met lasts
-//     for one call: a run resumed from a cursor can give a customer with two
-//     live subscriptions on either side of the cursor the older one, until
-//     the next event or sweep.
-//   - A live subscription billsync cannot read (no period, no price) is
-//     logged and left out, so its customer is reconciled by Fetch, which
-//     records the permanent reason. Deleted customers are left out.
+// Its requests wait for a rate limiter of their own (Config.ListRateLimit)
+// before the client's shared one, so a sweep never takes the whole rate
+// from webhook-triggered fetches.
+//
+// Limit: the memory of which customers were met lasts for one call. A run
+// resumed from a cursor meets only what follows it; the caller skips
+// customers it resolved before (the sweep remembers them per run).
 func (c *Client) List(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error {
-	params := &stripeapi.SubscriptionListParams{Status: stripeapi.String("all")}
-	params.Limit = stripeapi.Int64(100)
-	params.AddExpand("data.customer")
-	if cursor != "" {
-		params.StartingAfter = stripeapi.String(cursor)
-	}
-	const pageSize = 100
-	met := map[string]bool{}
-	var snaps []reconcile.Snapshot
-	read := 0
-	last := cursor
-	for sub, err := range c.api.V1Subscriptions.List(ctx, params) {
-		if err != nil {
-			return fail("list subscriptions after "+cmp.Or(last, "the start"), err)
+	ctx = context.WithValue(ctx, listLimiterKey{}, c.listLimiter)
+	l := newListing(c.userRefKey, c.log)
+	for {
+		// One iteration per page, stopped at the page's end, so the caller
+		// has the page before the next one is requested: it takes the next
+		// page's observation time in between.
+		params := &stripeapi.SubscriptionListParams{Status: stripeapi.String("all")}
+		params.Limit = stripeapi.Int64(listPageSize)
+		params.AddExpand("data.customer")
+		if cursor != "" {
+			params.StartingAfter = stripeapi.String(cursor)
 		}
-		if read == pageSize {
-			if err := page(snaps, last); err != nil {
+		var snaps []reconcile.Snapshot
+		read := 0
+		for sub, err := range c.api.V1Subscriptions.List(ctx, params) {
+			if err != nil {
+				return fail("list subscriptions after "+cmp.Or(cursor, "the start"), err)
+			}
+			raw, err := rawOf(sub)
+			if err != nil {
+				return fmt.Errorf("stripe list subscriptions: %w", err)
+			}
+			id, ok := stringAt(raw, "id")
+			if !ok {
+				return reconcile.Permanent("stripe subscription list: an entry has no id")
+			}
+			cursor = id
+			if snap, ok := l.add(raw); ok {
+				snaps = append(snaps, snap)
+			}
+			if read++; read == listPageSize {
+				break
+			}
+		}
+		if read > 0 {
+			if err := page(snaps, cursor); err != nil {
 				return err
 			}
-			snaps, read = nil, 0
 		}
-		read++
-		raw, err := rawOf(sub)
-		if err != nil {
-			return fmt.Errorf("stripe list subscriptions: %w", err)
-		}
-		if id, ok := stringAt(raw, "id"); ok {
-			last = id
-		}
-		if snap, ok := c.listed(raw, met); ok {
-			snaps = append(snaps, snap)
+		if read < listPageSize {
+			return page(l.rest(), "")
 		}
 	}
-	return page(snaps, "")
 }
 
-// listed turns one listed subscription into a snapshot when it is the first
-// live subscription of a known customer met in this listing.
-func (c *Client) listed(raw []byte, met map[string]bool) (reconcile.Snapshot, bool) {
-	status, _ := statusOf(raw)
-	customer, ok := customerIDOf(raw)
-	if !ok || !(reconcile.Snapshot{Status: status}).Live() || met[customer] {
-		return reconcile.Snapshot{}, false
-	}
-	met[customer] = true
-	if deleted, _ := boolAt(raw, "customer", "deleted"); deleted {
-		return reconcile.Snapshot{}, false
-	}
-	snap, err := snapshotOf(raw)
-	if err != nil {
-		c.log.Warn("stripe subscription left out of the sweep listing", "customer", customer, slog.Any("error", err))
-		return reconcile.Snapshot{}, false
-	}
-	snap.UserRef, _ = stringAt(raw, "customer", "metadata", c.userRefKey)
-	snap.Email, _ = stringAt(raw, "customer", "email")
-	return snap, true
-}
+// listPageSize is Stripe's largest page.
+const listPageSize = 100
 
 // rawOf returns the subscription's own JSON. stripe-go v82.5.1 sets it on
 // Retrieve results and on every item of a list page.
@@ -357,6 +350,11 @@ type attemptTransport struct {
 }
 
 func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if l := listLimiter(req.Context()); l != nil {
+		if err := l.Wait(req.Context()); err != nil {
+			return nil, fmt.Errorf("wait for the stripe list rate limit: %w", err)
+		}
+	}
 	if err := t.limiter.Wait(req.Context()); err != nil {
 		return nil, fmt.Errorf("wait for the stripe rate limit: %w", err)
 	}

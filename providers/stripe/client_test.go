@@ -456,7 +456,7 @@ func TestRateLimitShared(t *testing.T) {
 func TestList(t *testing.T) {
 	t.Parallel()
 
-	t.Run("OneSnapshotPerCustomerWithALiveSubscription", func(t *testing.T) {
+	t.Run("OneSnapshotPerCustomer", func(t *testing.T) {
 		t.Parallel()
 		f := newFake(t, stripemock.Options{}, nil)
 		ada := f.customer(t, map[string]string{"user_id": "u_ada"})
@@ -481,8 +481,11 @@ func TestList(t *testing.T) {
 			return nil
 		})
 		require.NoError(t, err)
-		require.Equal(t, []string{""}, calls)
-		require.Len(t, got, 2, "customers without a live subscription are left to per-customer fetches")
+		require.Len(t, calls, 2, "one page, then the customers resolved at the end")
+		require.True(t, strings.HasPrefix(calls[0], "sub_"))
+		require.Empty(t, calls[1])
+		require.Len(t, got, 3, "a customer without any subscription is left to a per-customer fetch")
+		require.Equal(t, "canceled", got[gone].Status)
 		require.Equal(t, adaSub.ID, got[ada].SubscriptionID)
 		require.Equal(t, "u_ada", got[ada].UserRef)
 		require.Equal(t, []string{"pro", "price_pro"}, got[ada].PriceRefs)
@@ -515,10 +518,12 @@ func TestList(t *testing.T) {
 			return nil
 		})
 		require.NoError(t, err)
-		require.Len(t, calls, 2)
+		require.Len(t, calls, 3)
 		require.Equal(t, 100, calls[0].n)
 		require.True(t, strings.HasPrefix(calls[0].next, "sub_"))
-		require.Equal(t, call{total - 100, ""}, calls[1])
+		require.Equal(t, total-100, calls[1].n)
+		require.True(t, strings.HasPrefix(calls[1].next, "sub_"))
+		require.Equal(t, call{0, ""}, calls[2])
 
 		// A sweep that stopped after the first page resumes from its cursor.
 		var resumed int
@@ -528,6 +533,60 @@ func TestList(t *testing.T) {
 		})
 		require.NoError(t, err)
 		require.Equal(t, total-100, resumed)
+	})
+
+	t.Run("CustomerAcrossPagesResolvesAsFetch", func(t *testing.T) {
+		t.Parallel()
+		f := newFake(t, stripemock.Options{}, nil)
+		// Oldest first, so that the listing (newest first) shows each of
+		// these customers' newer subscription on page one and the older one
+		// on page two.
+		liveOld := f.customer(t, map[string]string{"user_id": "u_live_old"})
+		f.subscribe(t, liveOld, "price_team")
+		endedBoth := f.customer(t, map[string]string{"user_id": "u_ended"})
+		f.cancel(t, f.subscribe(t, endedBoth, "price_team").ID)
+		liveNew := f.customer(t, map[string]string{"user_id": "u_live_new"})
+		f.cancel(t, f.subscribe(t, liveNew, "price_team").ID)
+		f.Clock().Advance(time.Minute)
+		for i := range 100 {
+			f.subscribe(t, f.customer(t, map[string]string{"user_id": fmt.Sprint("u", i)}), "price_pro")
+		}
+		f.Clock().Advance(time.Minute)
+		f.cancel(t, f.subscribe(t, liveOld, "price_pro").ID)
+		f.cancel(t, f.subscribe(t, endedBoth, "price_pro").ID)
+		f.subscribe(t, liveNew, "price_pro")
+		c := newTestClient(t, testConfig(f.URL))
+
+		got := map[string]reconcile.Snapshot{}
+		pages := 0
+		err := c.List(context.Background(), "", func(snaps []reconcile.Snapshot, next string) error {
+			pages++
+			for _, s := range snaps {
+				require.NotContains(t, got, s.CustomerID, "one snapshot per customer")
+				got[s.CustomerID] = s
+			}
+			return nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, 3, pages, "two pages, then the customers resolved at the end")
+		require.Len(t, got, 103)
+		plans, err := reconcile.ParsePlans(reconcile.ExamplePlans)
+		require.NoError(t, err)
+		now := time.Now()
+		for _, cus := range []string{liveOld, endedBoth, liveNew} {
+			want, err := c.Fetch(context.Background(), cus)
+			require.NoError(t, err)
+			if want.Live() {
+				require.Equal(t, want, got[cus], cus)
+			}
+			// Either way the account they make is the same (a customer
+			// without a live subscription is not kept with its period and
+			// prices, which decide nothing for it).
+			require.Equal(t, reconcile.Decide(reconcile.Account{}, want, plans, now),
+				reconcile.Decide(reconcile.Account{}, got[cus], plans, now), cus)
+		}
+		require.Equal(t, "active", got[liveOld].Status, "an older live subscription beats a newer ended one")
+		require.Equal(t, "canceled", got[endedBoth].Status)
 	})
 
 	t.Run("PageErrorStops", func(t *testing.T) {

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store"
+)
+
+// defaultSweepSchedule is nightly at 03:00 UTC.
+const defaultSweepSchedule = "0 3 * * *"
+
+func runSweep(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) error {
+	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), `usage: billsync sweep [flags]
+
+Runs one sweep now: lists every Stripe subscription in bulk, applies each
+customer's state where billsync's account differs (a dropped or failed
+webhook), and queues the accounts the listing did not cover. One sweep runs
+at a time across replicas; a run a crashed sweeper left resumes from its
+cursor. Uses serve's configuration (DATABASE_URL, STRIPE_API_KEY,
+STRIPE_API_URL, BILLSYNC_PLANS). Exits non-zero when the sweep fails.`)
+		fs.PrintDefaults()
+	}
+	var cfg config
+	cfg.bindCommon(fs, os.Getenv)
+	cfg.bindReconcile(fs, os.Getenv) // the sweep's list calls take at most half of -stripe-rate
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	key, err := secret(os.Getenv, "STRIPE_API_KEY")
+	if err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
+	if key == "" {
+		return errors.New("configuration:\nSTRIPE_API_KEY is not set: the sweep lists subscriptions through the Stripe API (or set STRIPE_API_KEY_FILE)")
+	}
+	cfg.StripeAPIKey = key
+	plans, err := loadPlans(cfg.PlansPath)
+	if err != nil {
+		return err
+	}
+	st, closeDB, err := openDatabase(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	if err := prepareSchema(ctx, st, false, logger); err != nil {
+		return err
+	}
+	client, err := newStripeClient(cfg, logger, nil)
+	if err != nil {
+		return err
+	}
+	p := newProgress(stdout)
+	sweeper, err := newSweeper(st, client, plans, logger, p.page)
+	if err != nil {
+		return err
+	}
+	rep, err := sweeper.Run(ctx)
+	p.done()
+	if errors.Is(err, reconcile.ErrSweepRunning) {
+		return fmt.Errorf("%w (another replica or command holds the sweep lock)", err)
+	}
+	printSweepReport(stdout, rep, err)
+	return err
+}
+
+// newStripeClient is the Stripe client serve and sweep share.
+func newStripeClient(cfg config, logger *slog.Logger, onAttempt func(status string)) (*stripe.Client, error) {
+	return stripe.NewClient(stripe.Config{
+		APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIURL, UserRefKey: cfg.UserRefKey,
+		RateLimit: cfg.StripeRateLimit, Logger: logger, OnAttempt: onAttempt,
+	})
+}
+
+func newSweeper(st *store.Store, client *stripe.Client, plans *reconcile.Plans, logger *slog.Logger, onPage func(reconcile.SweepRun)) (*reconcile.Sweeper, error) {
+	return reconcile.NewSweeper(reconcile.SweeperConfig{
+		Store: st, Provider: client.Name(), Lister: client, Plans: plans, Logger: logger, OnPage: onPage,
+	})
+}
+
+// progress prints a sweep's progress: one line rewritten in place on a
+// terminal, else a plain line every tenth page (a million subscriptions
+// are ten thousand pages).
+type progress struct {
+	w     io.Writer
+	tty   bool
+	pages int
+	begin time.Time
+}
+
+func newProgress(w io.Writer) *progress {
+	p := &progress{w: w, begin: time.Now()}
+	if f, ok := w.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			p.tty = true
+		}
+	}
+	return p
+}
+
+func (p *progress) page(run reconcile.SweepRun) {
+	p.pages++
+	line := fmt.Sprintf("sweep %d: %d customers seen, %d healed, %d failed (%s)",
+		run.ID, run.Seen, run.Healed, run.Failed, time.Since(p.begin).Round(time.Second))
+	switch {
+	case p.tty:
+		fmt.Fprintf(p.w, "\r\033[K%s", line)
+	case p.pages%10 == 1:
+		fmt.Fprintln(p.w, line)
+	}
+}
+
+func (p *progress) done() {
+	if p.tty && p.pages > 0 {
+		fmt.Fprintln(p.w)
+	}
+}
+
+func printSweepReport(w io.Writer, rep reconcile.SweepReport, err error) {
+	r := rep.Run
+	status := "succeeded"
+	if err != nil {
+		status = "FAILED: " + err.Error()
+	}
+	resumed := ""
+	if r.Resumed {
+		resumed = " (resumed)"
+	}
+	fmt.Fprintf(w, "sweep %d%s %s\n", r.ID, resumed, status)
+	fmt.Fprintf(w, "  seen %d, healed %d, failed %d, queued %d not listed, %d list calls, %s\n",
+		r.Seen, r.Healed, r.Failed, rep.Enqueued, rep.Calls, rep.Took.Round(time.Millisecond))
+	for _, h := range rep.Healed {
+		fmt.Fprintf(w, "  healed %s: %s → %s (%s; cause: %s)\n", h.CustomerID,
+			reconcile.DescribeAccount(h.Before), reconcile.DescribeAccount(h.After), h.Outcome, h.Cause)
+	}
+	if r.Healed > len(rep.Healed) {
+		fmt.Fprintf(w, "  … and %d more healed (each logged)\n", r.Healed-len(rep.Healed))
+	}
+}
+
+// parseSweepSchedule validates a -sweep-schedule: a standard five-field
+// cron spec in UTC, or "off".
+func parseSweepSchedule(spec string) (cron.Schedule, error) {
+	if spec == "off" {
+		return nil, nil
+	}
+	s, err := cron.ParseStandard(spec)
+	if err != nil {
+		return nil, fmt.Errorf("BILLSYNC_SWEEP_SCHEDULE %q: want a five-field cron spec like %q (UTC), or off: %w", spec, defaultSweepSchedule, err)
+	}
+	return s, nil
+}
+
+// scheduleSweeps runs sweeper on schedule until ctx ends; it returns a
+// function that waits for a sweep in progress to stop.
+func scheduleSweeps(ctx context.Context, sched cron.Schedule, sweeper *reconcile.Sweeper, logger *slog.Logger) (wait func()) {
+	c := cron.New(cron.WithLocation(time.UTC))
+	c.Schedule(sched, cron.FuncJob(func() {
+		if _, err := sweeper.Run(ctx); errors.Is(err, reconcile.ErrSweepRunning) {
+			logger.Info("scheduled sweep skipped: another replica is sweeping")
+		}
+		// Success and failure are logged by the sweeper.
+	}))
+	c.Start()
+	logger.Info("sweep scheduled", "next", cmp.Or(sched.Next(time.Now().UTC()).Format(time.RFC3339), "never"))
+	return func() { <-c.Stop().Done() }
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/store/storetest"
+)
+
+func TestSweepCommand(t *testing.T) {
+	h, err := stripetest.New(stripetest.Options{})
+	require.NoError(t, err)
+	t.Cleanup(h.Close)
+	ctx := context.Background()
+	cus, err := h.Customer(ctx, "u_1")
+	require.NoError(t, err)
+	_, err = h.Subscribe(ctx, cus, "price_team")
+	require.NoError(t, err)
+	t.Setenv("DATABASE_URL", storetest.URL(t))
+	t.Setenv("STRIPE_API_KEY", stripemock.DefaultAPIKey)
+	t.Setenv("STRIPE_API_URL", h.URL)
+
+	var out, logs bytes.Buffer
+	require.NoError(t, run(ctx, []string{"sweep"}, &out, &logs), logs.String())
+	require.Contains(t, out.String(), "succeeded")
+	require.Contains(t, out.String(), "seen 1, healed 1, failed 0")
+	require.Contains(t, out.String(), "healed "+cus+": (no account) → team (active)")
+	require.Contains(t, out.String(), "cause: no webhook stored since the provider's change")
+
+	out.Reset()
+	require.NoError(t, run(ctx, []string{"sweep"}, &out, &logs), logs.String())
+	require.Contains(t, out.String(), "seen 1, healed 0, failed 0", "the second sweep finds nothing to heal")
+
+	f := h.Fake.Faults()
+	f.Error5xxRate = 1
+	h.Fake.SetFaults(f)
+	out.Reset()
+	err = run(ctx, []string{"sweep", "-stripe-rate", "1000"}, &out, &logs)
+	require.Error(t, err, "a failed sweep exits non-zero")
+	require.Contains(t, out.String(), "FAILED")
+}
+
+func TestSweepSchedule(t *testing.T) {
+	for _, spec := range []string{defaultSweepSchedule, "off", "*/5 * * * *", "@daily"} {
+		_, err := parseSweepSchedule(spec)
+		require.NoError(t, err, spec)
+	}
+	cfg := config{Addr: "127.0.0.1:0", StripeWebhookSecrets: []string{"whsec_x"}, StripeAPIKey: "sk_test",
+		StripeRateLimit: 1, ShutdownTimeout: 1, DBTimeout: 1, IntakeTimeout: 1, StripeTolerance: 1, Workers: 1,
+		SweepSchedule: "nightly"}
+	err := cfg.validateServe()
+	require.ErrorContains(t, err, `BILLSYNC_SWEEP_SCHEDULE "nightly": want a five-field cron spec`)
+	cfg.SweepSchedule = "off"
+	require.NoError(t, cfg.validateServe())
+}
+
+func TestScheduledSweepRuns(t *testing.T) {
+	h, err := stripetest.New(stripetest.Options{})
+	require.NoError(t, err)
+	t.Cleanup(h.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cus, err := h.Customer(ctx, "u_1")
+	require.NoError(t, err)
+	_, err = h.Subscribe(ctx, cus, "price_pro")
+	require.NoError(t, err)
+	st := storetest.NewStore(t)
+	plans, err := loadPlans("")
+	require.NoError(t, err)
+	sweeper, err := newSweeper(st, h.Client, plans, slog.New(slog.DiscardHandler), nil)
+	require.NoError(t, err)
+	sched, err := parseSweepSchedule("@every 50ms")
+	require.NoError(t, err)
+
+	wait := scheduleSweeps(ctx, sched, sweeper, slog.New(slog.DiscardHandler))
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM sweep_runs WHERE status = 'succeeded'`).Scan(&n))
+		return n >= 2
+	}, time.Minute, 10*time.Millisecond, "the schedule runs sweeps")
+	cancel()
+	wait()
+	a, err := st.Account(context.Background(), "stripe", cus)
+	require.NoError(t, err)
+	require.Equal(t, "pro", a.Plan)
+}

@@ -1,0 +1,7 @@
+//go:build race
+
+package reconcile_test
+
+// raceEnabled: the race detector slows database round trips and JSON
+// decoding several times over, so the largest tests size down under it.
+const raceEnabled = true

@@ -1,0 +1,253 @@
+package reconcile
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// SweepRun is one run of a provider's sweep, as sweep_runs keeps it.
+type SweepRun struct {
+	ID        int64
+	Provider  string
+	StartedAt time.Time
+	Resumed   bool   // a run a dead sweeper left running, picked up again
+	Cursor    string // where the listing resumes: after the last finished page
+	Seen      int    // customers the listing resolved
+	Healed    int    // accounts the sweep changed (sweep_runs.changed)
+	Failed    int    // customers whose snapshot maps to no plan (ignored)
+}
+
+// Healed is one account the sweep corrected.
+type Healed struct {
+	CustomerID string
+	Before     Account
+	After      Account
+	Outcome    string
+	Cause      string
+}
+
+// Causes of drift, as logged for each healed account.
+const (
+	CauseNoWebhook     = "no webhook stored since the provider's change"
+	CauseWebhookFailed = "stored but failed"
+)
+
+// SweepReport is what one sweep did.
+type SweepReport struct {
+	Run      SweepRun
+	Healed   []Healed // the first MaxHealedReported, in order
+	Enqueued int      // accounts the listing did not cover, plus dead rows revived
+	Calls    int      // list calls (pages), retries not counted
+	Took     time.Duration
+}
+
+// MaxHealedReported caps SweepReport.Healed; every healed account is
+// logged regardless.
+const MaxHealedReported = 100
+
+// ErrSweepRunning means another sweep of the provider holds the lock.
+var ErrSweepRunning = errors.New("a sweep is already running")
+
+// SweepStore is what the sweeper needs from the database.
+type SweepStore interface {
+	Now(ctx context.Context) (time.Time, error)
+	// SweepLock takes the provider's sweep lock for the caller's lifetime
+	// (a session lock: it dies with a crashed sweeper's connection).
+	SweepLock(ctx context.Context, provider string) (unlock func(), ok bool, err error)
+	// StartSweep starts a run, or resumes the one a dead sweeper left.
+	StartSweep(ctx context.Context, provider string) (SweepRun, error)
+	SweepProgress(ctx context.Context, run SweepRun) error
+	FinishSweep(ctx context.Context, run SweepRun, failure error) error
+	// MarkSwept records customers resolved by the run; it returns the
+	// ones not resolved by it before.
+	MarkSwept(ctx context.Context, runID int64, customers []string) ([]string, error)
+	// ApplySwept is Apply for a swept snapshot, without a queue row, writing
+	// nothing for an account already right.
+	ApplySwept(ctx context.Context, job Job, observedAt time.Time, decide func(cur Account) Change) (Outcome, bool, error)
+	// EnqueueUnswept queues the accounts the run did not resolve and
+	// revives dead queue rows.
+	EnqueueUnswept(ctx context.Context, runID int64, provider string) (int, error)
+}
+
+// SweeperConfig configures a Sweeper.
+type SweeperConfig struct {
+	Store    SweepStore // required
+	Provider string     // required: the provider's name
+	Lister   Lister     // required
+	Plans    *Plans     // required
+	Logger   *slog.Logger
+	// OnPage, when set, sees the run after each page (progress output).
+	OnPage func(SweepRun)
+}
+
+// Sweeper heals drift: it lists every customer of a provider in bulk and
+// applies each snapshot with the same decision and guarded write as the
+// worker. Each page is applied as observed at the database time taken
+// before its list call, so a webhook-triggered reconcile that lands during
+// the sweep (observed later) is never overwritten by it.
+type Sweeper struct {
+	cfg SweeperConfig
+	log *slog.Logger
+}
+
+// NewSweeper validates cfg and returns a Sweeper.
+func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
+	var errs []error
+	if cfg.Store == nil {
+		errs = append(errs, errors.New("no store"))
+	}
+	if cfg.Provider == "" || cfg.Lister == nil {
+		errs = append(errs, errors.New("no provider name or lister"))
+	}
+	if cfg.Plans == nil {
+		errs = append(errs, errors.New("no plans"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("sweeper config: %w", err)
+	}
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)).With("provider", cfg.Provider, "component", "sweep")
+	return &Sweeper{cfg: cfg, log: log}, nil
+}
+
+// Run sweeps once: ErrSweepRunning when another sweep holds the lock, else
+// the report and the run's failure, if any (the run is then recorded as
+// failed, never as succeeded). A run stopped by ctx stays recorded as
+// running, so the next one resumes from its cursor.
+func (s *Sweeper) Run(ctx context.Context) (SweepReport, error) {
+	unlock, ok, err := s.cfg.Store.SweepLock(ctx, s.cfg.Provider)
+	if err != nil {
+		return SweepReport{}, err
+	}
+	if !ok {
+		return SweepReport{}, ErrSweepRunning
+	}
+	defer unlock()
+	begin := time.Now()
+	run, err := s.cfg.Store.StartSweep(ctx, s.cfg.Provider)
+	if err != nil {
+		return SweepReport{}, err
+	}
+	rep := SweepReport{Run: run}
+	s.log.InfoContext(ctx, "sweep started", "run", run.ID, "resumed", run.Resumed, "cursor", run.Cursor)
+	err = s.sweep(ctx, &rep)
+	rep.Took = time.Since(begin)
+	if err != nil && ctx.Err() != nil {
+		// Stopped (SIGTERM, Ctrl-C), not failed: the run stays running
+		// with its cursor, and the next sweep resumes it.
+		s.log.WarnContext(ctx, "sweep interrupted; the next sweep resumes it", "run", rep.Run.ID,
+			"cursor", rep.Run.Cursor, "seen", rep.Run.Seen, "healed", rep.Run.Healed)
+		return rep, fmt.Errorf("%s sweep %d interrupted: %w", s.cfg.Provider, rep.Run.ID, err)
+	}
+	if ferr := s.cfg.Store.FinishSweep(ctx, rep.Run, err); ferr != nil {
+		err = errors.Join(err, ferr)
+	}
+	if err != nil {
+		s.log.ErrorContext(ctx, "sweep failed", "run", rep.Run.ID, "seen", rep.Run.Seen, "healed", rep.Run.Healed, slog.Any("error", err))
+		return rep, fmt.Errorf("%s sweep %d: %w", s.cfg.Provider, rep.Run.ID, err)
+	}
+	s.log.InfoContext(ctx, "sweep succeeded", "run", rep.Run.ID, "seen", rep.Run.Seen, "healed", rep.Run.Healed,
+		"failed", rep.Run.Failed, "enqueued", rep.Enqueued, "calls", rep.Calls, "took", rep.Took)
+	return rep, nil
+}
+
+func (s *Sweeper) sweep(ctx context.Context, rep *SweepReport) error {
+	// Customers resolved only at the end of the listing were met on several
+	// pages; the first page's time is older than any of them, so it is the
+	// safe observation to apply them with.
+	first, err := s.cfg.Store.Now(ctx)
+	if err != nil {
+		return err
+	}
+	observed := first
+	err = s.cfg.Lister.List(ctx, rep.Run.Cursor, func(snaps []Snapshot, next string) error {
+		at := observed
+		if next == "" {
+			at = first
+		} else {
+			rep.Calls++
+		}
+		if err := s.page(ctx, rep, snaps, at); err != nil {
+			return err
+		}
+		if next != "" {
+			rep.Run.Cursor = next
+		}
+		if err := s.cfg.Store.SweepProgress(ctx, rep.Run); err != nil {
+			return err
+		}
+		if s.cfg.OnPage != nil {
+			s.cfg.OnPage(rep.Run)
+		}
+		// The next page's time, taken before its list call.
+		observed, err = s.cfg.Store.Now(ctx)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	n, err := s.cfg.Store.EnqueueUnswept(ctx, rep.Run.ID, s.cfg.Provider)
+	if err != nil {
+		return err
+	}
+	rep.Enqueued = n
+	return nil
+}
+
+// page applies one page's snapshots, skipping customers this run already
+// resolved (a resumed run meets them again in the older part of the list).
+func (s *Sweeper) page(ctx context.Context, rep *SweepReport, snaps []Snapshot, at time.Time) error {
+	if len(snaps) == 0 {
+		return nil
+	}
+	byCustomer := make(map[string]Snapshot, len(snaps))
+	ids := make([]string, 0, len(snaps))
+	for _, snap := range snaps {
+		byCustomer[snap.CustomerID] = snap
+		ids = append(ids, snap.CustomerID)
+	}
+	fresh, err := s.cfg.Store.MarkSwept(ctx, rep.Run.ID, ids)
+	if err != nil {
+		return err
+	}
+	for _, id := range fresh {
+		snap := byCustomer[id]
+		job := Job{Provider: s.cfg.Provider, CustomerID: id, Trigger: TriggerSweep}
+		out, webhookSince, err := s.cfg.Store.ApplySwept(ctx, job, at, func(cur Account) Change {
+			return Decide(cur, snap, s.cfg.Plans, at)
+		})
+		if err != nil {
+			return err
+		}
+		rep.Run.Seen++
+		switch out.Result {
+		case ResultApplied:
+			rep.Run.Healed++
+			h := Healed{CustomerID: id, Before: out.Before, After: out.After, Outcome: out.Text, Cause: CauseNoWebhook}
+			if webhookSince {
+				h.Cause = CauseWebhookFailed
+			}
+			if len(rep.Healed) < MaxHealedReported {
+				rep.Healed = append(rep.Healed, h)
+			}
+			s.log.WarnContext(ctx, "sweep healed an account", "customer", id, "account", out.AccountID,
+				"before", DescribeAccount(out.Before), "after", DescribeAccount(out.After), "outcome", out.Text, "cause", h.Cause)
+		case ResultIgnored:
+			rep.Run.Failed++
+			s.log.ErrorContext(ctx, "sweep could not apply a customer", "customer", id, "outcome", out.Text)
+		}
+	}
+	return nil
+}
+
+// DescribeAccount renders an account's state in a few words (logs, the
+// sweep's summary).
+func DescribeAccount(a Account) string {
+	if a.ObservedAt.IsZero() && a.Plan == "" {
+		return "(no account)"
+	}
+	return fmt.Sprintf("%s (%s)", a.Plan, orNone(a.Status))
+}

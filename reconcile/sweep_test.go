@@ -1,0 +1,421 @@
+package reconcile_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	stripeapi "github.com/stripe/stripe-go/v82"
+
+	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/storetest"
+)
+
+// listCounter counts bulk subscription list calls at the fake (those
+// without a customer filter, so Fetch's per-customer lists don't count).
+type listCounter struct{ n atomic.Int64 }
+
+func (c *listCounter) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == "/v1/subscriptions" && r.URL.Query().Get("customer") == "" {
+			c.n.Add(1)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// newSweepHarness is newHarnessWith with list calls counted; intake false
+// leaves webhooks undelivered (no intake), for tests that need none.
+func newSweepHarness(t *testing.T, fakeOpts stripemock.Options, intake bool) (*harness, *listCounter) {
+	t.Helper()
+	h := &harness{t: t, plans: examplePlans(t), outcomes: make(chan reconcile.Outcome, 100000)}
+	h.dbURL = storetest.URL(t)
+	st, err := store.Open(context.Background(), h.dbURL, store.Options{})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	h.st = st
+	counter := &listCounter{}
+	opts := stripetest.Options{Fake: fakeOpts, Client: stripetest.Fast(stripe.Config{}), Wrap: counter.wrap}
+	if intake {
+		opts.Store = st
+	}
+	h.sh, err = stripetest.New(opts)
+	require.NoError(t, err)
+	t.Cleanup(h.sh.Close)
+	h.fake, h.fakeURL, h.sc, h.client = h.sh.Fake, h.sh.URL, h.sh.API, h.sh.Client
+	return h, counter
+}
+
+func (h *harness) sweeper(lister reconcile.Lister, st reconcile.SweepStore) *reconcile.Sweeper {
+	h.t.Helper()
+	if lister == nil {
+		lister = h.client
+	}
+	if st == nil {
+		st = h.st
+	}
+	s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: st, Provider: stripe.Provider, Lister: lister, Plans: h.plans})
+	require.NoError(h.t, err)
+	return s
+}
+
+// sweepRun reads the newest sweep_runs row.
+func (h *harness) sweepRun() (status string, seen, changed int, errText string) {
+	h.t.Helper()
+	var e *string
+	require.NoError(h.t, h.st.Pool().QueryRow(context.Background(),
+		`SELECT status, seen, changed, error FROM sweep_runs ORDER BY id DESC LIMIT 1`).Scan(&status, &seen, &changed, &e))
+	if e != nil {
+		errText = *e
+	}
+	return status, seen, changed, errText
+}
+
+// wrongAccounts asks the fake (through Fetch, the per-customer truth) what
+// each customer's state is, and returns the customers whose account differs
+// or is missing.
+func (h *harness) wrongAccounts(customers []string) map[string]bool {
+	h.t.Helper()
+	ctx := context.Background()
+	wrong := map[string]bool{}
+	for _, c := range customers {
+		snap, err := h.client.Fetch(ctx, c)
+		require.NoError(h.t, err)
+		plan := h.plans.Default()
+		if snap.Live() {
+			var ok bool
+			plan, ok = h.plans.ForPrice(stripe.Provider, snap.PriceRefs)
+			require.True(h.t, ok)
+		}
+		a, err := h.st.Account(ctx, stripe.Provider, c)
+		if errors.Is(err, reconcile.ErrNotFound) {
+			wrong[c] = true
+			continue
+		}
+		require.NoError(h.t, err)
+		same := a.Plan == plan.Name && a.Status == snap.Status && a.SubscriptionID == snap.SubscriptionID &&
+			a.CancelAtPeriodEnd == snap.CancelAtPeriodEnd && a.UserRef == snap.UserRef
+		if snap.Live() {
+			same = same && a.PeriodStart.Equal(snap.PeriodStart) && a.PeriodEnd.Equal(snap.PeriodEnd)
+		}
+		if !same {
+			wrong[c] = true
+		}
+	}
+	return wrong
+}
+
+func TestSweepHealsDrift(t *testing.T) {
+	t.Parallel()
+	h, _ := newSweepHarness(t, stripemock.Options{Faults: stripemock.Faults{DropRate: 0.2, Seed: 7}}, true)
+	rng := rand.New(rand.NewPCG(7, 7))
+	prices := []string{"price_pro", "price_team", "price_free"}
+	const n = 200
+	first := make([]string, n)
+	for i := range first {
+		first[i] = prices[rng.IntN(len(prices))]
+	}
+	customers, subs := h.subscribeMany(n, func(i int) string { return first[i] })
+	for _, sub := range subs {
+		switch rng.IntN(4) {
+		case 0:
+			h.changePrice(sub, prices[rng.IntN(len(prices))])
+		case 1:
+			h.cancel(sub)
+		}
+	}
+	h.delivered()
+	drainAll(t, h, h.worker(reconcile.WorkerConfig{}), 0)
+	wrong := h.wrongAccounts(customers)
+	require.NotEmpty(t, wrong, "dropped webhooks leave drift for the sweep")
+
+	rep, err := h.sweeper(nil, nil).Run(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, h.wrongAccounts(customers), "after one sweep every account equals the provider")
+	require.Equal(t, len(wrong), rep.Run.Healed, "healed exactly the accounts that were wrong")
+	require.Equal(t, n, rep.Run.Seen)
+	require.Len(t, rep.Healed, min(len(wrong), reconcile.MaxHealedReported))
+	for _, hd := range rep.Healed {
+		require.True(t, wrong[hd.CustomerID], hd.CustomerID)
+		require.Contains(t, []string{reconcile.CauseNoWebhook, reconcile.CauseWebhookFailed}, hd.Cause)
+	}
+	status, seen, changed, _ := h.sweepRun()
+	require.Equal(t, "succeeded", status)
+	require.Equal(t, n, seen)
+	require.Equal(t, len(wrong), changed)
+	var logged int
+	require.NoError(t, h.st.Pool().QueryRow(context.Background(),
+		`SELECT count(*) FROM reconcile_log WHERE trigger = 'sweep'`).Scan(&logged))
+	require.Equal(t, len(wrong), logged, "accounts already right are not written")
+
+	// A second sweep finds nothing to heal.
+	rep, err = h.sweeper(nil, nil).Run(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, rep.Run.Healed)
+	require.Equal(t, n, rep.Run.Seen)
+}
+
+func TestSweepListsInBulk(t *testing.T) {
+	t.Parallel()
+	h, calls := newSweepHarness(t, stripemock.Options{}, false)
+	n := 1000
+	if raceEnabled {
+		n = 300
+	}
+	h.subscribeMany(n, func(int) string { return "price_pro" })
+	calls.n.Store(0)
+	rep, err := h.sweeper(nil, nil).Run(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, n, rep.Run.Seen)
+	require.Equal(t, n, rep.Run.Healed, "every account created by the sweep")
+	pages := (n + 99) / 100
+	require.LessOrEqual(t, int(calls.n.Load()), pages+1, "list calls for %d subscriptions", n)
+	t.Logf("list calls for %d subscriptions: %d (sweep %s)", n, calls.n.Load(), rep.Took)
+}
+
+// subscribeMany creates n customers (user refs u0…) at the fake, each
+// subscribed to price(i), from a few goroutines (setup dominates these
+// tests' time), and returns them with their subscriptions.
+func (h *harness) subscribeMany(n int, price func(i int) string) ([]string, []*stripeapi.Subscription) {
+	h.t.Helper()
+	customers, subs := make([]string, n), make([]*stripeapi.Subscription, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	const workers = 8
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += workers {
+				ctx := context.Background()
+				if customers[i], errs[i] = h.sh.Customer(ctx, fmt.Sprint("u", i)); errs[i] == nil {
+					subs[i], errs[i] = h.sh.Subscribe(ctx, customers[i], price(i))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.NoError(h.t, errors.Join(errs...))
+	return customers, subs
+}
+
+// listerFunc adapts a function to reconcile.Lister.
+type listerFunc func(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error
+
+func (f listerFunc) List(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error {
+	return f(ctx, cursor, page)
+}
+
+func TestSweepFailsWhileProviderDownThenSucceeds(t *testing.T) {
+	t.Parallel()
+	h, _ := newSweepHarness(t, stripemock.Options{}, false)
+	cus := h.customer("u1")
+	h.subscribe(cus, "price_team")
+	f := h.fake.Faults()
+	f.Error5xxRate = 1
+	h.fake.SetFaults(f)
+	_, err := h.sweeper(nil, nil).Run(context.Background())
+	require.Error(t, err)
+	status, _, _, text := h.sweepRun()
+	require.Equal(t, "failed", status)
+	require.Contains(t, text, "500")
+	_, err = h.st.Account(context.Background(), stripe.Provider, cus)
+	require.ErrorIs(t, err, reconcile.ErrNotFound)
+
+	f.Error5xxRate = 0
+	h.fake.SetFaults(f)
+	rep, err := h.sweeper(nil, nil).Run(context.Background())
+	require.NoError(t, err)
+	require.False(t, rep.Run.Resumed, "a failed run is finished, not resumed")
+	require.Equal(t, 1, rep.Run.Healed)
+	status, _, _, text = h.sweepRun()
+	require.Equal(t, "succeeded", status)
+	require.Empty(t, text)
+	require.Equal(t, "team", h.state(cus).Plan)
+}
+
+// crashingStore is the real store whose FinishSweep does nothing, as a
+// sweeper that dies before it can record the end of its run.
+type crashingStore struct{ *store.Store }
+
+func (crashingStore) FinishSweep(context.Context, reconcile.SweepRun, error) error { return nil }
+
+func TestSweepResumesFromCursor(t *testing.T) {
+	t.Parallel()
+	h, calls := newSweepHarness(t, stripemock.Options{}, false)
+	const n = 250 // three pages
+	customers, _ := h.subscribeMany(n, func(int) string { return "price_pro" })
+	crash := errors.New("killed")
+	pages := 0
+	dying := listerFunc(func(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error {
+		return h.client.List(ctx, cursor, func(snaps []reconcile.Snapshot, next string) error {
+			if err := page(snaps, next); err != nil {
+				return err
+			}
+			if pages++; pages == 2 {
+				return crash
+			}
+			return nil
+		})
+	})
+	calls.n.Store(0)
+	_, err := h.sweeper(dying, crashingStore{h.st}).Run(context.Background())
+	require.ErrorIs(t, err, crash)
+	require.EqualValues(t, 2, calls.n.Load())
+	status, seen, _, _ := h.sweepRun()
+	require.Equal(t, "running", status, "the dead sweeper left its run running")
+	require.Equal(t, 200, seen)
+
+	calls.n.Store(0)
+	rep, err := h.sweeper(nil, nil).Run(context.Background())
+	require.NoError(t, err)
+	require.True(t, rep.Run.Resumed)
+	require.EqualValues(t, 1, calls.n.Load(), "only the page not finished is listed again")
+	require.Equal(t, n, rep.Run.Seen)
+	require.Equal(t, n, rep.Run.Healed)
+	require.Zero(t, rep.Enqueued, "every account was covered, before or after the crash")
+	require.Empty(t, h.wrongAccounts(customers))
+	var runs int
+	require.NoError(t, h.st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM sweep_runs`).Scan(&runs))
+	require.Equal(t, 1, runs, "the run was resumed, not started again")
+}
+
+func TestSweepNeverOverwritesAFresherReconcile(t *testing.T) {
+	t.Parallel()
+	h, _ := newSweepHarness(t, stripemock.Options{}, true)
+	cus := h.customer("u1")
+	sub := h.subscribe(cus, "price_pro")
+	h.delivered()
+	w := h.worker(reconcile.WorkerConfig{})
+	drainAll(t, h, w, 0)
+	require.Equal(t, "pro", h.state(cus).Plan)
+
+	// The page is listed (pro); before the sweep applies it, the customer
+	// upgrades and the webhook-triggered reconcile applies team.
+	racing := listerFunc(func(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error {
+		return h.client.List(ctx, cursor, func(snaps []reconcile.Snapshot, next string) error {
+			if len(snaps) > 0 {
+				require.Equal(t, "pro", snaps[0].PriceRefs[0])
+				h.changePrice(sub, "price_team")
+				h.delivered()
+				drainAll(t, h, w, 0)
+				require.Equal(t, "team", h.state(cus).Plan)
+			}
+			return page(snaps, next)
+		})
+	})
+	rep, err := h.sweeper(racing, nil).Run(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Run.Seen)
+	require.Zero(t, rep.Run.Healed)
+	st := h.state(cus)
+	require.Equal(t, "team", st.Plan, "the sweep's older page lost to the fresher reconcile")
+	require.Equal(t, h.largestGrant(cus), st.Balance)
+	require.Equal(t, 2, st.Grants, "pro, then the top-up to team; nothing from the sweep")
+}
+
+func TestSweepOneAtATime(t *testing.T) {
+	t.Parallel()
+	h, _ := newSweepHarness(t, stripemock.Options{}, false)
+	h.subscribe(h.customer("u1"), "price_pro")
+	// A second store is a second replica: its own pool on the same database.
+	other, err := store.Open(context.Background(), h.dbURL, store.Options{})
+	require.NoError(t, err)
+	t.Cleanup(other.Close)
+
+	inside, release := make(chan struct{}), make(chan struct{})
+	blocking := listerFunc(func(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error {
+		close(inside)
+		<-release
+		return h.client.List(ctx, cursor, page)
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.sweeper(blocking, nil).Run(context.Background())
+		done <- err
+	}()
+	<-inside
+	_, err = h.sweeper(nil, other).Run(context.Background())
+	require.ErrorIs(t, err, reconcile.ErrSweepRunning)
+	close(release)
+	require.NoError(t, <-done)
+
+	// The lock went with the first run: the other replica sweeps now.
+	rep, err := h.sweeper(nil, other).Run(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Run.Seen)
+	var runs int
+	require.NoError(t, h.st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM sweep_runs WHERE status = 'succeeded'`).Scan(&runs))
+	require.Equal(t, 2, runs)
+}
+
+func TestSweepEnqueuesWhatTheListingDidNotCover(t *testing.T) {
+	t.Parallel()
+	h, _ := newSweepHarness(t, stripemock.Options{}, false)
+	ctx := context.Background()
+	bare := h.customer("u_bare") // no subscription: not in the listing
+	listed := h.customer("u_listed")
+	h.subscribe(listed, "price_pro")
+	for _, c := range []string{bare, listed} {
+		require.NoError(t, h.st.Enqueue(ctx, stripe.Provider, c, reconcile.TriggerWebhook))
+	}
+	drainAll(t, h, h.worker(reconcile.WorkerConfig{}), 0)
+	// One more customer whose queue row is dead.
+	dead := h.customer("u_dead")
+	require.NoError(t, h.st.Enqueue(ctx, stripe.Provider, dead, reconcile.TriggerWebhook))
+	_, err := h.st.Pool().Exec(ctx, `UPDATE reconcile_queue SET status = 'dead', attempts = 5 WHERE customer_id = $1`, dead)
+	require.NoError(t, err)
+
+	rep, err := h.sweeper(nil, nil).Run(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Run.Seen)
+	rows, err := h.st.Pool().Query(ctx, `SELECT customer_id, trigger, status, attempts FROM reconcile_queue ORDER BY customer_id`)
+	require.NoError(t, err)
+	got := map[string]string{}
+	for rows.Next() {
+		var c, trig, status string
+		var attempts int
+		require.NoError(t, rows.Scan(&c, &trig, &status, &attempts))
+		got[c] = fmt.Sprint(trig, " ", status, " ", attempts)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, map[string]string{bare: "sweep pending 0", dead: "sweep pending 0"}, got)
+	require.Equal(t, 2, rep.Enqueued)
+}
+
+func TestSweepInterruptedResumes(t *testing.T) {
+	t.Parallel()
+	h, calls := newSweepHarness(t, stripemock.Options{}, false)
+	customers, _ := h.subscribeMany(150, func(int) string { return "price_team" })
+	ctx, cancel := context.WithCancel(context.Background())
+	stopping := listerFunc(func(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error {
+		return h.client.List(ctx, cursor, func(snaps []reconcile.Snapshot, next string) error {
+			err := page(snaps, next)
+			cancel() // SIGTERM after the first page
+			return err
+		})
+	})
+	calls.n.Store(0)
+	_, err := h.sweeper(stopping, nil).Run(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	status, seen, _, _ := h.sweepRun()
+	require.Equal(t, "running", status, "stopped, not failed: left for the next sweep to resume")
+	require.Equal(t, 100, seen)
+
+	rep, err := h.sweeper(nil, nil).Run(context.Background())
+	require.NoError(t, err)
+	require.True(t, rep.Run.Resumed)
+	require.EqualValues(t, 2, calls.n.Load(), "the first page once, then the second")
+	require.Equal(t, 150, rep.Run.Seen)
+	require.Empty(t, h.wrongAccounts(customers))
+}

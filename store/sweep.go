@@ -1,0 +1,251 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/billsync/billsync/reconcile"
+)
+
+// SweepLock takes the session advisory lock that lets one sweep of provider
+// run at a time across every replica. It is held on a connection of its own,
+// outside the pool (so a long sweep takes no connection from the workers),
+// for the whole run: a leader that crashes loses it with its connection.
+// ok is false when another sweep holds it. unlock releases the lock and
+// closes the connection.
+func (s *Store) SweepLock(ctx context.Context, provider string) (unlock func(), ok bool, err error) {
+	bctx, cancel := s.bound(ctx)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(bctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, false, fmt.Errorf("sweep lock: %w", classify(err))
+	}
+	closeConn := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		defer cancel()
+		// Unlock first: the server ends a closed session a moment later,
+		// and a sweep started right after this one must find the lock free.
+		// Closing the session releases it anyway if this fails.
+		_, _ = conn.Exec(ctx, `SELECT pg_advisory_unlock_all()`)
+		_ = conn.Close(ctx)
+	}
+	if err := conn.QueryRow(bctx, `SELECT pg_try_advisory_lock(hashtextextended('billsync.sweep.' || $1, 0))`, provider).Scan(&ok); err != nil {
+		closeConn()
+		return nil, false, fmt.Errorf("sweep lock: %w", classify(err))
+	}
+	if !ok {
+		closeConn()
+		return nil, false, nil
+	}
+	return closeConn, true, nil
+}
+
+// SweepResumeWithin is how recent a dead run's heartbeat must be for the
+// next sweep to resume it: a run stopped yesterday would skip every
+// customer it covered then, so it is closed as failed and a new run starts.
+const SweepResumeWithin = 6 * time.Hour
+
+// StartSweep begins a run of provider's sweep, or resumes the newest one
+// still marked running whose heartbeat is within SweepResumeWithin. The
+// caller holds SweepLock, so a running row is one whose sweeper died or
+// was stopped (its lock went with its connection). Other running rows are
+// closed as failed.
+func (s *Store) StartSweep(ctx context.Context, provider string) (reconcile.SweepRun, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	run := reconcile.SweepRun{Provider: provider}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var cursor *string
+		err := tx.QueryRow(ctx, `
+			UPDATE sweep_runs SET heartbeat_at = now()
+			WHERE id = (SELECT max(id) FROM sweep_runs WHERE provider = $1 AND status = 'running'
+			            AND heartbeat_at > now() - make_interval(secs => $2))
+			RETURNING id, started_at, cursor, seen, changed, failed`, provider, SweepResumeWithin.Seconds()).
+			Scan(&run.ID, &run.StartedAt, &cursor, &run.Seen, &run.Healed, &run.Failed)
+		switch {
+		case err == nil:
+			run.Resumed = true
+			if cursor != nil {
+				run.Cursor = *cursor
+			}
+		case errors.Is(err, pgx.ErrNoRows):
+			if err := tx.QueryRow(ctx, `INSERT INTO sweep_runs (provider) VALUES ($1) RETURNING id, started_at`, provider).
+				Scan(&run.ID, &run.StartedAt); err != nil {
+				return fmt.Errorf("insert run: %w", err)
+			}
+		default:
+			return fmt.Errorf("find a run to resume: %w", err)
+		}
+		_, err = tx.Exec(ctx, `
+			UPDATE sweep_runs SET status = 'failed', finished_at = now(), error = 'abandoned: its sweeper stopped and a later run did not resume it'
+			WHERE provider = $1 AND status = 'running' AND id <> $2`, provider, run.ID)
+		if err != nil {
+			return fmt.Errorf("close abandoned runs: %w", err)
+		}
+		_, err = tx.Exec(ctx, `
+			DELETE FROM sweep_seen w USING sweep_runs r
+			WHERE w.run_id = r.id AND r.provider = $1 AND r.status <> 'running'`, provider)
+		return err
+	})
+	if err != nil {
+		return reconcile.SweepRun{}, fmt.Errorf("start %s sweep: %w", provider, classify(err))
+	}
+	return run, nil
+}
+
+// SweepProgress records the run's heartbeat, counts and cursor (the last
+// page it finished), so a run that dies resumes after that page.
+func (s *Store) SweepProgress(ctx context.Context, run reconcile.SweepRun) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	_, err := s.pool.Exec(ctx, `
+		UPDATE sweep_runs SET heartbeat_at = now(), seen = $2, changed = $3, failed = $4, cursor = NULLIF($5, '')
+		WHERE id = $1`, run.ID, run.Seen, run.Healed, run.Failed, run.Cursor)
+	if err != nil {
+		return fmt.Errorf("record sweep %d progress: %w", run.ID, classify(err))
+	}
+	return nil
+}
+
+// FinishSweep ends the run: succeeded, or failed with failure's text when
+// failure is not nil. The run's memory of customers goes with it.
+func (s *Store) FinishSweep(ctx context.Context, run reconcile.SweepRun, failure error) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	status, text := "succeeded", ""
+	if failure != nil {
+		status, text = "failed", failure.Error()
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `
+			UPDATE sweep_runs SET status = $2, error = NULLIF($3, ''), finished_at = now(), heartbeat_at = now(),
+				seen = $4, changed = $5, failed = $6, cursor = NULLIF($7, '')
+			WHERE id = $1`, run.ID, status, text, run.Seen, run.Healed, run.Failed, run.Cursor); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM sweep_seen WHERE run_id = $1`, run.ID)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("finish sweep %d: %w", run.ID, classify(err))
+	}
+	return nil
+}
+
+// MarkSwept records that the run resolved customers and returns those it
+// had not resolved before (a resumed run can meet a customer again in the
+// older part of the listing; only the first, newer, resolution counts).
+func (s *Store) MarkSwept(ctx context.Context, runID int64, customers []string) ([]string, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `
+		INSERT INTO sweep_seen (run_id, customer_id) SELECT $1, unnest($2::text[])
+		ON CONFLICT DO NOTHING RETURNING customer_id`, runID, customers)
+	if err != nil {
+		return nil, fmt.Errorf("mark swept customers: %w", classify(err))
+	}
+	fresh, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("mark swept customers: %w", classify(err))
+	}
+	return fresh, nil
+}
+
+// EnqueueUnswept makes every account of provider that the run did not
+// resolve due now (trigger sweep: customers with no subscription, deleted
+// or unreadable ones), and revives the provider's dead queue rows. It
+// returns how many rows it made due.
+func (s *Store) EnqueueUnswept(ctx context.Context, runID int64, provider string) (int, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var n int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, enqueueSQL+`
+			SELECT a.provider, a.customer_id, 'sweep', now(), now() FROM accounts a
+			WHERE a.provider = $1
+			  AND NOT EXISTS (SELECT 1 FROM sweep_seen w WHERE w.run_id = $2 AND w.customer_id = a.customer_id)
+			`+enqueueConflictSQL, provider, runID)
+		if err != nil {
+			return fmt.Errorf("enqueue unswept accounts: %w", err)
+		}
+		n = tag.RowsAffected()
+		tag, err = tx.Exec(ctx, `
+			UPDATE reconcile_queue SET status = 'pending', attempts = 0, due_at = now(), trigger = 'sweep'
+			WHERE provider = $1 AND status = 'dead'`, provider)
+		if err != nil {
+			return fmt.Errorf("revive dead queue rows: %w", err)
+		}
+		n += tag.RowsAffected()
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%s sweep %d: %w", provider, runID, classify(err))
+	}
+	s.notify(ctx)
+	return int(n), nil
+}
+
+// ApplySwept applies one customer's swept snapshot: Apply's decision and
+// guarded writes, without a queue row (the sweep holds none; an event that
+// arrives meanwhile keeps its own row and is reconciled by a worker). It
+// writes only what changes something: an applied change (account, grant,
+// log row, the customer's events received at or before observedAt) or an
+// ignored one (log row, events); an unchanged account is left untouched
+// unless its period's grant is missing, and a stale snapshot writes
+// nothing. webhookSince reports, for an applied change, whether a webhook
+// for the customer was stored after the account's previous observation
+// (then one was stored but its reconcile failed; else none came).
+func (s *Store) ApplySwept(ctx context.Context, job reconcile.Job, observedAt time.Time, decide func(cur reconcile.Account) reconcile.Change) (out reconcile.Outcome, webhookSince bool, err error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		cur, err := lockAccount(ctx, tx, job.Provider, job.CustomerID)
+		if err != nil {
+			return err
+		}
+		ch := decide(cur)
+		var granted int64
+		switch ch.Result {
+		case reconcile.ResultStale:
+			out = ch.Done(cur, 0)
+			return nil
+		case reconcile.ResultUnchanged:
+			if granted, err = writeGrant(ctx, tx, cur.ID, ch.Grant); err != nil || granted == 0 {
+				out = ch.Done(cur, 0)
+				return err
+			}
+		}
+		if err := tx.QueryRow(ctx, `
+			SELECT EXISTS (SELECT 1 FROM inbox_events
+				WHERE provider = $1 AND customer_id = $2 AND ($3::timestamptz IS NULL OR received_at > $3))`,
+			job.Provider, job.CustomerID, nullTime(cur.ObservedAt)).Scan(&webhookSince); err != nil {
+			return fmt.Errorf("find webhooks since: %w", err)
+		}
+		if ch.Writes() {
+			if err := writeAccount(ctx, tx, ch.Next); err != nil {
+				return err
+			}
+			if ch.Result != reconcile.ResultUnchanged {
+				if granted, err = writeGrant(ctx, tx, cur.ID, ch.Grant); err != nil {
+					return err
+				}
+			}
+		}
+		out = ch.Done(cur, granted)
+		if err := writeLog(ctx, tx, job, observedAt, out); err != nil {
+			return err
+		}
+		out.Events, err = markEvents(ctx, tx, job, observedAt, out.EventStatus(), out.Text)
+		return err
+	})
+	if err != nil {
+		return reconcile.Outcome{}, false, fmt.Errorf("apply swept %s/%s: %w", job.Provider, job.CustomerID, classify(err))
+	}
+	return out, webhookSince, nil
+}
+
+var _ reconcile.SweepStore = (*Store)(nil)

@@ -1,0 +1,97 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/storetest"
+)
+
+func TestSweepLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := storetest.URL(t)
+	a := storetest.OpenStore(t, url, store.Options{})
+	b := storetest.OpenStore(t, url, store.Options{})
+
+	unlock, ok, err := a.SweepLock(ctx, "stripe")
+	require.NoError(t, err)
+	require.True(t, ok)
+	_, ok, err = b.SweepLock(ctx, "stripe")
+	require.NoError(t, err)
+	require.False(t, ok, "one sweep of a provider at a time")
+	// The leader's connection dies (a crashed process): its lock goes too.
+	var killed int
+	require.NoError(t, b.Pool().QueryRow(ctx, `
+		SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND granted
+		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&killed))
+	require.Equal(t, 1, killed)
+	unlock() // on a dead connection: must not panic
+	unlockB, ok, err := b.SweepLock(ctx, "stripe")
+	require.NoError(t, err)
+	require.True(t, ok)
+	unlockB()
+	unlockA, ok, err := a.SweepLock(ctx, "stripe")
+	require.NoError(t, err)
+	require.True(t, ok, "unlock released it at once")
+	unlockA()
+	unlockOther, ok, err := b.SweepLock(ctx, "kinde")
+	require.NoError(t, err)
+	require.True(t, ok, "another provider's sweep is separate")
+	unlockOther()
+}
+
+func TestSweepRunResumesAndRemembersCustomers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	run, err := st.StartSweep(ctx, "stripe")
+	require.NoError(t, err)
+	require.False(t, run.Resumed)
+	fresh, err := st.MarkSwept(ctx, run.ID, []string{"cus_a", "cus_b"})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"cus_a", "cus_b"}, fresh)
+	run.Cursor, run.Seen, run.Healed = "sub_9", 2, 1
+	require.NoError(t, st.SweepProgress(ctx, run))
+
+	// The sweeper dies; the next one resumes the run where it stopped.
+	again, err := st.StartSweep(ctx, "stripe")
+	require.NoError(t, err)
+	require.True(t, again.Resumed)
+	require.Equal(t, run.ID, again.ID)
+	require.Equal(t, "sub_9", again.Cursor)
+	require.Equal(t, 2, again.Seen)
+	require.Equal(t, 1, again.Healed)
+	fresh, err = st.MarkSwept(ctx, again.ID, []string{"cus_b", "cus_c"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"cus_c"}, fresh, "a customer resolved before the crash is not applied again")
+
+	require.NoError(t, st.FinishSweep(ctx, again, nil))
+	var status string
+	var seen int
+	require.NoError(t, st.Pool().QueryRow(ctx, `
+		SELECT status, (SELECT count(*) FROM sweep_seen) FROM sweep_runs WHERE id = $1`, run.ID).Scan(&status, &seen))
+	require.Equal(t, "succeeded", status)
+	require.Zero(t, seen, "the run's memory goes with it")
+	next, err := st.StartSweep(ctx, "stripe")
+	require.NoError(t, err)
+	require.False(t, next.Resumed)
+	require.NotEqual(t, run.ID, next.ID)
+
+	// A run whose sweeper stopped long ago is closed, not resumed.
+	_, err = st.MarkSwept(ctx, next.ID, []string{"cus_a"})
+	require.NoError(t, err)
+	_, err = st.Pool().Exec(ctx, `UPDATE sweep_runs SET heartbeat_at = now() - interval '7 hours' WHERE id = $1`, next.ID)
+	require.NoError(t, err)
+	fresh2, err := st.StartSweep(ctx, "stripe")
+	require.NoError(t, err)
+	require.False(t, fresh2.Resumed)
+	var errText string
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT status || ': ' || error FROM sweep_runs WHERE id = $1`, next.ID).Scan(&errText))
+	require.Contains(t, errText, "failed: abandoned")
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM sweep_seen`).Scan(&seen))
+	require.Zero(t, seen, "an abandoned run's memory goes with it")
+}
