@@ -251,3 +251,15 @@ func DescribeAccount(a Account) string {
 	}
 	return fmt.Sprintf("%s (%s)", a.Plan, orNone(a.Status))
 }
+
+// SweepStat sums a provider's sweeps of one status (running, succeeded,
+// failed), as read from the database for metrics: every replica reports
+// the same figures, whichever ran the sweeps.
+type SweepStat struct {
+	Provider     string
+	Status       string
+	Runs         int
+	Healed       int       // accounts healed by these runs, in all
+	Seen         int       // customers seen by these runs (for running: progress)
+	LastFinished time.Time // zero when none finished
+}

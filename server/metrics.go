@@ -107,3 +107,66 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, float64(n), state)
 	}
 }
+
+// SweepStatsFunc reads the sweeps' figures from the database.
+type SweepStatsFunc func(ctx context.Context) ([]reconcile.SweepStat, error)
+
+// CollectSweeps reports sweep figures at each scrape, read from the
+// database so every replica tells the same: runs by status (alert on a
+// rising failed count), accounts healed, the running sweep's progress, and
+// the last successful sweep's end (alert when it is older than a day and a
+// half: time() - billsync_sweep_last_success_timestamp_seconds > 129600).
+func (m *Metrics) CollectSweeps(stats SweepStatsFunc, logger *slog.Logger) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	m.reg.MustRegister(&sweepCollector{stats: stats, log: logger})
+}
+
+var (
+	sweepRunsDesc = prometheus.NewDesc("billsync_sweep_runs", "Sweeps recorded in sweep_runs, by provider and status (running, succeeded, failed).",
+		[]string{"provider", "status"}, nil)
+	sweepHealedDesc = prometheus.NewDesc("billsync_sweep_healed_accounts_total", "Accounts the sweeps healed (they had drifted from the provider).",
+		[]string{"provider"}, nil)
+	sweepProgressDesc = prometheus.NewDesc("billsync_sweep_progress_customers", "Customers the running sweep has seen so far (0 when none runs).",
+		[]string{"provider"}, nil)
+	sweepLastDesc = prometheus.NewDesc("billsync_sweep_last_success_timestamp_seconds", "When the last successful sweep finished (Unix time).",
+		[]string{"provider"}, nil)
+)
+
+type sweepCollector struct {
+	stats SweepStatsFunc
+	log   *slog.Logger
+}
+
+func (c *sweepCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- sweepRunsDesc
+	ch <- sweepHealedDesc
+	ch <- sweepProgressDesc
+	ch <- sweepLastDesc
+}
+
+func (c *sweepCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	stats, err := c.stats(ctx)
+	if err != nil {
+		c.log.Warn("metrics: read sweep figures", slog.Any("error", err))
+		return
+	}
+	healed, progress := map[string]int{}, map[string]int{}
+	for _, st := range stats {
+		ch <- prometheus.MustNewConstMetric(sweepRunsDesc, prometheus.GaugeValue, float64(st.Runs), st.Provider, st.Status)
+		healed[st.Provider] += st.Healed
+		if st.Status == "running" {
+			progress[st.Provider] += st.Seen
+		}
+		if st.Status == "succeeded" && !st.LastFinished.IsZero() {
+			ch <- prometheus.MustNewConstMetric(sweepLastDesc, prometheus.GaugeValue, float64(st.LastFinished.Unix()), st.Provider)
+		}
+	}
+	for p, n := range healed {
+		ch <- prometheus.MustNewConstMetric(sweepHealedDesc, prometheus.CounterValue, float64(n), p)
+		ch <- prometheus.MustNewConstMetric(sweepProgressDesc, prometheus.GaugeValue, float64(progress[p]), p)
+	}
+}

@@ -249,3 +249,26 @@ func (s *Store) ApplySwept(ctx context.Context, job reconcile.Job, observedAt ti
 }
 
 var _ reconcile.SweepStore = (*Store)(nil)
+
+// SweepStats sums sweep_runs by provider and status (for /metrics).
+func (s *Store) SweepStats(ctx context.Context) ([]reconcile.SweepStat, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `
+		SELECT provider, status, count(*), coalesce(sum(changed), 0), coalesce(sum(seen), 0), max(finished_at)
+		FROM sweep_runs GROUP BY provider, status ORDER BY provider, status`)
+	if err != nil {
+		return nil, fmt.Errorf("sweep stats: %w", classify(err))
+	}
+	stats, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (reconcile.SweepStat, error) {
+		var st reconcile.SweepStat
+		var last *time.Time
+		err := r.Scan(&st.Provider, &st.Status, &st.Runs, &st.Healed, &st.Seen, &last)
+		st.LastFinished = deref(last)
+		return st, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sweep stats: %w", classify(err))
+	}
+	return stats, nil
+}

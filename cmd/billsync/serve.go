@@ -57,6 +57,7 @@ STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 		return err
 	}
 	metrics := server.NewMetrics(queueDepth(st), logger)
+	metrics.CollectSweeps(st.SweepStats, logger)
 
 	// Workers stop with the server, whether by signal or by a listen error:
 	// their context ends at the signal, the HTTP drain starts with it, and

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/server"
 	"github.com/billsync/billsync/store/storetest"
 )
 
@@ -82,12 +85,23 @@ func TestScheduledSweepRuns(t *testing.T) {
 	wait := scheduleSweeps(ctx, sched, sweeper, slog.New(slog.DiscardHandler))
 	require.Eventually(t, func() bool {
 		var n int
-		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM sweep_runs WHERE status = 'succeeded'`).Scan(&n))
-		return n >= 2
+		err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM sweep_runs WHERE status = 'succeeded'`).Scan(&n)
+		return err == nil && n >= 2
 	}, time.Minute, 10*time.Millisecond, "the schedule runs sweeps")
 	cancel()
 	wait()
 	a, err := st.Account(context.Background(), "stripe", cus)
 	require.NoError(t, err)
 	require.Equal(t, "pro", a.Plan)
+
+	// /metrics reads the sweeps from the database, as serve wires it.
+	metrics := server.NewMetrics(nil, nil)
+	metrics.CollectSweeps(st.SweepStats, nil)
+	srv := httptest.NewServer(server.New(server.Config{Metrics: metrics}))
+	t.Cleanup(srv.Close)
+	text := scrape(t, strings.TrimPrefix(srv.URL, "http://"))
+	require.Regexp(t, `(?m)^billsync_sweep_runs\{provider="stripe",status="succeeded"\} [2-9]`, text)
+	require.Regexp(t, `(?m)^billsync_sweep_healed_accounts_total\{provider="stripe"\} 1$`, text, "the first sweep created the account; the next ones found it right")
+	require.Regexp(t, `(?m)^billsync_sweep_progress_customers\{provider="stripe"\} 0$`, text)
+	require.Regexp(t, `(?m)^billsync_sweep_last_success_timestamp_seconds\{provider="stripe"\} [0-9.e+]+$`, text)
 }
