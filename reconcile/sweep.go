@@ -263,3 +263,17 @@ type SweepStat struct {
 	Seen         int       // customers seen by these runs (for running: progress)
 	LastFinished time.Time // zero when none finished
 }
+
+// SweepRecord is one sweep_runs row, as support staff see it.
+type SweepRecord struct {
+	ID          int64      `json:"id"`
+	Provider    string     `json:"provider"`
+	Status      string     `json:"status"` // running, succeeded or failed
+	StartedAt   time.Time  `json:"started_at"`
+	HeartbeatAt time.Time  `json:"heartbeat_at"`
+	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+	Seen        int        `json:"seen"`
+	Healed      int        `json:"healed"`
+	Failed      int        `json:"failed"`
+	Error       string     `json:"error,omitempty"`
+}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/billsync/billsync/reconcile"
 )
@@ -21,6 +23,12 @@ type AdminStore interface {
 	AccountDetail(ctx context.Context, id int64) (reconcile.AccountDetail, error)
 	Event(ctx context.Context, id int64) (reconcile.StoredEvent, error)
 	Events(ctx context.Context, status reconcile.EventStatus, limit int) ([]reconcile.StoredEvent, error)
+	SweepRuns(ctx context.Context, limit int) ([]reconcile.SweepRecord, error)
+}
+
+// Sweeper runs one sweep (reconcile.Sweeper implements it).
+type Sweeper interface {
+	Run(ctx context.Context) (reconcile.SweepReport, error)
 }
 
 // Reconciler reconciles one customer now (reconcile.Worker implements it).
@@ -36,6 +44,11 @@ type Admin struct {
 	// Reconciler runs resyncs and replays; nil (a process without
 	// workers) answers them 503.
 	Reconciler Reconciler
+	// Sweeper runs the sweeps POST /admin/api/sweeps starts; nil answers
+	// 503 like Reconciler.
+	Sweeper Sweeper
+	// Logger reports how sweeps started here ended; nil discards.
+	Logger *slog.Logger
 }
 
 // adminActor is the audit log's actor for every admin API reconcile.
@@ -79,7 +92,48 @@ func (s *Server) routeAdmin(a Admin) {
 	handle("POST /admin/api/accounts/{id}/resync", s.adminResync)
 	handle("POST /admin/api/events/{id}/replay", s.adminReplay)
 	handle("GET /admin/api/events", s.adminEvents)
+	handle("GET /admin/api/sweeps", s.adminSweeps)
+	handle("POST /admin/api/sweeps", s.adminStartSweep)
 }
+
+// sweepsLimit bounds GET /admin/api/sweeps.
+const sweepsLimit = 50
+
+func (s *Server) adminSweeps(r *http.Request) (any, error) {
+	runs, err := s.admin.Store.SweepRuns(r.Context(), sweepsLimit)
+	return map[string]any{"sweeps": runs}, err
+}
+
+// adminStartSweep starts a sweep in the background (it can take minutes)
+// and answers at once; 409 while one is running. Its outcome is in
+// GET /admin/api/sweeps and in the log. A sweep cut short by a restart
+// stays running and the next one resumes it.
+func (s *Server) adminStartSweep(r *http.Request) (any, error) {
+	if s.admin.Sweeper == nil {
+		return nil, errNoReconciler
+	}
+	runs, err := s.admin.Store.SweepRuns(r.Context(), 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(runs) == 1 && runs[0].Status == "running" && time.Since(runs[0].HeartbeatAt) < sweepStale {
+		return nil, fmt.Errorf("%w: sweep %d is running (%d customers seen so far)", reconcile.ErrSweepRunning, runs[0].ID, runs[0].Seen)
+	}
+	log := cmp.Or(s.admin.Logger, slog.New(slog.DiscardHandler))
+	go func() {
+		rep, err := s.admin.Sweeper.Run(context.Background())
+		if err != nil {
+			log.Error("sweep started from the admin API failed", slog.Any("error", err))
+			return
+		}
+		log.Info("sweep started from the admin API done", slog.Int("seen", rep.Run.Seen), slog.Int("healed", rep.Run.Healed))
+	}()
+	return map[string]any{"started": true, "see": "GET /admin/api/sweeps"}, nil
+}
+
+// sweepStale is how old a running sweep's heartbeat may be before it
+// counts as dead (its sweeper crashed; the next sweep resumes it).
+const sweepStale = 5 * time.Minute
 
 func (s *Server) adminFind(r *http.Request) (any, error) {
 	q := strings.TrimSpace(r.URL.Query().Get("q"))

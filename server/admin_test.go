@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -45,8 +46,10 @@ func newAdminEnv(t *testing.T, token string) *adminEnv {
 	require.NoError(t, err)
 	e.w, err = reconcile.NewWorker(reconcile.WorkerConfig{Store: e.st, Providers: []reconcile.Provider{e.sh.Client}, Plans: plans})
 	require.NoError(t, err)
+	sweeper, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: e.st, Provider: "stripe", Lister: e.sh.Client, Plans: plans})
+	require.NoError(t, err)
 	srv := httptest.NewServer(server.New(server.Config{Inbox: e.st,
-		Admin: server.Admin{Token: token, Store: e.st, Reconciler: e.w}}))
+		Admin: server.Admin{Token: token, Store: e.st, Reconciler: e.w, Sweeper: sweeper}}))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	return e
@@ -246,4 +249,44 @@ func TestAdminResyncAndReplay(t *testing.T) {
 	}
 	code, body = e.do("POST", "/admin/api/events/999/replay", adminToken)
 	require.Equal(t, http.StatusNotFound, code, body)
+}
+
+// TestAdminSweeps: the sweep list, a sweep started from the API (it heals
+// a drifted account in the background), and 409 while one is running.
+func TestAdminSweeps(t *testing.T) {
+	e := newAdminEnv(t, adminToken)
+	id := e.customer("u1", "u1@example.com", "price_pro")
+	code, body := e.do("GET", "/admin/api/sweeps", adminToken)
+	require.Equal(t, http.StatusOK, code, body)
+	require.JSONEq(t, `{"sweeps":[]}`, body)
+
+	// A sweep another replica is running (fresh heartbeat): refused.
+	_, err := e.pool.Exec(context.Background(), `INSERT INTO sweep_runs (provider) VALUES ('stripe')`)
+	require.NoError(t, err)
+	code, body = e.do("POST", "/admin/api/sweeps", adminToken)
+	require.Equal(t, http.StatusConflict, code, body)
+	require.Contains(t, body, "is running")
+	require.Equal(t, "1", e.query(`SELECT count(*)::text FROM sweep_runs`), "a refused start writes nothing")
+
+	// Once it ended, a new one starts and heals the drifted account.
+	_, err = e.pool.Exec(context.Background(), `UPDATE sweep_runs SET status = 'failed', finished_at = now(), error = 'test'`)
+	require.NoError(t, err)
+	_, err = e.pool.Exec(context.Background(), `UPDATE accounts SET plan = 'free' WHERE id = $1`, id)
+	require.NoError(t, err)
+	code, body = e.do("POST", "/admin/api/sweeps", adminToken)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Eventually(t, func() bool {
+		var n int
+		err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM sweep_runs WHERE status = 'succeeded'`).Scan(&n)
+		return err == nil && n == 1
+	}, time.Minute, 10*time.Millisecond, "the started sweep never succeeded")
+	require.Equal(t, "pro", e.query(`SELECT plan FROM accounts WHERE id = $1`, id))
+	code, body = e.do("GET", "/admin/api/sweeps", adminToken)
+	require.Equal(t, http.StatusOK, code, body)
+	var res struct{ Sweeps []reconcile.SweepRecord }
+	require.NoError(t, json.Unmarshal([]byte(body), &res))
+	require.Len(t, res.Sweeps, 2)
+	require.Equal(t, "succeeded", res.Sweeps[0].Status)
+	require.Equal(t, 1, res.Sweeps[0].Healed)
+	require.Equal(t, "failed", res.Sweeps[1].Status)
 }

@@ -146,7 +146,7 @@ func errorStatus(err error) (code int, answer string) {
 		code = http.StatusUnauthorized
 	case errors.Is(err, errBadRequest):
 		code = http.StatusBadRequest
-	case errors.Is(err, reconcile.ErrHeld):
+	case errors.Is(err, reconcile.ErrHeld), errors.Is(err, reconcile.ErrSweepRunning):
 		code = http.StatusConflict
 	case errors.Is(err, reconcile.ErrNotReconciled):
 		code = http.StatusBadGateway // the provider failed; the customer stays queued

@@ -272,3 +272,25 @@ func (s *Store) SweepStats(ctx context.Context) ([]reconcile.SweepStat, error) {
 	}
 	return stats, nil
 }
+
+// SweepRuns returns the newest sweeps, newest first.
+func (s *Store) SweepRuns(ctx context.Context, limit int) ([]reconcile.SweepRecord, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, provider, status, started_at, heartbeat_at, finished_at, seen, changed, failed, coalesce(error, '')
+		FROM sweep_runs ORDER BY id DESC LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sweep runs: %w", classify(err))
+	}
+	runs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (reconcile.SweepRecord, error) {
+		var run reconcile.SweepRecord
+		err := r.Scan(&run.ID, &run.Provider, &run.Status, &run.StartedAt, &run.HeartbeatAt, &run.FinishedAt,
+			&run.Seen, &run.Healed, &run.Failed, &run.Error)
+		return run, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sweep runs: %w", classify(err))
+	}
+	return runs, nil
+}

@@ -66,6 +66,7 @@ STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 	defer cancel()
 	var wg sync.WaitGroup
 	var reconciler server.Reconciler // the admin API's resyncs take a worker's path
+	var sweeper *reconcile.Sweeper
 	if cfg.Workers > 0 {
 		client, err := newStripeClient(cfg, logger, func(status string) { metrics.ObserveProviderRequest(stripe.Provider, status) })
 		if err != nil {
@@ -82,11 +83,11 @@ STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 		wg.Add(2)
 		go func() { defer wg.Done(); st.Listen(ctx, logger, worker.Wake) }()
 		go func() { defer wg.Done(); worker.Run(ctx) }()
+		sweeper, err = newSweeper(st, client, plans, logger, nil)
+		if err != nil {
+			return err
+		}
 		if sched, _ := parseSweepSchedule(cfg.SweepSchedule); sched != nil { // validated above
-			sweeper, err := newSweeper(st, client, plans, logger, nil)
-			if err != nil {
-				return err
-			}
 			wait := scheduleSweeps(ctx, sched, sweeper, logger)
 			wg.Add(1)
 			go func() { defer wg.Done(); <-ctx.Done(); wait() }()
@@ -101,7 +102,7 @@ STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 		// A hung database gets the provider a 503 (it retries), not a
 		// request held open for as long as the database hangs.
 		StoreTimeout: cfg.IntakeTimeout,
-		Admin:        server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler},
+		Admin:        server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler, Sweeper: adminSweeper(sweeper), Logger: logger},
 	})
 	// Workers finish the job in hand and release their leases.
 	stopWorkers := func(shutCtx context.Context) error {
@@ -168,4 +169,13 @@ func listenAndServe(ctx context.Context, addr string, h http.Handler, grace time
 	}
 	errs = append(errs, <-stopped)
 	return errors.Join(errs...)
+}
+
+// adminSweeper hands the admin API the sweeper, or a nil interface (not a
+// typed nil) when this process runs no workers.
+func adminSweeper(s *reconcile.Sweeper) server.Sweeper {
+	if s == nil {
+		return nil
+	}
+	return s
 }
