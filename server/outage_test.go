@@ -5,11 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -17,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/pgembed"
 	"github.com/billsync/billsync/store/storetest"
 )
@@ -27,11 +21,7 @@ import (
 // stored; once the database is back the same delivery is stored.
 func TestIntakeDatabaseOutage(t *testing.T) {
 	ctx := context.Background()
-	cluster, cfg := storetest.PrivateCluster(t)
-
-	st := storetest.OpenStore(t, cluster.URL("billsync"), store.Options{})
-	_, err := st.Migrate(ctx)
-	require.NoError(t, err)
+	st, cluster, cfg := storetest.PrivateStore(t)
 	srv := newIntake(t, st)
 
 	body := eventBody("evt_outage", "customer.subscription.updated", "cus_outage", "2025-08-27.basil")
@@ -65,14 +55,11 @@ func TestIntakeDatabaseOutage(t *testing.T) {
 // and once the database is back the same delivery is stored.
 func TestIntakeDatabaseCrash(t *testing.T) {
 	ctx := context.Background()
-	cluster, cfg := storetest.PrivateCluster(t)
-	st := storetest.OpenStore(t, cluster.URL("billsync"), store.Options{})
+	st, cluster, cfg := storetest.PrivateStore(t)
 	pool := st.Pool()
-	_, err := st.Migrate(ctx)
-	require.NoError(t, err)
 	// The test cluster commits asynchronously: without a checkpoint, a kill
 	// could lose the migrations themselves.
-	_, err = pool.Exec(ctx, `CHECKPOINT`)
+	_, err := pool.Exec(ctx, `CHECKPOINT`)
 	require.NoError(t, err)
 	srv := newIntake(t, st)
 
@@ -89,8 +76,10 @@ func TestIntakeDatabaseCrash(t *testing.T) {
 	answered := make(chan answer, 1)
 	go func() { answered <- deliverAsync(srv.URL, body, sign(body, secretA, time.Now())) }()
 	waitForLockWait(t, locker)
-	pids := postgresPIDs(t, cluster.DataDir())
-	signalAll(pids, syscall.SIGKILL)
+	pids := storetest.ServerPIDs(t, cluster.DataDir())
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 	a := <-answered
 	require.Equal(t, http.StatusServiceUnavailable, a.code, a.body)
 	require.NotContains(t, a.body, "status")
@@ -147,30 +136,6 @@ func waitForLockWait(t *testing.T, conn *pgx.Conn) {
 			return
 		}
 		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// postgresPIDs returns the cluster's postmaster and its children.
-func postgresPIDs(t *testing.T, dataDir string) []int {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dataDir, "pgdata", "postmaster.pid"))
-	require.NoError(t, err)
-	postmaster, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
-	require.NoError(t, err)
-	pids := []int{postmaster}
-	out, err := exec.Command("pgrep", "-P", strconv.Itoa(postmaster)).Output()
-	require.NoError(t, err)
-	for _, f := range strings.Fields(string(out)) {
-		pid, err := strconv.Atoi(f)
-		require.NoError(t, err)
-		pids = append(pids, pid)
-	}
-	return pids
-}
-
-func signalAll(pids []int, sig syscall.Signal) {
-	for _, pid := range pids {
-		_ = syscall.Kill(pid, sig)
 	}
 }
 
@@ -235,26 +200,13 @@ func TestIntakeDatabaseHangs(t *testing.T) {
 // delivery and /readyz get 503 with Retry-After instead of waiting for as
 // long as it is frozen; after SIGCONT the delivery is stored once.
 func TestIntakeDatabaseFrozen(t *testing.T) {
-	ctx := context.Background()
-	cluster, _ := storetest.PrivateCluster(t)
-	st := storetest.OpenStore(t, cluster.URL("billsync"), store.Options{})
+	st, cluster, _ := storetest.PrivateStore(t)
 	pool := st.Pool()
-	_, err := st.Migrate(ctx)
-	require.NoError(t, err)
 	cfg := intakeConfig(t, st)
 	cfg.StoreTimeout = 300 * time.Millisecond
 	srv, _ := startIntake(t, cfg)
 
-	pids := postgresPIDs(t, cluster.DataDir())
-	signalAll(pids, syscall.SIGSTOP)
-	thawed := false
-	thaw := func() {
-		if !thawed {
-			signalAll(pids, syscall.SIGCONT)
-			thawed = true
-		}
-	}
-	t.Cleanup(thaw) // before the cluster's own cleanup stops it
+	thaw := storetest.Freeze(t, cluster.DataDir()) // thawed at cleanup too, before the cluster stops
 
 	body := eventBody("evt_frozen", "customer.subscription.updated", "cus_frozen", "2025-08-27.basil")
 	a := deliver(t, srv.URL, body, sign(body, secretA, time.Now()))

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -312,7 +311,7 @@ func TestServeShutdownIsBoundedWhenTheDatabaseHangs(t *testing.T) {
 		t.Fatalf("no fetch started:\n%s", cmd.logs.String())
 	}
 
-	thaw := freeze(t, cluster.DataDir())
+	thaw := storetest.Freeze(t, cluster.DataDir())
 	defer thaw()
 	require.NoError(t, cmd.cmd.Process.Signal(syscall.SIGTERM))
 	stopping := time.Now()
@@ -321,32 +320,6 @@ func TestServeShutdownIsBoundedWhenTheDatabaseHangs(t *testing.T) {
 		t.Logf("serve exited %s after SIGTERM (%v) with the database frozen", time.Since(stopping).Round(time.Millisecond), cmd.err)
 	case <-time.After(time.Minute): // a liveness guard: before the fix it never exited
 		t.Fatalf("billsync serve did not exit while the database was frozen:\n%s", cmd.logs.String())
-	}
-}
-
-// freeze stops the PostgreSQL server under dataDir and its backends with
-// SIGSTOP, as a hung database host would be; thaw lets them go on.
-func freeze(t *testing.T, dataDir string) (thaw func()) {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dataDir, "pgdata", "postmaster.pid"))
-	require.NoError(t, err)
-	postmaster, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
-	require.NoError(t, err)
-	out, err := exec.Command("pgrep", "-P", strconv.Itoa(postmaster)).Output()
-	require.NoError(t, err)
-	pids := []int{postmaster}
-	for _, f := range strings.Fields(string(out)) {
-		pid, err := strconv.Atoi(f)
-		require.NoError(t, err)
-		pids = append(pids, pid)
-	}
-	for _, pid := range pids {
-		require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
-	}
-	return func() {
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-		}
 	}
 }
 

@@ -16,7 +16,9 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -346,4 +348,59 @@ func dbURL(base, db string) string {
 	}
 	// In keyword/value strings the last setting wins.
 	return base + " dbname=" + db
+}
+
+// PrivateStore is PrivateCluster with a migrated Store on its "billsync"
+// database, closed at cleanup.
+func PrivateStore(t testing.TB) (*store.Store, *pgembed.Cluster, pgembed.Config) {
+	t.Helper()
+	c, cfg := PrivateCluster(t)
+	st := OpenStore(t, c.URL("billsync"), store.Options{})
+	if _, err := st.Migrate(context.Background()); err != nil {
+		t.Fatalf("storetest: migrate: %v", err)
+	}
+	return st, c, cfg
+}
+
+// ServerPIDs returns the postmaster of the cluster under dataDir and its
+// children (the backends), for tests that kill or freeze the database.
+func ServerPIDs(t testing.TB, dataDir string) []int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dataDir, "pgdata", "postmaster.pid"))
+	if err != nil {
+		t.Fatalf("storetest: %v", err)
+	}
+	postmaster, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+	if err != nil {
+		t.Fatalf("storetest: postmaster.pid: %v", err)
+	}
+	pids := []int{postmaster}
+	out, err := exec.Command("pgrep", "-P", strconv.Itoa(postmaster)).Output()
+	if err != nil {
+		t.Fatalf("storetest: pgrep: %v", err)
+	}
+	for _, f := range strings.Fields(string(out)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("storetest: pgrep: %v", err)
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// Freeze stops the cluster under dataDir and its backends with SIGSTOP, as
+// a hung database host would be; thaw (also run at cleanup) lets them go on.
+func Freeze(t testing.TB, dataDir string) (thaw func()) {
+	t.Helper()
+	pids := ServerPIDs(t, dataDir)
+	signal := func(sig syscall.Signal) {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, sig)
+		}
+	}
+	signal(syscall.SIGSTOP)
+	thaw = sync.OnceFunc(func() { signal(syscall.SIGCONT) })
+	t.Cleanup(thaw)
+	return thaw
 }
