@@ -17,10 +17,13 @@ import (
 	"github.com/billsync/billsync/store"
 )
 
-// support is what resync and replay share: the database, and a worker
-// built as serve builds it, whose ReconcileNow takes the worker's own path.
+// support is what resync, replay and sweep share: the database, the
+// Stripe client and plans, and a worker built as serve builds it, whose
+// ReconcileNow takes the worker's own path.
 type support struct {
 	st     *store.Store
+	client *stripe.Client
+	plans  *reconcile.Plans
 	worker *reconcile.Worker
 }
 
@@ -30,7 +33,7 @@ type support struct {
 func openSupport(ctx context.Context, cfg config, logger *slog.Logger) (*support, func(), error) {
 	key, err := secret(os.Getenv, "STRIPE_API_KEY")
 	if err == nil && key == "" {
-		err = errors.New("STRIPE_API_KEY is not set: billsync reads the customer from the Stripe API (or set STRIPE_API_KEY_FILE)")
+		err = errors.New("STRIPE_API_KEY is not set: billsync reads customers from the Stripe API (or set STRIPE_API_KEY_FILE)")
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("configuration: %w", err)
@@ -39,8 +42,8 @@ func openSupport(ctx context.Context, cfg config, logger *slog.Logger) (*support
 	if err != nil {
 		return nil, nil, err
 	}
-	client, err := stripe.NewClient(stripe.Config{APIKey: key, BaseURL: cfg.StripeAPIURL, UserRefKey: cfg.UserRefKey,
-		RateLimit: cfg.StripeRateLimit, Logger: logger})
+	cfg.StripeAPIKey = key
+	client, err := newStripeClient(cfg, logger, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -62,7 +65,7 @@ func openSupport(ctx context.Context, cfg config, logger *slog.Logger) (*support
 		closeDB()
 		return nil, nil, err
 	}
-	return &support{st: st, worker: w}, closeDB, nil
+	return &support{st: st, client: client, plans: plans, worker: w}, closeDB, nil
 }
 
 // cliActor is the audit log's actor for a person at a terminal.

@@ -40,32 +40,13 @@ STRIPE_API_URL, BILLSYNC_PLANS). Exits non-zero when the sweep fails.`)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	key, err := secret(os.Getenv, "STRIPE_API_KEY")
-	if err != nil {
-		return fmt.Errorf("configuration:\n%w", err)
-	}
-	if key == "" {
-		return errors.New("configuration:\nSTRIPE_API_KEY is not set: the sweep lists subscriptions through the Stripe API (or set STRIPE_API_KEY_FILE)")
-	}
-	cfg.StripeAPIKey = key
-	plans, err := loadPlans(cfg.PlansPath)
+	sup, closeSupport, err := openSupport(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
-	st, closeDB, err := openDatabase(ctx, cfg, logger)
-	if err != nil {
-		return err
-	}
-	defer closeDB()
-	if err := prepareSchema(ctx, st, false, logger); err != nil {
-		return err
-	}
-	client, err := newStripeClient(cfg, logger, nil)
-	if err != nil {
-		return err
-	}
+	defer closeSupport()
 	p := newProgress(stdout)
-	sweeper, err := newSweeper(st, client, plans, logger, p.page)
+	sweeper, err := newSweeper(sup.st, sup.client, sup.plans, logger, p.page)
 	if err != nil {
 		return err
 	}
