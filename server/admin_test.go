@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	stripeapi "github.com/stripe/stripe-go/v82"
@@ -98,20 +97,7 @@ func (e *adminEnv) query(sql string, args ...any) string {
 }
 
 // tables is every table's row count and a digest of its rows.
-func (e *adminEnv) tables() map[string]string {
-	e.t.Helper()
-	rows, err := e.pool.Query(context.Background(), `SELECT tablename FROM pg_tables WHERE schemaname = 'public'`)
-	require.NoError(e.t, err)
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(e.t, err)
-	require.Contains(e.t, names, "reconcile_log")
-	out := map[string]string{}
-	for _, n := range names {
-		out[n] = e.query(fmt.Sprintf(`SELECT count(*) || ' ' || coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') FROM %s t`,
-			pgx.Identifier{n}.Sanitize()))
-	}
-	return out
-}
+func (e *adminEnv) tables() map[string]string { return storetest.Tables(e.t, e.st) }
 
 var adminRoutes = []struct{ method, path string }{
 	{"GET", "/admin/api/accounts?q=1"},

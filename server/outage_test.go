@@ -64,13 +64,7 @@ func TestIntakeDatabaseCrash(t *testing.T) {
 	srv := newIntake(t, st)
 
 	// Hold the intake's statement in the server: it waits for a lock.
-	locker, err := pgx.Connect(ctx, cluster.URL("billsync"))
-	require.NoError(t, err)
-	t.Cleanup(func() { locker.Close(context.Background()) })
-	tx, err := locker.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `LOCK TABLE inbox_events IN ACCESS EXCLUSIVE MODE`)
-	require.NoError(t, err)
+	locker, _ := lockInbox(t, cluster.URL("billsync"))
 
 	body := eventBody("evt_crash", "customer.subscription.updated", "cus_crash", "2025-08-27.basil")
 	answered := make(chan answer, 1)
@@ -124,6 +118,22 @@ func deliverAsync(url string, body []byte, header string) answer {
 	return a
 }
 
+// lockInbox locks inbox_events from a connection of its own, in a
+// transaction the test ends (or the connection's close at cleanup does):
+// the intake's statement then waits in the server.
+func lockInbox(t *testing.T, url string) (*pgx.Conn, pgx.Tx) {
+	t.Helper()
+	ctx := context.Background()
+	locker, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { locker.Close(context.Background()) })
+	tx, err := locker.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `LOCK TABLE inbox_events IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	return locker, tx
+}
+
 // waitForLockWait returns once some session waits for a lock on
 // inbox_events, asking through conn.
 func waitForLockWait(t *testing.T, conn *pgx.Conn) {
@@ -170,13 +180,7 @@ func TestIntakeDatabaseHangs(t *testing.T) {
 	warm := eventBody("evt_warm", "customer.subscription.updated", "cus_warm", "2025-08-27.basil")
 	require.Equal(t, http.StatusOK, deliver(t, srv.URL, warm, sign(warm, secretA, time.Now())).code)
 
-	locker, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
-	require.NoError(t, err)
-	t.Cleanup(func() { locker.Close(context.Background()) })
-	tx, err := locker.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `LOCK TABLE inbox_events IN ACCESS EXCLUSIVE MODE`)
-	require.NoError(t, err)
+	locker, tx := lockInbox(t, pool.Config().ConnConfig.ConnString())
 
 	body := eventBody("evt_hang", "customer.subscription.updated", "cus_hang", "2025-08-27.basil")
 	a := deliver(t, srv.URL, body, sign(body, secretA, time.Now()))

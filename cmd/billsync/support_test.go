@@ -116,20 +116,7 @@ func (e *supportEnv) lastLog(customer string) string {
 }
 
 // tables returns every table's row count and a digest of its rows.
-func (e *supportEnv) tables() map[string]string {
-	e.t.Helper()
-	rows, err := e.db.Query(e.ctx, `SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1`)
-	require.NoError(e.t, err)
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(e.t, err)
-	require.Contains(e.t, names, "accounts")
-	out := map[string]string{}
-	for _, n := range names {
-		out[n] = e.query(fmt.Sprintf(`SELECT count(*) || ' ' || coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '')
-			FROM %s t`, pgx.Identifier{n}.Sanitize()))
-	}
-	return out
-}
+func (e *supportEnv) tables() map[string]string { return storetest.Tables(e.t, e.st) }
 
 // TestResyncHealsDrift: an account set wrong behind billsync's back is
 // healed by a resync naming it each way a person can, through the real

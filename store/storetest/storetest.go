@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billsync/billsync/store"
@@ -403,4 +404,30 @@ func Freeze(t testing.TB, dataDir string) (thaw func()) {
 	thaw = sync.OnceFunc(func() { signal(syscall.SIGCONT) })
 	t.Cleanup(thaw)
 	return thaw
+}
+
+// Tables returns every table of st's database with its row count and a
+// digest of its rows, to show that something (a dry run, a refused
+// request) wrote nothing at all.
+func Tables(t testing.TB, st *store.Store) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := st.Pool().Query(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1`)
+	if err != nil {
+		t.Fatalf("storetest: tables: %v", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(names) == 0 {
+		t.Fatalf("storetest: tables: %v (%d found)", err, len(names))
+	}
+	out := make(map[string]string, len(names))
+	for _, n := range names {
+		var digest string
+		if err := st.Pool().QueryRow(ctx, `SELECT count(*) || ' ' || coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') FROM `+
+			pgx.Identifier{n}.Sanitize()+` t`).Scan(&digest); err != nil {
+			t.Fatalf("storetest: digest %s: %v", n, err)
+		}
+		out[n] = digest
+	}
+	return out
 }
