@@ -71,6 +71,12 @@ type SweepStore interface {
 	// EnqueueUnswept queues the accounts the run did not resolve and
 	// revives dead queue rows.
 	EnqueueUnswept(ctx context.Context, runID int64, provider string) (int, error)
+	// SweptAccounts reads the accounts held for customers, without locks,
+	// by customer id (absent: no account yet).
+	SweptAccounts(ctx context.Context, provider string, customers []string) (map[string]Account, error)
+	// Granted returns what each grant's period already holds for its
+	// account, aligned with grants.
+	Granted(ctx context.Context, accountIDs []int64, grants []Grant) ([]int64, error)
 }
 
 // SweeperConfig configures a Sweeper.
@@ -162,30 +168,37 @@ func (s *Sweeper) sweep(ctx context.Context, rep *SweepReport) error {
 	if err != nil {
 		return err
 	}
+	// Pages are applied by one goroutine while the lister fetches the next
+	// one, so a sweep takes about the longer of listing and applying, not
+	// their sum. Progress (the resume cursor) is recorded only once a page
+	// is applied. A stopped sweep (ctx done) still applies the page already
+	// handed over, each store call bounded by the store's own deadline.
+	listCtx, stopListing := context.WithCancelCause(ctx)
+	defer stopListing(nil)
+	pages := make(chan listedPage, 1)
+	applied := make(chan error, 1)
+	go func() {
+		applied <- s.applyPages(context.WithoutCancel(ctx), stopListing, rep, pages)
+	}()
 	observed := first
-	err = s.cfg.Lister.List(ctx, rep.Run.Cursor, func(snaps []Snapshot, next string) error {
+	err = s.cfg.Lister.List(listCtx, rep.Run.Cursor, func(snaps []Snapshot, next string) error {
 		at := observed
 		if next == "" {
 			at = first
-		} else {
-			rep.Calls++
 		}
-		if err := s.page(ctx, rep, snaps, at); err != nil {
-			return err
-		}
-		if next != "" {
-			rep.Run.Cursor = next
-		}
-		if err := s.cfg.Store.SweepProgress(ctx, rep.Run); err != nil {
-			return err
-		}
-		if s.cfg.OnPage != nil {
-			s.cfg.OnPage(rep.Run)
+		select {
+		case pages <- listedPage{snaps: snaps, next: next, at: at}:
+		case <-listCtx.Done():
+			return context.Cause(listCtx)
 		}
 		// The next page's time, taken before its list call.
-		observed, err = s.cfg.Store.Now(ctx)
+		observed, err = s.cfg.Store.Now(listCtx)
 		return err
 	})
+	close(pages)
+	if aerr := <-applied; aerr != nil {
+		return aerr
+	}
 	if err != nil {
 		return err
 	}
@@ -197,8 +210,52 @@ func (s *Sweeper) sweep(ctx context.Context, rep *SweepReport) error {
 	return nil
 }
 
+// listedPage is one page of the listing on its way to being applied.
+type listedPage struct {
+	snaps []Snapshot
+	next  string    // the cursor after it; "" for the listing's final call
+	at    time.Time // observed: the database time taken before its list call
+}
+
+// applyPages applies pages in order and records progress after each. On
+// failure it stops the listing and drains what was sent.
+func (s *Sweeper) applyPages(ctx context.Context, stop context.CancelCauseFunc, rep *SweepReport, pages <-chan listedPage) error {
+	var failed error
+	for p := range pages {
+		if failed != nil {
+			continue
+		}
+		if failed = s.applyPage(ctx, rep, p); failed != nil {
+			stop(failed)
+		}
+	}
+	return failed
+}
+
+func (s *Sweeper) applyPage(ctx context.Context, rep *SweepReport, p listedPage) error {
+	if p.next != "" {
+		rep.Calls++
+	}
+	if err := s.page(ctx, rep, p.snaps, p.at); err != nil {
+		return err
+	}
+	if p.next != "" {
+		rep.Run.Cursor = p.next
+	}
+	if err := s.cfg.Store.SweepProgress(ctx, rep.Run); err != nil {
+		return err
+	}
+	if s.cfg.OnPage != nil {
+		s.cfg.OnPage(rep.Run)
+	}
+	return nil
+}
+
 // page applies one page's snapshots, skipping customers this run already
 // resolved (a resumed run meets them again in the older part of the list).
+// Customers whose account is already right are only counted: one read for
+// the whole page finds them, and only the rest are applied, each in its own
+// transaction under its row lock (where the decision is taken again).
 func (s *Sweeper) page(ctx context.Context, rep *SweepReport, snaps []Snapshot, at time.Time) error {
 	if len(snaps) == 0 {
 		return nil
@@ -213,7 +270,15 @@ func (s *Sweeper) page(ctx context.Context, rep *SweepReport, snaps []Snapshot, 
 	if err != nil {
 		return err
 	}
+	settled, err := s.settled(ctx, fresh, byCustomer, at)
+	if err != nil {
+		return err
+	}
 	for _, id := range fresh {
+		rep.Run.Seen++
+		if settled[id] {
+			continue
+		}
 		snap := byCustomer[id]
 		job := Job{Provider: s.cfg.Provider, CustomerID: id, Trigger: TriggerSweep}
 		out, webhookSince, err := s.cfg.Store.ApplySwept(ctx, job, at, func(cur Account) Change {
@@ -222,7 +287,6 @@ func (s *Sweeper) page(ctx context.Context, rep *SweepReport, snaps []Snapshot, 
 		if err != nil {
 			return err
 		}
-		rep.Run.Seen++
 		switch out.Result {
 		case ResultApplied:
 			rep.Run.Healed++
@@ -241,6 +305,44 @@ func (s *Sweeper) page(ctx context.Context, rep *SweepReport, snaps []Snapshot, 
 		}
 	}
 	return nil
+}
+
+// settled returns the customers for whom applying their snapshot would
+// write nothing: a stale snapshot, or an unchanged account whose period is
+// granted in full. It reads without locks; a customer it misses is applied
+// (and decided again) under the lock, so a wrong guess costs a transaction,
+// never a wrong write.
+func (s *Sweeper) settled(ctx context.Context, ids []string, byCustomer map[string]Snapshot, at time.Time) (map[string]bool, error) {
+	accounts, err := s.cfg.Store.SweptAccounts(ctx, s.cfg.Provider, ids)
+	if err != nil {
+		return nil, err
+	}
+	settled := make(map[string]bool, len(accounts))
+	var pending []string
+	var accountIDs []int64
+	var grants []Grant
+	for id, cur := range accounts {
+		ch := Decide(cur, byCustomer[id], s.cfg.Plans, at)
+		switch {
+		case ch.Result == ResultStale, ch.Result == ResultUnchanged && ch.Grant == nil:
+			settled[id] = true
+		case ch.Result == ResultUnchanged:
+			pending = append(pending, id)
+			accountIDs = append(accountIDs, cur.ID)
+			grants = append(grants, *ch.Grant)
+		}
+	}
+	if len(grants) == 0 {
+		return settled, nil
+	}
+	granted, err := s.cfg.Store.Granted(ctx, accountIDs, grants)
+	if err != nil {
+		return nil, err
+	}
+	for i, id := range pending {
+		settled[id] = grants[i].TopUp(granted[i]) == 0
+	}
+	return settled, nil
 }
 
 // DescribeAccount renders an account's state in a few words (logs, the

@@ -294,3 +294,49 @@ func (s *Store) SweepRuns(ctx context.Context, limit int) ([]reconcile.SweepReco
 	}
 	return runs, nil
 }
+
+// SweptAccounts returns the accounts provider holds for customers, by
+// customer id, read without locks: the sweep decides from them which
+// customers are already right, and applies the rest under the row lock.
+func (s *Store) SweptAccounts(ctx context.Context, provider string, customers []string) (map[string]reconcile.Account, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `SELECT `+accountColumns+` FROM accounts
+		WHERE provider = $1 AND customer_id = ANY($2)`, provider, customers)
+	if err != nil {
+		return nil, fmt.Errorf("read swept accounts: %w", classify(err))
+	}
+	accounts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (reconcile.Account, error) { return scanAccount(r) })
+	if err != nil {
+		return nil, fmt.Errorf("read swept accounts: %w", classify(err))
+	}
+	byCustomer := make(map[string]reconcile.Account, len(accounts))
+	for _, a := range accounts {
+		byCustomer[a.CustomerID] = a
+	}
+	return byCustomer, nil
+}
+
+// Granted returns what each grant's period already holds for its account
+// (the sum writeGrant tops up from), aligned with grants.
+func (s *Store) Granted(ctx context.Context, accountIDs []int64, grants []reconcile.Grant) ([]int64, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	starts := make([]time.Time, len(grants))
+	for i, g := range grants {
+		starts[i] = g.PeriodStart
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT coalesce((SELECT sum(l.delta) FROM ledger l
+			WHERE l.account_id = p.account_id AND l.period_start = p.period_start AND l.kind = 'grant'), 0)
+		FROM unnest($1::bigint[], $2::timestamptz[]) WITH ORDINALITY AS p(account_id, period_start, n)
+		ORDER BY p.n`, accountIDs, starts)
+	if err != nil {
+		return nil, fmt.Errorf("read grants: %w", classify(err))
+	}
+	granted, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("read grants: %w", classify(err))
+	}
+	return granted, nil
+}

@@ -42,6 +42,7 @@ func (s *benchSenders) Set(v string) error {
 var benchHidden = map[string]bool{
 	"senders": true, "intake-deliveries": true, "rounds": true, "drain-events": true,
 	"customers": true, "workers": true, "batch": true, "latency": true, "rate": true, "pool-conns": true,
+	"sweep-accounts": true,
 }
 
 func runBench(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) error {
@@ -59,6 +60,10 @@ operator's tables are never touched) and with an in-process fake Stripe:
           fake with 50 ms latency through a client limited to 100 req/s;
           then a second burst posted through the intake while the
           workers run
+  sweep   every account re-read in bulk from the fake at 100 req/s, 1%
+          of them drifted (plan changed, webhook lost); compared with the
+          time its list calls need at that limit, and with the requests
+          of reconciling each account one by one
 
 It prints each figure, its target and PASS or MISS, and exits 0 either way.
 
@@ -78,12 +83,13 @@ flags:`)
 	cfg.bindCommon(fs, os.Getenv)
 	bc := bench.Config{Logger: logger}
 	asJSON := fs.Bool("json", false, "print the results as JSON instead of a table")
-	fs.BoolVar(&bc.Full, "full", false, "the issue's sizes (senders 1, 8 and 32; 10,000 events over 1,000 customers): a few minutes")
+	fs.BoolVar(&bc.Full, "full", false, "the issue's sizes (senders 1, 8 and 32; 10,000 events over 1,000 customers; a sweep of 100,000 accounts): a few minutes")
 	fs.Var((*benchSenders)(&bc.Senders), "senders", "intake sender counts, comma-separated")
 	fs.IntVar(&bc.IntakeDeliveries, "intake-deliveries", 0, "intake deliveries per path, round and sender count")
 	fs.IntVar(&bc.Rounds, "rounds", 0, "intake rounds per sender count (paths alternate which goes first)")
 	fs.IntVar(&bc.DrainEvents, "drain-events", 0, "drain: events to store before the workers start")
 	fs.IntVar(&bc.Customers, "customers", 0, "drain: customers the events are spread over")
+	fs.IntVar(&bc.SweepAccounts, "sweep-accounts", 0, "sweep: accounts at the fake, 1% of them drifted")
 	fs.IntVar(&bc.Workers, "workers", 0, "drain: reconcile loops")
 	fs.IntVar(&bc.Batch, "batch", 0, "drain: jobs claimed at once per loop (default: the worker's, reconcile.DefaultBatch)")
 	fs.IntVar(&bc.PoolConns, "pool-conns", 0, "database connections of the bench pools (default: as serve gets them)")

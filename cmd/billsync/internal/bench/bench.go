@@ -1,7 +1,8 @@
 // Package bench measures billsync on this machine, each figure against a
 // baseline measured in the same run: the HTTP intake against the same store
-// call made directly (its ceiling), and the worker draining a burst against
-// the fake Stripe's rate limit. Run returns a Report; Report.Print writes
+// call made directly (its ceiling), the worker draining a burst against
+// the fake Stripe's rate limit, and the nightly sweep against the time its
+// list calls need at that limit. Run returns a Report; Report.Print writes
 // it as a table.
 //
 // It must never touch the operator's data: it works only in databases it
@@ -29,6 +30,8 @@ const (
 	TargetIntakeP99   = 20 * time.Millisecond // intake p99, at TargetSenders
 	TargetLimitShare  = 0.95                  // drain: API requests/s as a share of the client's limit
 	TargetFetches     = 1.1                   // drain: provider fetches per customer per burst
+	TargetSweepWall   = 2.0                   // sweep: wall time / provider-bound minimum (list calls ÷ rate)
+	TargetSweepCalls  = 80.0                  // sweep: per-account requests / list requests
 	TargetSenders     = 32
 )
 
@@ -45,6 +48,7 @@ type Config struct {
 	Rounds           int
 	DrainEvents      int
 	Customers        int
+	SweepAccounts    int
 	Workers          int
 	Batch            int
 	Latency          time.Duration
@@ -67,6 +71,7 @@ func (c Config) withDefaults() Config {
 		c.Rounds = cmp.Or(c.Rounds, 3)
 		c.DrainEvents = cmp.Or(c.DrainEvents, 10000)
 		c.Customers = cmp.Or(c.Customers, 1000)
+		c.SweepAccounts = cmp.Or(c.SweepAccounts, 100000)
 	} else {
 		if len(c.Senders) == 0 {
 			c.Senders = []int{TargetSenders}
@@ -75,6 +80,7 @@ func (c Config) withDefaults() Config {
 		c.Rounds = cmp.Or(c.Rounds, 2)
 		c.DrainEvents = cmp.Or(c.DrainEvents, 2000)
 		c.Customers = cmp.Or(c.Customers, 200)
+		c.SweepAccounts = cmp.Or(c.SweepAccounts, 5000)
 	}
 	c.Workers = cmp.Or(c.Workers, 16)
 	c.Batch = cmp.Or(c.Batch, reconcile.DefaultBatch) // as serve runs it
@@ -101,6 +107,9 @@ func (c Config) Validate() error {
 	}
 	if c.Customers < 1 || c.DrainEvents < c.Customers {
 		errs = append(errs, errors.New("-customers must be 1 or more and -drain-events at least -customers"))
+	}
+	if c.SweepAccounts < 100 {
+		errs = append(errs, errors.New("-sweep-accounts must be 100 or more"))
 	}
 	if c.Workers < 1 || c.Batch < 1 || c.Latency < 0 || c.RateLimit <= 0 || c.PoolConns < 0 {
 		errs = append(errs, errors.New("-workers and -batch must be 1 or more, -latency and -pool-conns not negative, -rate positive"))
@@ -139,6 +148,14 @@ func Run(ctx context.Context, databaseURL string, cfg Config) (Report, error) {
 	err = withDatabase(ctx, databaseURL, fmt.Sprintf("billsync_bench_%d_drain", stamp), cfg, func(st *store.Store) error {
 		var err error
 		rep.Drain, err = runDrain(ctx, st, cfg)
+		return err
+	})
+	if err != nil {
+		return rep, err
+	}
+	err = withDatabase(ctx, databaseURL, fmt.Sprintf("billsync_bench_%d_sweep", stamp), cfg, func(st *store.Store) error {
+		var err error
+		rep.Sweep, err = runSweep(ctx, st, cfg)
 		return err
 	})
 	if err != nil {

@@ -29,7 +29,7 @@ func startIntake(t testing.TB, st *store.Store) *intake {
 // toy is a run small enough for a test.
 func toy() Config {
 	return Config{Senders: []int{1, 4}, IntakeDeliveries: 40, Rounds: 2,
-		DrainEvents: 30, Customers: 6, Workers: 3, Latency: 2 * time.Millisecond, RateLimit: 500}.withDefaults()
+		DrainEvents: 30, Customers: 6, SweepAccounts: 300, Workers: 3, Latency: 2 * time.Millisecond, RateLimit: 500}.withDefaults()
 }
 
 // TestIntakeStoresWhatItReports: read back from the database, every
@@ -198,8 +198,8 @@ func TestDrainAnswersEveryEvent(t *testing.T) {
 		plans = append(plans, user+"="+plan)
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"user_00000=pro", "user_00001=pro", "user_00002=team",
-		"user_00003=pro", "user_00004=pro", "user_00005=team"}, plans, "the seed subscribes every third customer to team")
+	require.Equal(t, []string{"user_000000=pro", "user_000001=pro", "user_000002=team",
+		"user_000003=pro", "user_000004=pro", "user_000005=team"}, plans, "the seed subscribes every third customer to team")
 
 	require.Equal(t, cfg.Customers, res.CustomersFetched, "every customer is fetched")
 	require.Equal(t, cfg.Customers, res.Live.CustomersFetched, "and again for its live burst")
@@ -232,7 +232,12 @@ func TestBenchQuick(t *testing.T) {
 	require.Equal(t, probe.MaxConns(), rep.PoolConns, "the bench's pools are serve's size")
 	require.Len(t, rep.Intake, 2)
 	require.Equal(t, "intake throughput / ceiling, 4 senders", rep.Targets[0].Name)
-	require.Len(t, rep.Targets, 5)
+	require.Len(t, rep.Targets, 7)
+	require.Equal(t, 300, rep.Sweep.Accounts)
+	require.Equal(t, 3, rep.Sweep.Drifted, "1% of the accounts drifted")
+	require.Equal(t, rep.Sweep.Drifted, rep.Sweep.Healed, "the sweep healed exactly the drifted accounts")
+	require.LessOrEqual(t, rep.Sweep.ListCalls, int64(4), "300 accounts in pages of 100, and one call to find the end")
+	require.Positive(t, rep.Sweep.PerAccountCalls)
 }
 
 // TestReportPrintsMiss: the table names each target and says MISS plainly
@@ -244,6 +249,7 @@ func TestReportPrintsMiss(t *testing.T) {
 			HTTP: Latency{PerSec: 500, P99Ms: 40}, Ceiling: Latency{PerSec: 1000, P99Ms: 10}}},
 		Drain: DrainResult{Events: 20, Customers: 2, LimitShare: 0.99, RateLimit: 100, FetchesPerCustomer: 1,
 			Live: LiveResult{FetchesPerCustomer: 1.5, Refetched: 1}},
+		Sweep: SweepResult{Accounts: 1000, WallRatio: 2.5, CallReduction: 100},
 	}
 	rep.evaluate()
 	var out bytes.Buffer
@@ -261,13 +267,15 @@ func TestReportPrintsMiss(t *testing.T) {
 		}
 	}
 	require.Equal(t, map[string]string{
-		"intake throughput / ceiling, 32 senders":         "MISS",
-		"intake p99, 32 senders":                          "MISS",
-		"drain API requests/s / client limit":             "PASS",
-		"drain fetches per customer, burst stored first":  "PASS",
-		"drain fetches per customer, burst arriving live": "MISS",
+		"intake throughput / ceiling, 32 senders":                 "MISS",
+		"intake p99, 32 senders":                                  "MISS",
+		"drain API requests/s / client limit":                     "PASS",
+		"drain fetches per customer, burst stored first":          "PASS",
+		"drain fetches per customer, burst arriving live":         "MISS",
+		"sweep wall time / provider-bound minimum, 1000 accounts": "MISS",
+		"sweep per-account requests / list requests":              "PASS",
 	}, verdicts, out.String())
-	require.Contains(t, out.String(), "MISS: 3 of 5 targets missed")
+	require.Contains(t, out.String(), "MISS: 4 of 7 targets missed")
 }
 
 // BenchmarkIntake is `billsync bench`'s intake pair as a Go benchmark: the

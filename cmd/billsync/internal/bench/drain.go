@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	stripeapi "github.com/stripe/stripe-go/v82"
+
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/mocks/stripe/stripetest"
 	"github.com/billsync/billsync/providers/stripe"
@@ -297,12 +299,29 @@ func (d *drain) waitEmpty(ctx context.Context, start time.Time, cfg Config) (tim
 	}
 }
 
-// seed creates n customers at the fake, each with a subscription to pro or
-// team, through stripe-go as the app would.
+// seed creates n customers at the fake for the drain.
 func (d *drain) seed(ctx context.Context, n int) error {
-	d.customers = make([]string, n)
+	seeded, err := seedCustomers(ctx, d.h, n)
+	d.customers = make([]string, len(seeded))
+	for i, c := range seeded {
+		d.customers[i] = c.id
+	}
+	return err
+}
+
+// seededCustomer is one customer the bench created at the fake.
+type seededCustomer struct {
+	id    string
+	price string
+	sub   *stripeapi.Subscription
+}
+
+// seedCustomers creates n customers at the fake, each with a subscription
+// to pro or team (every third), through stripe-go as the app would.
+func seedCustomers(ctx context.Context, h *stripetest.Harness, n int) ([]seededCustomer, error) {
+	customers := make([]seededCustomer, n)
 	_, _, err := sendAll(ctx, time.Now, 8, n, func(ctx context.Context, i int) error {
-		id, err := d.h.Customer(ctx, fmt.Sprintf("user_%05d", i))
+		id, err := h.Customer(ctx, fmt.Sprintf("user_%06d", i))
 		if err != nil {
 			return fmt.Errorf("seed fake: %w", err)
 		}
@@ -310,13 +329,14 @@ func (d *drain) seed(ctx context.Context, n int) error {
 		if i%3 == 2 {
 			price = "price_team"
 		}
-		if _, err := d.h.Subscribe(ctx, id, price); err != nil {
+		sub, err := h.Subscribe(ctx, id, price)
+		if err != nil {
 			return fmt.Errorf("seed fake: %w", err)
 		}
-		d.customers[i] = id
+		customers[i] = seededCustomer{id: id, price: price, sub: sub}
 		return nil
 	})
-	return err
+	return customers, err
 }
 
 // countingHandler counts the fake's API requests, its 429 answers and the

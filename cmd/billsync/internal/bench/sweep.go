@@ -1,0 +1,200 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store"
+)
+
+// SweepResult is the nightly sweep over every account, a share of them
+// drifted, against the fake Stripe at the client's rate limit.
+type SweepResult struct {
+	Accounts  int     `json:"accounts"`
+	Drifted   int     `json:"drifted"`
+	Healed    int     `json:"healed"`
+	RateLimit float64 `json:"rate_limit"`
+	// ListCalls are the API requests of the measured sweep, counted at the
+	// fake (429 answers included).
+	ListCalls   int64 `json:"list_calls"`
+	RateLimited int64 `json:"rate_limited"`
+	// ProviderBoundSeconds is the least time the listing can take at the
+	// limit: list calls ÷ rate.
+	ProviderBoundSeconds float64 `json:"provider_bound_seconds"`
+	Seconds              float64 `json:"seconds"`
+	WallRatio            float64 `json:"wall_ratio"` // Seconds / ProviderBoundSeconds
+	// RequestsPerFetch is what one per-account fetch costs, measured on a
+	// sample in the same run; PerAccountCalls = Accounts × it is the
+	// baseline of reconciling every account one by one.
+	RequestsPerFetch float64 `json:"requests_per_fetch"`
+	PerAccountCalls  int64   `json:"per_account_calls"`
+	CallReduction    float64 `json:"call_reduction"` // PerAccountCalls / ListCalls
+	AccountsPerSec   float64 `json:"accounts_per_sec"`
+	// Projected1MSeconds is the wall time projected for a million accounts
+	// at the same rate: the provider-bound time scaled, times WallRatio.
+	Projected1MSeconds float64 `json:"projected_1m_seconds"`
+	// HeapPeakMiB is the Go heap's peak growth during the measured sweep
+	// (sampled); PeakRSSMiB is the process's peak RSS, which includes the
+	// in-process fake holding every customer.
+	HeapPeakMiB       float64 `json:"heap_peak_mib"`
+	PeakRSSMiB        float64 `json:"peak_rss_mib"`
+	SeedSeconds       float64 `json:"seed_seconds"`
+	FirstSweepSeconds float64 `json:"first_sweep_seconds"`
+}
+
+// sweepDrift is the share of accounts the bench makes wrong before the
+// measured sweep.
+const sweepDrift = 0.01
+
+// fetchSample is how many customers the per-account baseline fetches.
+const fetchSample = 100
+
+func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, error) {
+	res := SweepResult{Accounts: cfg.SweepAccounts, RateLimit: cfg.RateLimit}
+	plans, err := reconcile.ParsePlans(reconcile.ExamplePlans)
+	if err != nil {
+		return res, err
+	}
+	counted := &countingHandler{}
+	h, err := stripetest.New(stripetest.Options{
+		Wrap: counted.wrap, ConnState: counted.connState,
+		Fake:   stripemock.Options{Faults: stripemock.Faults{DropRate: 1}}, // drift: no webhook reaches billsync
+		Client: stripe.Config{RateLimit: 1e6, ListRateLimit: 1e6},          // the first sweep, unmetered
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		return res, err
+	}
+	defer h.Close()
+
+	t0 := time.Now()
+	customers, err := seedCustomers(ctx, h, cfg.SweepAccounts)
+	if err != nil {
+		return res, err
+	}
+	res.SeedSeconds = round(time.Since(t0).Seconds(), 1)
+	cfg.Logger.Info("bench sweep: fake seeded", slog.Int("customers", len(customers)), slog.Float64("seconds", res.SeedSeconds))
+
+	// Every account as billsync would hold it after a night without drift.
+	t0 = time.Now()
+	first, err := sweepOnce(ctx, st, h.Client, plans)
+	if err != nil {
+		return res, err
+	}
+	if first.Run.Seen != len(customers) || first.Run.Healed != len(customers) {
+		return res, fmt.Errorf("sweep bench: the first sweep saw %d and created %d accounts of %d", first.Run.Seen, first.Run.Healed, len(customers))
+	}
+	res.FirstSweepSeconds = round(time.Since(t0).Seconds(), 1)
+
+	// Drift: every 100th customer moves between pro and team at Stripe,
+	// its webhook lost.
+	step := int(math.Round(1 / sweepDrift))
+	for i := 0; i < len(customers); i += step {
+		if err := h.ChangePrice(ctx, customers[i].sub, otherPrice(customers[i].price)); err != nil {
+			return res, fmt.Errorf("sweep bench drift: %w", err)
+		}
+		res.Drifted++
+	}
+
+	// The per-account baseline: what reconciling one account costs.
+	reqs0 := counted.requests.Load()
+	for _, c := range customers[:min(fetchSample, len(customers))] {
+		if _, err := h.Client.Fetch(ctx, c.id); err != nil {
+			return res, fmt.Errorf("sweep bench baseline fetch: %w", err)
+		}
+	}
+	res.RequestsPerFetch = round(float64(counted.requests.Load()-reqs0)/float64(min(fetchSample, len(customers))), 2)
+	res.PerAccountCalls = int64(math.Round(res.RequestsPerFetch * float64(len(customers))))
+
+	// The measured sweep: Stripe's limit enforced at the fake (429 over
+	// it), billsync's client at the same rate, all of it for the sweep.
+	h.Fake.SetFaults(stripemock.Faults{DropRate: 1, RequestsPerSecond: cfg.RateLimit})
+	client, err := h.NewClient(stripe.Config{RateLimit: cfg.RateLimit, ListRateLimit: cfg.RateLimit})
+	if err != nil {
+		return res, err
+	}
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	peak := &heapPeak{}
+	stopSampling := peak.sample(20 * time.Millisecond)
+	reqs0, limited0 := counted.requests.Load(), counted.limited.Load()
+	t0 = time.Now()
+	rep, err := sweepOnce(ctx, st, client, plans)
+	took := time.Since(t0)
+	stopSampling()
+	if err != nil {
+		return res, err
+	}
+	res.ListCalls, res.RateLimited = counted.requests.Load()-reqs0, counted.limited.Load()-limited0
+	res.Healed = rep.Run.Healed
+	if rep.Run.Seen != len(customers) || rep.Run.Healed != res.Drifted || rep.Run.Failed != 0 {
+		return res, fmt.Errorf("sweep bench: the sweep saw %d of %d customers and healed %d of %d drifted (%d failed)",
+			rep.Run.Seen, len(customers), rep.Run.Healed, res.Drifted, rep.Run.Failed)
+	}
+	res.Seconds = round(took.Seconds(), 2)
+	res.ProviderBoundSeconds = round(float64(res.ListCalls)/cfg.RateLimit, 2)
+	if res.ProviderBoundSeconds > 0 {
+		res.WallRatio = round(took.Seconds()/(float64(res.ListCalls)/cfg.RateLimit), 3)
+	}
+	if res.ListCalls > 0 {
+		res.CallReduction = round(float64(res.PerAccountCalls)/float64(res.ListCalls), 1)
+	}
+	res.AccountsPerSec = round(float64(len(customers))/took.Seconds(), 0)
+	res.Projected1MSeconds = round(float64(res.ListCalls)/cfg.RateLimit*1e6/float64(len(customers))*res.WallRatio, 0)
+	res.HeapPeakMiB = round(float64(peak.max.Load()-int64(before.HeapAlloc))/(1<<20), 1)
+	res.PeakRSSMiB = round(peakRSSMiB(), 1)
+	cfg.Logger.Info("bench sweep: done", slog.Float64("seconds", res.Seconds), slog.Int64("list_calls", res.ListCalls))
+	return res, nil
+}
+
+// sweepOnce runs one sweep of every Stripe account.
+func sweepOnce(ctx context.Context, st *store.Store, client *stripe.Client, plans *reconcile.Plans) (reconcile.SweepReport, error) {
+	s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: st, Provider: stripe.Provider, Lister: client, Plans: plans})
+	if err != nil {
+		return reconcile.SweepReport{}, err
+	}
+	return s.Run(ctx)
+}
+
+func otherPrice(price string) string {
+	if price == "price_pro" {
+		return "price_team"
+	}
+	return "price_pro"
+}
+
+// heapPeak samples the Go heap's size and keeps the largest.
+type heapPeak struct{ max atomic.Int64 }
+
+func (p *heapPeak) sample(every time.Duration) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			if int64(m.HeapAlloc) > p.max.Load() {
+				p.max.Store(int64(m.HeapAlloc))
+			}
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
+}
