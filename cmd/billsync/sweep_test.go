@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/mocks/stripe/stripetest"
 	"github.com/billsync/billsync/server"
+	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
 )
 
@@ -104,4 +106,52 @@ func TestScheduledSweepRuns(t *testing.T) {
 	require.Regexp(t, `(?m)^billsync_sweep_healed_accounts_total\{provider="stripe"\} 1$`, text, "the first sweep created the account; the next ones found it right")
 	require.Regexp(t, `(?m)^billsync_sweep_progress_customers\{provider="stripe"\} 0$`, text)
 	require.Regexp(t, `(?m)^billsync_sweep_last_success_timestamp_seconds\{provider="stripe"\} [0-9.e+]+$`, text)
+}
+
+// TestTwoServesSweepOneAtATime: two `billsync serve` processes on one
+// database with the same schedule, each sweep outlasting the schedule's
+// period: sweeps never overlap, both processes try, and every run succeeds.
+func TestTwoServesSweepOneAtATime(t *testing.T) {
+	ctx := context.Background()
+	h := stripetest.ForTest(t, stripetest.Options{})
+	for i := range 250 {
+		cus, err := h.Customer(ctx, fmt.Sprint("u_", i))
+		require.NoError(t, err)
+		_, err = h.Subscribe(ctx, cus, "price_pro")
+		require.NoError(t, err)
+	}
+	// Each list call takes 400 ms, so a sweep (3 pages and the end) lasts
+	// longer than the schedule's 1 s period.
+	h.Fake.SetFaults(stripemock.Faults{Latency: 400 * time.Millisecond})
+	dbURL := storetest.URL(t)
+	var procs []*billsyncProc
+	for range 2 {
+		addr := freeAddr(t)
+		procs = append(procs, startBillsync(t, t.TempDir(), addr,
+			"BILLSYNC_TEST_ARGS=serve -workers 1 -addr "+addr, "BILLSYNC_SWEEP_SCHEDULE=@every 1s",
+			"DATABASE_URL="+dbURL, "STRIPE_API_KEY="+stripemock.DefaultAPIKey, "STRIPE_API_URL="+h.URL))
+	}
+	st := storetest.OpenStore(t, dbURL, store.Options{})
+	require.Eventually(t, func() bool {
+		var n int
+		err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM sweep_runs WHERE status = 'succeeded'`).Scan(&n)
+		return err == nil && n >= 3
+	}, time.Minute, 100*time.Millisecond, "the schedules never ran three sweeps:\n%s\n%s", procs[0].logs, procs[1].logs)
+	for _, p := range procs {
+		stopBillsync(t, p)
+	}
+
+	var overlapping, failed, running int
+	require.NoError(t, st.Pool().QueryRow(ctx, `
+		SELECT (SELECT count(*) FROM sweep_runs a JOIN sweep_runs b ON a.id < b.id
+		        WHERE b.started_at < coalesce(a.finished_at, 'infinity')),
+		       (SELECT count(*) FROM sweep_runs WHERE status = 'failed'),
+		       (SELECT count(*) FROM sweep_runs WHERE status = 'running')`).Scan(&overlapping, &failed, &running))
+	require.Zero(t, overlapping, "two sweeps ran at once")
+	require.Zero(t, failed, "a sweep failed")
+	require.LessOrEqual(t, running, 1, "only the sweep SIGTERM interrupted is left running, for the next to resume")
+	for i, p := range procs {
+		require.Contains(t, p.logs.String(), "scheduled sweep skipped: another replica is sweeping",
+			"process %d never found the other sweeping", i)
+	}
 }
