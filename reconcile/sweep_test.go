@@ -419,3 +419,32 @@ func TestSweepInterruptedResumes(t *testing.T) {
 	require.Equal(t, 150, rep.Run.Seen)
 	require.Empty(t, h.wrongAccounts(customers))
 }
+
+// TestSweepRestoresALostGrant: an account whose state is right but whose
+// period's grant is missing (a crash between writes, a bad manual fix) is
+// not "already right": the sweep grants it, and only it.
+func TestSweepRestoresALostGrant(t *testing.T) {
+	t.Parallel()
+	h, _ := newSweepHarness(t, stripemock.Options{}, false)
+	customers, _ := h.subscribeMany(3, func(int) string { return "price_pro" })
+	ctx := context.Background()
+	_, err := h.sweeper(nil, nil).Run(ctx)
+	require.NoError(t, err)
+	lost, err := h.st.Account(ctx, stripe.Provider, customers[0])
+	require.NoError(t, err)
+	_, err = h.st.Pool().Exec(ctx, `DELETE FROM ledger WHERE account_id = $1`, lost.ID)
+	require.NoError(t, err)
+
+	rep, err := h.sweeper(nil, nil).Run(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Run.Healed)
+	require.Len(t, rep.Healed, 1)
+	require.Equal(t, customers[0], rep.Healed[0].CustomerID)
+	for _, c := range customers {
+		a, err := h.st.Account(ctx, stripe.Provider, c)
+		require.NoError(t, err)
+		balance, err := h.st.Balance(ctx, a.ID)
+		require.NoError(t, err)
+		require.EqualValues(t, 500, balance, c)
+	}
+}
