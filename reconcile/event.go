@@ -19,9 +19,22 @@ type Event struct {
 	Time       time.Time
 	APIVersion string
 	Payload    []byte // the raw verified body
+	// Expect is what the event's own object says its subscription is now;
+	// nil when it says nothing billsync can check a fetch against.
+	Expect *Expectation
 	// IgnoreReason, when set, stores the event as ignored with this reason
 	// and queues nothing.
 	IgnoreReason string
+}
+
+// Expectation is what an event's own object says one subscription is now.
+// It never changes an account: a fetch that plainly contradicts it is read
+// again once, in case the provider's API lagged behind its webhook.
+type Expectation struct {
+	SubscriptionID string `json:"subscription_id"`
+	Status         string `json:"status,omitempty"`
+	// Prices are the subscription's items' prices, one reference each.
+	Prices []string `json:"prices,omitempty"`
 }
 
 // EventStatus is where a stored event stands.

@@ -24,6 +24,9 @@ type Job struct {
 	// Actor is who asked, for the audit log: "cli:<os user>", "admin-api";
 	// empty for the queue's own work (see ActorOf).
 	Actor string
+	// Expect is the newest pending event's expectation for the customer
+	// (by the provider's event time), nil when none carries one.
+	Expect *Expectation
 }
 
 // ActorOf returns who the job's reconcile is recorded as: its own actor,

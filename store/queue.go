@@ -27,14 +27,18 @@ func (s *Store) Claim(ctx context.Context, worker string, limit int, lease time.
 		UPDATE reconcile_queue q
 		SET locked_by = $1, locked_until = now() + make_interval(secs => $3)
 		FROM due WHERE q.id = due.id
-		RETURNING q.id, q.provider, q.customer_id, q.trigger, q.requested_at, q.attempts`,
+		RETURNING q.id, q.provider, q.customer_id, q.trigger, q.requested_at, q.attempts,
+			(SELECT e.expect FROM inbox_events e
+			 WHERE e.provider = q.provider AND e.customer_id = q.customer_id
+			   AND e.status = 'pending' AND e.expect IS NOT NULL
+			 ORDER BY e.event_time DESC NULLS LAST, e.id DESC LIMIT 1)`,
 		worker, limit, lease.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs: %w", classify(err))
 	}
 	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (reconcile.Job, error) {
 		var j reconcile.Job
-		err := r.Scan(&j.ID, &j.Provider, &j.CustomerID, &j.Trigger, &j.RequestedAt, &j.Attempts)
+		err := r.Scan(&j.ID, &j.Provider, &j.CustomerID, &j.Trigger, &j.RequestedAt, &j.Attempts, &j.Expect)
 		return j, err
 	})
 	if err != nil {

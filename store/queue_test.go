@@ -82,3 +82,36 @@ func TestRetryBeforeTheClockWasRead(t *testing.T) {
 	require.Equal(t, "dead", result)
 	require.Equal(t, map[string]string{"evt_1": "dead"}, stateOf(t, st, "cus_1").eventStatus)
 }
+
+// TestClaimCarriesTheNewestExpectation: a claimed job carries what the
+// newest pending event (by the provider's time) says its subscription is,
+// skipping events that say nothing and events already answered.
+func TestClaimCarriesTheNewestExpectation(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	at := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	deliver := func(id string, minute int, expect *reconcile.Expectation) {
+		_, err := st.StoreDelivery(ctx, reconcile.Delivery{Event: reconcile.Event{
+			Provider: "stripe", DedupeKey: id, EventID: id, Type: "customer.subscription.updated",
+			CustomerID: "cus_1", Time: at.Add(time.Duration(minute) * time.Minute), Payload: []byte(`{}`), Expect: expect}})
+		require.NoError(t, err)
+	}
+	newest := &reconcile.Expectation{SubscriptionID: "sub_1", Status: "active", Prices: []string{"price_team"}}
+	deliver("evt_newest", 5, newest)
+	deliver("evt_older", 3, &reconcile.Expectation{SubscriptionID: "sub_1", Status: "active", Prices: []string{"price_pro"}})
+	deliver("evt_silent", 9, nil) // newest of all, but carries no expectation
+	job := claimOne(t, st)
+	require.Equal(t, newest, job.Expect)
+
+	_, err := st.Pool().Exec(ctx, `UPDATE inbox_events SET status = 'applied' WHERE dedupe_key = 'evt_newest'`)
+	require.NoError(t, err)
+	_, err = st.Pool().Exec(ctx, `UPDATE reconcile_queue SET locked_until = NULL`)
+	require.NoError(t, err)
+	require.Equal(t, []string{"price_pro"}, claimOne(t, st).Expect.Prices, "an answered event expects nothing any more")
+
+	_, err = st.Pool().Exec(ctx, `UPDATE inbox_events SET status = 'applied'`)
+	require.NoError(t, err)
+	_, err = st.Pool().Exec(ctx, `UPDATE reconcile_queue SET locked_until = NULL`)
+	require.NoError(t, err)
+	require.Nil(t, claimOne(t, st).Expect)
+}
