@@ -15,12 +15,12 @@ import (
 // Faults makes the fake misbehave the way the real Stripe sometimes does.
 // The zero value is a well-behaved server.
 type Faults struct {
-	DuplicateCopies   int           // each webhook delivery is sent 1+N times
-	RandomCopies      int           // … plus a random 0..N more copies per delivery (seeded)
-	ReorderDelay      time.Duration // each copy waits a random [0, ReorderDelay] before sending
-	DropRate          float64       // probability a delivery (all its copies) is never sent
-	Error5xxRate      float64       // probability an API request answers 500 api_error
-	RateLimitRate     float64       // probability an API request answers 429 rate_limit
+	DuplicateCopies int           // each webhook delivery is sent 1+N times
+	RandomCopies    int           // … plus a random 0..N more copies per delivery (seeded)
+	ReorderDelay    time.Duration // each copy waits a random [0, ReorderDelay] before sending
+	DropRate        float64       // probability a delivery (all its copies) is never sent
+	Error5xxRate    float64       // probability an API request answers 500 api_error
+	RateLimitRate   float64       // probability an API request answers 429 rate_limit
 	// RetryAfter, when set, adds a Retry-After header to 429s. Stripe's own
 	// 429s carry none (its docs only advise backing off), so the default is
 	// none: a client must not depend on it.

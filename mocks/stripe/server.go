@@ -40,10 +40,10 @@ type Options struct {
 	// ExtraAPIKeys are accepted too: a test driver on its own key is left
 	// alone by faults aimed at billsync's (Faults.TargetKey).
 	ExtraAPIKeys []string
-	Clock      *Clock       // nil → NewClock(time.Now())
-	Faults     Faults       // initial faults; see SetFaults
-	Logger     *slog.Logger // nil → discard
-	HTTPClient *http.Client // for webhook deliveries; nil → 10 s timeout client
+	Clock        *Clock       // nil → NewClock(time.Now())
+	Faults       Faults       // initial faults; see SetFaults
+	Logger       *slog.Logger // nil → discard
+	HTTPClient   *http.Client // for webhook deliveries; nil → 10 s timeout client
 
 	DeliveryAttempts int           // attempts per webhook copy; default 3
 	RetryBackoff     time.Duration // wait before the 2nd attempt, doubled after; default 100ms

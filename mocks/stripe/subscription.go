@@ -463,7 +463,9 @@ func (s *Server) changeItems(current []subItem, c *call) (items, restarted []sub
 	return items, restarted, nil
 }
 
-func sameInterval(a, b *price) bool { return a.Interval == b.Interval && a.IntervalCount == b.IntervalCount }
+func sameInterval(a, b *price) bool {
+	return a.Interval == b.Interval && a.IntervalCount == b.IntervalCount
+}
 
 func (s *Server) cancelSubscription(c *call) (obj, error) {
 	sub, ok := s.subs.get(c.r.PathValue("id"))
