@@ -173,7 +173,7 @@ func renderThin(e *event) obj {
 // exact waits). Use it as Options.RetrySchedule with a TimeFactor.
 var LiveRetrySchedule = []time.Duration{
 	time.Minute, 5 * time.Minute, 30 * time.Minute, time.Hour, 2 * time.Hour, 4 * time.Hour,
-	8 * time.Hour, 12 * time.Hour, 16 * time.Hour, 24 * time.Hour,
+	8 * time.Hour, 12 * time.Hour, 20 * time.Hour, 24 * time.Hour, // 71.6 hours in all
 }
 
 // DeliveryRecord is one webhook send attempt, or one dropped delivery.
