@@ -278,7 +278,7 @@ func TestMixedIntervalsEachItemHasItsPeriod(t *testing.T) {
 	cust := f.customer(t)
 	sub, err := f.sc.V1Subscriptions.Create(context.Background(), &stripe.SubscriptionCreateParams{
 		Customer: stripe.String(cust.ID),
-		Items: []*stripe.SubscriptionCreateItemParams{{Price: stripe.String(yearly)}, {Price: stripe.String("price_pro")}},
+		Items:    []*stripe.SubscriptionCreateItemParams{{Price: stripe.String(yearly)}, {Price: stripe.String("price_pro")}},
 	})
 	require.NoError(t, err)
 	year, month := sub.Items.Data[0], sub.Items.Data[1]

@@ -44,7 +44,8 @@ type subscription struct {
 	Items             []subItem
 	Created           int64
 	StartDate         int64
-	Anchor            int64 // billing_cycle_anchor
+	Anchor            int64  // billing_cycle_anchor
+	BillingMode       string // classic | flexible
 	CancelAtPeriodEnd bool
 	CancelAt          int64
 	CanceledAt        int64
@@ -115,9 +116,12 @@ func (s *Server) renderSubscription(sub *subscription, version string, ex expans
 		"collection_method":    "charge_automatically", "created": sub.Created, "currency": currency,
 		"customer": sub.Customer, "days_until_due": nil, "default_payment_method": nil, "description": nil,
 		"discounts": []string{}, "ended_at": nullable(sub.EndedAt),
-		"items": obj{"object": "list", "data": items, "has_more": false, "total_count": len(items),
+		"items": obj{"object": "list", "data": items, "has_more": false,
 			"url": "/v1/subscription_items?subscription=" + sub.ID},
-		"latest_invoice": nullable(sub.LatestInvoice), "livemode": false, "metadata": metadataOf(sub.Metadata),
+		"automatic_tax":    obj{"disabled_reason": nil, "enabled": false, "liability": nil},
+		"billing_mode":     obj{"type": sub.BillingMode},
+		"invoice_settings": obj{"account_tax_ids": nil, "issuer": obj{"type": "self"}},
+		"latest_invoice":   nullable(sub.LatestInvoice), "livemode": false, "metadata": metadataOf(sub.Metadata),
 		"pause_collection": nil, "pending_update": nil, "schedule": nil, "start_date": sub.StartDate,
 		"status": sub.Status, "test_clock": nil, "trial_end": nullable(sub.TrialEnd), "trial_start": nullable(sub.TrialStart),
 	}
@@ -208,6 +212,21 @@ func (s *Server) createSubscription(c *call) (obj, error) {
 		it := subItem{ID: newID("si"), Created: now, Price: p, Quantity: q, Metadata: map[string]string{}}
 		it.startPeriod(now)
 		sub.Items = append(sub.Items, it)
+	}
+	// Mixed intervals need flexible billing on Stripe; the fake picks it
+	// when the items mix intervals and no mode was asked for.
+	sub.BillingMode = f.hash("billing_mode")["type"]
+	switch sub.BillingMode {
+	case "":
+		sub.BillingMode = "classic"
+		for _, it := range sub.Items[1:] {
+			if !sameInterval(it.Price, sub.Items[0].Price) {
+				sub.BillingMode = "flexible"
+			}
+		}
+	case "classic", "flexible":
+	default:
+		return nil, invalidParam("billing_mode[type]", "Invalid billing_mode[type]: must be one of classic or flexible")
 	}
 	if trialEnd > now {
 		// A trial is one period up to trial_end; the items' billing starts there.
