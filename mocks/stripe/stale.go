@@ -17,7 +17,12 @@ const staleWindow = 10 * time.Minute
 
 // changed records that the object with id is about to change (or was just
 // created, before == nil). Called with s.mu held, before the write shows.
+// Only while Faults.StaleReads is on: changes made before it was turned on
+// are not seen stale.
 func (s *Server) changed(id string, before any) {
+	if s.faults.StaleReads <= 0 {
+		return
+	}
 	now := time.Now()
 	h := slices.DeleteFunc(s.history[id], func(c change) bool { return now.Sub(c.at) > staleWindow })
 	s.history[id] = append(h, change{at: now, before: before})
