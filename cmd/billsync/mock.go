@@ -52,7 +52,8 @@ func runMock(ctx context.Context, args []string, stdout io.Writer, logger *slog.
 Runs a stateful fake Stripe that speaks the real REST API (form-encoded
 requests, Stripe-Version honoured) and sends signed webhooks, with fault
 knobs. Control endpoints (no key): /_mock/faults, /_mock/clock/advance,
-/_mock/deliveries, /_mock/reset; also /_mock/customers/{id}/card, /_mock/dunning, /_mock/event_destinations (see mocks/stripe/control.go).`)
+/_mock/deliveries, /_mock/reset, /_mock/customers/{id}/card,
+/_mock/dunning, /_mock/event_destinations (see mocks/stripe/control.go).`)
 		fs.PrintDefaults()
 	}
 	addr := fs.String("addr", "127.0.0.1:12112", "listen address")
