@@ -245,9 +245,11 @@ func TestTrialThenActive(t *testing.T) {
 	inv, err = f.sc.V1Invoices.Retrieve(context.Background(), got.LatestInvoice.ID, nil)
 	require.NoError(t, err)
 	require.Equal(t, int64(2000), inv.AmountPaid)
-	require.Equal(t, []string{"customer.subscription.created", "invoice.paid", "customer.subscription.updated", "invoice.paid"},
-		f.eventTypes(t, sub.ID))
-	_, list := f.do(t, http.MethodGet, "/v1/events", url.Values{"type": {"customer.subscription.updated"}}, nil)
+	require.Equal(t, []string{"customer.subscription.created", "invoice.paid", "customer.subscription.trial_will_end",
+		"customer.subscription.updated", "invoice.paid"}, f.eventTypes(t, sub.ID))
+	_, list := f.do(t, http.MethodGet, "/v1/events", url.Values{"type": {"customer.subscription.trial_will_end"}}, nil)
+	require.EqualValues(t, trialEnd-3*24*3600, path(list, "data", 0, "created"), "three days before the trial ends")
+	_, list = f.do(t, http.MethodGet, "/v1/events", url.Values{"type": {"customer.subscription.updated"}}, nil)
 	require.Equal(t, "trialing", path(list, "data", 0, "data", "previous_attributes", "status"))
 
 	// trial_end as a timestamp works too; one in the past is refused.

@@ -65,7 +65,8 @@ const incompleteExpiry = 23 * 3600
 
 // tick does, in time order, everything on every subscription that fell due
 // by now on the fake clock: paused collection resuming, payment retries,
-// cancellations, renewals (with their invoices) and incomplete expiry.
+// cancellations, trial reminders, renewals (with their invoices) and
+// incomplete expiry.
 func (s *Server) tick(now time.Time) {
 	for _, sub := range s.subs.rows {
 		for {
@@ -103,6 +104,14 @@ func (s *Server) nextAction(sub *subscription) (int64, func(at int64)) {
 	}
 	if sub.CancelAt != 0 {
 		consider(sub.CancelAt, func(at int64) { s.endSubscription(nil, sub, sub.CanceledAt, at, "cancellation_requested") })
+	}
+	if sub.Status == "trialing" && !sub.TrialWillEndSent {
+		// Stripe's reminder three days before a trial ends (at once for a
+		// shorter trial).
+		consider(max(sub.TrialEnd-3*24*3600, sub.Created), func(at int64) {
+			sub.TrialWillEndSent = true
+			s.emit(nil, at, "customer.subscription.trial_will_end", sub.clone(), nil)
+		})
 	}
 	switch sub.Status {
 	case "active", "trialing", "past_due":

@@ -53,6 +53,7 @@ type subscription struct {
 	CancelReason      string
 	TrialStart        int64
 	TrialEnd          int64
+	TrialWillEndSent  bool
 	PauseBehavior     string // pause_collection[behavior]; "" = collecting
 	PauseResumesAt    int64
 	LatestInvoice     string
