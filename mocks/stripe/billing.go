@@ -117,6 +117,8 @@ func (s *Server) nextAction(sub *subscription) (int64, func(at int64)) {
 	case "active", "trialing", "past_due":
 		consider(sub.periodEnd(), func(at int64) { s.renewAt(sub, at) })
 	case "incomplete":
+		// Expiry emits customer.subscription.updated; which event Stripe
+		// sends here was not confirmed from its docs.
 		consider(sub.Created+incompleteExpiry, func(at int64) {
 			before := sub.clone()
 			sub.Status = "incomplete_expired"
