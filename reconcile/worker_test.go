@@ -27,10 +27,10 @@ func TestWorkerAppliesWhatStripeSaysNow(t *testing.T) {
 	h.delivered()
 
 	w := h.worker(reconcile.WorkerConfig{})
-	require.Equal(t, 1, drain(t, w), "three events for one customer coalesce into one reconcile")
+	require.Equal(t, 1, drain(t, w), "four events (customer.created too) for one customer coalesce into one reconcile")
 	s := h.state(cus)
 	require.Equal(t, customerState{Plan: "pro", Status: "active", Balance: 500, Grants: 1,
-		Events: map[string]int{"applied": 3}}, s)
+		Events: map[string]int{"applied": 4}}, s)
 	require.Equal(t, []string{"applied: account created on plan pro (active), Pro allowance granted (+500)"}, h.outcomeTexts(cus))
 
 	a, err := h.st.Account(context.Background(), "stripe", cus)
@@ -59,7 +59,7 @@ func TestWorkerIgnoresWithAReason(t *testing.T) {
 
 	drain(t, h.worker(reconcile.WorkerConfig{}))
 	s := h.state(cus)
-	require.Equal(t, map[string]int{"ignored": 2}, s.Events)
+	require.Equal(t, map[string]int{"ignored": 3}, s.Events, "customer.created, the subscription and its invoice")
 	require.Empty(t, s.Plan, "nothing may be applied from an unmapped price")
 	require.Equal(t, []string{"ignored: ignored: price legacy_gold / price_legacy maps to no plan"}, h.outcomeTexts(cus))
 	require.Equal(t, []string{"ignored: ignored: customer cus_nobody is unknown to stripe"}, h.outcomeTexts("cus_nobody"))
@@ -83,7 +83,7 @@ func TestWorkerRidesOutProviderFaults(t *testing.T) {
 	s := h.state(cus)
 	require.Equal(t, "team", s.Plan)
 	require.EqualValues(t, 2000, s.Balance)
-	require.Equal(t, map[string]int{"applied": 3}, s.Events)
+	require.Equal(t, map[string]int{"applied": 4}, s.Events, "customer.created, created, invoice.paid, updated")
 }
 
 // TestWorkerProviderDownForGood: every attempt fails; after the last one
@@ -115,7 +115,7 @@ func TestWorkerProviderDownForGood(t *testing.T) {
 	require.EqualValues(t, 1, w.Dead())
 	s := h.state(cus)
 	require.Empty(t, s.Plan)
-	require.Equal(t, map[string]int{"dead": 2}, s.Events)
+	require.Equal(t, map[string]int{"dead": 3}, s.Events, "customer.created, the subscription and its invoice")
 	var status string
 	require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT status FROM reconcile_queue WHERE customer_id = $1`, cus).Scan(&status))
 	require.Equal(t, "dead", status)
@@ -128,7 +128,7 @@ func TestWorkerProviderDownForGood(t *testing.T) {
 	drain(t, h.worker(reconcile.WorkerConfig{}))
 	s = h.state(cus)
 	require.Equal(t, "pro", s.Plan)
-	require.Equal(t, map[string]int{"applied": 2}, s.Events, "the revived reconcile answers the dead events")
+	require.Equal(t, map[string]int{"applied": 3}, s.Events, "the revived reconcile answers the dead events")
 }
 
 // TestWorkerStopReleasesLeases: stopping mid-batch finishes or hands back

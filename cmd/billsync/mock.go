@@ -52,7 +52,8 @@ func runMock(ctx context.Context, args []string, stdout io.Writer, logger *slog.
 Runs a stateful fake Stripe that speaks the real REST API (form-encoded
 requests, Stripe-Version honoured) and sends signed webhooks, with fault
 knobs. Control endpoints (no key): /_mock/faults, /_mock/clock/advance,
-/_mock/deliveries, /_mock/reset.`)
+/_mock/deliveries, /_mock/reset, /_mock/customers/{id}/card,
+/_mock/dunning, /_mock/event_destinations (see mocks/stripe/control.go).`)
 		fs.PrintDefaults()
 	}
 	addr := fs.String("addr", "127.0.0.1:12112", "listen address")
@@ -66,7 +67,7 @@ knobs. Control endpoints (no key): /_mock/faults, /_mock/clock/advance,
 	fs.Float64Var(&f.DropRate, "drop", 0, "probability (0-1) a webhook is never sent")
 	fs.Float64Var(&f.Error5xxRate, "error-rate", 0, "probability (0-1) an API request answers 500")
 	fs.Float64Var(&f.RateLimitRate, "ratelimit-rate", 0, "probability (0-1) an API request answers 429")
-	fs.DurationVar(&f.RetryAfter, "retry-after", time.Second, "Retry-After of 429 answers")
+	fs.DurationVar(&f.RetryAfter, "retry-after", 0, "Retry-After of 429 answers (0 = none, as Stripe)")
 	fs.DurationVar(&f.Latency, "latency", 0, "delay added to every API response")
 	fs.Float64Var(&f.RequestsPerSecond, "rps", 0, "API rate limit in requests per second; over it → 429 (0 = none)")
 	fs.Int64Var(&f.Seed, "seed", 0, "seed for the fault dice (0 = random)")

@@ -61,13 +61,22 @@ func TestSubscriptionLifecycleThroughStripeGo(t *testing.T) {
 	require.Equal(t, int64(2000), sub.Items.Data[0].Price.UnitAmount)
 	require.Equal(t, item.CurrentPeriodEnd, sub.Items.Data[0].CurrentPeriodEnd)
 
-	// A price alone replaces the items.
+	// A price without an item id adds an item, as on Stripe; the old one is
+	// removed only when named with deleted=true.
 	sub, err = f.sc.V1Subscriptions.Update(ctx, sub.ID, &stripe.SubscriptionUpdateParams{
 		Items: []*stripe.SubscriptionUpdateItemParams{{Price: stripe.String("price_team")}},
 	})
 	require.NoError(t, err)
+	require.Len(t, sub.Items.Data, 2)
+	require.Equal(t, item.ID, sub.Items.Data[0].ID)
+	require.NotEqual(t, item.ID, sub.Items.Data[1].ID)
+	require.Equal(t, "team", sub.Items.Data[1].Price.LookupKey)
+	require.Equal(t, item.CurrentPeriodEnd, sub.Items.Data[1].CurrentPeriodEnd, "same interval: the new item shares the period")
+	sub, err = f.sc.V1Subscriptions.Update(ctx, sub.ID, &stripe.SubscriptionUpdateParams{
+		Items: []*stripe.SubscriptionUpdateItemParams{{ID: stripe.String(item.ID), Deleted: stripe.Bool(true)}},
+	})
+	require.NoError(t, err)
 	require.Len(t, sub.Items.Data, 1)
-	require.NotEqual(t, item.ID, sub.Items.Data[0].ID)
 	require.Equal(t, "team", sub.Items.Data[0].Price.LookupKey)
 
 	sub, err = f.sc.V1Subscriptions.Update(ctx, sub.ID, &stripe.SubscriptionUpdateParams{CancelAtPeriodEnd: stripe.Bool(true)})
@@ -362,7 +371,7 @@ func TestEventsListNewestFirst(t *testing.T) {
 		types = append(types, string(e.Type))
 		require.Equal(t, stripemock.DefaultAPIVersion, e.APIVersion)
 	}
-	require.Equal(t, []string{"customer.subscription.deleted", "invoice.paid", "customer.subscription.created"}, types)
+	require.Equal(t, []string{"customer.subscription.deleted", "invoice.paid", "customer.subscription.created", "customer.created"}, types)
 
 	_, list := f.do(t, http.MethodGet, "/v1/events", url.Values{"type": {"customer.subscription.*"}}, nil)
 	require.Len(t, list["data"], 2)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"time"
 )
 
@@ -14,7 +15,12 @@ import (
 //	GET  /_mock/clock                      {"now":…}
 //	POST /_mock/clock/advance              {"seconds":N}: advance the clock, renewing subscriptions
 //	GET  /_mock/deliveries                 every webhook attempt so far
+//	GET  /_mock/deliveries/settled         {"delivered":N,"gave_up":N,"dropped":N}
 //	POST /_mock/subscriptions/{id}/status  {"status":"past_due"}: force a status, emitting its event
+//	POST /_mock/customers/{id}/card        {"fails":true}: the customer's payments are declined (or not)
+//	POST /_mock/dunning                    {"retries":["72h","120h"],"final":"unpaid"}: failed-payment setting
+//	POST /_mock/event_destinations         {"url":…,"types":["v1.customer.subscription.updated"]}:
+//	                                       a thin-event destination; answers its secret
 //	POST /_mock/reset                      forget customers, subscriptions, invoices, events and
 //	                                       deliveries; prices and webhook endpoints stay
 func (s *Server) controlRoutes() {
@@ -69,6 +75,57 @@ func (s *Server) controlRoutes() {
 		}
 		controlJSON(w, http.StatusOK, map[string]string{"id": r.PathValue("id"), "status": req.Status})
 	})
+	m.HandleFunc("GET /_mock/deliveries/settled", func(w http.ResponseWriter, r *http.Request) {
+		controlJSON(w, http.StatusOK, s.Settled())
+	})
+	m.HandleFunc("POST /_mock/customers/{id}/card", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Fails bool `json:"fails"`
+		}
+		if err := decodeBody(r, &req); err != nil {
+			controlError(w, err)
+			return
+		}
+		if err := s.SetCardFails(r.PathValue("id"), req.Fails); err != nil {
+			controlError(w, err)
+			return
+		}
+		controlJSON(w, http.StatusOK, map[string]any{"id": r.PathValue("id"), "fails": req.Fails})
+	})
+	m.HandleFunc("POST /_mock/dunning", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Retries []jsonDuration `json:"retries"`
+			Final   string         `json:"final"`
+		}
+		if err := decodeBody(r, &req); err != nil {
+			controlError(w, err)
+			return
+		}
+		d := Dunning{Final: req.Final, Retries: []time.Duration{}}
+		for _, r := range req.Retries {
+			d.Retries = append(d.Retries, time.Duration(r))
+		}
+		if err := s.SetDunning(d); err != nil {
+			controlError(w, err)
+			return
+		}
+		controlJSON(w, http.StatusOK, req)
+	})
+	m.HandleFunc("POST /_mock/event_destinations", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			URL   string   `json:"url"`
+			Types []string `json:"types"`
+		}
+		if err := decodeBody(r, &req); err != nil {
+			controlError(w, err)
+			return
+		}
+		if u, err := url.Parse(req.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			controlError(w, errors.New("url must be an http(s) URL"))
+			return
+		}
+		controlJSON(w, http.StatusOK, map[string]string{"url": req.URL, "secret": s.AddEventDestination(req.URL, req.Types...)})
+	})
 	m.HandleFunc("POST /_mock/reset", func(w http.ResponseWriter, r *http.Request) {
 		s.Reset()
 		controlJSON(w, http.StatusOK, map[string]bool{"reset": true})
@@ -86,6 +143,8 @@ func (s *Server) Reset() {
 	s.events = table[*event]{}
 	s.idempotent = map[string]savedResponse{}
 	s.deliveries = nil
+	s.outcomes = map[deliveryKey]string{}
+	s.history = map[string][]change{}
 }
 
 func clockJSON(now time.Time) map[string]any {

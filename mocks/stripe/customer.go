@@ -2,6 +2,7 @@ package stripemock
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 )
 
@@ -15,11 +16,22 @@ type customer struct {
 	InvoicePrefix string
 	Invoices      int // invoices numbered so far
 	Metadata      map[string]string
+	Deleted       bool // DELETE /v1/customers/{id}: retrieve answers the deleted stub
+	CardFails     bool // every payment attempt is declined (SetCardFails)
 }
 
 func (c *customer) id() string { return c.ID }
 
+func (c *customer) clone() *customer {
+	cp := *c
+	cp.Metadata = maps.Clone(c.Metadata)
+	return &cp
+}
+
 func renderCustomer(c *customer) obj {
+	if c.Deleted {
+		return obj{"id": c.ID, "object": "customer", "deleted": true}
+	}
 	return obj{
 		"id":                c.ID,
 		"object":            "customer",
@@ -57,18 +69,37 @@ func (s *Server) createCustomer(c *call) (obj, error) {
 	cust.Email, _ = c.form.str("email")
 	cust.Name, _ = c.form.str("name")
 	cust.Description, _ = c.form.str("description")
+	s.changed(cust.ID, nil)
 	s.customers.put(cust)
+	s.emit(c, c.now.Unix(), "customer.created", cust.clone(), nil)
 	return renderCustomer(cust), nil
 }
 
+// liveCustomer finds a customer that was not deleted: writes to a deleted
+// one answer like an unknown id.
+func (s *Server) liveCustomer(id, param string) (*customer, error) {
+	cust, ok := s.customers.get(id)
+	if !ok || cust.Deleted {
+		return nil, noSuch("customer", id, param)
+	}
+	return cust, nil
+}
+
 func (s *Server) updateCustomer(c *call) (obj, error) {
-	cust, ok := s.customers.get(c.r.PathValue("id"))
-	if !ok {
-		return nil, noSuch("customer", c.r.PathValue("id"), "id")
+	cust, err := s.liveCustomer(c.r.PathValue("id"), "id")
+	if err != nil {
+		return nil, err
 	}
 	if err := c.form.allow(customerParams...); err != nil {
 		return nil, err
 	}
+	before := cust.clone()
+	s.changed(cust.ID, before)
+	defer func() {
+		if prev := diffTop(renderCustomer(before), renderCustomer(cust)); len(prev) > 0 {
+			s.emit(c, c.now.Unix(), "customer.updated", cust.clone(), before)
+		}
+	}()
 	if v, ok := c.form.str("email"); ok {
 		cust.Email = v
 	}
@@ -95,7 +126,7 @@ func (s *Server) listCustomers(c *call) (obj, error) {
 		return nil, err
 	}
 	email, byEmail := c.form.str("email")
-	rows := s.customers.newestFirst(func(cu *customer) bool { return !byEmail || cu.Email == email })
+	rows := s.customers.newestFirst(func(cu *customer) bool { return !cu.Deleted && (!byEmail || cu.Email == email) })
 	return listPage(c, rows, s.customers.get, "customer", renderCustomer)
 }
 
@@ -103,4 +134,42 @@ func (s *Server) listCustomers(c *call) (obj, error) {
 func (cust *customer) nextInvoiceNumber() string {
 	cust.Invoices++
 	return fmt.Sprintf("%s-%04d", cust.InvoicePrefix, cust.Invoices)
+}
+
+// deleteCustomer is DELETE /v1/customers/{id}. Like Stripe it cancels the
+// customer's subscriptions at once (customer.subscription.deleted each),
+// then emits customer.deleted; retrieve keeps answering 200 with the deleted
+// stub, while an id that never existed stays 404.
+func (s *Server) deleteCustomer(c *call) (obj, error) {
+	cust, err := s.liveCustomer(c.r.PathValue("id"), "id")
+	if err != nil {
+		return nil, err
+	}
+	if err := c.form.allow(); err != nil {
+		return nil, err
+	}
+	now := c.now.Unix()
+	for _, sub := range s.subs.rows {
+		if sub.Customer == cust.ID && sub.Status != "canceled" && sub.Status != "incomplete_expired" {
+			s.endSubscription(c, sub, now, now, "cancellation_requested")
+		}
+	}
+	s.changed(cust.ID, cust.clone())
+	s.emit(c, now, "customer.deleted", cust.clone(), nil)
+	cust.Deleted = true
+	return renderCustomer(cust), nil
+}
+
+// SetCardFails makes every payment of the customer's invoices fail (true) or
+// succeed again (false), like swapping the default card for a declining test
+// card. Renewals then go past_due; see Dunning.
+func (s *Server) SetCardFails(customerID string, fails bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cust, err := s.liveCustomer(customerID, "id")
+	if err != nil {
+		return err
+	}
+	cust.CardFails = fails
+	return nil
 }

@@ -1,5 +1,7 @@
 package stripemock
 
+import "strconv"
+
 // event keeps the object as it was when the event happened (and its
 // previous state for *.updated) so it can be rendered in any API version:
 // each webhook endpoint gets the shape of the version it was registered with.
@@ -12,7 +14,8 @@ type event struct {
 	IdempotencyKey  string
 	Object          any // *subscription, *invoice
 	Previous        any // same type as Object, or nil
-	PendingWebhooks int
+	PendingWebhooks int // endpoints that have not accepted it yet
+	delivered       map[string]bool
 }
 
 func (e *event) id() string { return e.ID }
@@ -45,7 +48,7 @@ func (s *Server) renderEvent(e *event, version string) obj {
 // emit records an event and schedules its webhook deliveries. c is nil for
 // events the fake makes by itself (renewals): their request id is null.
 func (s *Server) emit(c *call, created int64, typ string, object, previous any) {
-	e := &event{ID: newID("evt"), Type: typ, Created: created, Object: object, Previous: previous}
+	e := &event{ID: newID("evt"), Type: typ, Created: created, Object: object, Previous: previous, delivered: map[string]bool{}}
 	if c != nil {
 		e.RequestID, e.IdempotencyKey = c.requestID, c.idemKey
 	}
@@ -68,6 +71,7 @@ func (s *Server) emit(c *call, created int64, typ string, object, previous any) 
 func (s *Server) emitIfChanged(c *call, created int64, before, after *subscription) {
 	prev := diffTop(s.renderSubscription(before, DefaultAPIVersion, nil), s.renderSubscription(after, DefaultAPIVersion, nil))
 	if len(prev) > 0 {
+		s.changed(after.ID, before)
 		s.emit(c, created, "customer.subscription.updated", after.clone(), before)
 	}
 }
@@ -81,9 +85,19 @@ func (s *Server) getEvent(c *call) (obj, error) {
 }
 
 // listEvents renders events in the account's version (DefaultAPIVersion),
-// like Stripe, whatever the request's Stripe-Version.
+// like Stripe, whatever the request's Stripe-Version. Filters: type or
+// types[] (with * wildcards), created (exact or gt/gte/lt/lte), and
+// delivery_success (false: some endpoint has not accepted it yet).
 func (s *Server) listEvents(c *call) (obj, error) {
-	if err := c.form.allow(append(listParams, "type", "types")...); err != nil {
+	if err := c.form.allow(append(listParams, "type", "types", "created", "delivery_success")...); err != nil {
+		return nil, err
+	}
+	inRange, err := createdFilter(c.form)
+	if err != nil {
+		return nil, err
+	}
+	success, bySuccess, err := c.form.boolean("delivery_success")
+	if err != nil {
 		return nil, err
 	}
 	types, err := c.form.list("types")
@@ -94,6 +108,9 @@ func (s *Server) listEvents(c *call) (obj, error) {
 		types = append(types, t)
 	}
 	rows := s.events.newestFirst(func(e *event) bool {
+		if !inRange(e.Created) || (bySuccess && (e.PendingWebhooks == 0) != success) {
+			return false
+		}
 		for _, t := range types {
 			if typeMatches(t, e.Type) {
 				return true
@@ -102,4 +119,35 @@ func (s *Server) listEvents(c *call) (obj, error) {
 		return len(types) == 0
 	})
 	return listPage(c, rows, s.events.get, "event", func(e *event) obj { return s.renderEvent(e, DefaultAPIVersion) })
+}
+
+// createdFilter reads created=<ts> or created[gt|gte|lt|lte]=<ts>.
+func createdFilter(f form) (func(int64) bool, error) {
+	bounds := map[string]int64{}
+	if v, ok := f.str("created"); ok {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, invalidParam("created", "Invalid integer: "+v)
+		}
+		bounds["eq"] = n
+	}
+	for op, v := range f.hash("created") {
+		if op != "gt" && op != "gte" && op != "lt" && op != "lte" {
+			return nil, invalidParam("created["+op+"]", "Received unknown parameter: created["+op+"]")
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, invalidParam("created["+op+"]", "Invalid integer: "+v)
+		}
+		bounds[op] = n
+	}
+	return func(t int64) bool {
+		for op, b := range bounds {
+			if (op == "eq" && t != b) || (op == "gt" && t <= b) || (op == "gte" && t < b) ||
+				(op == "lt" && t >= b) || (op == "lte" && t > b) {
+				return false
+			}
+		}
+		return true
+	}, nil
 }

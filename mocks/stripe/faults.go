@@ -15,21 +15,36 @@ import (
 // Faults makes the fake misbehave the way the real Stripe sometimes does.
 // The zero value is a well-behaved server.
 type Faults struct {
-	DuplicateCopies   int           // each webhook delivery is sent 1+N times
-	ReorderDelay      time.Duration // each copy waits a random [0, ReorderDelay] before sending
-	DropRate          float64       // probability a delivery (all its copies) is never sent
-	Error5xxRate      float64       // probability an API request answers 500 api_error
-	RateLimitRate     float64       // probability an API request answers 429 rate_limit
-	RetryAfter        time.Duration // Retry-After on 429s; default 1s
+	DuplicateCopies int           // each webhook delivery is sent 1+N times
+	RandomCopies    int           // … plus a random 0..N more copies per delivery (seeded)
+	ReorderDelay    time.Duration // each copy waits a random [0, ReorderDelay] before sending
+	DropRate        float64       // probability a delivery (all its copies) is never sent
+	Error5xxRate    float64       // probability an API request answers 500 api_error
+	RateLimitRate   float64       // probability an API request answers 429 rate_limit
+	// RetryAfter, when set, adds a Retry-After header to 429s. Stripe's own
+	// 429s carry none (its docs only advise backing off), so the default is
+	// none: a client must not depend on it.
+	RetryAfter        time.Duration
 	Latency           time.Duration // added to every API response
 	RequestsPerSecond float64       // API token bucket; over it → 429
-	Seed              int64         // seeds the random choices; 0 = random seed
+	// StaleReads makes GET requests see customers and subscriptions as they
+	// were this long ago (by the wall clock): a read right after a change
+	// returns the previous state, one made StaleReads later the new one. An
+	// object created within the window is not found yet.
+	StaleReads time.Duration
+	// TargetKey, when set, limits the request faults (Error5xxRate,
+	// RateLimitRate, RequestsPerSecond, Latency, StaleReads) to requests
+	// made with this API key: billsync's calls fail while a test driver on
+	// another key (see Options.ExtraAPIKeys) is served normally.
+	TargetKey string
+	Seed      int64 // seeds the random choices; 0 = random seed
 }
 
 // faultsJSON is Faults on the wire of /_mock/faults: snake_case names and
 // durations as Go duration strings ("250ms") or numbers of seconds.
 type faultsJSON struct {
 	DuplicateCopies   int          `json:"duplicate_copies"`
+	RandomCopies      int          `json:"random_copies,omitempty"`
 	ReorderDelay      jsonDuration `json:"reorder_delay"`
 	DropRate          float64      `json:"drop_rate"`
 	Error5xxRate      float64      `json:"error_5xx_rate"`
@@ -37,14 +52,17 @@ type faultsJSON struct {
 	RetryAfter        jsonDuration `json:"retry_after"`
 	Latency           jsonDuration `json:"latency"`
 	RequestsPerSecond float64      `json:"requests_per_second"`
+	StaleReads        jsonDuration `json:"stale_reads,omitempty"`
+	TargetKey         string       `json:"target_key,omitempty"`
 	Seed              int64        `json:"seed"`
 }
 
 // MarshalJSON writes the /_mock/faults shape.
 func (f Faults) MarshalJSON() ([]byte, error) {
 	return json.Marshal(faultsJSON{
-		f.DuplicateCopies, jsonDuration(f.ReorderDelay), f.DropRate, f.Error5xxRate, f.RateLimitRate,
-		jsonDuration(f.RetryAfter), jsonDuration(f.Latency), f.RequestsPerSecond, f.Seed,
+		f.DuplicateCopies, f.RandomCopies, jsonDuration(f.ReorderDelay), f.DropRate, f.Error5xxRate, f.RateLimitRate,
+		jsonDuration(f.RetryAfter), jsonDuration(f.Latency), f.RequestsPerSecond, jsonDuration(f.StaleReads),
+		f.TargetKey, f.Seed,
 	})
 }
 
@@ -54,8 +72,9 @@ func (f *Faults) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*f = Faults{j.DuplicateCopies, time.Duration(j.ReorderDelay), j.DropRate, j.Error5xxRate, j.RateLimitRate,
-		time.Duration(j.RetryAfter), time.Duration(j.Latency), j.RequestsPerSecond, j.Seed}
+	*f = Faults{j.DuplicateCopies, j.RandomCopies, time.Duration(j.ReorderDelay), j.DropRate, j.Error5xxRate,
+		j.RateLimitRate, time.Duration(j.RetryAfter), time.Duration(j.Latency), j.RequestsPerSecond,
+		time.Duration(j.StaleReads), j.TargetKey, j.Seed}
 	return nil
 }
 
@@ -71,7 +90,8 @@ func (f Faults) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must be between 0 and 1, got %v", r.name, r.p))
 		}
 	}
-	if f.DuplicateCopies < 0 || f.ReorderDelay < 0 || f.RetryAfter < 0 || f.Latency < 0 || f.RequestsPerSecond < 0 {
+	if f.DuplicateCopies < 0 || f.RandomCopies < 0 || f.ReorderDelay < 0 || f.RetryAfter < 0 || f.Latency < 0 ||
+		f.RequestsPerSecond < 0 || f.StaleReads < 0 {
 		errs = append(errs, errors.New("counts, durations and requests_per_second must not be negative"))
 	}
 	return errors.Join(errs...)
@@ -133,19 +153,22 @@ func (s *Server) Faults() Faults {
 	return s.faults
 }
 
-// injectFault decides, before a request is handled, whether it fails. A
-// failed request changes nothing, so a client's retry is always safe.
-func (s *Server) injectFault() *stripeError {
+// targets reports whether the request faults apply to a request made with key.
+func (f Faults) targets(key string) bool { return f.TargetKey == "" || f.TargetKey == key }
+
+// injectFault decides, before a request made with key is handled, whether it
+// fails. A failed request changes nothing, so a client's retry is always safe.
+func (s *Server) injectFault(key string) *stripeError {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.faults
-	retryAfter := f.RetryAfter
-	if retryAfter <= 0 {
-		retryAfter = time.Second
+	if !f.targets(key) {
+		return nil
 	}
 	limited := s.limiter != nil && !s.limiter.Allow()
 	if limited || (f.RateLimitRate > 0 && s.rng.Float64() < f.RateLimitRate) {
-		return &stripeError{status: http.StatusTooManyRequests, retryAfter: retryAfter, Type: typeInvalidRequest,
+		// Stripe's 429: invalid_request_error/rate_limit, no Retry-After.
+		return &stripeError{status: http.StatusTooManyRequests, retryAfter: f.RetryAfter, Type: typeInvalidRequest,
 			Code: "rate_limit", Message: "Request rate limit exceeded. You can learn more about rate limits here https://stripe.com/docs/rate-limits."}
 	}
 	if f.Error5xxRate > 0 && s.rng.Float64() < f.Error5xxRate {

@@ -28,11 +28,11 @@ func TestFaultDuplicateCopies(t *testing.T) {
 	for _, e := range events {
 		byID[e.ID]++
 	}
-	require.Len(t, byID, 2, "two distinct events")
+	require.Len(t, byID, 3, "three distinct events: customer.created, customer.subscription.created, invoice.paid")
 	for id, n := range byID {
 		require.Equal(t, 3, n, "event %s arrives 1+2 times", id)
 	}
-	require.Len(t, f.Deliveries(), 6)
+	require.Len(t, f.Deliveries(), 9)
 }
 
 func TestFaultReorderDelay(t *testing.T) {
@@ -71,7 +71,7 @@ func TestFaultDropRate(t *testing.T) {
 	events, _ := rc.received()
 	require.Empty(t, events)
 	deliveries := f.Deliveries()
-	require.Len(t, deliveries, 2)
+	require.Len(t, deliveries, 3)
 	for _, d := range deliveries {
 		require.True(t, d.Dropped)
 		require.Zero(t, d.StatusCode)
@@ -130,19 +130,21 @@ func TestFaultRequestsPerSecond(t *testing.T) {
 	}
 	require.Positive(t, codes[http.StatusOK], "the bucket admits the first request")
 	require.Positive(t, codes[http.StatusTooManyRequests], "a burst beyond the limit gets 429s")
-	require.Equal(t, "1", retryAfter)
+	require.Empty(t, retryAfter, "Stripe's 429s carry no Retry-After")
 }
 
 func TestControlFaultsRoundTrip(t *testing.T) {
 	t.Parallel()
 	f := newFake(t, stripemock.Options{})
 	resp, err := http.Post(f.URL+"/_mock/faults", "application/json",
-		bytes.NewBufferString(`{"duplicate_copies":2,"reorder_delay":"1.5s","drop_rate":0.25,"latency":0.01,"seed":9}`))
+		bytes.NewBufferString(`{"duplicate_copies":2,"reorder_delay":"1.5s","drop_rate":0.25,"latency":0.01,"seed":9,
+			"random_copies":3,"stale_reads":"2s","target_key":"sk_test_billsync"}`))
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Equal(t, stripemock.Faults{DuplicateCopies: 2, ReorderDelay: 1500 * time.Millisecond, DropRate: 0.25,
-		Latency: 10 * time.Millisecond, Seed: 9}, f.Faults())
+		Latency: 10 * time.Millisecond, Seed: 9, RandomCopies: 3, StaleReads: 2 * time.Second,
+		TargetKey: stripemock.DefaultAPIKey}, f.Faults())
 
 	resp, err = http.Get(f.URL + "/_mock/faults")
 	require.NoError(t, err)
@@ -176,4 +178,45 @@ func TestControlSetsStatus(t *testing.T) {
 	require.Len(t, updated, 1)
 	require.Equal(t, "active", updated[0].Data.PreviousAttributes["status"])
 	require.Error(t, f.SetSubscriptionStatus(sub.ID, "sleeping"))
+}
+
+// TestControlBillingEndpoints: the card, dunning and event-destination
+// controls reach the fake.
+func TestControlBillingEndpoints(t *testing.T) {
+	t.Parallel()
+	f := stoppedFake(t, stripemock.Options{})
+	post := func(path, body string) int {
+		resp, err := http.Post(f.URL+path, "application/json", bytes.NewBufferString(body))
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusBadRequest, post("/_mock/dunning", `{"final":"forgotten"}`))
+	require.Equal(t, http.StatusOK, post("/_mock/dunning", `{"retries":["1h"],"final":"unpaid"}`))
+	rc := newRawReceiver(t, true)
+	require.Equal(t, http.StatusBadRequest, post("/_mock/event_destinations", `{"url":"ftp://x"}`))
+	resp, err := http.Post(f.URL+"/_mock/event_destinations", "application/json",
+		bytes.NewBufferString(`{"url":"`+rc.srv.URL+`","types":["v1.invoice.payment_failed"]}`))
+	require.NoError(t, err)
+	var dest struct{ Secret string }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&dest))
+	resp.Body.Close()
+	require.Regexp(t, `^whsec_`, dest.Secret)
+	require.Equal(t, http.StatusNotFound, post("/_mock/customers/cus_nope/card", `{"fails":true}`))
+
+	cust := f.customer(t)
+	sub := f.subscribe(t, cust.ID, "price_pro")
+	require.Equal(t, http.StatusOK, post("/_mock/customers/"+cust.ID+"/card", `{"fails":true}`))
+	f.Clock().Advance(32 * 24 * time.Hour) // renewal fails; the one retry an hour later fails too
+	got, err := f.sc.V1Subscriptions.Retrieve(context.Background(), sub.ID, nil)
+	require.NoError(t, err)
+	require.Equal(t, stripe.SubscriptionStatusUnpaid, got.Status, "one retry, then unpaid")
+	f.waitIdle(t)
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	require.Len(t, rc.bodies, 2, "two thin invoice.payment_failed events, nothing else")
+	thin, err := stripe.NewClient("sk_test_unused").ParseThinEvent(rc.bodies[0], rc.heads[0].Get("Stripe-Signature"), dest.Secret)
+	require.NoError(t, err)
+	require.Equal(t, "invoice", thin.RelatedObject.Type)
+	require.Equal(t, got.LatestInvoice.ID, thin.RelatedObject.ID)
 }

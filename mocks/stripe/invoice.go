@@ -2,11 +2,12 @@ package stripemock
 
 import (
 	"maps"
+	"slices"
 	"strconv"
 )
 
-// invoice is immutable once made: the fake only makes paid subscription
-// invoices.
+// invoice is a subscription invoice. Its lines never change; its payment
+// state does (see attempt in billing.go).
 type invoice struct {
 	record
 	ID            string
@@ -22,6 +23,25 @@ type invoice struct {
 	PeriodEnd     int64
 	Total         int64
 	Lines         []invoiceLine
+	Status        string // paid | open | draft | void | uncollectible
+	AttemptCount  int
+	NextAttempt   int64 // next automatic payment retry; 0 = none
+	PaidAt        int64
+}
+
+func (inv *invoice) clone() *invoice {
+	c := *inv
+	c.Lines = slices.Clone(inv.Lines)
+	c.SubMetadata = maps.Clone(inv.SubMetadata)
+	return &c
+}
+
+// zero makes it a $0 invoice (a trial's).
+func (inv *invoice) zero() {
+	inv.Total = 0
+	for i := range inv.Lines {
+		inv.Lines[i].Amount = 0
+	}
 }
 
 type invoiceLine struct {
@@ -36,23 +56,24 @@ type invoiceLine struct {
 
 func (inv *invoice) id() string { return inv.ID }
 
-// newInvoice makes the paid invoice of one subscription period. Like
+// newInvoice makes the invoice of items' new periods, not yet charged. Like
 // Stripe, invoice.period_start/end cover the period BEFORE the invoice (both
 // equal the creation time for the first invoice) while each line carries the
 // period being paid for: billing periods must be read from the subscription.
-func (s *Server) newInvoice(cust *customer, sub *subscription, reason string, created, periodStart, periodEnd int64) *invoice {
+func (s *Server) newInvoice(cust *customer, sub *subscription, items []subItem, reason string, created, periodStart, periodEnd int64) *invoice {
 	inv := &invoice{ID: newID("in"), Customer: sub.Customer, Subscription: sub.ID, SubMetadata: maps.Clone(sub.Metadata),
-		BillingReason: reason, Currency: "usd", Created: created, PeriodStart: periodStart, PeriodEnd: periodEnd}
+		BillingReason: reason, Currency: "usd", Created: created, PeriodStart: periodStart, PeriodEnd: periodEnd,
+		Status: "open"}
 	if cust != nil {
 		inv.Number = cust.nextInvoiceNumber()
 		inv.CustomerEmail = cust.Email
 	}
-	for _, it := range sub.Items {
+	for _, it := range items {
 		amount := it.Price.UnitAmount * it.Quantity
 		inv.Total += amount
 		inv.Currency = it.Price.Currency
 		inv.Lines = append(inv.Lines, invoiceLine{ID: newID("il"), Amount: amount, Price: *it.Price,
-			Quantity: it.Quantity, SubItem: it.ID, PeriodStart: sub.PeriodStart, PeriodEnd: sub.PeriodEnd})
+			Quantity: it.Quantity, SubItem: it.ID, PeriodStart: it.PeriodStart, PeriodEnd: it.PeriodEnd})
 	}
 	s.invoices.put(inv)
 	return inv
@@ -67,6 +88,7 @@ func renderInvoice(inv *invoice, version string) obj {
 			"description": strconv.FormatInt(l.Quantity, 10) + " × " + l.Price.Product, "discountable": true,
 			"invoice": inv.ID, "livemode": false, "metadata": obj{},
 			"period": obj{"start": l.PeriodStart, "end": l.PeriodEnd}, "quantity": l.Quantity,
+			"discounts": []string{}, "discount_amounts": []obj{},
 		}
 		if basil {
 			line["parent"] = obj{"type": "subscription_item_details", "invoice_item_details": nil,
@@ -84,18 +106,29 @@ func renderInvoice(inv *invoice, version string) obj {
 		}
 		lines = append(lines, line)
 	}
+	paid := inv.Status == "paid"
+	amountPaid := int64(0)
+	if paid {
+		amountPaid = inv.Total
+	}
 	o := obj{
 		"id": inv.ID, "object": "invoice", "account_country": "US", "amount_due": inv.Total,
-		"amount_paid": inv.Total, "amount_remaining": 0, "attempt_count": 1, "attempted": true,
+		"amount_paid": amountPaid, "amount_remaining": inv.Total - amountPaid, "attempt_count": inv.AttemptCount,
+		"attempted": inv.AttemptCount > 0, "next_payment_attempt": nullable(inv.NextAttempt),
 		"auto_advance": false, "billing_reason": inv.BillingReason, "collection_method": "charge_automatically",
 		"created": inv.Created, "currency": inv.Currency, "customer": inv.Customer,
 		"customer_email": nullable(inv.CustomerEmail), "description": nil,
-		"lines": obj{"object": "list", "data": lines, "has_more": false, "total_count": len(lines),
+		"lines": obj{"object": "list", "data": lines, "has_more": false,
 			"url": "/v1/invoices/" + inv.ID + "/lines"},
-		"livemode": false, "metadata": obj{}, "number": nullable(inv.Number),
-		"period_end": inv.PeriodEnd, "period_start": inv.PeriodStart, "status": "paid",
+		"amount_overpaid": 0, "amount_shipping": 0, "starting_balance": 0, "ending_balance": 0,
+		"post_payment_credit_notes_amount": 0, "pre_payment_credit_notes_amount": 0,
+		"automatic_tax":     obj{"disabled_reason": nil, "enabled": false, "liability": nil, "provider": nil, "status": nil},
+		"default_tax_rates": []string{}, "discounts": []string{}, "issuer": obj{"type": "self"},
+		"payment_settings": obj{"default_mandate": nil, "payment_method_options": nil, "payment_method_types": nil},
+		"livemode":         false, "metadata": obj{}, "number": nullable(inv.Number),
+		"period_end": inv.PeriodEnd, "period_start": inv.PeriodStart, "status": inv.Status,
 		"status_transitions": obj{"finalized_at": inv.Created, "marked_uncollectible_at": nil,
-			"paid_at": inv.Created, "voided_at": nil},
+			"paid_at": nullable(inv.PaidAt), "voided_at": nil},
 		"subtotal": inv.Total, "total": inv.Total,
 	}
 	// basil moved the subscription reference under parent and dropped "paid".
@@ -104,7 +137,7 @@ func renderInvoice(inv *invoice, version string) obj {
 			"subscription_details": obj{"metadata": metadataOf(inv.SubMetadata), "subscription": inv.Subscription}}
 	} else {
 		o["subscription"] = inv.Subscription
-		o["paid"] = true
+		o["paid"] = paid
 	}
 	return o
 }
@@ -126,7 +159,7 @@ func (s *Server) listInvoices(c *call) (obj, error) {
 	status, _ := c.form.str("status")
 	rows := s.invoices.newestFirst(func(inv *invoice) bool {
 		return (cust == "" || inv.Customer == cust) && (sub == "" || inv.Subscription == sub) &&
-			(status == "" || status == "paid")
+			(status == "" || status == inv.Status)
 	})
 	return listPage(c, rows, s.invoices.get, "invoice", func(inv *invoice) obj { return renderInvoice(inv, c.version) })
 }

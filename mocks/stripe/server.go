@@ -4,11 +4,16 @@
 // requests, Stripe-shaped JSON and errors, Stripe-Version honoured for the
 // shapes that moved in 2025-03-31.basil) and sends webhooks signed exactly
 // like Stripe's, so the real stripe-go client and real signature checks can
-// be tested against it. Faults (copies, reordering, drops, 5xx, 429, latency,
-// a rate limit) are injected on demand.
+// be tested against it. It also delivers thin events (v2.core.event) to event
+// destinations. Faults (copies, reordering, drops, 5xx, 429, latency, a rate
+// limit, stale reads, aimed at one API key or all) are injected on demand,
+// and failed deliveries are retried on a Stripe-like schedule that a time
+// factor compresses. Its responses are checked against the OpenAPI spec that
+// stripe-mock ships (see openapi_test.go).
 //
 // It is a test double only: it keeps nothing on disk, knows no real money
-// movement (every invoice is paid at once), and must never hold real keys.
+// movement (a customer's card pays every invoice unless a test makes it
+// fail), and must never hold real keys.
 package stripemock
 
 import (
@@ -31,14 +36,26 @@ const DefaultAPIKey = "sk_test_billsync"
 
 // Options configures a Server. The zero value works.
 type Options struct {
-	APIKey     string       // required bearer key; default DefaultAPIKey
-	Clock      *Clock       // nil → NewClock(time.Now())
-	Faults     Faults       // initial faults; see SetFaults
-	Logger     *slog.Logger // nil → discard
-	HTTPClient *http.Client // for webhook deliveries; nil → 10 s timeout client
+	APIKey string // required bearer key; default DefaultAPIKey
+	// ExtraAPIKeys are accepted too: a test driver on its own key is left
+	// alone by faults aimed at billsync's (Faults.TargetKey).
+	ExtraAPIKeys []string
+	Clock        *Clock       // nil → NewClock(time.Now())
+	Faults       Faults       // initial faults; see SetFaults
+	Logger       *slog.Logger // nil → discard
+	HTTPClient   *http.Client // for webhook deliveries; nil → 10 s timeout client
 
 	DeliveryAttempts int           // attempts per webhook copy; default 3
 	RetryBackoff     time.Duration // wait before the 2nd attempt, doubled after; default 100ms
+	// RetrySchedule, when set, replaces DeliveryAttempts and RetryBackoff:
+	// the waits before each retry of a failed delivery (LiveRetrySchedule is
+	// Stripe's live-mode shape), divided by TimeFactor.
+	RetrySchedule []time.Duration
+	// TimeFactor compresses RetrySchedule: 3600 turns an hour into a second,
+	// so "delivered an hour after billsync came back" takes a second. 0 = 1.
+	TimeFactor float64
+	// Dunning is the account's failed-payment setting; see Dunning.
+	Dunning Dunning
 }
 
 // Server is the fake Stripe. It implements http.Handler: /v1/… is the API,
@@ -46,6 +63,8 @@ type Options struct {
 // state; handlers do no I/O while holding it.
 type Server struct {
 	apiKey       string
+	apiKeys      []string
+	schedule     []time.Duration // real waits before each delivery retry
 	clock        *Clock
 	unsubscribe  func()
 	log          *slog.Logger
@@ -62,6 +81,8 @@ type Server struct {
 	mu         sync.Mutex
 	closed     bool
 	faults     Faults
+	dunning    Dunning
+	history    map[string][]change // recent changes per object id, for StaleReads
 	rng        *rand.Rand
 	limiter    *rate.Limiter
 	customers  table[*customer]
@@ -72,6 +93,7 @@ type Server struct {
 	endpoints  table[*endpoint]
 	idempotent map[string]savedResponse
 	deliveries []DeliveryRecord
+	outcomes   map[deliveryKey]string // settled deliveries: delivered | gave_up | dropped
 	inflight   int
 	idle       chan struct{} // closed when inflight drops to 0
 }
@@ -90,6 +112,7 @@ type call struct {
 	requestID string
 	idemKey   string
 	now       time.Time
+	stale     time.Duration // > 0: this read sees objects as they were this long ago
 }
 
 type handler func(c *call) (obj, error)
@@ -104,11 +127,25 @@ func New(opts Options) *Server {
 		attempts:     cmp.Or(opts.DeliveryAttempts, 3),
 		retryBackoff: cmp.Or(opts.RetryBackoff, 100*time.Millisecond),
 		idempotent:   map[string]savedResponse{},
+		history:      map[string][]change{},
+		outcomes:     map[deliveryKey]string{},
+		dunning:      opts.Dunning.withDefaults(),
 		api:          http.NewServeMux(),
 		control:      http.NewServeMux(),
 	}
 	if s.clock == nil {
 		s.clock = NewClock(time.Now())
+	}
+	s.apiKeys = append([]string{s.apiKey}, opts.ExtraAPIKeys...)
+	if len(opts.RetrySchedule) > 0 {
+		factor := cmp.Or(opts.TimeFactor, 1)
+		for _, d := range opts.RetrySchedule {
+			s.schedule = append(s.schedule, time.Duration(float64(d)/factor))
+		}
+	} else {
+		for i, wait := 1, s.retryBackoff; i < s.attempts; i, wait = i+1, wait*2 {
+			s.schedule = append(s.schedule, wait)
+		}
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -121,7 +158,7 @@ func New(opts Options) *Server {
 	s.unsubscribe = s.clock.subscribe(func(now time.Time) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		s.renew(now)
+		s.tick(now)
 	})
 	s.routes()
 	return s
@@ -133,6 +170,7 @@ func (s *Server) routes() {
 		"GET /v1/customers":                 s.listCustomers,
 		"GET /v1/customers/{id}":            s.getCustomer,
 		"POST /v1/customers/{id}":           s.updateCustomer,
+		"DELETE /v1/customers/{id}":         s.deleteCustomer,
 		"POST /v1/prices":                   s.createPrice,
 		"GET /v1/prices":                    s.listPrices,
 		"GET /v1/prices/{id}":               s.getPrice,
@@ -143,6 +181,7 @@ func (s *Server) routes() {
 		"DELETE /v1/subscriptions/{id}":     s.cancelSubscription,
 		"GET /v1/invoices":                  s.listInvoices,
 		"GET /v1/invoices/{id}":             s.getInvoice,
+		"POST /v1/invoices/{id}/pay":        s.payInvoice,
 		"GET /v1/events":                    s.listEvents,
 		"GET /v1/events/{id}":               s.getEvent,
 		"POST /v1/webhook_endpoints":        s.createEndpoint,
@@ -189,9 +228,6 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, h handler) {
 	c := &call{r: r, requestID: newID("req"), version: DefaultAPIVersion}
 	w.Header().Set("Request-Id", c.requestID)
 	w.Header().Set("Stripe-Version", c.version)
-	if latency := s.Faults().Latency; latency > 0 && !sleep(r.Context(), latency) {
-		return
-	}
 	if v := r.Header.Get("Stripe-Version"); v != "" {
 		if !versionPattern.MatchString(v) {
 			badRequest("Invalid Stripe API version: " + v).write(w)
@@ -200,11 +236,20 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, h handler) {
 		c.version = v
 		w.Header().Set("Stripe-Version", v)
 	}
-	if err := s.authenticate(r); err != nil {
-		err.write(w)
+	key, authErr := s.authenticate(r)
+	if f := s.Faults(); f.targets(key) {
+		if f.Latency > 0 && !sleep(r.Context(), f.Latency) {
+			return
+		}
+		if r.Method == http.MethodGet {
+			c.stale = f.StaleReads
+		}
+	}
+	if authErr != nil {
+		authErr.write(w)
 		return
 	}
-	if err := s.injectFault(); err != nil {
+	if err := s.injectFault(key); err != nil {
 		err.write(w)
 		return
 	}
@@ -257,6 +302,9 @@ func (s *Server) handle(c *call, h handler) (body []byte, replayed bool, err err
 		return saved.body, true, nil
 	}
 	c.now = s.clock.Now()
+	if c.stale > 0 {
+		defer s.staleView(time.Now().Add(-c.stale))()
+	}
 	res, err := h(c)
 	if err != nil {
 		return nil, false, err
@@ -272,8 +320,8 @@ func (s *Server) handle(c *call, h handler) (body []byte, replayed bool, err err
 }
 
 // authenticate accepts the key as a bearer token or as the basic-auth user
-// (curl -u sk_test_…:), like Stripe.
-func (s *Server) authenticate(r *http.Request) *stripeError {
+// (curl -u sk_test_…:), like Stripe. It returns the key sent.
+func (s *Server) authenticate(r *http.Request) (string, *stripeError) {
 	key, isBearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !isBearer {
 		key, _, _ = r.BasicAuth()
@@ -281,17 +329,17 @@ func (s *Server) authenticate(r *http.Request) *stripeError {
 	key = strings.TrimSpace(key)
 	switch {
 	case key == "":
-		return &stripeError{status: http.StatusUnauthorized, Type: typeInvalidRequest,
+		return key, &stripeError{status: http.StatusUnauthorized, Type: typeInvalidRequest,
 			Message: "You did not provide an API key. You need to provide your API key in the Authorization header, using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY')."}
-	case key != s.apiKey:
+	case !contains(s.apiKeys, key):
 		shown := key
 		if len(shown) > 4 {
 			shown = strings.Repeat("*", len(shown)-4) + shown[len(shown)-4:]
 		}
-		return &stripeError{status: http.StatusUnauthorized, Type: typeInvalidRequest, Code: "api_key_invalid",
+		return key, &stripeError{status: http.StatusUnauthorized, Type: typeInvalidRequest, Code: "api_key_invalid",
 			Message: "Invalid API Key provided: " + shown}
 	}
-	return nil
+	return key, nil
 }
 
 func (s *Server) unknownRoute(c *call) (obj, error) {

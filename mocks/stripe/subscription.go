@@ -6,15 +6,34 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 )
 
+// subItem has its own billing period: since flexible billing (GA in
+// 2025-07-30.basil) one subscription may mix intervals, a yearly add-on next
+// to a monthly plan, each item renewing on its own schedule.
 type subItem struct {
-	ID       string
-	Created  int64
-	Price    *price
-	Quantity int64
-	Metadata map[string]string
+	ID          string
+	Created     int64
+	Price       *price
+	Quantity    int64
+	Metadata    map[string]string
+	Anchor      int64 // the item's periods are counted from here
+	Cycle       int   // periods completed since Anchor
+	PeriodStart int64
+	PeriodEnd   int64
+}
+
+// startPeriod gives it a fresh period from at, anchored there.
+func (it *subItem) startPeriod(at int64) {
+	it.Anchor, it.Cycle, it.PeriodStart = at, 0, at
+	it.PeriodEnd = it.Price.periodEnd(at, 1)
+}
+
+// roll moves it to its next period, which starts at its old end.
+func (it *subItem) roll() {
+	it.Cycle++
+	it.PeriodStart = it.PeriodEnd
+	it.PeriodEnd = it.Price.periodEnd(it.Anchor, it.Cycle+1)
 }
 
 type subscription struct {
@@ -25,16 +44,20 @@ type subscription struct {
 	Items             []subItem
 	Created           int64
 	StartDate         int64
-	Anchor            int64 // billing_cycle_anchor: periods are counted from here
-	Cycle             int   // periods completed since Anchor
-	PeriodStart       int64
-	PeriodEnd         int64
+	Anchor            int64  // billing_cycle_anchor
+	BillingMode       string // classic | flexible
 	CancelAtPeriodEnd bool
 	CancelAt          int64
 	CanceledAt        int64
 	EndedAt           int64
 	CancelReason      string
+	TrialStart        int64
+	TrialEnd          int64
+	TrialWillEndSent  bool
+	PauseBehavior     string // pause_collection[behavior]; "" = collecting
+	PauseResumesAt    int64
 	LatestInvoice     string
+	Open              []string // ids of its open (unpaid) invoices
 	Metadata          map[string]string
 }
 
@@ -44,6 +67,7 @@ func (sub *subscription) id() string { return sub.ID }
 func (sub *subscription) clone() *subscription {
 	c := *sub
 	c.Metadata = maps.Clone(sub.Metadata)
+	c.Open = slices.Clone(sub.Open)
 	c.Items = slices.Clone(sub.Items)
 	for i := range c.Items {
 		p := *c.Items[i].Price
@@ -51,6 +75,15 @@ func (sub *subscription) clone() *subscription {
 		c.Items[i].Metadata = maps.Clone(c.Items[i].Metadata)
 	}
 	return &c
+}
+
+// periodEnd is the subscription's next renewal: the earliest item period end.
+func (sub *subscription) periodEnd() int64 {
+	end := sub.Items[0].PeriodEnd
+	for _, it := range sub.Items[1:] {
+		end = min(end, it.PeriodEnd)
+	}
+	return end
 }
 
 var subStatuses = []string{"active", "canceled", "incomplete", "incomplete_expired", "past_due", "paused", "trialing", "unpaid"}
@@ -67,8 +100,8 @@ func (s *Server) renderSubscription(sub *subscription, version string, ex expans
 			"price": renderPrice(it.Price), "quantity": it.Quantity, "subscription": sub.ID, "tax_rates": []string{},
 		}
 		if basil {
-			item["current_period_start"] = sub.PeriodStart
-			item["current_period_end"] = sub.PeriodEnd
+			item["current_period_start"] = it.PeriodStart
+			item["current_period_end"] = it.PeriodEnd
 		}
 		items = append(items, item)
 	}
@@ -84,15 +117,23 @@ func (s *Server) renderSubscription(sub *subscription, version string, ex expans
 		"collection_method":    "charge_automatically", "created": sub.Created, "currency": currency,
 		"customer": sub.Customer, "days_until_due": nil, "default_payment_method": nil, "description": nil,
 		"discounts": []string{}, "ended_at": nullable(sub.EndedAt),
-		"items": obj{"object": "list", "data": items, "has_more": false, "total_count": len(items),
+		"items": obj{"object": "list", "data": items, "has_more": false,
 			"url": "/v1/subscription_items?subscription=" + sub.ID},
-		"latest_invoice": nullable(sub.LatestInvoice), "livemode": false, "metadata": metadataOf(sub.Metadata),
+		"automatic_tax":    obj{"disabled_reason": nil, "enabled": false, "liability": nil},
+		"billing_mode":     obj{"type": sub.BillingMode},
+		"invoice_settings": obj{"account_tax_ids": nil, "issuer": obj{"type": "self"}},
+		"latest_invoice":   nullable(sub.LatestInvoice), "livemode": false, "metadata": metadataOf(sub.Metadata),
 		"pause_collection": nil, "pending_update": nil, "schedule": nil, "start_date": sub.StartDate,
-		"status": sub.Status, "test_clock": nil, "trial_end": nil, "trial_start": nil,
+		"status": sub.Status, "test_clock": nil, "trial_end": nullable(sub.TrialEnd), "trial_start": nullable(sub.TrialStart),
+	}
+	if sub.PauseBehavior != "" {
+		o["pause_collection"] = obj{"behavior": sub.PauseBehavior, "resumes_at": nullable(sub.PauseResumesAt)}
 	}
 	if !basil {
-		o["current_period_start"] = sub.PeriodStart
-		o["current_period_end"] = sub.PeriodEnd
+		// The old shape has one period: the first item's (mixed intervals
+		// need the items, basil's shape).
+		o["current_period_start"] = sub.Items[0].PeriodStart
+		o["current_period_end"] = sub.Items[0].PeriodEnd
 	}
 	if cust, ok := s.customers.get(sub.Customer); ok && ex.has("customer") {
 		o["customer"] = renderCustomer(cust)
@@ -130,16 +171,17 @@ func quantity(entry map[string]string, param string) (int64, bool, error) {
 func (s *Server) createSubscription(c *call) (obj, error) {
 	f := c.form
 	if err := f.allow("customer", "items", "metadata", "payment_behavior", "proration_behavior", "off_session",
-		"default_payment_method", "description"); err != nil {
+		"default_payment_method", "description", "trial_end", "trial_period_days", "cancel_at",
+		"cancel_at_period_end", "billing_mode"); err != nil {
 		return nil, err
 	}
 	custID, err := f.require("customer")
 	if err != nil {
 		return nil, err
 	}
-	cust, ok := s.customers.get(custID)
-	if !ok {
-		return nil, noSuch("customer", custID, "customer")
+	cust, err := s.liveCustomer(custID, "customer")
+	if err != nil {
+		return nil, err
 	}
 	entries, err := f.objects("items")
 	if err != nil {
@@ -149,8 +191,12 @@ func (s *Server) createSubscription(c *call) (obj, error) {
 		return nil, missingParam("items")
 	}
 	now := c.now.Unix()
+	trialEnd, err := trialEndParam(f, now)
+	if err != nil {
+		return nil, err
+	}
 	sub := &subscription{ID: newID("sub"), Customer: custID, Status: "active", Created: now, StartDate: now,
-		Anchor: now, PeriodStart: now, Metadata: f.hash("metadata")}
+		Anchor: now, Metadata: f.hash("metadata")}
 	for i, e := range entries {
 		param := fmt.Sprintf("items[%d]", i)
 		if e["price"] == "" {
@@ -164,16 +210,125 @@ func (s *Server) createSubscription(c *call) (obj, error) {
 		if err != nil {
 			return nil, err
 		}
-		sub.Items = append(sub.Items, subItem{ID: newID("si"), Created: now, Price: p, Quantity: q, Metadata: map[string]string{}})
+		it := subItem{ID: newID("si"), Created: now, Price: p, Quantity: q, Metadata: map[string]string{}}
+		it.startPeriod(now)
+		sub.Items = append(sub.Items, it)
 	}
-	sub.PeriodEnd = sub.Items[0].Price.periodEnd(sub.Anchor, 1)
-	// The first invoice is paid at once (the fake has no failing cards).
-	inv := s.newInvoice(cust, sub, "subscription_create", now, now, now)
+	// Mixed intervals need flexible billing on Stripe; the fake picks it
+	// when the items mix intervals and no mode was asked for.
+	sub.BillingMode = f.hash("billing_mode")["type"]
+	switch sub.BillingMode {
+	case "":
+		sub.BillingMode = "classic"
+		for _, it := range sub.Items[1:] {
+			if !sameInterval(it.Price, sub.Items[0].Price) {
+				sub.BillingMode = "flexible"
+			}
+		}
+	case "classic", "flexible":
+	default:
+		return nil, invalidParam("billing_mode[type]", "Invalid billing_mode[type]: must be one of classic or flexible")
+	}
+	if trialEnd > now {
+		// A trial is one period up to trial_end; the items' billing starts there.
+		sub.Status, sub.TrialStart, sub.TrialEnd, sub.Anchor = "trialing", now, trialEnd, trialEnd
+		for i := range sub.Items {
+			sub.Items[i].Anchor, sub.Items[i].Cycle, sub.Items[i].PeriodEnd = trialEnd, -1, trialEnd
+		}
+	}
+	if err := s.setCancellation(c, sub); err != nil {
+		return nil, err
+	}
+	inv := s.newInvoice(cust, sub, sub.Items, "subscription_create", now, now, now)
+	if sub.Status == "trialing" {
+		inv.zero() // the trial's invoice is for $0
+	}
 	sub.LatestInvoice = inv.ID
+	s.changed(sub.ID, nil)
 	s.subs.put(sub)
 	s.emit(c, now, "customer.subscription.created", sub.clone(), nil)
-	s.emit(c, now, "invoice.paid", inv, nil)
+	// The first invoice is charged at once; if the card declines, the
+	// subscription is incomplete (payment_behavior=allow_incomplete, the
+	// default) until the invoice is paid, and expires after 23 hours.
+	if !s.collect(c, sub, inv, now) && sub.Status == "active" {
+		before := sub.clone()
+		sub.Status = "incomplete"
+		s.emitIfChanged(c, now, before, sub)
+	}
 	return s.renderSubscription(sub, c.version, c.expand), nil
+}
+
+// trialEndParam reads trial_end (a timestamp or "now") or trial_period_days.
+func trialEndParam(f form, now int64) (int64, error) {
+	if v, ok := f.str("trial_end"); ok {
+		if v == "now" {
+			return 0, nil
+		}
+		t, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || t <= now {
+			return 0, invalidParam("trial_end", "Invalid timestamp: must be an integer Unix timestamp in the future.")
+		}
+		return t, nil
+	}
+	days, ok, err := f.integer("trial_period_days")
+	if err != nil || !ok {
+		return 0, err
+	}
+	if days < 0 || days > 730 {
+		return 0, invalidParam("trial_period_days", "trial_period_days must be between 0 and 730.")
+	}
+	if days == 0 {
+		return 0, nil
+	}
+	return now + days*24*3600, nil
+}
+
+// setCancellation applies cancel_at_period_end and cancel_at (a timestamp,
+// min_period_end, max_period_end, or "" to clear). Stripe keeps the two
+// exclusive: setting one clears the other.
+func (s *Server) setCancellation(c *call, sub *subscription) error {
+	f := c.form
+	atPeriodEnd, setEnd, err := f.boolean("cancel_at_period_end")
+	if err != nil {
+		return err
+	}
+	raw, setAt := f.str("cancel_at")
+	if setEnd && setAt && atPeriodEnd && raw != "" {
+		return badRequest("You may only specify one of these parameters: cancel_at, cancel_at_period_end.")
+	}
+	request := func(at int64, periodEnd bool) {
+		sub.CancelAt, sub.CancelAtPeriodEnd = at, periodEnd
+		sub.CanceledAt, sub.CancelReason = 0, ""
+		if at != 0 {
+			sub.CanceledAt, sub.CancelReason = c.now.Unix(), "cancellation_requested"
+		}
+	}
+	if setEnd && atPeriodEnd != sub.CancelAtPeriodEnd {
+		end := int64(0)
+		if atPeriodEnd {
+			end = sub.periodEnd()
+		}
+		request(end, atPeriodEnd)
+	}
+	if !setAt {
+		return nil
+	}
+	var at int64
+	switch raw {
+	case "":
+	case "min_period_end":
+		at = sub.periodEnd()
+	case "max_period_end":
+		for _, it := range sub.Items {
+			at = max(at, it.PeriodEnd)
+		}
+	default:
+		if at, err = strconv.ParseInt(raw, 10, 64); err != nil || at <= c.now.Unix() {
+			return invalidParam("cancel_at", "cancel_at must be a Unix timestamp in the future, min_period_end or max_period_end.")
+		}
+	}
+	request(at, false)
+	return nil
 }
 
 func (s *Server) getSubscription(c *call) (obj, error) {
@@ -190,95 +345,146 @@ func (s *Server) updateSubscription(c *call) (obj, error) {
 		return nil, noSuch("subscription", c.r.PathValue("id"), "id")
 	}
 	f := c.form
-	if err := f.allow("items", "cancel_at_period_end", "metadata", "proration_behavior", "payment_behavior",
-		"cancellation_details"); err != nil {
+	if err := f.allow("items", "cancel_at_period_end", "cancel_at", "metadata", "proration_behavior",
+		"payment_behavior", "cancellation_details", "pause_collection"); err != nil {
 		return nil, err
 	}
-	if sub.Status == "canceled" && (f.has("items") || f.has("cancel_at_period_end")) {
+	if sub.Status == "canceled" && (f.has("items") || f.has("cancel_at_period_end") || f.has("cancel_at") || f.has("pause_collection")) {
 		return nil, badRequest("A canceled subscription can only update its cancellation_details and metadata.")
 	}
 	before := sub.clone()
+	var restarted []subItem
 	if f.has("items") {
-		items, err := s.changeItems(sub.Items, c)
+		items, fresh, err := s.changeItems(sub.Items, c)
 		if err != nil {
 			return nil, err
 		}
-		sub.Items = items
+		sub.Items, restarted = items, fresh
 	}
-	if v, ok, err := f.boolean("cancel_at_period_end"); err != nil {
+	if err := s.setCancellation(c, sub); err != nil {
+		*sub = *before
 		return nil, err
-	} else if ok && v != sub.CancelAtPeriodEnd {
-		sub.CancelAtPeriodEnd = v
-		sub.CancelAt, sub.CanceledAt, sub.CancelReason = 0, 0, ""
-		if v {
-			sub.CancelAt, sub.CanceledAt, sub.CancelReason = sub.PeriodEnd, c.now.Unix(), "cancellation_requested"
-		}
+	}
+	if err := setPause(f, sub); err != nil {
+		*sub = *before
+		return nil, err
 	}
 	if v, ok := f.str("metadata"); ok && v == "" {
 		sub.Metadata = map[string]string{} // metadata="" unsets every key
 	}
 	sub.Metadata = mergeMetadata(sub.Metadata, f.hash("metadata"))
+	var inv *invoice
+	if len(restarted) > 0 {
+		// An item moved to another interval starts a new period now and is
+		// invoiced at once, as when Stripe resets the billing cycle.
+		cust, _ := s.customers.get(sub.Customer)
+		inv = s.newInvoice(cust, sub, restarted, "subscription_update", c.now.Unix(), c.now.Unix(), c.now.Unix())
+		sub.LatestInvoice = inv.ID
+	}
 	s.emitIfChanged(c, c.now.Unix(), before, sub)
+	if inv != nil {
+		s.collect(c, sub, inv, c.now.Unix())
+	}
 	return s.renderSubscription(sub, c.version, c.expand), nil
 }
 
+// setPause applies pause_collection[behavior] (keep_as_draft,
+// mark_uncollectible, void) and pause_collection[resumes_at];
+// pause_collection="" resumes collection. The status does not change.
+func setPause(f form, sub *subscription) error {
+	if v, ok := f.str("pause_collection"); ok && v == "" {
+		sub.PauseBehavior, sub.PauseResumesAt = "", 0
+		return nil
+	}
+	if !f.has("pause_collection") {
+		return nil
+	}
+	p := f.hash("pause_collection")
+	switch p["behavior"] {
+	case "keep_as_draft", "mark_uncollectible", "void":
+	case "":
+		return missingParam("pause_collection[behavior]")
+	default:
+		return invalidParam("pause_collection[behavior]", "Invalid pause_collection[behavior]: must be one of keep_as_draft, mark_uncollectible, or void")
+	}
+	sub.PauseBehavior, sub.PauseResumesAt = p["behavior"], 0
+	if v := p["resumes_at"]; v != "" {
+		at, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return invalidParam("pause_collection[resumes_at]", "Invalid integer: "+v)
+		}
+		sub.PauseResumesAt = at
+	}
+	return nil
+}
+
 // changeItems applies items[i][…] of an update. An entry with an id changes
-// (price, quantity) or deletes (deleted=true) that item. Entries without an id
-// are new items that REPLACE every item the request did not name by id — a
-// simplification of Stripe, which would add them next to the old ones.
-func (s *Server) changeItems(current []subItem, c *call) ([]subItem, error) {
+// (price, quantity) or deletes (deleted=true) that item; an entry without an
+// id adds an item, as on Stripe. A new item shares the period of an item on
+// the same interval, else starts its own; an item whose price moves to
+// another interval starts a new period. Those are returned to be invoiced.
+func (s *Server) changeItems(current []subItem, c *call) (items, restarted []subItem, err error) {
 	entries, err := c.form.objects("items")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	items := slices.Clone(current)
-	var added []subItem
-	named := map[string]bool{}
+	now := c.now.Unix()
+	items = slices.Clone(current)
 	for i, e := range entries {
 		param := fmt.Sprintf("items[%d]", i)
 		var p *price
 		if e["price"] != "" {
 			if p, err = s.recurringPrice(e["price"], param+"[price]"); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		q, qSet, err := quantity(e, param)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		id := e["id"]
 		if id == "" {
 			if p == nil {
-				return nil, missingParam(param + "[price]")
+				return nil, nil, missingParam(param + "[price]")
 			}
-			added = append(added, subItem{ID: newID("si"), Created: c.now.Unix(), Price: p, Quantity: q, Metadata: map[string]string{}})
+			it := subItem{ID: newID("si"), Created: now, Price: p, Quantity: q, Metadata: map[string]string{}}
+			if at := slices.IndexFunc(items, func(o subItem) bool { return sameInterval(o.Price, p) }); at >= 0 {
+				it.Anchor, it.Cycle, it.PeriodStart, it.PeriodEnd = items[at].Anchor, items[at].Cycle, items[at].PeriodStart, items[at].PeriodEnd
+			} else {
+				it.startPeriod(now)
+				restarted = append(restarted, it)
+			}
+			items = append(items, it)
 			continue
 		}
 		at := slices.IndexFunc(items, func(it subItem) bool { return it.ID == id })
 		if at < 0 {
-			return nil, noSuch("subscription item", id, param+"[id]")
+			return nil, nil, noSuch("subscription item", id, param+"[id]")
 		}
-		named[id] = true
-		switch {
-		case e["deleted"] == "true":
+		if e["deleted"] == "true" {
 			items = slices.Delete(items, at, at+1)
-		default:
-			if p != nil {
-				items[at].Price = p
-			}
-			if qSet {
-				items[at].Quantity = q
+			continue
+		}
+		if p != nil {
+			moved := !sameInterval(items[at].Price, p)
+			items[at].Price = p
+			if moved {
+				items[at].startPeriod(now)
+				restarted = append(restarted, items[at])
 			}
 		}
-	}
-	if len(added) > 0 {
-		items = slices.DeleteFunc(items, func(it subItem) bool { return !named[it.ID] })
-		items = append(items, added...)
+		if qSet {
+			items[at].Quantity = q
+		}
 	}
 	if len(items) == 0 {
-		return nil, badRequest("A subscription must have at least one active item.")
+		return nil, nil, badRequest("A subscription must have at least one active item.")
 	}
-	return items, nil
+	return items, restarted, nil
+}
+
+func sameInterval(a, b *price) bool {
+	return a.Interval == b.Interval && a.IntervalCount == b.IntervalCount
 }
 
 func (s *Server) cancelSubscription(c *call) (obj, error) {
@@ -292,19 +498,26 @@ func (s *Server) cancelSubscription(c *call) (obj, error) {
 	if sub.Status == "canceled" {
 		return nil, badRequest("This subscription has already been canceled.")
 	}
-	s.endSubscription(c, sub, c.now.Unix(), c.now.Unix())
+	s.endSubscription(c, sub, c.now.Unix(), c.now.Unix(), "cancellation_requested")
 	return s.renderSubscription(sub, c.version, c.expand), nil
 }
 
-// endSubscription cancels sub at endedAt and emits customer.subscription.deleted.
-func (s *Server) endSubscription(c *call, sub *subscription, canceledAt, endedAt int64) {
+// endSubscription cancels sub at endedAt and emits
+// customer.subscription.deleted. Its open invoices are no longer retried.
+func (s *Server) endSubscription(c *call, sub *subscription, canceledAt, endedAt int64, reason string) {
+	s.changed(sub.ID, sub.clone())
 	sub.Status = "canceled"
 	sub.EndedAt = endedAt
 	if sub.CanceledAt == 0 {
 		sub.CanceledAt = canceledAt
 	}
 	if sub.CancelReason == "" {
-		sub.CancelReason = "cancellation_requested"
+		sub.CancelReason = reason
+	}
+	for _, id := range sub.Open {
+		if inv, ok := s.invoices.get(id); ok {
+			inv.NextAttempt = 0
+		}
 	}
 	s.emit(c, endedAt, "customer.subscription.deleted", sub.clone(), nil)
 }
@@ -345,31 +558,6 @@ func statusMatches(filter, status string) bool {
 	return status == filter
 }
 
-// renew starts the next period of every active subscription whose period
-// ended by now, as many times as needed, emitting for each renewal
-// customer.subscription.updated and invoice.paid (a subscription_cycle
-// invoice). A subscription set to cancel at period end is canceled instead.
-func (s *Server) renew(now time.Time) {
-	for _, sub := range s.subs.rows {
-		for sub.Status == "active" && sub.PeriodEnd <= now.Unix() {
-			boundary := sub.PeriodEnd
-			if sub.CancelAtPeriodEnd {
-				s.endSubscription(nil, sub, sub.CanceledAt, boundary)
-				break
-			}
-			before := sub.clone()
-			sub.Cycle++
-			sub.PeriodStart = boundary
-			sub.PeriodEnd = sub.Items[0].Price.periodEnd(sub.Anchor, sub.Cycle+1)
-			cust, _ := s.customers.get(sub.Customer)
-			inv := s.newInvoice(cust, sub, "subscription_cycle", boundary, before.PeriodStart, before.PeriodEnd)
-			sub.LatestInvoice = inv.ID
-			s.emitIfChanged(nil, boundary, before, sub)
-			s.emit(nil, boundary, "invoice.paid", inv, nil)
-		}
-	}
-}
-
 // SetSubscriptionStatus forces a subscription's status (say past_due or
 // unpaid, which the fake never reaches by itself) and emits the event Stripe
 // would: customer.subscription.deleted for canceled, else .updated.
@@ -386,7 +574,7 @@ func (s *Server) SetSubscriptionStatus(id, status string) error {
 	now := s.clock.Now().Unix()
 	if status == "canceled" {
 		if sub.Status != "canceled" {
-			s.endSubscription(nil, sub, now, now)
+			s.endSubscription(nil, sub, now, now, "cancellation_requested")
 		}
 		return nil
 	}

@@ -24,6 +24,9 @@ type endpoint struct {
 	Description   string
 	Created       int64
 	Metadata      map[string]string
+	// Thin marks an event destination with thin payloads (v2.core.event
+	// notifications naming the related object) instead of snapshot events.
+	Thin bool
 }
 
 func (ep *endpoint) id() string { return ep.ID }
@@ -35,7 +38,12 @@ func (ep *endpoint) version() string {
 	return ep.APIVersion
 }
 
+// wants matches typ, a v1 event type; a thin destination's types are
+// named v1.<type>, as Stripe names thin events for v1 resources.
 func (ep *endpoint) wants(typ string) bool {
+	if ep.Thin {
+		typ = "v1." + typ
+	}
 	for _, pattern := range ep.EnabledEvents {
 		if typeMatches(pattern, typ) {
 			return true
@@ -124,6 +132,50 @@ func (s *Server) deleteEndpoint(c *call) (obj, error) {
 	return obj{"id": id, "object": "webhook_endpoint", "deleted": true}, nil
 }
 
+// AddEventDestination registers url as an event destination that receives
+// thin events (types as v1.<event type>; none given = all) signed like
+// webhooks, and returns its signing secret.
+func (s *Server) AddEventDestination(url string, types ...string) (secret string) {
+	if len(types) == 0 {
+		types = []string{"*"}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ep := s.addEndpoint(url, "", types, "", nil)
+	ep.Thin = true
+	return ep.Secret
+}
+
+// renderThin is the thin event Stripe sends an event destination: no
+// snapshot and no API version, only the related object to fetch.
+func renderThin(e *event) obj {
+	o := obj{
+		"id": e.ID, "object": "v2.core.event", "type": "v1." + e.Type, "livemode": false, "context": nil,
+		"created": time.Unix(e.Created, 0).UTC().Format("2006-01-02T15:04:05.000Z"),
+	}
+	var id, typ, path string
+	switch v := e.Object.(type) {
+	case *subscription:
+		id, typ, path = v.ID, "subscription", "/v1/subscriptions/"
+	case *invoice:
+		id, typ, path = v.ID, "invoice", "/v1/invoices/"
+	case *customer:
+		id, typ, path = v.ID, "customer", "/v1/customers/"
+	}
+	if id != "" {
+		o["related_object"] = obj{"id": id, "type": typ, "url": path + id}
+	}
+	return o
+}
+
+// LiveRetrySchedule is shaped like Stripe's live-mode webhook retries:
+// exponential backoff for up to three days (Stripe does not publish the
+// exact waits). Use it as Options.RetrySchedule with a TimeFactor.
+var LiveRetrySchedule = []time.Duration{
+	time.Minute, 5 * time.Minute, 30 * time.Minute, time.Hour, 2 * time.Hour, 4 * time.Hour,
+	8 * time.Hour, 12 * time.Hour, 20 * time.Hour, 24 * time.Hour, // 71.6 hours in all
+}
+
 // DeliveryRecord is one webhook send attempt, or one dropped delivery.
 type DeliveryRecord struct {
 	EventID    string    `json:"event_id"`
@@ -135,7 +187,41 @@ type DeliveryRecord struct {
 	StatusCode int       `json:"status_code"`       // 0 when dropped or on a network error
 	Error      string    `json:"error,omitempty"`   // network error
 	Dropped    bool      `json:"dropped,omitempty"` // never sent (Faults.DropRate)
+	GaveUp     bool      `json:"gave_up,omitempty"` // the last attempt of the schedule failed
+	Thin       bool      `json:"thin,omitempty"`    // a thin event to an event destination
 	At         time.Time `json:"at"`                // wall time
+}
+
+// deliveryKey names one copy of one event to one endpoint.
+type deliveryKey struct {
+	event, endpoint string
+	copy            int
+}
+
+// Settlement counts the deliveries (copies) that ended: sent and accepted,
+// given up after the last retry, or dropped by Faults.DropRate.
+type Settlement struct {
+	Delivered int `json:"delivered"`
+	GaveUp    int `json:"gave_up"`
+	Dropped   int `json:"dropped"`
+}
+
+// Settled counts the deliveries that ended so far.
+func (s *Server) Settled() Settlement {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var st Settlement
+	for _, o := range s.outcomes {
+		switch o {
+		case "delivered":
+			st.Delivered++
+		case "gave_up":
+			st.GaveUp++
+		case "dropped":
+			st.Dropped++
+		}
+	}
+	return st
 }
 
 // Deliveries returns every attempt so far, in the order they finished.
@@ -161,7 +247,11 @@ func (s *Server) scheduleDelivery(e *event, ep *endpoint) {
 	if s.closed {
 		return
 	}
-	payload, err := json.MarshalIndent(s.renderEvent(e, ep.version()), "", "  ")
+	rendered := s.renderEvent(e, ep.version())
+	if ep.Thin {
+		rendered = renderThin(e)
+	}
+	payload, err := json.MarshalIndent(rendered, "", "  ")
 	if err != nil {
 		s.log.Error("stripemock: encode event", "event_id", e.ID, "error", err)
 		return
@@ -169,11 +259,16 @@ func (s *Server) scheduleDelivery(e *event, ep *endpoint) {
 	f := s.faults
 	if f.DropRate > 0 && s.rng.Float64() < f.DropRate {
 		s.deliveries = append(s.deliveries, DeliveryRecord{EventID: e.ID, EventType: e.Type, EndpointID: ep.ID,
-			URL: ep.URL, Dropped: true, At: time.Now()})
+			URL: ep.URL, Dropped: true, Thin: ep.Thin, At: time.Now()})
+		s.outcomes[deliveryKey{e.ID, ep.ID, 0}] = "dropped"
 		s.log.Info("webhook delivery dropped", "event_id", e.ID, "endpoint", ep.URL)
 		return
 	}
-	for i := range 1 + max(f.DuplicateCopies, 0) {
+	copies := 1 + max(f.DuplicateCopies, 0)
+	if f.RandomCopies > 0 {
+		copies += s.rng.IntN(f.RandomCopies + 1)
+	}
+	for i := range copies {
 		var delay time.Duration
 		if f.ReorderDelay > 0 {
 			delay = time.Duration(s.rng.Int64N(int64(f.ReorderDelay) + 1))
@@ -188,18 +283,21 @@ func (s *Server) scheduleDelivery(e *event, ep *endpoint) {
 }
 
 // deliver sends one copy. A failed attempt (network error or non-2xx) is
-// retried, up to Options.DeliveryAttempts in all, after RetryBackoff, then
-// twice that, and so on — seconds where Stripe waits hours.
+// retried after each wait of the schedule (Options.RetrySchedule over
+// TimeFactor, else DeliveryAttempts with RetryBackoff doubling); after the
+// last it gives up.
 func (s *Server) deliver(d delivery) {
 	defer s.finishDelivery()
 	if !sleep(s.ctx, d.delay) {
 		return
 	}
-	backoff := s.retryBackoff
+	key := deliveryKey{d.event.ID, d.ep.ID, d.copy}
 	for attempt := 1; ; attempt++ {
 		status, err := s.send(d)
+		ok := err == nil && status >= 200 && status < 300
 		rec := DeliveryRecord{EventID: d.event.ID, EventType: d.event.Type, EndpointID: d.ep.ID, URL: d.ep.URL,
-			Copy: d.copy, Attempt: attempt, StatusCode: status, At: time.Now()}
+			Copy: d.copy, Attempt: attempt, StatusCode: status, Thin: d.ep.Thin, At: time.Now(),
+			GaveUp: !ok && attempt > len(s.schedule)}
 		if err != nil {
 			if s.ctx.Err() != nil {
 				return // closing: not a failure of the receiver
@@ -208,16 +306,22 @@ func (s *Server) deliver(d delivery) {
 		}
 		s.mu.Lock()
 		s.deliveries = append(s.deliveries, rec)
+		switch {
+		case ok:
+			s.outcomes[key] = "delivered"
+			if !d.event.delivered[d.ep.ID] {
+				d.event.delivered[d.ep.ID] = true
+				d.event.PendingWebhooks--
+			}
+		case rec.GaveUp:
+			s.outcomes[key] = "gave_up"
+		}
 		s.mu.Unlock()
 		s.log.Info("webhook delivery", "event_id", d.event.ID, "type", d.event.Type, "endpoint", d.ep.URL,
 			"copy", d.copy, "attempt", attempt, "status", status, "error", rec.Error)
-		if err == nil && status >= 200 && status < 300 {
+		if ok || rec.GaveUp || !sleep(s.ctx, s.schedule[attempt-1]) {
 			return
 		}
-		if attempt >= s.attempts || !sleep(s.ctx, backoff) {
-			return
-		}
-		backoff *= 2
 	}
 }
 

@@ -35,7 +35,7 @@ func TestSubscriptionUpdateSendsSignedEvent(t *testing.T) {
 
 	events, rejected := rc.received()
 	require.Zero(t, rejected, "every delivery verifies with stripe-go")
-	require.Len(t, events, 3, "created, invoice.paid, updated")
+	require.Len(t, events, 4, "customer.created, created, invoice.paid, updated")
 	updated := rc.ofType("customer.subscription.updated")
 	require.Len(t, updated, 1)
 	ev := updated[0]
@@ -53,7 +53,7 @@ func TestSubscriptionUpdateSendsSignedEvent(t *testing.T) {
 
 	forgedEvents, forgedRejected := forged.received()
 	require.Empty(t, forgedEvents)
-	require.Equal(t, 9, forgedRejected, "a wrong secret fails verification: 3 events × 3 attempts (a 400 is retried)")
+	require.Equal(t, 12, forgedRejected, "a wrong secret fails verification: 4 events × 3 attempts (a 400 is retried)")
 
 	firstTry := 0
 	for _, d := range f.Deliveries() {
@@ -63,7 +63,7 @@ func TestSubscriptionUpdateSendsSignedEvent(t *testing.T) {
 			firstTry++
 		}
 	}
-	require.Equal(t, 3, firstTry)
+	require.Equal(t, 4, firstTry)
 }
 
 func TestEndpointAPIVersionShapesItsEvents(t *testing.T) {
@@ -172,11 +172,11 @@ func TestFailedDeliveryIsRetried(t *testing.T) {
 	f.waitIdle(t)
 
 	events, _ := rc.received()
-	require.Len(t, events, 6, "2 events × 3 attempts")
+	require.Len(t, events, 9, "3 events × 3 attempts")
 	attempts := map[int]int{}
 	for _, d := range f.Deliveries() {
 		require.Equal(t, http.StatusServiceUnavailable, d.StatusCode)
 		attempts[d.Attempt]++
 	}
-	require.Equal(t, map[int]int{1: 2, 2: 2, 3: 2}, attempts)
+	require.Equal(t, map[int]int{1: 3, 2: 3, 3: 3}, attempts)
 }

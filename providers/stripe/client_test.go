@@ -330,7 +330,8 @@ func TestFetchFaults(t *testing.T) {
 		// One request per second: the customer call takes the token, the list
 		// call gets 429 with Retry-After: 1. RetryWaitMax is 10ms, so only
 		// honouring Retry-After lets the retry through.
-		f.SetFaults(stripemock.Faults{RequestsPerSecond: 1})
+		// Stripe's 429s carry no Retry-After; the fake adds one when asked.
+		f.SetFaults(stripemock.Faults{RequestsPerSecond: 1, RetryAfter: time.Second})
 		begin := time.Now()
 		snap, err := newTestClient(t, testConfig(f.URL)).Fetch(context.Background(), cus)
 		elapsed := time.Since(begin)

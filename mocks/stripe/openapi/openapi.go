@@ -1,7 +1,9 @@
 // Package openapi runs Stripe's own stateless OpenAPI mock (stripe-mock) for
 // tests, so requests billsync sends to its fake Stripe are also checked
-// against Stripe's published API description. It installs the pinned
-// stripe-mock with `go install` when it is not already on the machine.
+// against Stripe's published API description, and reads the spec that
+// stripe-mock ships (Spec.Check) so the fake's answers can be checked
+// against it too. It installs the pinned stripe-mock with `go install` when
+// it is not already on the machine.
 //
 // It is test infrastructure: nothing in billsync's binary may import it.
 package openapi

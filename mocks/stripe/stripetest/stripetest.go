@@ -29,6 +29,12 @@ import (
 	"github.com/billsync/billsync/store"
 )
 
+// DriverAPIKey is the key the harness's API client (the app or dashboard
+// driving the fake) uses; billsync's client uses the fake's main key. So
+// Faults{TargetKey: stripemock.DefaultAPIKey} breaks billsync's calls and
+// leaves the driver's alone.
+const DriverAPIKey = "sk_test_driver"
+
 // Price is a price loaded into every fake the harness starts.
 type Price struct {
 	ID, LookupKey string
@@ -105,6 +111,7 @@ func New(opts Options) (_ *Harness, err error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	opts.Fake.ExtraAPIKeys = append(opts.Fake.ExtraAPIKeys, DriverAPIKey)
 	h := &Harness{Fake: stripemock.New(opts.Fake), apiKey: cmp.Or(opts.Fake.APIKey, stripemock.DefaultAPIKey)}
 	defer func() {
 		if err != nil {
@@ -124,7 +131,7 @@ func New(opts Options) (_ *Harness, err error) {
 
 	// stripe-go retries nothing here, so a test sees each answer as sent.
 	h.apiHTTP = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}, Timeout: time.Minute}
-	h.API = stripeapi.NewClient(h.apiKey, stripeapi.WithBackends(stripeapi.NewBackendsWithConfig(&stripeapi.BackendConfig{
+	h.API = stripeapi.NewClient(DriverAPIKey, stripeapi.WithBackends(stripeapi.NewBackendsWithConfig(&stripeapi.BackendConfig{
 		URL: stripeapi.String(h.URL), HTTPClient: h.apiHTTP, MaxNetworkRetries: stripeapi.Int64(0),
 		LeveledLogger: &stripeapi.LeveledLogger{Level: stripeapi.LevelNull},
 	})))
@@ -250,6 +257,18 @@ func (h *Harness) WaitDelivered(ctx context.Context) error {
 		return fmt.Errorf("wait for the fake Stripe's webhooks: %w", err)
 	}
 	return nil
+}
+
+// WaitSettled waits, for up to d, until every webhook delivery the fake
+// owes has settled (accepted, given up after the last retry, or dropped)
+// and returns the counts so far.
+func (h *Harness) WaitSettled(ctx context.Context, d time.Duration) (stripemock.Settlement, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	if err := h.Fake.WaitIdle(ctx); err != nil {
+		return h.Fake.Settled(), fmt.Errorf("wait for the fake Stripe's deliveries to settle: %w", err)
+	}
+	return h.Fake.Settled(), nil
 }
 
 // Close stops the fake's deliveries, then every listener.
