@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	kindemock "github.com/billsync/billsync/mocks/kinde"
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/mocks/stripe/stripetest"
 )
@@ -53,12 +54,21 @@ Runs a stateful fake Stripe that speaks the real REST API (form-encoded
 requests, Stripe-Version honoured) and sends signed webhooks, with fault
 knobs. Control endpoints (no key): /_mock/faults, /_mock/clock/advance,
 /_mock/deliveries, /_mock/reset, /_mock/customers/{id}/card,
-/_mock/dunning, /_mock/event_destinations (see mocks/stripe/control.go).`)
+/_mock/dunning, /_mock/event_destinations (see mocks/stripe/control.go).
+
+Next to it, a fake Kinde (-kinde-addr): its webhook key set at
+/.well-known/jwks, M2M tokens at /oauth2/token, the billing agreements
+endpoint, and control endpoints PUT /_mock/customers/{id}/agreements,
+POST /_mock/webhooks, POST /_mock/events, /_mock/faults,
+POST /_mock/keys/rotate, GET /_mock/deliveries (see mocks/kinde). The same
+fault flags apply to both.`)
 		fs.PrintDefaults()
 	}
 	addr := fs.String("addr", "127.0.0.1:12112", "listen address")
 	apiKey := fs.String("api-key", stripemock.DefaultAPIKey, "secret key clients must send (Authorization: Bearer …)")
 	webhookURL := fs.String("webhook", "", "webhook endpoint URL to register at start; its secret is printed as STRIPE_WEBHOOK_SECRET")
+	kindeAddr := fs.String("kinde-addr", "127.0.0.1:12113", `the fake Kinde's listen address ("off": none)`)
+	kindeWebhook := fs.String("kinde-webhook", "", "Kinde webhook URL to register at start (e.g. http://127.0.0.1:8080/webhooks/kinde)")
 	var prices mockPrices
 	fs.Var(&prices, "price", "extra price `id:lookup_key:amount` (repeatable; price_free, price_pro, price_team and price_legacy are always loaded)")
 	var f stripemock.Faults
@@ -105,20 +115,51 @@ knobs. Control endpoints (no key): /_mock/faults, /_mock/clock/advance,
 #   curl %[1]s/_mock/clock/advance -d '{"seconds":2678400}'
 `, base, *apiKey)
 	logger.Info("fake stripe started", "addr", base, "faults", f)
+	servers := []*http.Server{{Handler: fake, ReadHeaderTimeout: 10 * time.Second}}
+	listeners := []net.Listener{ln}
 
-	srv := &http.Server{Handler: fake, ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	if *kindeAddr != "off" {
+		kfake, err := kindemock.New(kindemock.Options{Faults: f, Logger: logger.With("component", "kindemock")})
+		if err != nil {
+			return err
+		}
+		defer kfake.Close()
+		kln, err := net.Listen("tcp", *kindeAddr)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", *kindeAddr, err)
+		}
+		kbase := "http://" + kln.Addr().String()
+		if *kindeWebhook != "" {
+			kfake.AddWebhookEndpoint(*kindeWebhook)
+		}
+		fmt.Fprintf(stdout, "# fake Kinde listening on %s (control endpoints under %s/_mock/)\n", kbase, kbase)
+		fmt.Fprintf(stdout, "KINDE_DOMAIN=%s\nKINDE_CLIENT_ID=%s\nKINDE_CLIENT_SECRET=%s\n", kbase, kindemock.DefaultClientID, kindemock.DefaultClientSecret)
+		fmt.Fprintf(stdout, `# try:
+#   curl -X PUT %[1]s/_mock/customers/customer_1/agreements -d '{"agreements":[{"plan_code":"customer_pro_plan"}]}'
+#   curl %[1]s/_mock/webhooks -d '{"url":"http://127.0.0.1:8080/webhooks/kinde"}'
+#   curl %[1]s/_mock/events -d '{"type":"customer.plan_changed","customer_id":"customer_1"}'
+`, kbase)
+		logger.Info("fake kinde started", "addr", kbase)
+		servers = append(servers, &http.Server{Handler: kfake, ReadHeaderTimeout: 10 * time.Second})
+		listeners = append(listeners, kln)
+	}
+
+	served := make(chan error, len(servers))
+	for i, srv := range servers {
+		go func() { served <- srv.Serve(listeners[i]) }()
+	}
 	select {
 	case err := <-served:
-		return fmt.Errorf("serve fake stripe: %w", err)
+		return fmt.Errorf("serve fake providers: %w", err)
 	case <-ctx.Done():
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("shut down fake stripe: %w", err)
+	for _, srv := range servers {
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			return fmt.Errorf("shut down fake providers: %w", err)
+		}
 	}
-	logger.Info("fake stripe stopped")
+	logger.Info("fake providers stopped")
 	return nil
 }
