@@ -68,9 +68,10 @@ type SweepStore interface {
 	// ApplySwept is Apply for a swept snapshot, without a queue row, writing
 	// nothing for an account already right.
 	ApplySwept(ctx context.Context, job Job, observedAt time.Time, decide func(cur Account) Change) (Outcome, bool, error)
-	// EnqueueUnswept queues the accounts the run did not resolve and
-	// revives dead queue rows.
-	EnqueueUnswept(ctx context.Context, runID int64, provider string) (int, error)
+	// EnqueueUnswept queues the accounts the run did not resolve, the
+	// first due now and each next one pace later, and revives dead queue
+	// rows.
+	EnqueueUnswept(ctx context.Context, runID int64, provider string, pace time.Duration) (int, error)
 	// SweptAccounts reads the accounts held for customers, without locks,
 	// by customer id (absent: no account yet).
 	SweptAccounts(ctx context.Context, provider string, customers []string) (map[string]Account, error)
@@ -83,9 +84,16 @@ type SweepStore interface {
 type SweeperConfig struct {
 	Store    SweepStore // required
 	Provider string     // required: the provider's name
-	Lister   Lister     // required
-	Plans    *Plans     // required
-	Logger   *slog.Logger
+	// Lister lists every customer in bulk. A provider without one (Kinde)
+	// is swept by queueing every account for the worker, paced by Pace.
+	Lister Lister
+	// Pace spaces the due times of the accounts queued without a Lister,
+	// so the worker's fetches for the sweep keep within a rate budget of
+	// their own and webhook-triggered work (due now) goes first; default
+	// one account a second.
+	Pace   time.Duration
+	Plans  *Plans // required
+	Logger *slog.Logger
 	// OnPage, when set, sees the run after each page (progress output).
 	OnPage func(SweepRun)
 }
@@ -106,8 +114,11 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 	if cfg.Store == nil {
 		errs = append(errs, errors.New("no store"))
 	}
-	if cfg.Provider == "" || cfg.Lister == nil {
-		errs = append(errs, errors.New("no provider name or lister"))
+	if cfg.Provider == "" {
+		errs = append(errs, errors.New("no provider name"))
+	}
+	if cfg.Pace < 0 {
+		errs = append(errs, errors.New("negative pace"))
 	}
 	if cfg.Plans == nil {
 		errs = append(errs, errors.New("no plans"))
@@ -116,6 +127,7 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 		return nil, fmt.Errorf("sweeper config: %w", err)
 	}
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)).With("provider", cfg.Provider, "component", "sweep")
+	cfg.Pace = cmp.Or(cfg.Pace, time.Second)
 	return &Sweeper{cfg: cfg, log: log}, nil
 }
 
@@ -161,6 +173,13 @@ func (s *Sweeper) Run(ctx context.Context) (SweepReport, error) {
 }
 
 func (s *Sweeper) sweep(ctx context.Context, rep *SweepReport) error {
+	if s.cfg.Lister == nil {
+		// Nothing to list: every account is queued for the worker, whose
+		// reconciles (trigger sweep) heal and log what drifted.
+		n, err := s.cfg.Store.EnqueueUnswept(ctx, rep.Run.ID, s.cfg.Provider, s.cfg.Pace)
+		rep.Enqueued = n
+		return err
+	}
 	// Customers resolved only at the end of the listing were met on several
 	// pages; the first page's time is older than any of them, so it is the
 	// safe observation to apply them with.
@@ -202,7 +221,7 @@ func (s *Sweeper) sweep(ctx context.Context, rep *SweepReport) error {
 	if err != nil {
 		return err
 	}
-	n, err := s.cfg.Store.EnqueueUnswept(ctx, rep.Run.ID, s.cfg.Provider)
+	n, err := s.cfg.Store.EnqueueUnswept(ctx, rep.Run.ID, s.cfg.Provider, 0)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	stripeapi "github.com/stripe/stripe-go/v82"
@@ -447,4 +448,41 @@ func TestSweepRestoresALostGrant(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 500, balance, c)
 	}
+}
+
+// TestSweepWithoutAListerQueuesEveryAccountPaced: a provider with no bulk
+// listing (Kinde) is swept by queueing each of its accounts for the worker,
+// due one Pace after another, so the sweep's fetches keep to a budget and
+// webhook-triggered work, due now, goes first. Other providers' accounts
+// are left alone.
+func TestSweepWithoutAListerQueuesEveryAccountPaced(t *testing.T) {
+	t.Parallel()
+	h, _ := newSweepHarness(t, stripemock.Options{}, false)
+	ctx := context.Background()
+	for _, c := range []string{"kinde_a", "kinde_b", "kinde_c"} {
+		_, err := h.st.Pool().Exec(ctx, `INSERT INTO accounts (provider, customer_id) VALUES ('kinde', $1)`, c)
+		require.NoError(t, err)
+	}
+	_, err := h.st.Pool().Exec(ctx, `INSERT INTO accounts (provider, customer_id) VALUES ('stripe', 'cus_other')`)
+	require.NoError(t, err)
+	s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: h.st, Provider: "kinde", Plans: h.plans, Pace: time.Minute})
+	require.NoError(t, err)
+	rep, err := s.Run(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, rep.Enqueued)
+	status, _, _, _ := h.sweepRun()
+	require.Equal(t, "succeeded", status)
+
+	rows, err := h.st.Pool().Query(ctx, `SELECT customer_id, trigger, round(extract(epoch FROM due_at - requested_at) / 60)
+		FROM reconcile_queue ORDER BY due_at`)
+	require.NoError(t, err)
+	var got []string
+	for rows.Next() {
+		var c, trigger string
+		var minutes float64
+		require.NoError(t, rows.Scan(&c, &trigger, &minutes))
+		got = append(got, fmt.Sprintf("%s %s +%.0fm", c, trigger, minutes))
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"kinde_a sweep +0m", "kinde_b sweep +1m", "kinde_c sweep +2m"}, got)
 }

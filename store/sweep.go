@@ -156,19 +156,23 @@ func (s *Store) MarkSwept(ctx context.Context, runID int64, customers []string) 
 }
 
 // EnqueueUnswept makes every account of provider that the run did not
-// resolve due now (trigger sweep: customers with no subscription, deleted
-// or unreadable ones), and revives the provider's dead queue rows. It
-// returns how many rows it made due.
-func (s *Store) EnqueueUnswept(ctx context.Context, runID int64, provider string) (int, error) {
+// resolve due (trigger sweep: customers with no subscription, deleted or
+// unreadable ones, or every account of a provider swept without a bulk
+// listing), the first now and each next one pace later, and revives the
+// provider's dead queue rows. A row already due sooner keeps its time. It
+// returns how many rows it queued.
+func (s *Store) EnqueueUnswept(ctx context.Context, runID int64, provider string, pace time.Duration) (int, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var n int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, enqueueSQL+`
-			SELECT a.provider, a.customer_id, 'sweep', now(), now() FROM accounts a
+			SELECT a.provider, a.customer_id, 'sweep', now(),
+				now() + (row_number() OVER (ORDER BY a.id) - 1) * make_interval(secs => $3)
+			FROM accounts a
 			WHERE a.provider = $1
 			  AND NOT EXISTS (SELECT 1 FROM sweep_seen w WHERE w.run_id = $2 AND w.customer_id = a.customer_id)
-			`+enqueueConflictSQL, provider, runID)
+			`+enqueueConflictSQL, provider, runID, pace.Seconds())
 		if err != nil {
 			return fmt.Errorf("enqueue unswept accounts: %w", err)
 		}
