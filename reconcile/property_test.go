@@ -154,21 +154,27 @@ func liveSubs(subs []*stripeapi.Subscription) []*stripeapi.Subscription {
 }
 
 // expectedPlan asks the fake, not billsync, what the customer's plan is:
-// the newest live subscription's price, else the default.
+// the best plan any item of an active subscription maps to (the example
+// plans have no rank: the larger allowance), else the default.
 func expectedPlan(t testingT, h *harness, customerID string) string {
 	t.Helper()
-	var newest *stripeapi.Subscription
+	var best *reconcile.Plan
 	for sub, err := range h.sc.V1Subscriptions.List(context.Background(), &stripeapi.SubscriptionListParams{
 		Customer: stripeapi.String(customerID), Status: stripeapi.String("all")}) {
 		require.NoError(t, err)
-		if sub.Status == "active" && (newest == nil || sub.Created > newest.Created) {
-			newest = sub
+		if sub.Status != "active" {
+			continue
+		}
+		for _, it := range sub.Items.Data {
+			p, ok := h.plans.ForPrice("stripe", []string{it.Price.LookupKey})
+			require.True(t, ok, "every price the test sells maps to a plan")
+			if best == nil || p.Allowance > best.Allowance {
+				best = &p
+			}
 		}
 	}
-	if newest == nil {
+	if best == nil {
 		return h.plans.Default().Name
 	}
-	p, ok := h.plans.ForPrice("stripe", []string{newest.Items.Data[0].Price.LookupKey})
-	require.True(t, ok)
-	return cmp.Or(p.Name, "?")
+	return cmp.Or(best.Name, "?")
 }

@@ -67,7 +67,7 @@ func stripeFake(fetch func(ctx context.Context, customerID string) (reconcile.Sn
 }
 
 func liveSnapshot(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
-	return reconcile.Snapshot{Provider: "stripe", CustomerID: customerID, Status: "active", PriceRefs: []string{"pro"}}, nil
+	return oneSub(customerID, "active", time.Time{}, time.Time{}, "pro"), nil
 }
 
 func newUnitWorker(t *testing.T, cfg reconcile.WorkerConfig) *reconcile.Worker {
