@@ -69,6 +69,25 @@ func Decide(cur Account, snap Snapshot, plans *Plans, observedAt time.Time) Chan
 		return Change{Result: ResultIgnored, Next: cur, Unmapped: c.unmapped.refs,
 			Outcome: c.unmapped.describe()}
 	}
+	next := accountFor(cur, snap, c, observedAt)
+	grant, note := grantFor(cur, &next, c, plans)
+	ch := Change{Result: ResultUnchanged, Next: next, Grant: grant}
+	if cur.ObservedAt.IsZero() || !sameState(cur, next) {
+		ch.Result = ResultApplied
+	}
+	ch.Outcome = describeChange(cur, next)
+	if snap.Deleted && cur.Status != StatusDeleted {
+		ch.Outcome = fmt.Sprintf("customer deleted at %s: %s", snap.Provider, ch.Outcome)
+	}
+	ch.Outcome += note
+	return ch
+}
+
+// accountFor returns cur as the choice c makes it: the deciding
+// subscription's id, status and cancellation, the deciding item's period
+// (the calendar month of observedAt when there is none, or on the default
+// plan).
+func accountFor(cur Account, snap Snapshot, c choice, observedAt time.Time) Account {
 	next := cur
 	next.Provider, next.CustomerID = snap.Provider, snap.CustomerID
 	next.UserRef, next.Email = snap.UserRef, snap.Email
@@ -82,18 +101,7 @@ func Decide(cur Account, snap Snapshot, plans *Plans, observedAt time.Time) Chan
 		next.Status, next.SubscriptionID, next.CancelAtPeriodEnd = StatusDeleted, "", false
 	}
 	next.ObservedAt = observedAt
-
-	grant, note := grantFor(cur, &next, c, plans)
-	ch := Change{Result: ResultUnchanged, Next: next, Grant: grant}
-	if cur.ObservedAt.IsZero() || !sameState(cur, next) {
-		ch.Result = ResultApplied
-	}
-	ch.Outcome = describeChange(cur, next)
-	if snap.Deleted && cur.Status != StatusDeleted {
-		ch.Outcome = fmt.Sprintf("customer deleted at %s: %s", snap.Provider, ch.Outcome)
-	}
-	ch.Outcome += note
-	return ch
+	return next
 }
 
 // StatusDeleted is the status an account records when its provider

@@ -173,7 +173,7 @@ func ParsePlans(data []byte) (*Plans, error) {
 	case len(f.Plans) == 0:
 		errs = append(errs, errors.New("plans: no plans defined"))
 	case f.Default == "":
-		errs = append(errs, errors.New("plans: no default plan (the plan of customers with no live subscription)"))
+		errs = append(errs, errors.New("plans: no default plan (the plan of customers with no subscription that keeps its plan)"))
 	case !names[f.Default]:
 		errs = append(errs, fmt.Errorf("plans: default plan %q is not defined", f.Default))
 	}
