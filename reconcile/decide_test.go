@@ -1,6 +1,7 @@
 package reconcile_test
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -548,8 +549,8 @@ plans:
 	}
 	t.Run("HugeQuantitySaturates", func(t *testing.T) {
 		seat := item(periodStart, periodEnd, "seat")
-		seat.Quantity = 1 << 62
+		seat.Quantity = math.MaxInt64 / 10 // × 20 overflows
 		ch := reconcile.Decide(reconcile.Account{ID: 1}, snapOf(sub("sub_seats", "active", t0, seat)), plans, t0)
-		require.Positive(t, ch.Grant.Allowance, "an absurd quantity must not wrap to a negative grant")
+		require.Equal(t, int64(math.MaxInt64), ch.Grant.Allowance, "an absurd quantity must not wrap to a negative grant")
 	})
 }
