@@ -27,7 +27,10 @@ type Snapshot struct {
 	Deleted bool
 	// Subscriptions are the customer's current subscriptions, every status
 	// but the ended ones (Stripe: all but canceled), newest first. Empty
-	// when the customer has none: the default plan applies.
+	// when the customer has none: the default plan applies. Decide weighs
+	// all of them: those the plans file's policy keeps (Plans.Keeps) give
+	// the best plan any of their items maps to; a provider must not pick
+	// one for it.
 	Subscriptions []Subscription
 }
 
@@ -58,7 +61,8 @@ type Item struct {
 	// one of them to a plan.
 	PriceRefs []string
 	// Quantity is the number of units (seats) bought; 1 when the provider
-	// says none.
+	// says none (Decide reads anything below 1 as 1). It matters only to a
+	// plan with a seat_allowance.
 	Quantity int64
 	// PeriodStart and PeriodEnd are the item's current billing period (the
 	// subscription's, on provider versions that keep it there); both zero
