@@ -82,11 +82,9 @@ func BenchmarkApply(b *testing.B) {
 
 func benchSnapshot(customerID string, now time.Time) reconcile.Snapshot {
 	start := now.Add(-24 * time.Hour).Truncate(time.Second)
-	return reconcile.Snapshot{
-		Provider: "stripe", CustomerID: customerID, UserRef: "user_" + customerID,
-		SubscriptionID: "sub_" + customerID, Status: "active", PriceRefs: []string{"pro", "price_pro"},
-		PeriodStart: start, PeriodEnd: start.AddDate(0, 1, 0),
-	}
+	s := oneSub(customerID, "active", start, start.AddDate(0, 1, 0), "pro", "price_pro")
+	s.UserRef, s.Subscriptions[0].ID = "user_"+customerID, "sub_"+customerID
+	return s
 }
 
 // decideWith is the worker's decision for snap, as Apply takes it.

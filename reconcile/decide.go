@@ -43,43 +43,223 @@ type Change struct {
 	Grant  *Grant  // nil when nothing may be granted
 	// Outcome says in words what happened (the grant is added by Describe).
 	Outcome string
+	// Unmapped names the prices (the first ref of each item) of the
+	// subscriptions that keep their plan when none of them maps to a plan:
+	// the account is frozen (ignored) until the plans file maps one, so the
+	// caller alerts and counts them. Empty otherwise.
+	Unmapped []string
 }
 
 // Decide works out what applying snap, observed at observedAt, does to cur.
 // It is pure: the store calls it inside the transaction that holds cur's
 // row lock, and writes what it returns.
+//
+// The plan is the best plan any item of the subscriptions that keep their
+// plan maps to (see choose); the period is that item's; a deleted customer,
+// or one with no subscription keeping a plan, is on the default plan for
+// the calendar month. A subscription that is not paid up keeps its plan
+// and its account's period but is granted nothing new (see grantFor).
 func Decide(cur Account, snap Snapshot, plans *Plans, observedAt time.Time) Change {
 	if !cur.ObservedAt.IsZero() && !observedAt.After(cur.ObservedAt) {
 		return Change{Result: ResultStale, Next: cur,
 			Outcome: fmt.Sprintf("stale: a newer snapshot (observed %s) is already applied", cur.ObservedAt.UTC().Format(time.RFC3339Nano))}
 	}
-	plan := plans.Default()
-	if snap.Live() {
-		p, ok := plans.ForPrice(snap.Provider, snap.PriceRefs)
-		if !ok {
-			return Change{Result: ResultIgnored, Next: cur,
-				Outcome: fmt.Sprintf("ignored: price %s maps to no plan", describeRefs(snap.PriceRefs))}
-		}
-		plan = p
+	c := choose(snap, plans)
+	if c.unmapped != nil {
+		return Change{Result: ResultIgnored, Next: cur, Unmapped: c.unmapped.refs,
+			Outcome: c.unmapped.describe()}
 	}
-	next := cur
-	next.Provider, next.CustomerID = snap.Provider, snap.CustomerID
-	next.UserRef, next.Email = snap.UserRef, snap.Email
-	next.Plan, next.Status, next.SubscriptionID = plan.Name, snap.Status, snap.SubscriptionID
-	next.CancelAtPeriodEnd = snap.CancelAtPeriodEnd
-	next.PeriodStart, next.PeriodEnd = snap.PeriodStart, snap.PeriodEnd
-	if !snap.Live() || snap.PeriodStart.IsZero() {
-		next.PeriodStart, next.PeriodEnd = calendarMonth(observedAt)
-	}
-	next.ObservedAt = observedAt
-
-	ch := Change{Result: ResultUnchanged, Next: next,
-		Grant: &Grant{Plan: plan.Name, Allowance: plan.Allowance, PeriodStart: next.PeriodStart, PeriodEnd: next.PeriodEnd}}
+	next := accountFor(cur, snap, c, observedAt)
+	grant, note := grantFor(cur, &next, c, plans)
+	ch := Change{Result: ResultUnchanged, Next: next, Grant: grant}
 	if cur.ObservedAt.IsZero() || !sameState(cur, next) {
 		ch.Result = ResultApplied
 	}
 	ch.Outcome = describeChange(cur, next)
+	if snap.Deleted && cur.Status != StatusDeleted {
+		ch.Outcome = fmt.Sprintf("customer deleted at %s: %s", snap.Provider, ch.Outcome)
+	}
+	ch.Outcome += note
 	return ch
+}
+
+// accountFor returns cur as the choice c makes it: the deciding
+// subscription's id, status and cancellation, the deciding item's period
+// (the calendar month of observedAt when there is none, or on the default
+// plan).
+func accountFor(cur Account, snap Snapshot, c choice, observedAt time.Time) Account {
+	next := cur
+	next.Provider, next.CustomerID = snap.Provider, snap.CustomerID
+	next.UserRef, next.Email = snap.UserRef, snap.Email
+	next.Plan, next.Status, next.SubscriptionID = c.plan.Name, c.sub.Status, c.sub.ID
+	next.CancelAtPeriodEnd = c.sub.CancelAtPeriodEnd
+	next.PeriodStart, next.PeriodEnd = c.item.PeriodStart, c.item.PeriodEnd
+	if !c.kept || c.item.PeriodStart.IsZero() {
+		next.PeriodStart, next.PeriodEnd = calendarMonth(observedAt)
+	}
+	if snap.Deleted {
+		next.Status, next.SubscriptionID, next.CancelAtPeriodEnd = StatusDeleted, "", false
+	}
+	next.ObservedAt = observedAt
+	return next
+}
+
+// StatusDeleted is the status an account records when its provider
+// deleted the customer.
+const StatusDeleted = "deleted"
+
+// choice is what a snapshot puts the account on.
+type choice struct {
+	plan Plan
+	// sub is the deciding subscription; with none keeping its plan, the
+	// newest subscription (for its id and status), or zero without any.
+	sub Subscription
+	// item is the deciding item (whose price chose the plan and whose
+	// period is the account's); zero unless kept.
+	item Item
+	// kept: a subscription keeps its plan and item decided it.
+	kept bool
+	// unmapped is set when subscriptions keep their plan but no item of
+	// theirs maps to a plan: nothing can be applied.
+	unmapped *unmappedPrices
+}
+
+// candidate is one mapped item of a subscription that keeps its plan.
+type candidate struct {
+	plan  Plan
+	sub   Subscription
+	item  Item
+	grant int64 // what a paid period grants (allowance and seats)
+}
+
+// choose picks the plan: the best candidate among every item of every
+// subscription that keeps its plan (items mapping to no plan are ignored
+// when any maps). A deleted customer, or one with no subscription keeping
+// its plan, gets the default plan.
+func choose(snap Snapshot, plans *Plans) choice {
+	def := choice{plan: plans.Default()}
+	if snap.Deleted {
+		return def
+	}
+	var best *candidate
+	var unmapped unmappedPrices
+	keeping := false
+	for _, sub := range snap.Subscriptions {
+		if !plans.Keeps(sub) {
+			continue
+		}
+		keeping = true
+		for _, item := range sub.Items {
+			pl, ok := plans.ForPrice(snap.Provider, item.PriceRefs)
+			if !ok {
+				unmapped.add(item.PriceRefs)
+				continue
+			}
+			c := candidate{plan: pl, sub: sub, item: item, grant: pl.grantFor(item.Quantity, false)}
+			if best == nil || better(c, *best) {
+				best = &c
+			}
+		}
+	}
+	switch {
+	case best != nil:
+		return choice{plan: best.plan, sub: best.sub, item: best.item, kept: true}
+	case keeping:
+		return choice{unmapped: &unmapped}
+	}
+	if newest, ok := newestOf(snap.Subscriptions); ok {
+		def.sub = newest
+	}
+	return def
+}
+
+// better reports whether a is a better plan than b: a ranked plan beats an
+// unranked one, and the higher rank wins; otherwise (both unranked, or the
+// same rank) the larger paid grant (allowance plus seats) wins; at a tie
+// the newer subscription wins, and within one subscription the earlier
+// item.
+func better(a, b candidate) bool {
+	ra, rb := a.plan.Rank, b.plan.Rank
+	switch {
+	case ra != nil && rb == nil:
+		return true
+	case ra == nil && rb != nil:
+		return false
+	case ra != nil && *ra != *rb:
+		return *ra > *rb
+	case a.grant != b.grant:
+		return a.grant > b.grant
+	}
+	return a.sub.Created.After(b.sub.Created)
+}
+
+// newestOf returns the most recently created subscription (the first of
+// equals: providers list newest first).
+func newestOf(subs []Subscription) (Subscription, bool) {
+	if len(subs) == 0 {
+		return Subscription{}, false
+	}
+	newest := subs[0]
+	for _, s := range subs[1:] {
+		if s.Created.After(newest.Created) {
+			newest = s
+		}
+	}
+	return newest, true
+}
+
+// grantFor returns the grant for next, and adjusts next's period while
+// payment is awaited. A subscription that keeps its plan but is not paid
+// up (policy grant_waits_for_payment) is granted nothing new, and the
+// account keeps the period it had (the one last granted), so its balance
+// holds; note then says which period waits. When the subscription is paid
+// up again its period is granted, once (the grant is keyed by period
+// start). A trialing subscription is granted the plan's trial allowance.
+func grantFor(cur Account, next *Account, c choice, plans *Plans) (g *Grant, note string) {
+	if c.kept && plans.waitsForPayment(c.sub) {
+		waiting := next.PeriodStart
+		if !cur.ObservedAt.IsZero() && !cur.PeriodStart.IsZero() {
+			next.PeriodStart, next.PeriodEnd = cur.PeriodStart, cur.PeriodEnd
+		}
+		if cur.ObservedAt.IsZero() || !waiting.Equal(next.PeriodStart) {
+			note = fmt.Sprintf("; %s is %s: the period from %s is granted once it is paid",
+				next.SubscriptionID, describeUnpaid(c.sub), waiting.UTC().Format(time.DateOnly))
+		}
+		return nil, note
+	}
+	trial := c.kept && c.sub.Status == "trialing"
+	return &Grant{Plan: c.plan.Name, Allowance: c.plan.grantFor(c.item.Quantity, trial),
+		PeriodStart: next.PeriodStart, PeriodEnd: next.PeriodEnd}, ""
+}
+
+func describeUnpaid(sub Subscription) string {
+	if sub.CollectionPaused {
+		return sub.Status + " with collection paused"
+	}
+	return sub.Status
+}
+
+// unmappedPrices collects the items that map to no plan.
+type unmappedPrices struct {
+	refs  []string // the first ref of each item that has one
+	names []string // each item's refs, for the outcome
+}
+
+func (u *unmappedPrices) add(refs []string) {
+	if len(refs) > 0 {
+		u.refs = append(u.refs, refs[0])
+	}
+	u.names = append(u.names, describeRefs(refs))
+}
+
+func (u *unmappedPrices) describe() string {
+	switch len(u.names) {
+	case 0:
+		return "ignored: the current subscription has no priced item"
+	case 1:
+		return fmt.Sprintf("ignored: price %s maps to no plan", u.names[0])
+	}
+	return fmt.Sprintf("ignored: prices %s map to no plan", strings.Join(u.names, ", "))
 }
 
 // Writes reports whether the change writes the account and may grant:
@@ -92,7 +272,8 @@ func (c Change) Writes() bool {
 // what the grant added: an otherwise unchanged account whose ledger moved
 // (a new period, or a grant a crash lost) counts as applied.
 func (c Change) Done(cur Account, granted int64) Outcome {
-	out := Outcome{AccountID: cur.ID, Result: c.Result, Text: c.Describe(granted), Granted: granted, Before: cur, After: c.Next}
+	out := Outcome{AccountID: cur.ID, Result: c.Result, Text: c.Describe(granted), Granted: granted, Before: cur, After: c.Next,
+		Unmapped: c.Unmapped}
 	if granted > 0 {
 		out.Result = ResultApplied
 	}
@@ -152,7 +333,7 @@ func describeRefs(refs []string) string {
 
 func orNone(s string) string {
 	if s == "" {
-		return "no subscription"
+		return "no current subscription"
 	}
 	return s
 }

@@ -31,15 +31,69 @@ func TestParsePlans(t *testing.T) {
 	require.False(t, ok, "a Kinde code must not match a Stripe price")
 }
 
+// TestPlansKeeps: which subscriptions keep their plan, by the default
+// policy and by one the plans file sets.
+func TestPlansKeeps(t *testing.T) {
+	defaults := examplePlans(t)
+	custom, err := reconcile.ParsePlans([]byte("default: free\n" +
+		"policy: {keep_plan: [active, unpaid], paused_collection_keeps_plan: false}\nplans:\n  - name: free\n"))
+	require.NoError(t, err)
+	tests := []struct {
+		status         string
+		paused         bool
+		byDefault, set bool
+	}{
+		{"active", false, true, true},
+		{"trialing", false, true, false},
+		{"past_due", false, true, false},
+		{"unpaid", false, false, true},
+		{"paused", false, false, false},
+		{"incomplete", false, false, false},
+		{"incomplete_expired", false, false, false},
+		{"canceled", false, false, false},
+		{"", false, false, false},
+		{"active", true, true, false},
+		{"past_due", true, true, false},
+	}
+	for _, tt := range tests {
+		sub := reconcile.Subscription{Status: tt.status, CollectionPaused: tt.paused}
+		require.Equal(t, tt.byDefault, defaults.Keeps(sub), "default policy: %s paused=%t", tt.status, tt.paused)
+		require.Equal(t, tt.set, custom.Keeps(sub), "custom policy: %s paused=%t", tt.status, tt.paused)
+	}
+}
+
+// TestParsePlansExtras: the optional per-plan keys are read.
+func TestParsePlansExtras(t *testing.T) {
+	plans, err := reconcile.ParsePlans([]byte("default: a\nplans:\n" +
+		"  - {name: a, allowance: 5}\n  - {name: b, allowance: 100, rank: 3, trial_allowance: 7, seat_allowance: 2}\n"))
+	require.NoError(t, err)
+	a, _ := plans.Named("a")
+	require.Nil(t, a.Rank)
+	require.Nil(t, a.TrialAllowance)
+	require.Zero(t, a.SeatAllowance)
+	b, _ := plans.Named("b")
+	require.Equal(t, 3, *b.Rank)
+	require.EqualValues(t, 7, *b.TrialAllowance)
+	require.EqualValues(t, 2, b.SeatAllowance)
+}
+
 func TestParsePlansRejects(t *testing.T) {
 	tests := map[string]struct{ yaml, want string }{
-		"ErrUnknownKey":     {"default: free\nplans:\n  - name: free\n    allowence: 10\n", "allowence"},
-		"ErrNoDefault":      {"plans:\n  - name: free\n", "no default"},
-		"ErrUndefinedDef":   {"default: gold\nplans:\n  - name: free\n", `"gold" is not defined`},
-		"ErrDuplicatePlan":  {"default: free\nplans:\n  - name: free\n  - name: free\n", "defined twice"},
-		"ErrDuplicatePrice": {"default: a\nplans:\n  - {name: a, stripe_prices: [p]}\n  - {name: b, stripe_prices: [p]}\n", "already maps"},
-		"ErrNegative":       {"default: a\nplans:\n  - {name: a, allowance: -1}\n", "negative"},
-		"ErrEmpty":          {"", "plans"},
+		"ErrUnknownKey":       {"default: free\nplans:\n  - name: free\n    allowence: 10\n", "allowence"},
+		"ErrNoDefault":        {"plans:\n  - name: free\n", "no default"},
+		"ErrUndefinedDef":     {"default: gold\nplans:\n  - name: free\n", `"gold" is not defined`},
+		"ErrDuplicatePlan":    {"default: free\nplans:\n  - name: free\n  - name: free\n", "defined twice"},
+		"ErrDuplicatePrice":   {"default: a\nplans:\n  - {name: a, stripe_prices: [p]}\n  - {name: b, stripe_prices: [p]}\n", "already maps"},
+		"ErrNegative":         {"default: a\nplans:\n  - {name: a, allowance: -1}\n", "negative"},
+		"ErrEmpty":            {"", "plans"},
+		"ErrUnknownPolicyKey": {"default: free\npolicy: {keep_plans: [active]}\nplans:\n  - name: free\n", "keep_plans"},
+		"ErrUnknownStatus": {"default: free\npolicy: {keep_plan: [active, overdue]}\nplans:\n  - name: free\n",
+			`unknown status "overdue"`},
+		"ErrEmptyKeepPlan": {"default: free\npolicy: {keep_plan: []}\nplans:\n  - name: free\n", "keep_plan is empty"},
+		"ErrNegativeTrial": {"default: a\nplans:\n  - {name: a, trial_allowance: -1}\n", "trial_allowance -1 is negative"},
+		"ErrNegativeSeat":  {"default: a\nplans:\n  - {name: a, seat_allowance: -5}\n", "seat_allowance -5 is negative"},
+		"ErrPolicyNotBool": {"default: a\npolicy: {grant_waits_for_payment: sometimes}\nplans:\n  - {name: a}\n", "sometimes"},
+		"ErrRankNotNumber": {"default: a\nplans:\n  - {name: a, rank: high}\n", "high"},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -56,6 +110,8 @@ func FuzzParsePlans(f *testing.F) {
 	f.Add([]byte("default: a\nplans:\n  - {name: a, allowance: 5, stripe_prices: [x, y]}\n"))
 	f.Add([]byte("default: a\nplans: [{name: a}, {name: a}]\n"))
 	f.Add([]byte("{"))
+	f.Add([]byte("default: a\npolicy: {keep_plan: [active, unpaid], grant_waits_for_payment: false}\n" +
+		"plans:\n  - {name: a, rank: 1, trial_allowance: 0, seat_allowance: 3}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		plans, err := reconcile.ParsePlans(data)
 		if err != nil {
@@ -64,5 +120,9 @@ func FuzzParsePlans(f *testing.F) {
 		def := plans.Default()
 		require.NotEmpty(t, def.Name)
 		require.GreaterOrEqual(t, def.Allowance, int64(0))
+		if def.TrialAllowance != nil {
+			require.GreaterOrEqual(t, *def.TrialAllowance, int64(0))
+		}
+		require.GreaterOrEqual(t, def.SeatAllowance, int64(0))
 	})
 }

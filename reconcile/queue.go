@@ -50,6 +50,10 @@ type Outcome struct {
 	Before    Account `json:"before"`
 	After     Account `json:"after"`
 	Events    int     `json:"events"` // stored events this reconcile answered
+	// Unmapped names the prices that left the account frozen (ignored):
+	// subscriptions keep their plan but none of their prices maps to a
+	// plan. Counted (billsync_unmapped_prices) and alerted by the caller.
+	Unmapped []string `json:"unmapped,omitempty"`
 	// Took is how long the reconcile took, from the clock read to the
 	// commit (set by the worker; metrics).
 	Took time.Duration `json:"-"`

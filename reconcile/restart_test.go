@@ -39,8 +39,7 @@ func TestDatabaseRestartMidReconcileKeepsNoLease(t *testing.T) {
 				return reconcile.Snapshot{}, err
 			}
 		}
-		return reconcile.Snapshot{Provider: "stripe", CustomerID: customerID, SubscriptionID: "sub_1", Status: "active",
-			PriceRefs: []string{"pro"}, PeriodStart: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), PeriodEnd: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}, nil
+		return oneSub(customerID, "active", time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), "pro"), nil
 	}}
 	w, err := reconcile.NewWorker(reconcile.WorkerConfig{Store: st, Providers: []reconcile.Provider{provider}, Plans: examplePlans(t),
 		Backoff: []time.Duration{time.Millisecond}})

@@ -9,7 +9,8 @@ import (
 
 // Snapshot is a customer's current billing state as read from the
 // provider's API, in billsync's own words. It is the only input that changes
-// an account.
+// an account. The provider reports; Decide chooses (which subscription and
+// item decide the plan is policy, in the plans file, not the provider's).
 type Snapshot struct {
 	Provider   string
 	CustomerID string
@@ -19,31 +20,54 @@ type Snapshot struct {
 	// Email is the customer's email at the provider, empty if none: how
 	// support staff find an account.
 	Email string
-	// SubscriptionID is the subscription the snapshot describes; empty when
-	// the customer has none at all.
-	SubscriptionID string
-	// Status is the provider's subscription status (active, trialing,
-	// past_due, canceled, …); empty when there is no subscription.
-	Status string
-	// PriceRefs identify the subscription's price, most specific first
-	// (Stripe: lookup key, price id, legacy plan id; Kinde: plan code).
-	// Plans map one of them to a plan.
-	PriceRefs []string
-	// PeriodStart and PeriodEnd are the provider's current billing period;
-	// both zero when the provider has none (then the calendar month is used).
-	PeriodStart, PeriodEnd time.Time
-	CancelAtPeriodEnd      bool
+	// Deleted reports that the provider deleted the customer (Stripe answers
+	// retrieve with deleted: true and has canceled its subscriptions). Such
+	// a customer falls to the default plan; one that never existed is
+	// ErrCustomerUnknown instead.
+	Deleted bool
+	// Subscriptions are the customer's current subscriptions, every status
+	// but the ended ones (Stripe: all but canceled), newest first. Empty
+	// when the customer has none: the default plan applies. Decide weighs
+	// all of them: those the plans file's policy keeps (Plans.Keeps) give
+	// the best plan any of their items maps to; a provider must not pick
+	// one for it.
+	Subscriptions []Subscription
 }
 
-// Live reports whether the subscription's status entitles the customer to
-// its plan. past_due keeps the plan while the provider retries the payment;
-// every other status falls back to the default plan.
-func (s Snapshot) Live() bool {
-	switch s.Status {
-	case "active", "trialing", "past_due":
-		return true
-	}
-	return false
+// Subscription is one of a customer's subscriptions.
+type Subscription struct {
+	ID string
+	// Status is the provider's status (active, trialing, past_due, unpaid,
+	// paused, incomplete, incomplete_expired, canceled; Kinde's own words
+	// mapped onto these).
+	Status  string
+	Created time.Time
+	// Items are the subscription's priced lines (a plan, add-ons, seats).
+	Items []Item
+	// CancelAtPeriodEnd: the subscription ends when its period does
+	// (cancel_at_period_end, or a cancel_at no later than the period end).
+	CancelAtPeriodEnd bool
+	// TrialEnd is when the trial ends; zero when there is none.
+	TrialEnd time.Time
+	// CollectionPaused: the provider keeps the subscription but collects no
+	// payment (Stripe: pause_collection set).
+	CollectionPaused bool
+}
+
+// Item is one priced line of a subscription.
+type Item struct {
+	// PriceRefs identify the item's price, most specific first (Stripe:
+	// lookup key, price id, legacy plan id; Kinde: plan code). Plans map
+	// one of them to a plan.
+	PriceRefs []string
+	// Quantity is the number of units (seats) bought; 1 when the provider
+	// says none (Decide reads anything below 1 as 1). It matters only to a
+	// plan with a seat_allowance.
+	Quantity int64
+	// PeriodStart and PeriodEnd are the item's current billing period (the
+	// subscription's, on provider versions that keep it there); both zero
+	// when the provider has none (then the calendar month is used).
+	PeriodStart, PeriodEnd time.Time
 }
 
 // Provider reads a customer's current state from a billing provider.

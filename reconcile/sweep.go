@@ -321,6 +321,7 @@ func (s *Sweeper) page(ctx context.Context, rep *SweepReport, snaps []Snapshot, 
 		case ResultIgnored:
 			rep.Run.Failed++
 			s.log.ErrorContext(ctx, "sweep could not apply a customer", "customer", id, "outcome", out.Text)
+			alertUnmapped(ctx, s.log.With(slog.String("provider", s.cfg.Provider), slog.String("customer", id)), out)
 		}
 	}
 	return nil

@@ -261,6 +261,17 @@ func (w *Worker) heartbeat(ctx context.Context, id string, held *heldJobs) (stop
 	return func() { close(done); <-finished }
 }
 
+// alertUnmapped logs an alert naming the prices that map to no plan when
+// they leave an account frozen: a new price version or a moved lookup key
+// must be noticed, not only logged as ignored.
+func alertUnmapped(ctx context.Context, log *slog.Logger, out Outcome) {
+	if len(out.Unmapped) == 0 {
+		return
+	}
+	log.ErrorContext(ctx, "ALERT: price maps to no plan, account left as it was; map it in the plans file",
+		slog.Any("prices", out.Unmapped), slog.String("outcome", out.Text))
+}
+
 // process reconciles one job claimed by worker id and records its outcome.
 // Failures are recorded, never returned: the job is retried, ignored or
 // dead. A failure of the store itself counts as a failed attempt too, so a
@@ -297,6 +308,7 @@ func (w *Worker) process(ctx context.Context, id string, job Job) Outcome {
 	default:
 		log.Info("reconciled", slog.String("result", string(out.Result)), slog.String("outcome", out.Text), slog.Int("events", out.Events))
 	}
+	alertUnmapped(ctx, log, out)
 	if w.cfg.OnOutcome != nil {
 		w.cfg.OnOutcome(job, out)
 	}

@@ -1,8 +1,10 @@
 package reconcile_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -67,7 +69,7 @@ func stripeFake(fetch func(ctx context.Context, customerID string) (reconcile.Sn
 }
 
 func liveSnapshot(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
-	return reconcile.Snapshot{Provider: "stripe", CustomerID: customerID, Status: "active", PriceRefs: []string{"pro"}}, nil
+	return oneSub(customerID, "active", time.Time{}, time.Time{}, "pro"), nil
 }
 
 func newUnitWorker(t *testing.T, cfg reconcile.WorkerConfig) *reconcile.Worker {
@@ -318,4 +320,44 @@ func TestNewWorkerRefusesBadConfig(t *testing.T) {
 	w, err := reconcile.NewWorker(reconcile.WorkerConfig{Store: st, Plans: plans, Providers: []reconcile.Provider{p}})
 	require.NoError(t, err)
 	require.NotNil(t, w)
+}
+
+// TestWorkerAlertsUnmappedPrice: a current subscription whose price maps
+// to no plan leaves the account as it was; the worker must say so loudly,
+// naming the price, and hand the prices on with the outcome (metrics).
+func TestWorkerAlertsUnmappedPrice(t *testing.T) {
+	q := &fakeQueue{job: reconcile.Job{ID: 1, Provider: "stripe", CustomerID: "cus_1"}, due: true}
+	st := q.store()
+	st.ApplyFn = func(_ context.Context, _ reconcile.Job, _ time.Time, decide func(reconcile.Account) reconcile.Change) (reconcile.Outcome, error) {
+		cur := reconcile.Account{ID: 3, Provider: "stripe", CustomerID: "cus_1", Plan: "pro", Status: "active", ObservedAt: t0}
+		return decide(cur).Done(cur, 0), nil
+	}
+	unmapped := func(context.Context, string) (reconcile.Snapshot, error) {
+		return oneSub("cus_1", "active", periodStart, periodEnd, "pro_2027", "price_2027"), nil
+	}
+	var logs bytes.Buffer
+	var outs []reconcile.Outcome
+	w := newUnitWorker(t, reconcile.WorkerConfig{Store: st, Providers: []reconcile.Provider{stripeFake(unmapped)},
+		Logger:    slog.New(slog.NewTextHandler(&logs, nil)),
+		OnOutcome: func(_ reconcile.Job, out reconcile.Outcome) { outs = append(outs, out) }})
+	drainUntilIdle(t, w)
+
+	require.Len(t, outs, 1)
+	require.Equal(t, reconcile.ResultIgnored, outs[0].Result)
+	require.Equal(t, []string{"pro_2027"}, outs[0].Unmapped)
+	require.Equal(t, "ignored: price pro_2027 / price_2027 maps to no plan", outs[0].Text)
+	require.Contains(t, logs.String(), `level=ERROR msg="ALERT: price maps to no plan`)
+	require.Contains(t, logs.String(), "prices=[pro_2027]")
+	require.Contains(t, logs.String(), "customer=cus_1")
+
+	// A mapped price: no alert.
+	logs.Reset()
+	q.mu.Lock()
+	q.due = true
+	q.mu.Unlock()
+	w = newUnitWorker(t, reconcile.WorkerConfig{Store: st, Providers: []reconcile.Provider{stripeFake(liveSnapshot)},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	drainUntilIdle(t, w)
+	require.NotContains(t, logs.String(), "ALERT")
+	require.Contains(t, logs.String(), "result=applied")
 }

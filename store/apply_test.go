@@ -26,9 +26,13 @@ var (
 	periodEnd   = time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
 )
 
+// liveSnap is customer with one active subscription of one item on price
+// for the period periodStart–periodEnd.
 func liveSnap(customer, price string) reconcile.Snapshot {
-	return reconcile.Snapshot{Provider: "stripe", CustomerID: customer, SubscriptionID: "sub_" + customer,
-		Status: "active", PriceRefs: []string{price}, PeriodStart: periodStart, PeriodEnd: periodEnd}
+	return reconcile.Snapshot{Provider: "stripe", CustomerID: customer, Subscriptions: []reconcile.Subscription{{
+		ID: "sub_" + customer, Status: "active",
+		Items: []reconcile.Item{{PriceRefs: []string{price}, Quantity: 1, PeriodStart: periodStart, PeriodEnd: periodEnd}},
+	}}}
 }
 
 // applySnap applies snap as the worker does: Decide runs inside the
@@ -146,7 +150,7 @@ func TestApplyOutOfOrder(t *testing.T) {
 	_, err := applySnap(ctx, st, job, newer, liveSnap("cus_1", "pro"), plans)
 	require.NoError(t, err)
 	canceled := liveSnap("cus_1", "free")
-	canceled.Status = "canceled"
+	canceled.Subscriptions[0].Status = "canceled"
 	for _, at := range []time.Time{older, newer} { // an equal observed_at must not win either
 		out, err := applySnap(ctx, st, job, at, canceled, plans)
 		require.NoError(t, err)
@@ -188,13 +192,55 @@ func TestApplyGrantsOncePerPeriodAndPlan(t *testing.T) {
 		require.Equal(t, step.grants, s.grants, "step %d", i)
 	}
 	next := liveSnap("cus_1", "pro")
-	next.PeriodStart, next.PeriodEnd = periodEnd, periodEnd.AddDate(0, 1, 0)
+	next.Subscriptions[0].Items[0].PeriodStart, next.Subscriptions[0].Items[0].PeriodEnd = periodEnd, periodEnd.AddDate(0, 1, 0)
 	out, err := applySnap(ctx, st, job, at.Add(time.Second), next, plans)
 	require.NoError(t, err)
 	require.Equal(t, "period now starts 2026-12-03, Pro allowance granted (+500)", out.Text)
 	s := stateOf(t, st, "cus_1")
 	require.EqualValues(t, 500, s.balance, "the balance is the current period's")
 	require.Equal(t, 3, s.grants)
+}
+
+// TestApplyPastDueWaitsForPayment: a failed renewal (past_due on the next
+// period) keeps pro and its balance without a new grant, however often it
+// is reconciled; paid again (active), the new period is granted once.
+func TestApplyPastDueWaitsForPayment(t *testing.T) {
+	ctx := context.Background()
+	st, job := claimedJob(t)
+	plans := testPlans(t)
+	at := dbNow(t, st)
+	inPeriod := func(status string, start time.Time) reconcile.Snapshot {
+		s := liveSnap("cus_1", "pro")
+		s.Subscriptions[0].Status = status
+		s.Subscriptions[0].Items[0].PeriodStart, s.Subscriptions[0].Items[0].PeriodEnd = start, start.AddDate(0, 1, 0)
+		return s
+	}
+	steps := []struct {
+		snap        reconcile.Snapshot
+		status      string
+		periodStart time.Time
+		balance     int64
+		grants      int
+	}{
+		{inPeriod("active", periodStart), "active", periodStart, 500, 1},
+		{inPeriod("past_due", periodEnd), "past_due", periodStart, 500, 1}, // the renewal failed
+		{inPeriod("past_due", periodEnd), "past_due", periodStart, 500, 1},
+		{inPeriod("active", periodEnd), "active", periodEnd, 500, 2}, // paid: the new period's grant
+		{inPeriod("active", periodEnd), "active", periodEnd, 500, 2},
+	}
+	for i, step := range steps {
+		at = at.Add(time.Second)
+		_, err := applySnap(ctx, st, job, at, step.snap, plans)
+		require.NoError(t, err)
+		a, err := st.Account(ctx, "stripe", "cus_1")
+		require.NoError(t, err)
+		require.Equal(t, "pro", a.Plan, "step %d", i)
+		require.Equal(t, step.status, a.Status, "step %d", i)
+		require.Equal(t, step.periodStart, a.PeriodStart.UTC(), "step %d", i)
+		s := stateOf(t, st, "cus_1")
+		require.Equal(t, step.balance, s.balance, "step %d", i)
+		require.Equal(t, step.grants, s.grants, "step %d", i)
+	}
 }
 
 // TestApplyKeepsJobWhenAnEventArrivesDuringTheFetch: an event received
