@@ -53,22 +53,23 @@ func Decide(cur Account, snap Snapshot, plans *Plans, observedAt time.Time) Chan
 		return Change{Result: ResultStale, Next: cur,
 			Outcome: fmt.Sprintf("stale: a newer snapshot (observed %s) is already applied", cur.ObservedAt.UTC().Format(time.RFC3339Nano))}
 	}
+	view := tempView(snap)
 	plan := plans.Default()
-	if snap.Live() {
-		p, ok := plans.ForPrice(snap.Provider, snap.PriceRefs)
+	if view.live {
+		p, ok := plans.ForPrice(snap.Provider, view.refs)
 		if !ok {
 			return Change{Result: ResultIgnored, Next: cur,
-				Outcome: fmt.Sprintf("ignored: price %s maps to no plan", describeRefs(snap.PriceRefs))}
+				Outcome: fmt.Sprintf("ignored: price %s maps to no plan", describeRefs(view.refs))}
 		}
 		plan = p
 	}
 	next := cur
 	next.Provider, next.CustomerID = snap.Provider, snap.CustomerID
 	next.UserRef, next.Email = snap.UserRef, snap.Email
-	next.Plan, next.Status, next.SubscriptionID = plan.Name, snap.Status, snap.SubscriptionID
-	next.CancelAtPeriodEnd = snap.CancelAtPeriodEnd
-	next.PeriodStart, next.PeriodEnd = snap.PeriodStart, snap.PeriodEnd
-	if !snap.Live() || snap.PeriodStart.IsZero() {
+	next.Plan, next.Status, next.SubscriptionID = plan.Name, view.status, view.id
+	next.CancelAtPeriodEnd = view.cancel
+	next.PeriodStart, next.PeriodEnd = view.start, view.end
+	if !view.live || view.start.IsZero() {
 		next.PeriodStart, next.PeriodEnd = calendarMonth(observedAt)
 	}
 	next.ObservedAt = observedAt
@@ -162,4 +163,43 @@ func titled(s string) string {
 		return s
 	}
 	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// TEMP: compile shim, drop on merge. Reads the new Snapshot the old way (the
+// newest live subscription, else the newest; all its refs; the first item's
+// period) until Decide is rewritten for the plans file's policy.
+type tempSnapView struct {
+	live       bool
+	id, status string
+	refs       []string
+	cancel     bool
+	start, end time.Time
+}
+
+func tempView(snap Snapshot) tempSnapView {
+	if len(snap.Subscriptions) == 0 {
+		if snap.Deleted {
+			return tempSnapView{status: "deleted"}
+		}
+		return tempSnapView{}
+	}
+	sub := snap.Subscriptions[0]
+	for _, s := range snap.Subscriptions {
+		if tempLive(s.Status) {
+			sub = s
+			break
+		}
+	}
+	v := tempSnapView{live: tempLive(sub.Status), id: sub.ID, status: sub.Status, cancel: sub.CancelAtPeriodEnd}
+	for _, it := range sub.Items {
+		v.refs = append(v.refs, it.PriceRefs...)
+		if v.start.IsZero() && !it.PeriodStart.IsZero() {
+			v.start, v.end = it.PeriodStart, it.PeriodEnd
+		}
+	}
+	return v
+}
+
+func tempLive(status string) bool {
+	return status == "active" || status == "trialing" || status == "past_due"
 }
