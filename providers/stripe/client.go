@@ -170,121 +170,155 @@ func NewClient(cfg Config) (*Client, error) {
 // Name returns "stripe".
 func (c *Client) Name() string { return Provider }
 
-// Fetch returns the customer's snapshot now: the customer (for the user
-// reference) and every subscription of theirs (status=all), resolved to one
-// by the rule in pick: the newest live subscription (active, trialing,
-// past_due); if none is live, the newest of the rest; none at all gives a
-// snapshot with empty SubscriptionID and Status.
+// Fetch returns the customer's snapshot now, in one request where it can:
+// the customer retrieved with its subscriptions expanded
+// (GET /v1/customers/{id}?expand[]=subscriptions). Stripe embeds the
+// customer's current subscriptions (every status but canceled), newest
+// first, up to 10; only when it says has_more are they read from the
+// subscription list instead (see resolve). A customer with no current
+// subscription costs that one request and has empty Subscriptions.
 //
-// A customer Stripe does not know, or one that was deleted (Stripe answers a
-// deleted customer with {"deleted": true} and has canceled its
-// subscriptions), is reconcile.ErrCustomerUnknown. Unreadable data and 400
-// answers are *reconcile.PermanentError. Everything else (network, timeouts,
-// 429, 5xx, and also 401/403: a bad or revoked key is an outage to alert on,
-// not a reason to ignore events) is transient.
+// A deleted customer (Stripe answers {"deleted": true} and has canceled its
+// subscriptions) is a snapshot with Deleted set; a customer Stripe never
+// knew (404 resource_missing) is reconcile.ErrCustomerUnknown. Unreadable
+// data and 400 answers are *reconcile.PermanentError. Everything else
+// (network, timeouts, 429, 5xx, and also 401/403: a bad or revoked key is an
+// outage to alert on, not a reason to ignore events) is transient.
 func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
 	if customerID == "" {
 		return reconcile.Snapshot{}, reconcile.Permanent("stripe: empty customer id")
 	}
-	cust, err := c.api.V1Customers.Retrieve(ctx, customerID, nil)
+	params := &stripeapi.CustomerRetrieveParams{}
+	params.AddExpand("subscriptions")
+	cust, err := c.api.V1Customers.Retrieve(ctx, customerID, params)
 	if err != nil {
 		return reconcile.Snapshot{}, failCustomer("retrieve customer "+customerID, err)
 	}
-	if cust.Deleted {
-		return reconcile.Snapshot{}, fmt.Errorf("stripe customer %s was deleted: %w", customerID, reconcile.ErrCustomerUnknown)
+	if cust.LastResponse == nil || len(cust.LastResponse.RawJSON) == 0 {
+		return reconcile.Snapshot{}, fmt.Errorf("stripe retrieve customer %s: stripe-go returned no raw JSON", customerID)
 	}
-
-	params := &stripeapi.SubscriptionListParams{Customer: stripeapi.String(customerID), Status: stripeapi.String("all")}
-	params.Limit = stripeapi.Int64(100)
-	var raws [][]byte
-	for sub, err := range c.api.V1Subscriptions.List(ctx, params) {
-		if err != nil {
-			return reconcile.Snapshot{}, failCustomer("list subscriptions of customer "+customerID, err)
-		}
-		raw, err := rawOf(sub)
-		if err != nil {
-			return reconcile.Snapshot{}, fmt.Errorf("stripe list subscriptions of customer %s: %w", customerID, err)
-		}
-		raws = append(raws, raw)
-	}
-
-	chosen, err := pick(raws)
+	snap, err := c.resolve(ctx, cust.LastResponse.RawJSON)
 	if err != nil {
-		return reconcile.Snapshot{}, fmt.Errorf("stripe customer %s: %w", customerID, err)
+		return reconcile.Snapshot{}, err
 	}
-	snap := reconcile.Snapshot{Provider: Provider}
-	if chosen != nil {
-		if snap, err = snapshotOf(chosen); err != nil {
-			return reconcile.Snapshot{}, fmt.Errorf("stripe customer %s: %w", customerID, err)
-		}
-	}
-	snap.CustomerID = customerID
-	snap.UserRef, snap.Email = cust.Metadata[c.userRefKey], cust.Email
 	c.log.DebugContext(ctx, "stripe snapshot fetched", "customer", customerID,
-		"subscriptions", len(raws), "subscription", snap.SubscriptionID, "status", snap.Status)
+		"deleted", snap.Deleted, "subscriptions", len(snap.Subscriptions))
 	return snap, nil
 }
 
-// List pages through every subscription of the account (status=all, 100 per
-// page, newest first, starting after cursor, customer expanded for the user
-// reference) and hands page, after each page, the customers that page
-// resolved by the rule Fetch uses, with the cursor to resume after it (the
-// page's last subscription). A final call with next == "" hands the
-// customers resolved only at the end: those without a live subscription
-// (see listing). Deleted customers, and customers Fetch would fail
-// permanently, are left out: the sweep reconciles them one by one.
+// resolve turns one customer object (retrieved, or listed by List) into its
+// snapshot: the one rule Fetch and List share, so both give the same
+// snapshot of a customer. The embedded subscriptions are used when they are
+// all of them; otherwise (has_more, or not expanded) the customer's
+// subscriptions are listed: GET /v1/subscriptions?customer=…, whose default
+// status filter is the same "all but canceled" as the embedded list, 100 a
+// page.
+func (c *Client) resolve(ctx context.Context, raw []byte) (reconcile.Snapshot, error) {
+	cust, err := customerOfJSON(raw, c.userRefKey)
+	if err != nil {
+		return reconcile.Snapshot{}, err
+	}
+	snap := reconcile.Snapshot{Provider: Provider, CustomerID: cust.id}
+	if cust.deleted {
+		snap.Deleted = true
+		return snap, nil
+	}
+	snap.UserRef, snap.Email = cust.userRef, cust.email
+	raws := cust.subs
+	if !cust.complete {
+		if raws, err = c.listSubscriptions(ctx, cust.id); err != nil {
+			return reconcile.Snapshot{}, err
+		}
+	}
+	if snap.Subscriptions, err = subscriptionsOf(raws); err != nil {
+		return reconcile.Snapshot{}, fmt.Errorf("stripe customer %s: %w", cust.id, err)
+	}
+	return snap, nil
+}
+
+// listSubscriptions reads every current subscription of a customer.
+func (c *Client) listSubscriptions(ctx context.Context, customerID string) ([][]byte, error) {
+	params := &stripeapi.SubscriptionListParams{Customer: stripeapi.String(customerID)}
+	params.Limit = stripeapi.Int64(listPageSize)
+	var raws [][]byte
+	for sub, err := range c.api.V1Subscriptions.List(ctx, params) {
+		if err != nil {
+			return nil, failCustomer("list subscriptions of customer "+customerID, err)
+		}
+		raw, err := rawOf(sub)
+		if err != nil {
+			return nil, fmt.Errorf("stripe list subscriptions of customer %s: %w", customerID, err)
+		}
+		raws = append(raws, raw)
+	}
+	return raws, nil
+}
+
+// List pages through every customer of the account (GET /v1/customers, 100
+// a page, newest first, starting after cursor, subscriptions expanded) and
+// hands page, after each page, the snapshots of that page's customers with
+// the cursor to resume after it (the page's last customer id), then a final
+// call with no snapshots and next == "". Each customer is resolved on its
+// page by the rule Fetch uses (resolve): a customer with more than 10
+// current subscriptions costs one subscription list more, made in place so
+// the snapshot is the one Fetch would give. Memory is one page.
+//
+// A customer whose data is unreadable (a permanent error) is left out and
+// logged: the sweep enqueues uncovered accounts, and the worker's Fetch
+// records the reason. Stripe's customer list leaves out deleted customers;
+// their accounts are enqueued the same way.
 //
 // Its requests wait for a rate limiter of their own (Config.ListRateLimit)
 // before the client's shared one, so a sweep never takes the whole rate
 // from webhook-triggered fetches.
-//
-// Limit: the memory of which customers were met lasts for one call. A run
-// resumed from a cursor meets only what follows it; the caller skips
-// customers it resolved before (the sweep remembers them per run).
 func (c *Client) List(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error {
 	ctx = context.WithValue(ctx, listLimiterKey{}, c.listLimiter)
-	l := newListing(c.userRefKey, c.log)
-	for {
-		// One iteration per page, stopped at the page's end, so the caller
-		// has the page before the next one is requested: it takes the next
-		// page's observation time in between.
-		params := &stripeapi.SubscriptionListParams{Status: stripeapi.String("all")}
-		params.Limit = stripeapi.Int64(listPageSize)
-		params.AddExpand("data.customer")
-		if cursor != "" {
-			params.StartingAfter = stripeapi.String(cursor)
+	params := &stripeapi.CustomerListParams{}
+	params.Limit = stripeapi.Int64(listPageSize)
+	params.AddExpand("data.subscriptions")
+	if cursor != "" {
+		params.StartingAfter = stripeapi.String(cursor)
+	}
+	// One iterator: it asks for the next page only when the loop reaches
+	// it, so each page is handed over (and the caller takes the next
+	// page's observation time) before the next list request. Every page
+	// but the last is full, so a page ends every listPageSize customers;
+	// the iterator stops on has_more false without another request.
+	snaps := make([]reconcile.Snapshot, 0, listPageSize)
+	read := 0
+	for cust, err := range c.api.V1Customers.List(ctx, params) {
+		if err != nil {
+			return fail("list customers after "+cmp.Or(cursor, "the start"), err)
 		}
-		var snaps []reconcile.Snapshot
-		read := 0
-		for sub, err := range c.api.V1Subscriptions.List(ctx, params) {
-			if err != nil {
-				return fail("list subscriptions after "+cmp.Or(cursor, "the start"), err)
-			}
-			raw, err := rawOf(sub)
-			if err != nil {
-				return fmt.Errorf("stripe list subscriptions: %w", err)
-			}
-			id, ok := stringAt(raw, "id")
-			if !ok {
-				return reconcile.Permanent("stripe subscription list: an entry has no id")
-			}
-			cursor = id
-			if snap, ok := l.add(raw); ok {
-				snaps = append(snaps, snap)
-			}
-			if read++; read == listPageSize {
-				break
-			}
+		if cust.LastResponse == nil || len(cust.LastResponse.RawJSON) == 0 {
+			return errors.New("stripe list customers: stripe-go returned a customer without its raw JSON")
 		}
-		if read > 0 {
+		if cust.ID == "" {
+			return reconcile.Permanent("stripe customer list: an entry has no id")
+		}
+		cursor = cust.ID
+		snap, err := c.resolve(ctx, cust.LastResponse.RawJSON)
+		switch {
+		case err == nil:
+			snaps = append(snaps, snap)
+		case reconcile.IsPermanent(err):
+			c.log.WarnContext(ctx, "stripe customer left out of the sweep listing", "customer", cust.ID, slog.Any("error", err))
+		default:
+			return err
+		}
+		if read++; read%listPageSize == 0 {
 			if err := page(snaps, cursor); err != nil {
 				return err
 			}
-		}
-		if read < listPageSize {
-			return page(l.rest(), "")
+			snaps = snaps[:0]
 		}
 	}
+	if read%listPageSize != 0 {
+		if err := page(snaps, cursor); err != nil {
+			return err
+		}
+	}
+	return page(nil, "")
 }
 
 // listPageSize is Stripe's largest page.

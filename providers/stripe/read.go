@@ -17,22 +17,20 @@ import (
 // moved; each accepts every shape seen in the wild and says "absent" with a
 // false instead of handing out a zero value.
 
-// periodOf returns the subscription's current billing period.
+// periodOf returns an item's current billing period.
 //
 // Since API 2025-03-31 (basil) the period lives on each subscription item
-// (items.data[].current_period_start/end); before it, and in payloads stored
-// from older versions, it is on the subscription itself. The first item with
-// both bounds wins (items of one subscription share a period unless flexible
-// billing mixes intervals; billsync grants allowances by the first). ok is
-// false when neither shape holds both bounds. Whether end follows start is
-// checked by the caller, so a malformed period is reported, not hidden.
-func periodOf(raw []byte) (start, end time.Time, ok bool) {
-	for _, item := range itemsOf(raw) {
-		if start, end, ok = boundsOf(item); ok {
-			return start, end, true
-		}
+// (items.data[].current_period_start/end), and with flexible billing
+// (2025-07-30.basil) items of one subscription can have different periods
+// (a monthly plan and a yearly add-on). Before basil, and in payloads
+// stored from older versions, the period is on the subscription itself and
+// holds for every item. So the item's own bounds win, the subscription's
+// are the fallback. ok is false when neither shape holds both bounds.
+func periodOf(sub, item []byte) (start, end time.Time, ok bool) {
+	if start, end, ok = boundsOf(item); ok {
+		return start, end, true
 	}
-	return boundsOf(raw)
+	return boundsOf(sub)
 }
 
 func boundsOf(obj []byte) (start, end time.Time, ok bool) {
@@ -44,27 +42,33 @@ func boundsOf(obj []byte) (start, end time.Time, ok bool) {
 	return start, end, true
 }
 
-// priceRefsOf returns what identifies the subscription's price, most specific
-// first, without duplicates: for each item in order, the price's lookup_key,
-// the price id, then the legacy plan id (items still carry a plan object,
-// whose id equals the price id for Prices and is the only reference in
-// payloads from before Prices); finally the top-level plan that single-plan
-// subscriptions of old API versions carry. Plans map any one of them, so add-on items do not hide the plan
-// item. Empty when there is none.
-func priceRefsOf(raw []byte) []string {
+// priceRefsOf returns what identifies an item's price, most specific first,
+// without duplicates: the price's lookup_key, the price id, then the legacy
+// plan id (items still carry a plan object, whose id equals the price id
+// for Prices and is the only reference in payloads from before Prices).
+// Empty when there is none.
+func priceRefsOf(item []byte) []string {
 	var refs []string
 	add := func(v string, ok bool) {
 		if ok && !slices.Contains(refs, v) {
 			refs = append(refs, v)
 		}
 	}
-	for _, item := range itemsOf(raw) {
-		add(stringAt(item, "price", "lookup_key"))
-		add(idOf(field(item, "price")))
-		add(idOf(field(item, "plan")))
-	}
-	add(idOf(field(raw, "plan")))
+	add(stringAt(item, "price", "lookup_key"))
+	add(idOf(field(item, "price")))
+	add(idOf(field(item, "plan")))
 	return refs
+}
+
+// quantityOf reads a quantity (seats). Stripe omits it or sends null for
+// metered prices, which bill by usage: that is one unit. An explicit 0 is
+// kept: Stripe allows a licensed item with no seats.
+func quantityOf(obj []byte) int64 {
+	var n int64
+	if v := field(obj, "quantity"); v == nil || json.Unmarshal(v, &n) != nil || n < 0 {
+		return 1
+	}
+	return n
 }
 
 // statusOf returns the subscription's status (active, trialing, past_due,
@@ -89,105 +93,139 @@ func cancelOf(raw []byte) cancellation {
 	return c
 }
 
+// collectionPausedOf reports whether pause_collection is set. Stripe sends
+// null when collection runs and an object ({behavior, resumes_at}) while it
+// is paused; anything else is read as not paused.
+func collectionPausedOf(raw []byte) bool {
+	v := bytes.TrimSpace(field(raw, "pause_collection"))
+	return len(v) > 0 && v[0] == '{'
+}
+
 // customerIDOf returns the subscription's customer id, whether "customer"
 // is an id or an expanded customer object.
 func customerIDOf(raw []byte) (string, bool) { return idOf(field(raw, "customer")) }
 
-// createdOf returns when the subscription was created.
+// createdOf returns when the object was created.
 func createdOf(raw []byte) (time.Time, bool) { return unixAt(raw, "created") }
 
-// snapshotOf builds a snapshot from one subscription's raw JSON. CustomerID
-// comes from the subscription; the caller adds UserRef. Every failure is a
-// *reconcile.PermanentError with a reason: retrying cannot change what
-// Stripe stored. A live subscription (active, trialing, past_due) must have
-// a current period and a price reference, because billsync grants the
-// allowance of that plan for that period; a subscription that is not live
-// needs neither (the customer falls back to the default plan), and an
-// unusable period on it is dropped rather than failing the customer.
-func snapshotOf(raw []byte) (reconcile.Snapshot, error) {
+// subscriptionOf reads one subscription's raw JSON. Only what makes it
+// unreadable is an error (no id, no status, not a subscription, a period
+// that ends before it starts): which subscription and item decide the plan,
+// and what an item without a period or price means, is Decide's policy, so
+// such items are handed on with zero period or no refs. Every error is a
+// *reconcile.PermanentError: retrying cannot change what Stripe stored.
+func subscriptionOf(raw []byte) (reconcile.Subscription, error) {
 	id, ok := stringAt(raw, "id")
 	if !ok {
-		return reconcile.Snapshot{}, reconcile.Permanent("stripe subscription: no id in the object (is it a subscription?)")
+		return reconcile.Subscription{}, reconcile.Permanent("stripe subscription: no id in the object (is it a subscription?)")
 	}
 	if object, ok := stringAt(raw, "object"); ok && object != "subscription" {
-		return reconcile.Snapshot{}, reconcile.Permanent("stripe subscription %s: object is %q, not a subscription", id, object)
+		return reconcile.Subscription{}, reconcile.Permanent("stripe subscription %s: object is %q, not a subscription", id, object)
 	}
 	status, ok := statusOf(raw)
 	if !ok {
-		return reconcile.Snapshot{}, reconcile.Permanent("stripe subscription %s: no status", id)
+		return reconcile.Subscription{}, reconcile.Permanent("stripe subscription %s: no status", id)
 	}
-	customer, _ := customerIDOf(raw)
-	snap := reconcile.Snapshot{
-		Provider:       Provider,
-		CustomerID:     customer,
-		SubscriptionID: id,
-		Status:         status,
-		PriceRefs:      priceRefsOf(raw),
+	sub := reconcile.Subscription{ID: id, Status: status, CollectionPaused: collectionPausedOf(raw)}
+	sub.Created, _ = createdOf(raw)
+	sub.TrialEnd, _ = unixAt(raw, "trial_end")
+
+	items := itemsOf(raw)
+	if len(items) == 0 {
+		if _, ok := idOf(field(raw, "plan")); ok {
+			// A single-plan subscription of an old API version: the plan
+			// and quantity are on the subscription itself.
+			items = []json.RawMessage{raw}
+		}
 	}
-	start, end, hasPeriod := periodOf(raw)
-	switch {
-	case hasPeriod && end.After(start):
-		snap.PeriodStart, snap.PeriodEnd = start, end
-	case snap.Live() && hasPeriod:
-		return reconcile.Snapshot{}, reconcile.Permanent(
-			"stripe subscription %s (%s): current period ends (%s) before it starts (%s)",
-			id, status, end.Format(time.RFC3339), start.Format(time.RFC3339))
-	case snap.Live():
-		return reconcile.Snapshot{}, reconcile.Permanent(
-			"stripe subscription %s (%s): no current period in either the item shape "+
-				"(items.data[].current_period_start/end) or the subscription shape (current_period_start/end)", id, status)
+	for _, item := range items {
+		it := reconcile.Item{PriceRefs: priceRefsOf(item), Quantity: quantityOf(item)}
+		start, end, ok := periodOf(raw, item)
+		switch {
+		case ok && end.After(start):
+			it.PeriodStart, it.PeriodEnd = start, end
+		case ok:
+			return reconcile.Subscription{}, reconcile.Permanent(
+				"stripe subscription %s (%s): current period ends (%s) before it starts (%s)",
+				id, status, end.Format(time.RFC3339), start.Format(time.RFC3339))
+		}
+		sub.Items = append(sub.Items, it)
 	}
-	if snap.Live() && len(snap.PriceRefs) == 0 {
-		return reconcile.Snapshot{}, reconcile.Permanent(
-			"stripe subscription %s (%s): no price reference (no items.data[].price lookup_key or id, no plan id)", id, status)
-	}
+
+	// cancel_at no later than the period's end ends the subscription before
+	// it renews: "at period end" for billsync, as cancel_at_period_end is.
+	// With mixed intervals the earliest item end is the first renewal.
 	c := cancelOf(raw)
-	snap.CancelAtPeriodEnd = c.AtPeriodEnd ||
-		(!c.At.IsZero() && !snap.PeriodEnd.IsZero() && !c.At.After(snap.PeriodEnd))
-	return snap, nil
+	sub.CancelAtPeriodEnd = c.AtPeriodEnd
+	if end := earliestEnd(sub.Items); !c.At.IsZero() && !end.IsZero() && !c.At.After(end) {
+		sub.CancelAtPeriodEnd = true
+	}
+	return sub, nil
 }
 
-// subscriptionRank orders a customer's subscriptions by the resolution rule:
-// live ones (active, trialing, past_due) first, then newest created first.
-// Ties keep Stripe's list order, which is newest first.
-type subscriptionRank struct {
-	raw     []byte
-	live    bool
-	created time.Time
+func earliestEnd(items []reconcile.Item) time.Time {
+	var end time.Time
+	for _, it := range items {
+		if !it.PeriodEnd.IsZero() && (end.IsZero() || it.PeriodEnd.Before(end)) {
+			end = it.PeriodEnd
+		}
+	}
+	return end
 }
 
-// pick chooses the subscription that describes the customer: the newest live
-// one; if none is live, the newest of the rest. It returns nil for none. A
-// subscription without an id or status makes the choice impossible, so it is
-// a permanent error rather than a silent skip.
-func pick(raws [][]byte) ([]byte, error) {
-	ranks := make([]subscriptionRank, 0, len(raws))
+// subscriptionsOf reads a customer's current subscriptions, newest first
+// (Stripe lists them so; the sort makes the embedded list and the
+// subscription list give one order whatever they send). One unreadable
+// subscription fails the customer: dropping it could hide the plan.
+func subscriptionsOf(raws [][]byte) ([]reconcile.Subscription, error) {
+	subs := make([]reconcile.Subscription, 0, len(raws))
 	for _, raw := range raws {
-		id, ok := stringAt(raw, "id")
-		if !ok {
-			return nil, reconcile.Permanent("stripe subscription list: an entry has no id")
+		sub, err := subscriptionOf(raw)
+		if err != nil {
+			return nil, err
 		}
-		status, ok := statusOf(raw)
-		if !ok {
-			return nil, reconcile.Permanent("stripe subscription %s: no status", id)
-		}
-		created, _ := createdOf(raw)
-		live := reconcile.Snapshot{Status: status}.Live()
-		ranks = append(ranks, subscriptionRank{raw: raw, live: live, created: created})
+		subs = append(subs, sub)
 	}
-	if len(ranks) == 0 {
-		return nil, nil
+	slices.SortStableFunc(subs, func(a, b reconcile.Subscription) int { return b.Created.Compare(a.Created) })
+	return subs, nil
+}
+
+// customerJSON is what a customer object says about its subscriptions.
+type customerJSON struct {
+	id       string
+	deleted  bool
+	userRef  string
+	email    string
+	subs     [][]byte // the embedded subscriptions (expand subscriptions)
+	complete bool     // subs are all of them: expanded, and has_more false
+}
+
+// customerOfJSON reads a customer object, with its subscriptions when they
+// were expanded. A customer that has no id is unreadable.
+func customerOfJSON(raw []byte, userRefKey string) (customerJSON, error) {
+	id, ok := stringAt(raw, "id")
+	if !ok {
+		return customerJSON{}, reconcile.Permanent("stripe customer: no id in the object")
 	}
-	slices.SortStableFunc(ranks, func(a, b subscriptionRank) int {
-		if a.live != b.live {
-			if a.live {
-				return -1
-			}
-			return 1
-		}
-		return b.created.Compare(a.created)
-	})
-	return ranks[0].raw, nil
+	c := customerJSON{id: id}
+	c.deleted, _ = boolAt(raw, "deleted")
+	c.userRef, _ = stringAt(raw, "metadata", userRefKey)
+	c.email, _ = stringAt(raw, "email")
+	list := field(raw, "subscriptions")
+	var embedded struct {
+		Data    []json.RawMessage `json:"data"`
+		HasMore *bool             `json:"has_more"`
+	}
+	if list == nil || json.Unmarshal(list, &embedded) != nil || embedded.HasMore == nil {
+		// Not expanded (or a shape billsync cannot read): the subscription
+		// list has to say.
+		return c, nil
+	}
+	for _, s := range embedded.Data {
+		c.subs = append(c.subs, s)
+	}
+	c.complete = !*embedded.HasMore
+	return c, nil
 }
 
 // Raw JSON navigation. Each lookup decodes only what it needs, so a field of
