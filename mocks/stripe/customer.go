@@ -87,7 +87,32 @@ func (s *Server) getCustomer(c *call) (obj, error) {
 	if !ok {
 		return nil, noSuch("customer", c.r.PathValue("id"), "id")
 	}
-	return renderCustomer(cust), nil
+	return s.renderCustomerExpanded(cust, c.version, c.expand), nil
+}
+
+// embeddedSubscriptions is how many subscriptions an expanded
+// customer.subscriptions holds; has_more says there are more.
+const embeddedSubscriptions = 10
+
+// renderCustomerExpanded renders a customer with the expansions a read
+// asked for: subscriptions is the customer's current (not canceled)
+// subscriptions, newest first, as an embedded list of at most 10.
+func (s *Server) renderCustomerExpanded(cust *customer, version string, ex expansion) obj {
+	o := renderCustomer(cust)
+	if !ex.has("subscriptions") {
+		return o
+	}
+	subs := s.subs.newestFirst(func(sub *subscription) bool {
+		return sub.Customer == cust.ID && statusMatches("", sub.Status)
+	})
+	page := subs[:min(len(subs), embeddedSubscriptions)]
+	data := make([]obj, 0, len(page))
+	for _, sub := range page {
+		data = append(data, s.renderSubscription(sub, version, expansion{}))
+	}
+	o["subscriptions"] = obj{"object": "list", "data": data, "has_more": len(subs) > len(page),
+		"url": "/v1/customers/" + cust.ID + "/subscriptions"}
+	return o
 }
 
 func (s *Server) listCustomers(c *call) (obj, error) {
@@ -96,7 +121,10 @@ func (s *Server) listCustomers(c *call) (obj, error) {
 	}
 	email, byEmail := c.form.str("email")
 	rows := s.customers.newestFirst(func(cu *customer) bool { return !byEmail || cu.Email == email })
-	return listPage(c, rows, s.customers.get, "customer", renderCustomer)
+	ex := c.expand.inList()
+	return listPage(c, rows, s.customers.get, "customer", func(cu *customer) obj {
+		return s.renderCustomerExpanded(cu, c.version, ex)
+	})
 }
 
 // nextInvoiceNumber numbers a customer's invoices like Stripe: PREFIX-0001.
