@@ -43,6 +43,12 @@ type Config struct {
 	// ListRateLimit is requests per second List may take of RateLimit;
 	// default half of it, so webhook-triggered fetches keep the rest.
 	ListRateLimit float64
+	// EndpointRateLimit is requests per second each endpoint family
+	// (/v1/customers…, /v1/subscriptions…, /v1/prices…, /v1/invoices…)
+	// may take, within RateLimit: Stripe also limits some endpoints on
+	// their own, so a reconcile that reads two families spends from two
+	// budgets. 0 (the default) = only the shared RateLimit applies.
+	EndpointRateLimit float64
 
 	// Timeout bounds each HTTP attempt (connect, headers, body), not the time
 	// spent waiting for the rate limiter or between retries; default 10s.
@@ -94,7 +100,7 @@ func (cfg Config) validate() error {
 			errs = append(errs, fmt.Errorf("base URL %q is not an http(s) URL", cfg.BaseURL))
 		}
 	}
-	if cfg.RateLimit < 0 || cfg.Burst < 0 || cfg.ListRateLimit < 0 {
+	if cfg.RateLimit < 0 || cfg.Burst < 0 || cfg.ListRateLimit < 0 || cfg.EndpointRateLimit < 0 {
 		errs = append(errs, errors.New("rate limit and burst must not be negative"))
 	}
 	if cfg.Timeout < 0 || cfg.RetryWaitMin < 0 || cfg.RetryWaitMax < cfg.RetryWaitMin {
@@ -113,8 +119,9 @@ func (cfg Config) validate() error {
 //	stripe-go (MaxNetworkRetries 0: it never retries by itself)
 //	go-retryablehttp (RetryMax retries of network errors, timeouts, 429 and
 //	  5xx, backoff honouring Retry-After, Stripe-Should-Retry obeyed)
-//	attemptTransport (per attempt: wait for the shared rate limiter, then
-//	  run the attempt under its own Timeout)
+//	attemptTransport (per attempt: wait for List's limiter when List
+//	  calls, the endpoint family's limiter when configured, and the shared
+//	  rate limiter; then run the attempt under its own Timeout)
 //	http.Transport
 type Client struct {
 	api         *stripeapi.Client
@@ -139,6 +146,7 @@ func NewClient(cfg Config) (*Client, error) {
 	rc.HTTPClient = &http.Client{Transport: &attemptTransport{
 		base:      base,
 		limiter:   rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.Burst),
+		endpoints: newEndpointLimiters(cfg.EndpointRateLimit, cfg.Burst),
 		timeout:   cfg.Timeout,
 		onAttempt: cfg.OnAttempt,
 	}}
@@ -379,6 +387,7 @@ func describe(se *stripeapi.Error) string {
 type attemptTransport struct {
 	base      http.RoundTripper
 	limiter   *rate.Limiter
+	endpoints *endpointLimiters // nil: no per-endpoint limit
 	timeout   time.Duration
 	onAttempt func(status string) // may be nil
 }
@@ -387,6 +396,11 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if l := listLimiter(req.Context()); l != nil {
 		if err := l.Wait(req.Context()); err != nil {
 			return nil, fmt.Errorf("wait for the stripe list rate limit: %w", err)
+		}
+	}
+	if l := t.endpoints.of(req.URL.Path); l != nil {
+		if err := l.Wait(req.Context()); err != nil {
+			return nil, fmt.Errorf("wait for the stripe rate limit of %s: %w", req.URL.Path, err)
 		}
 	}
 	if err := t.limiter.Wait(req.Context()); err != nil {
