@@ -63,7 +63,7 @@ STRIPE_API_URL, BILLSYNC_PLANS). Exits non-zero when the sweep fails.`)
 func newStripeClient(cfg config, logger *slog.Logger, onAttempt func(status string)) (*stripe.Client, error) {
 	return stripe.NewClient(stripe.Config{
 		APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIURL, UserRefKey: cfg.UserRefKey,
-		RateLimit: cfg.StripeRateLimit, Logger: logger, OnAttempt: onAttempt,
+		RateLimit: cfg.StripeRateLimit, EndpointRateLimit: cfg.StripeEndpointRate, Logger: logger, OnAttempt: onAttempt,
 	})
 }
 

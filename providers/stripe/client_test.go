@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	stripeapi "github.com/stripe/stripe-go/v82"
 
@@ -584,6 +585,48 @@ func TestRateLimitShared(t *testing.T) {
 	// Lower bound only: the limiter lets Burst through at once, then 20/s.
 	minimum := time.Duration(float64(n-cfg.Burst) / cfg.RateLimit * float64(time.Second))
 	require.GreaterOrEqual(t, elapsed, minimum-10*time.Millisecond)
+}
+
+func TestEndpointRateLimit(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, stripemock.Options{}, nil)
+	cus := f.customer(t, nil)
+	f.seen()
+	cfg := testConfig(f.URL)
+	cfg.EndpointRateLimit, cfg.Burst = 5, 1
+	c := newTestClient(t, cfg)
+
+	// Six customer retrieves at 5/s take at least a second; a prices
+	// call meanwhile waits for its own family's budget only.
+	done := make(chan time.Duration)
+	begin := time.Now()
+	go func() {
+		for range 6 {
+			_, err := c.Fetch(context.Background(), cus)
+			assert.NoError(t, err)
+		}
+		done <- time.Since(begin)
+	}()
+	require.Eventually(t, func() bool { return f.count() >= 2 }, 5*time.Second, time.Millisecond)
+	pricesBegin := time.Now()
+	prices, err := c.ActivePrices(context.Background())
+	pricesTook := time.Since(pricesBegin)
+	require.NoError(t, err)
+	require.NotEmpty(t, prices)
+	customersTook := <-done
+	require.GreaterOrEqual(t, customersTook, 990*time.Millisecond, "customers: 5/s")
+	require.Less(t, pricesTook, 150*time.Millisecond, "prices do not queue behind customers")
+
+	t.Run("ZeroIsSharedOnly", func(t *testing.T) {
+		cfg := testConfig(f.URL)
+		c := newTestClient(t, cfg)
+		begin := time.Now()
+		for range 6 {
+			_, err := c.Fetch(context.Background(), cus)
+			require.NoError(t, err)
+		}
+		require.Less(t, time.Since(begin), 400*time.Millisecond)
+	})
 }
 
 func TestList(t *testing.T) {
