@@ -133,6 +133,7 @@ type Client struct {
 var (
 	_ reconcile.Provider = (*Client)(nil)
 	_ reconcile.Lister   = (*Client)(nil)
+	_ Resolver           = (*Client)(nil)
 )
 
 // NewClient validates cfg and returns a Client.
@@ -471,3 +472,40 @@ func (d debugLogger) Error(msg string, kv ...any) { d.l.Debug("stripe http: "+ms
 func (d debugLogger) Info(msg string, kv ...any)  { d.l.Debug("stripe http: "+msg, kv...) }
 func (d debugLogger) Debug(msg string, kv ...any) { d.l.Debug("stripe http: "+msg, kv...) }
 func (d debugLogger) Warn(msg string, kv ...any)  { d.l.Debug("stripe http: "+msg, kv...) }
+
+// CustomerOf reads the customer of a subscription or an invoice with one
+// retrieve (GET /v1/subscriptions/{id} or /v1/invoices/{id}), for thin
+// events: it makes *Client a Resolver. An id Stripe does not know wraps
+// ErrObjectUnknown; a type it cannot read is a *reconcile.PermanentError.
+func (c *Client) CustomerOf(ctx context.Context, objectType, id string) (string, error) {
+	var (
+		resp *stripeapi.APIResponse
+		err  error
+	)
+	switch objectType {
+	case "subscription":
+		var sub *stripeapi.Subscription
+		if sub, err = c.api.V1Subscriptions.Retrieve(ctx, id, nil); err == nil {
+			resp = sub.LastResponse
+		}
+	case "invoice":
+		var inv *stripeapi.Invoice
+		if inv, err = c.api.V1Invoices.Retrieve(ctx, id, nil); err == nil {
+			resp = inv.LastResponse
+		}
+	default:
+		return "", reconcile.Permanent("stripe: cannot read the customer of a %q", objectType)
+	}
+	op := "retrieve " + objectType + " " + id
+	var se *stripeapi.Error
+	switch {
+	case errors.As(err, &se) && se.Code == stripeapi.ErrorCodeResourceMissing:
+		return "", fmt.Errorf("stripe %s: %s: %w", op, describe(se), ErrObjectUnknown)
+	case err != nil:
+		return "", fail(op, err)
+	case resp == nil || len(resp.RawJSON) == 0:
+		return "", fmt.Errorf("stripe %s: stripe-go returned no raw JSON", op)
+	}
+	customer, _ := customerIDOf(resp.RawJSON)
+	return customer, nil
+}
