@@ -26,7 +26,8 @@ func runSweep(ctx context.Context, args []string, stdout io.Writer, logger *slog
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: billsync sweep [flags]
 
-Runs one sweep now: lists every Stripe subscription in bulk, applies each
+Runs one sweep now: lists every Stripe customer with their current
+subscriptions in bulk (100 customers a request), applies each
 customer's state where billsync's account differs (a dropped or failed
 webhook), and queues the accounts the listing did not cover. One sweep runs
 at a time across replicas; a run a crashed sweeper left resumes from its
@@ -74,7 +75,7 @@ func newSweeper(st *store.Store, client *stripe.Client, plans *reconcile.Plans, 
 }
 
 // progress prints a sweep's progress: one line rewritten in place on a
-// terminal, else a plain line every tenth page (a million subscriptions
+// terminal, else a plain line every tenth page (a million customers
 // are ten thousand pages).
 type progress struct {
 	w     io.Writer

@@ -763,6 +763,28 @@ func TestList(t *testing.T) {
 		require.GreaterOrEqual(t, time.Since(begin), 390*time.Millisecond)
 	})
 
+	t.Run("UnreadableCustomerLeftOut", func(t *testing.T) {
+		t.Parallel()
+		// One page of two customers; the second's subscription has no
+		// status. It is left out (the sweep queues its account, and the
+		// worker's Fetch records the reason); the other is handed over.
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			if r.URL.Path != "/v1/customers" {
+				w.WriteHeader(http.StatusTeapot)
+				return
+			}
+			fmt.Fprint(w, `{"object":"list","url":"/v1/customers","has_more":false,"data":[`+
+				`{"id":"cus_ok","object":"customer","metadata":{},"subscriptions":{"object":"list","has_more":false,"data":[]}},`+
+				`{"id":"cus_bad","object":"customer","metadata":{},"subscriptions":{"object":"list","has_more":false,"data":[{"id":"sub_x","object":"subscription"}]}}]}`)
+		}))
+		t.Cleanup(hs.Close)
+		calls, got := collect(t, newTestClient(t, testConfig(hs.URL)), "")
+		require.Equal(t, []call{{1, "cus_bad"}, {0, ""}}, calls)
+		require.Contains(t, got, "cus_ok")
+		require.NotContains(t, got, "cus_bad")
+	})
+
 	t.Run("PageErrorStops", func(t *testing.T) {
 		t.Parallel()
 		f := newFake(t, stripemock.Options{}, nil)
