@@ -110,8 +110,8 @@ func (cfg Config) validate() error {
 }
 
 // Client reads customers' current state from the Stripe API through
-// stripe-go. It implements reconcile.Provider and reconcile.Lister and is
-// safe for concurrent use.
+// stripe-go. It implements reconcile.Provider, reconcile.Lister and
+// Resolver (thin events' customers) and is safe for concurrent use.
 //
 // The layers of one call, outermost first:
 //
