@@ -3,6 +3,7 @@ package stripe
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -239,10 +240,48 @@ func (c *Client) resolve(ctx context.Context, raw []byte) (reconcile.Snapshot, e
 			return reconcile.Snapshot{}, err
 		}
 	}
-	if snap.Subscriptions, err = subscriptionsOf(raws); err != nil {
+	// A subscription's embedded items are a list too: when it says
+	// has_more, the rest are listed, so no item (the one that decides the
+	// plan, say) is silently missing. Rare: one request per such
+	// subscription.
+	var items map[string][]json.RawMessage
+	for _, raw := range raws {
+		if !itemsIncomplete(raw) {
+			continue
+		}
+		id, ok := stringAt(raw, "id")
+		if !ok {
+			continue // subscriptionsWithItems reports it
+		}
+		if items == nil {
+			items = map[string][]json.RawMessage{}
+		}
+		if items[id], err = c.listItems(ctx, id); err != nil {
+			return reconcile.Snapshot{}, err
+		}
+	}
+	if snap.Subscriptions, err = subscriptionsWithItems(raws, items); err != nil {
 		return reconcile.Snapshot{}, fmt.Errorf("stripe customer %s: %w", cust.id, err)
 	}
 	return snap, nil
+}
+
+// listItems reads every item of a subscription
+// (GET /v1/subscription_items?subscription=…, 100 a page).
+func (c *Client) listItems(ctx context.Context, subscriptionID string) ([]json.RawMessage, error) {
+	params := &stripeapi.SubscriptionItemListParams{Subscription: stripeapi.String(subscriptionID)}
+	params.Limit = stripeapi.Int64(listPageSize)
+	items := []json.RawMessage{}
+	for it, err := range c.api.V1SubscriptionItems.List(ctx, params) {
+		if err != nil {
+			return nil, fail("list items of subscription "+subscriptionID, err)
+		}
+		if it.LastResponse == nil || len(it.LastResponse.RawJSON) == 0 {
+			return nil, fmt.Errorf("stripe list items of subscription %s: stripe-go returned an item without its raw JSON", subscriptionID)
+		}
+		items = append(items, it.LastResponse.RawJSON)
+	}
+	return items, nil
 }
 
 // listSubscriptions reads every current subscription of a customer.

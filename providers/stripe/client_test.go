@@ -374,6 +374,45 @@ func TestFetch(t *testing.T) {
 		require.False(t, mixed.CollectionPaused)
 	})
 
+	t.Run("ItemsCutShortAreListed", func(t *testing.T) {
+		t.Parallel()
+		// A subscription whose embedded items say has_more: the rest are
+		// read, so the item that decides the plan cannot go missing.
+		item := func(price string) string {
+			return `{"id":"si_` + price + `","object":"subscription_item","quantity":1,"price":{"id":"` + price + `","lookup_key":null},` +
+				`"current_period_start":1764547200,"current_period_end":1767225600}`
+		}
+		rec := &recorder{}
+		hs := httptest.NewServer(rec.wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			switch r.URL.Path {
+			case "/v1/customers/cus_items":
+				fmt.Fprint(w, `{"id":"cus_items","object":"customer","metadata":{},"subscriptions":{"object":"list","has_more":false,"data":[`+
+					`{"id":"sub_items","object":"subscription","status":"active","created":1764547200,`+
+					`"items":{"object":"list","has_more":true,"data":[`+item("price_addon")+`]}}]}}`)
+			case "/v1/subscription_items":
+				fmt.Fprint(w, `{"object":"list","has_more":false,"url":"/v1/subscription_items","data":[`+
+					item("price_addon")+`,`+item("price_pro")+`]}`)
+			default:
+				w.WriteHeader(http.StatusTeapot)
+			}
+		}), nil))
+		t.Cleanup(hs.Close)
+		snap, err := newTestClient(t, testConfig(hs.URL)).Fetch(context.Background(), "cus_items")
+		require.NoError(t, err)
+		require.Len(t, snap.Subscriptions, 1)
+		var refs [][]string
+		for _, it := range snap.Subscriptions[0].Items {
+			refs = append(refs, it.PriceRefs)
+		}
+		require.Equal(t, [][]string{{"price_addon"}, {"price_pro"}}, refs)
+		reqs := rec.seen()
+		require.Len(t, reqs, 2)
+		q, err := url.ParseQuery(reqs[1].query)
+		require.NoError(t, err)
+		require.Equal(t, url.Values{"subscription": {"sub_items"}, "limit": {"100"}}, q)
+	})
+
 	t.Run("PreBasilResponseShape", func(t *testing.T) {
 		t.Parallel()
 		// A proxy (or an old recording) answering in the 2024-06-20 shape: the

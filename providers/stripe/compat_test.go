@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -206,6 +207,28 @@ func TestCompatStripeMock(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, url.Values{"limit": {"100"}, "starting_after": {"cus_cursor"},
 			"expand[0]": {"data.subscriptions"}}, q)
+	})
+
+	t.Run("PricesAndThinEventLookups", func(t *testing.T) {
+		prices, err := c.ActivePrices(context.Background())
+		require.NoError(t, err)
+		require.NotEmpty(t, prices)
+		for _, typ := range []string{"subscription", "invoice"} {
+			customer, err := c.CustomerOf(context.Background(), typ, "obj_compat")
+			require.NoError(t, err, typ)
+			require.True(t, strings.HasPrefix(customer, "cus_"), "%s names its customer: %q", typ, customer)
+		}
+		reqs := m.seen()
+		require.Len(t, reqs, 3)
+		for _, r := range reqs {
+			require.Equal(t, http.StatusOK, r.status, "stripe-mock refused %s %s?%s", r.method, r.path, r.query)
+		}
+		require.Equal(t, "/v1/prices", reqs[0].path)
+		q, err := url.ParseQuery(reqs[0].query)
+		require.NoError(t, err)
+		require.Equal(t, url.Values{"active": {"true"}, "limit": {"100"}}, q)
+		require.Equal(t, "/v1/subscriptions/obj_compat", reqs[1].path)
+		require.Equal(t, "/v1/invoices/obj_compat", reqs[2].path)
 	})
 
 	t.Run("MockRejectsInvalidParameters", func(t *testing.T) {

@@ -115,6 +115,20 @@ func createdOf(raw []byte) (time.Time, bool) { return unixAt(raw, "created") }
 // such items are handed on with zero period or no refs. Every error is a
 // *reconcile.PermanentError: retrying cannot change what Stripe stored.
 func subscriptionOf(raw []byte) (reconcile.Subscription, error) {
+	return subscriptionWithItems(raw, itemsOf(raw))
+}
+
+// itemsIncomplete reports whether the subscription's embedded item list
+// says there are more items than it holds (items.has_more).
+func itemsIncomplete(raw []byte) bool {
+	more, _ := boolAt(raw, "items", "has_more")
+	return more
+}
+
+// subscriptionWithItems is subscriptionOf with the subscription's items
+// given: all of them, when the embedded list was cut short and the items
+// were listed on their own.
+func subscriptionWithItems(raw []byte, items []json.RawMessage) (reconcile.Subscription, error) {
 	id, ok := stringAt(raw, "id")
 	if !ok {
 		return reconcile.Subscription{}, reconcile.Permanent("stripe subscription: no id in the object (is it a subscription?)")
@@ -130,7 +144,6 @@ func subscriptionOf(raw []byte) (reconcile.Subscription, error) {
 	sub.Created, _ = createdOf(raw)
 	sub.TrialEnd, _ = unixAt(raw, "trial_end")
 
-	items := itemsOf(raw)
 	if len(items) == 0 {
 		if _, ok := idOf(field(raw, "plan")); ok {
 			// A single-plan subscription of an old API version: the plan
@@ -178,9 +191,19 @@ func earliestEnd(items []reconcile.Item) time.Time {
 // subscription list give one order whatever they send). One unreadable
 // subscription fails the customer: dropping it could hide the plan.
 func subscriptionsOf(raws [][]byte) ([]reconcile.Subscription, error) {
+	return subscriptionsWithItems(raws, nil)
+}
+
+// subscriptionsWithItems is subscriptionsOf with the items of some
+// subscriptions (by id) given, for lists cut short.
+func subscriptionsWithItems(raws [][]byte, items map[string][]json.RawMessage) ([]reconcile.Subscription, error) {
 	subs := make([]reconcile.Subscription, 0, len(raws))
 	for _, raw := range raws {
-		sub, err := subscriptionOf(raw)
+		its := itemsOf(raw)
+		if id, _ := stringAt(raw, "id"); items[id] != nil {
+			its = items[id]
+		}
+		sub, err := subscriptionWithItems(raw, its)
 		if err != nil {
 			return nil, err
 		}
