@@ -358,7 +358,7 @@ func (c *Client) List(ctx context.Context, cursor string, page func([]reconcile.
 			if err := page(snaps, cursor); err != nil {
 				return err
 			}
-			snaps = snaps[:0]
+			snaps = make([]reconcile.Snapshot, 0, listPageSize) // the caller may keep the last page's slice
 		}
 	}
 	if read%listPageSize != 0 {
