@@ -26,16 +26,16 @@ import (
 // stored from older versions, the period is on the subscription itself and
 // holds for every item. So the item's own bounds win, the subscription's
 // are the fallback. ok is false when neither shape holds both bounds.
-func periodOf(sub, item []byte) (start, end time.Time, ok bool) {
+func periodOf(sub, item object) (start, end time.Time, ok bool) {
 	if start, end, ok = boundsOf(item); ok {
 		return start, end, true
 	}
 	return boundsOf(sub)
 }
 
-func boundsOf(obj []byte) (start, end time.Time, ok bool) {
-	start, okStart := unixAt(obj, "current_period_start")
-	end, okEnd := unixAt(obj, "current_period_end")
+func boundsOf(obj object) (start, end time.Time, ok bool) {
+	start, okStart := obj.unix("current_period_start")
+	end, okEnd := obj.unix("current_period_end")
 	if !okStart || !okEnd {
 		return time.Time{}, time.Time{}, false
 	}
@@ -47,25 +47,25 @@ func boundsOf(obj []byte) (start, end time.Time, ok bool) {
 // plan id (items still carry a plan object, whose id equals the price id
 // for Prices and is the only reference in payloads from before Prices).
 // Empty when there is none.
-func priceRefsOf(item []byte) []string {
+func priceRefsOf(item object) []string {
 	var refs []string
 	add := func(v string, ok bool) {
 		if ok && !slices.Contains(refs, v) {
 			refs = append(refs, v)
 		}
 	}
-	add(stringAt(item, "price", "lookup_key"))
-	add(idOf(field(item, "price")))
-	add(idOf(field(item, "plan")))
+	add(item.str("price", "lookup_key"))
+	add(idOf(item.get("price")))
+	add(idOf(item.get("plan")))
 	return refs
 }
 
 // quantityOf reads a quantity (seats). Stripe omits it or sends null for
 // metered prices, which bill by usage: that is one unit. An explicit 0 is
 // kept: Stripe allows a licensed item with no seats.
-func quantityOf(obj []byte) int64 {
+func quantityOf(obj object) int64 {
 	var n int64
-	if v := field(obj, "quantity"); v == nil || json.Unmarshal(v, &n) != nil || n < 0 {
+	if v := obj.get("quantity"); v == nil || json.Unmarshal(v, &n) != nil || n < 0 {
 		return 1
 	}
 	return n
@@ -73,7 +73,7 @@ func quantityOf(obj []byte) int64 {
 
 // statusOf returns the subscription's status (active, trialing, past_due,
 // canceled, …).
-func statusOf(raw []byte) (string, bool) { return stringAt(raw, "status") }
+func statusOf(obj object) (string, bool) { return obj.str("status") }
 
 // cancellation is how (and whether) a subscription ends.
 type cancellation struct {
@@ -85,19 +85,19 @@ type cancellation struct {
 // cancelOf reads the cancellation fields. Newer Dashboard flows schedule the
 // end with cancel_at set to the period end and cancel_at_period_end false, so
 // both are kept.
-func cancelOf(raw []byte) cancellation {
+func cancelOf(obj object) cancellation {
 	var c cancellation
-	c.AtPeriodEnd, _ = boolAt(raw, "cancel_at_period_end")
-	c.At, _ = unixAt(raw, "cancel_at")
-	c.CanceledAt, _ = unixAt(raw, "canceled_at")
+	c.AtPeriodEnd, _ = obj.boolean("cancel_at_period_end")
+	c.At, _ = obj.unix("cancel_at")
+	c.CanceledAt, _ = obj.unix("canceled_at")
 	return c
 }
 
 // collectionPausedOf reports whether pause_collection is set. Stripe sends
 // null when collection runs and an object ({behavior, resumes_at}) while it
 // is paused; anything else is read as not paused.
-func collectionPausedOf(raw []byte) bool {
-	v := bytes.TrimSpace(field(raw, "pause_collection"))
+func collectionPausedOf(obj object) bool {
+	v := bytes.TrimSpace(obj.get("pause_collection"))
 	return len(v) > 0 && v[0] == '{'
 }
 
@@ -106,7 +106,7 @@ func collectionPausedOf(raw []byte) bool {
 func customerIDOf(raw []byte) (string, bool) { return idOf(field(raw, "customer")) }
 
 // createdOf returns when the object was created.
-func createdOf(raw []byte) (time.Time, bool) { return unixAt(raw, "created") }
+func createdOf(obj object) (time.Time, bool) { return obj.unix("created") }
 
 // subscriptionOf reads one subscription's raw JSON. Only what makes it
 // unreadable is an error (no id, no status, not a subscription, a period
@@ -115,7 +115,7 @@ func createdOf(raw []byte) (time.Time, bool) { return unixAt(raw, "created") }
 // such items are handed on with zero period or no refs. Every error is a
 // *reconcile.PermanentError: retrying cannot change what Stripe stored.
 func subscriptionOf(raw []byte) (reconcile.Subscription, error) {
-	return subscriptionWithItems(raw, itemsOf(raw))
+	return subscriptionWithItems(raw, itemsOf(objectOf(raw)))
 }
 
 // itemsIncomplete reports whether the subscription's embedded item list
@@ -129,31 +129,33 @@ func itemsIncomplete(raw []byte) bool {
 // given: all of them, when the embedded list was cut short and the items
 // were listed on their own.
 func subscriptionWithItems(raw []byte, items []json.RawMessage) (reconcile.Subscription, error) {
-	id, ok := stringAt(raw, "id")
+	o := objectOf(raw)
+	id, ok := o.str("id")
 	if !ok {
 		return reconcile.Subscription{}, reconcile.Permanent("stripe subscription: no id in the object (is it a subscription?)")
 	}
-	if object, ok := stringAt(raw, "object"); ok && object != "subscription" {
-		return reconcile.Subscription{}, reconcile.Permanent("stripe subscription %s: object is %q, not a subscription", id, object)
+	if kind, ok := o.str("object"); ok && kind != "subscription" {
+		return reconcile.Subscription{}, reconcile.Permanent("stripe subscription %s: object is %q, not a subscription", id, kind)
 	}
-	status, ok := statusOf(raw)
+	status, ok := statusOf(o)
 	if !ok {
 		return reconcile.Subscription{}, reconcile.Permanent("stripe subscription %s: no status", id)
 	}
-	sub := reconcile.Subscription{ID: id, Status: status, CollectionPaused: collectionPausedOf(raw)}
-	sub.Created, _ = createdOf(raw)
-	sub.TrialEnd, _ = unixAt(raw, "trial_end")
+	sub := reconcile.Subscription{ID: id, Status: status, CollectionPaused: collectionPausedOf(o)}
+	sub.Created, _ = createdOf(o)
+	sub.TrialEnd, _ = o.unix("trial_end")
 
 	if len(items) == 0 {
-		if _, ok := idOf(field(raw, "plan")); ok {
+		if _, ok := idOf(o.get("plan")); ok {
 			// A single-plan subscription of an old API version: the plan
 			// and quantity are on the subscription itself.
 			items = []json.RawMessage{raw}
 		}
 	}
-	for _, item := range items {
+	for _, raw := range items {
+		item := objectOf(raw)
 		it := reconcile.Item{PriceRefs: priceRefsOf(item), Quantity: quantityOf(item)}
-		start, end, ok := periodOf(raw, item)
+		start, end, ok := periodOf(o, item)
 		switch {
 		case ok && end.After(start):
 			it.PeriodStart, it.PeriodEnd = start, end
@@ -168,7 +170,7 @@ func subscriptionWithItems(raw []byte, items []json.RawMessage) (reconcile.Subsc
 	// cancel_at no later than the period's end ends the subscription before
 	// it renews: "at period end" for billsync, as cancel_at_period_end is.
 	// With mixed intervals the earliest item end is the first renewal.
-	c := cancelOf(raw)
+	c := cancelOf(o)
 	sub.CancelAtPeriodEnd = c.AtPeriodEnd
 	if end := earliestEnd(sub.Items); !c.At.IsZero() && !end.IsZero() && !c.At.After(end) {
 		sub.CancelAtPeriodEnd = true
@@ -199,7 +201,7 @@ func subscriptionsOf(raws [][]byte) ([]reconcile.Subscription, error) {
 func subscriptionsWithItems(raws [][]byte, items map[string][]json.RawMessage) ([]reconcile.Subscription, error) {
 	subs := make([]reconcile.Subscription, 0, len(raws))
 	for _, raw := range raws {
-		its := itemsOf(raw)
+		its := itemsOf(objectOf(raw))
 		if id, _ := stringAt(raw, "id"); items[id] != nil {
 			its = items[id]
 		}
@@ -226,15 +228,16 @@ type customerJSON struct {
 // customerOfJSON reads a customer object, with its subscriptions when they
 // were expanded. A customer that has no id is unreadable.
 func customerOfJSON(raw []byte, userRefKey string) (customerJSON, error) {
-	id, ok := stringAt(raw, "id")
+	o := objectOf(raw)
+	id, ok := o.str("id")
 	if !ok {
 		return customerJSON{}, reconcile.Permanent("stripe customer: no id in the object")
 	}
 	c := customerJSON{id: id}
-	c.deleted, _ = boolAt(raw, "deleted")
-	c.userRef, _ = stringAt(raw, "metadata", userRefKey)
-	c.email, _ = stringAt(raw, "email")
-	list := field(raw, "subscriptions")
+	c.deleted, _ = o.boolean("deleted")
+	c.userRef, _ = o.str("metadata", userRefKey)
+	c.email, _ = o.str("email")
+	list := o.get("subscriptions")
 	var embedded struct {
 		Data    []json.RawMessage `json:"data"`
 		HasMore *bool             `json:"has_more"`
@@ -251,57 +254,74 @@ func customerOfJSON(raw []byte, userRefKey string) (customerJSON, error) {
 	return c, nil
 }
 
-// Raw JSON navigation. Each lookup decodes only what it needs, so a field of
-// an unexpected type makes that field absent without spoiling the others.
+// Raw JSON navigation. An object is decoded one level at a time and only
+// once per reader, so reading twenty fields of a subscription costs one
+// pass over it, not twenty; a field of an unexpected type makes that field
+// absent without spoiling the others.
 
 var jsonNull = []byte("null")
 
-// field returns the value at path through nested objects, or nil when a step
-// is missing, null, or not an object.
-func field(raw []byte, path ...string) json.RawMessage {
-	cur := json.RawMessage(raw)
-	for _, key := range path {
-		var obj map[string]json.RawMessage
-		if json.Unmarshal(cur, &obj) != nil {
-			return nil
-		}
-		v, ok := obj[key]
-		if !ok || bytes.Equal(bytes.TrimSpace(v), jsonNull) {
-			return nil
-		}
-		cur = v
+// object is a JSON object decoded one level deep: its values stay raw
+// until read. nil when the JSON is not an object.
+type object map[string]json.RawMessage
+
+func objectOf(raw []byte) object {
+	var o object
+	if json.Unmarshal(raw, &o) != nil {
+		return nil
 	}
-	return cur
+	return o
 }
 
-func stringAt(raw []byte, path ...string) (string, bool) {
+// get returns the value at path through nested objects, or nil when a step
+// is missing, null, or not an object.
+func (o object) get(path ...string) json.RawMessage {
+	v, ok := o[path[0]]
+	if !ok || bytes.Equal(bytes.TrimSpace(v), jsonNull) {
+		return nil
+	}
+	if len(path) == 1 {
+		return v
+	}
+	return objectOf(v).get(path[1:]...)
+}
+
+func (o object) str(path ...string) (string, bool) {
 	var s string
-	if v := field(raw, path...); v == nil || json.Unmarshal(v, &s) != nil || s == "" {
+	if v := o.get(path...); v == nil || json.Unmarshal(v, &s) != nil || s == "" {
 		return "", false
 	}
 	return s, true
 }
 
-func boolAt(raw []byte, path ...string) (bool, bool) {
+func (o object) boolean(path ...string) (bool, bool) {
 	var b bool
-	if v := field(raw, path...); v == nil || json.Unmarshal(v, &b) != nil {
+	if v := o.get(path...); v == nil || json.Unmarshal(v, &b) != nil {
 		return false, false
 	}
 	return b, true
 }
 
-// maxUnix is 9999-12-31T23:59:59Z: a larger timestamp is garbage, not a date.
-const maxUnix = 253402300799
-
-// unixAt reads a Unix timestamp in seconds. Zero, negative and absurd values
+// unix reads a Unix timestamp in seconds. Zero, negative and absurd values
 // are absent, so a reader never hands out time.Unix(0).
-func unixAt(raw []byte, path ...string) (time.Time, bool) {
+func (o object) unix(path ...string) (time.Time, bool) {
 	var sec int64
-	if v := field(raw, path...); v == nil || json.Unmarshal(v, &sec) != nil || sec <= 0 || sec > maxUnix {
+	if v := o.get(path...); v == nil || json.Unmarshal(v, &sec) != nil || sec <= 0 || sec > maxUnix {
 		return time.Time{}, false
 	}
 	return time.Unix(sec, 0).UTC(), true
 }
+
+// field, stringAt and boolAt read one value of raw JSON, for callers that
+// need only that one.
+func field(raw []byte, path ...string) json.RawMessage { return objectOf(raw).get(path...) }
+
+func stringAt(raw []byte, path ...string) (string, bool) { return objectOf(raw).str(path...) }
+
+func boolAt(raw []byte, path ...string) (bool, bool) { return objectOf(raw).boolean(path...) }
+
+// maxUnix is 9999-12-31T23:59:59Z: a larger timestamp is garbage, not a date.
+const maxUnix = 253402300799
 
 // idOf reads a reference that Stripe renders either as an id string or as
 // the expanded object.
@@ -317,9 +337,9 @@ func idOf(v json.RawMessage) (string, bool) {
 }
 
 // itemsOf returns the raw subscription items (items.data[]).
-func itemsOf(raw []byte) []json.RawMessage {
+func itemsOf(obj object) []json.RawMessage {
 	var items []json.RawMessage
-	if v := field(raw, "items", "data"); v == nil || json.Unmarshal(v, &items) != nil {
+	if v := obj.get("items", "data"); v == nil || json.Unmarshal(v, &items) != nil {
 		return nil
 	}
 	return items

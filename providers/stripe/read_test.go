@@ -33,7 +33,7 @@ func day(s string) time.Time {
 func TestPeriodOf(t *testing.T) {
 	t.Parallel()
 	first := func(raw []byte) []byte {
-		items := itemsOf(raw)
+		items := itemsOf(objectOf(raw))
 		if len(items) == 0 {
 			return nil
 		}
@@ -64,7 +64,7 @@ func TestPeriodOf(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			start, end, ok := periodOf(tt.sub, tt.item)
+			start, end, ok := periodOf(objectOf(tt.sub), objectOf(tt.item))
 			require.Equal(t, tt.ok, ok)
 			require.True(t, tt.start.Equal(start), "start %s, want %s", start, tt.start)
 			require.True(t, tt.end.Equal(end), "end %s, want %s", end, tt.end)
@@ -79,9 +79,9 @@ func TestPriceRefsOf(t *testing.T) {
 		item []byte
 		want []string
 	}{
-		{"Basil_LookupKeyThenPriceID", itemsOf(readTestdata(t, "subscription_basil.json"))[0], []string{"pro_monthly", "price_1RbasilPro0001"}},
-		{"2024-06-20", itemsOf(readTestdata(t, "subscription_2024-06-20.json"))[0], []string{"team_monthly", "price_1PoldTeam0002"}},
-		{"LegacyPlanIDOnly", itemsOf(readTestdata(t, "subscription_legacy_plan.json"))[0], []string{"gold-monthly"}},
+		{"Basil_LookupKeyThenPriceID", itemsOf(objectOf(readTestdata(t, "subscription_basil.json")))[0], []string{"pro_monthly", "price_1RbasilPro0001"}},
+		{"2024-06-20", itemsOf(objectOf(readTestdata(t, "subscription_2024-06-20.json")))[0], []string{"team_monthly", "price_1PoldTeam0002"}},
+		{"LegacyPlanIDOnly", itemsOf(objectOf(readTestdata(t, "subscription_legacy_plan.json")))[0], []string{"gold-monthly"}},
 		{"TopLevelPlanOnly", []byte(`{"plan":{"id":"silver-2016","object":"plan"}}`), []string{"silver-2016"}},
 		{"PriceAsID", []byte(`{"price":"price_X"}`), []string{"price_X"}},
 		{"NullLookupKey", []byte(`{"price":{"id":"price_seats","lookup_key":null},"plan":{"id":"price_seats"}}`), []string{"price_seats"}},
@@ -89,25 +89,25 @@ func TestPriceRefsOf(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			require.Equal(t, tt.want, priceRefsOf(tt.item))
+			require.Equal(t, tt.want, priceRefsOf(objectOf(tt.item)))
 		})
 	}
 }
 
 func TestStatusAndCancelOf(t *testing.T) {
 	t.Parallel()
-	status, ok := statusOf(readTestdata(t, "subscription_legacy_plan.json"))
+	status, ok := statusOf(objectOf(readTestdata(t, "subscription_legacy_plan.json")))
 	require.True(t, ok)
 	require.Equal(t, "trialing", status)
-	_, ok = statusOf([]byte(`{"status":null}`))
+	_, ok = statusOf(objectOf([]byte(`{"status":null}`)))
 	require.False(t, ok)
 
-	c := cancelOf(readTestdata(t, "subscription_2024-06-20.json"))
+	c := cancelOf(objectOf(readTestdata(t, "subscription_2024-06-20.json")))
 	require.True(t, c.AtPeriodEnd)
 	require.True(t, day("2024-08-01").Equal(c.At))
 	require.True(t, time.Unix(1720000000, 0).Equal(c.CanceledAt))
 
-	c = cancelOf(readTestdata(t, "subscription_basil.json"))
+	c = cancelOf(objectOf(readTestdata(t, "subscription_basil.json")))
 	require.Equal(t, cancellation{}, c, "nulls are absent, not time.Unix(0)")
 }
 
@@ -115,11 +115,11 @@ func TestQuantityAndPauseOf(t *testing.T) {
 	t.Parallel()
 	for raw, want := range map[string]int64{`{"quantity":50}`: 50, `{"quantity":0}`: 0, `{"quantity":null}`: 1, `{}`: 1,
 		`{"quantity":"5"}`: 1, `{"quantity":-3}`: 1} {
-		require.Equal(t, want, quantityOf([]byte(raw)), raw)
+		require.Equal(t, want, quantityOf(objectOf([]byte(raw))), raw)
 	}
 	for raw, want := range map[string]bool{`{"pause_collection":{"behavior":"void","resumes_at":null}}`: true,
 		`{"pause_collection":null}`: false, `{}`: false, `{"pause_collection":"void"}`: false, `{"pause_collection":{}}`: true} {
-		require.Equal(t, want, collectionPausedOf([]byte(raw)), raw)
+		require.Equal(t, want, collectionPausedOf(objectOf([]byte(raw))), raw)
 	}
 }
 
@@ -307,16 +307,16 @@ func TestReadersOnStripeMock(t *testing.T) {
 	require.NotEmpty(t, fixture.Items.Data)
 	item := fixture.Items.Data[0]
 
-	status, ok := statusOf(raw)
+	status, ok := statusOf(objectOf(raw))
 	require.True(t, ok)
 	require.Equal(t, fixture.Status, status)
 
-	start, end, ok := periodOf(raw, itemsOf(raw)[0])
+	start, end, ok := periodOf(objectOf(raw), objectOf(itemsOf(objectOf(raw))[0]))
 	require.True(t, ok, "the item-level period must be found")
 	require.Equal(t, item.CurrentPeriodStart, start.Unix())
 	require.Equal(t, item.CurrentPeriodEnd, end.Unix())
 
-	require.Contains(t, priceRefsOf(itemsOf(raw)[0]), item.Price.ID)
+	require.Contains(t, priceRefsOf(objectOf(itemsOf(objectOf(raw))[0])), item.Price.ID)
 
 	// stripe-mock's fixture is generated data: its item period ends before it
 	// starts (end 976287773, start 1896570518 in v0.203.0). That must be a
@@ -384,4 +384,23 @@ func FuzzReadSubscription(f *testing.F) {
 			check(sub)
 		}
 	})
+}
+
+// BenchmarkReadCustomer is what the sweep pays per customer of a page: the
+// customer object with its subscriptions expanded, read into subscriptions.
+func BenchmarkReadCustomer(b *testing.B) {
+	raw, err := os.ReadFile(filepath.Join("testdata", "customer_expanded_basil.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(raw)))
+	for b.Loop() {
+		cust, err := customerOfJSON(raw, "user_id")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := subscriptionsOf(cust.subs); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
