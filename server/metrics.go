@@ -25,6 +25,7 @@ type Metrics struct {
 	reconciles *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
 	calls      *prometheus.CounterVec
+	connect    *prometheus.CounterVec
 }
 
 // NewMetrics returns the registry; depth may be nil.
@@ -48,8 +49,12 @@ func NewMetrics(depth QueueDepthFunc, logger *slog.Logger) *Metrics {
 			Name: "billsync_provider_requests_total",
 			Help: "HTTP attempts at the provider's API, retries included, by provider and status code (error: no answer).",
 		}, []string{"provider", "status"}),
+		connect: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "billsync_webhook_connect_events_total",
+			Help: "Verified webhook deliveries about a connected account (Stripe Connect), by provider: stored as ignored, because connected accounts are not configured. A rise means a Connect setup sends events billsync drops.",
+		}, []string{"provider"}),
 	}
-	m.reg.MustRegister(m.deliveries, m.reconciles, m.latency, m.calls,
+	m.reg.MustRegister(m.deliveries, m.reconciles, m.latency, m.calls, m.connect,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if depth != nil {
 		if logger == nil {
@@ -63,6 +68,12 @@ func NewMetrics(depth QueueDepthFunc, logger *slog.Logger) *Metrics {
 // ObserveDelivery counts one webhook delivery's answer.
 func (m *Metrics) ObserveDelivery(provider, answer string) {
 	m.deliveries.WithLabelValues(provider, answer).Inc()
+}
+
+// ObserveConnectEvent counts one verified delivery of a connected
+// account's event (wire it to the Stripe verifier's SetOnConnect).
+func (m *Metrics) ObserveConnectEvent(provider string) {
+	m.connect.WithLabelValues(provider).Inc()
 }
 
 // ObserveReconcile counts one reconcile's result (wire it to the worker's

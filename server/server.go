@@ -30,6 +30,24 @@ type Verifier interface {
 	Verify(header http.Header, body []byte) (reconcile.Delivery, error)
 }
 
+// ContextVerifier is a Verifier whose reading of an event may ask the
+// provider's API (a Stripe thin event names an object whose customer takes
+// one retrieve to learn). The intake calls it instead of Verify, with a
+// context bounded by StoreTimeout. An error whose Unavailable method
+// returns true means the provider could not be asked: the answer is 503
+// with Retry-After, nothing is stored, and the provider delivers again.
+type ContextVerifier interface {
+	Verifier
+	VerifyContext(ctx context.Context, header http.Header, body []byte) (reconcile.Delivery, error)
+}
+
+// providerUnavailable reports whether err says that the provider's API
+// could not be asked (see ContextVerifier).
+func providerUnavailable(err error) bool {
+	var u interface{ Unavailable() bool }
+	return errors.As(err, &u) && u.Unavailable()
+}
+
 // Config holds what the server needs.
 type Config struct {
 	Logger    *slog.Logger
@@ -138,6 +156,8 @@ func errorStatus(err error) (code int, answer string) {
 	switch {
 	case errors.Is(err, reconcile.ErrBadSignature):
 		code = http.StatusUnauthorized
+	case providerUnavailable(err):
+		code = http.StatusServiceUnavailable
 	case errors.Is(err, reconcile.ErrTooLarge):
 		code = http.StatusRequestEntityTooLarge
 	case errors.Is(err, reconcile.ErrNotFound):
@@ -190,6 +210,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		msg = err.Error()
 	case code == http.StatusRequestEntityTooLarge:
 		msg = "body larger than 1 MiB"
+	case code == http.StatusServiceUnavailable && providerUnavailable(err):
+		s.log.Warn("refused delivery: provider API unavailable", slog.String("path", r.URL.Path), slog.Any("error", err))
+		w.Header().Set("Retry-After", "5")
+		msg = "not stored: the provider's API is unavailable, retry later"
 	case code == http.StatusServiceUnavailable:
 		s.log.Error("store unavailable", slog.String("path", r.URL.Path), slog.Any("error", err))
 		w.Header().Set("Retry-After", "5")

@@ -34,7 +34,16 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	d, err := v.Verify(r.Header, body)
+	var d reconcile.Delivery
+	if cv, ok := v.(ContextVerifier); ok {
+		// Reading the event may ask the provider: bounded like the store,
+		// and not cut short by the client hanging up.
+		vctx, vcancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.storeTimeout)
+		d, err = cv.VerifyContext(vctx, r.Header, body)
+		vcancel()
+	} else {
+		d, err = v.Verify(r.Header, body)
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return

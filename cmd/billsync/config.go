@@ -33,6 +33,7 @@ type config struct {
 	StripeWebhookSecrets []string
 	StripeTolerance      time.Duration
 	StripeRateLimit      float64
+	StripeEndpointRate   float64
 	UserRefKey           string
 
 	PlansPath string
@@ -74,7 +75,8 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 // (serve, resync, replay): they must read the provider and the plans alike.
 func (c *config) bindReconcile(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.StripeAPIURL, "stripe-api-url", getenv("STRIPE_API_URL"), "Stripe API base URL, e.g. a fake Stripe (env STRIPE_API_URL; default api.stripe.com)")
-	fs.Float64Var(&c.StripeRateLimit, "stripe-rate", 25, "Stripe API requests per second, shared by every worker of this process")
+	fs.Float64Var(&c.StripeRateLimit, "stripe-rate", 25, "Stripe API requests per second of this process: every request (fetches, sweep pages, retries, thin-event lookups) of every worker counts")
+	fs.Float64Var(&c.StripeEndpointRate, "stripe-endpoint-rate", 0, "Stripe API requests per second per endpoint family (customers, subscriptions, prices, invoices), within -stripe-rate; 0 = no per-endpoint limit")
 	fs.StringVar(&c.UserRefKey, "user-ref-key", "user_id", "Stripe customer metadata key holding the app's user reference")
 	fs.StringVar(&c.PlansPath, "plans", getenv("BILLSYNC_PLANS"), "plans file (YAML; env BILLSYNC_PLANS; default: the built-in plans.example.yaml)")
 }

@@ -24,10 +24,11 @@ func commands() []command {
 	return []command{
 		{"demo", "play the seed scenario (copies, a late event, a crash) through billsync and a naive handler", runDemo},
 		{"serve", "verify and store webhooks, and reconcile customers against the provider (embedded PostgreSQL when DATABASE_URL is unset)", runServe},
-		{"sweep", "run one sweep now: list every subscription in bulk and heal accounts that drifted from the provider", runSweep},
+		{"sweep", "run one sweep now: list every customer with their subscriptions in bulk and heal accounts that drifted from the provider", runSweep},
 		{"migrate", "apply pending database migrations and exit", runMigrate},
 		{"resync", "reconcile one customer now (by customer, account, user or email); --dry-run shows the diff", runResync},
 		{"replay", "reconcile a stored event's customer again, now; harmless by design", runReplay},
+		{"plans", "check the plans file against the provider: 'plans check' lists active prices no plan maps", runPlans},
 		{"mock", "run the fake Stripe (real wire protocol, signed webhooks, fault knobs)", runMock},
 		{"bench", "measure intake and drain throughput against baselines measured in the same run", runBench},
 	}

@@ -1,24 +1,181 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"slices"
+	"strings"
 
+	"go.yaml.in/yaml/v3"
+
+	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 )
 
+// readPlansFile returns the plans file at path, or the built-in example.
+func readPlansFile(path string) ([]byte, error) {
+	if path == "" {
+		return reconcile.ExamplePlans, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("BILLSYNC_PLANS: %w", err)
+	}
+	return data, nil
+}
+
 // loadPlans reads the plans file at path, or the built-in example.
 func loadPlans(path string) (*reconcile.Plans, error) {
-	data := reconcile.ExamplePlans
-	if path != "" {
-		var err error
-		if data, err = os.ReadFile(path); err != nil {
-			return nil, fmt.Errorf("BILLSYNC_PLANS: %w", err)
-		}
+	data, err := readPlansFile(path)
+	if err != nil {
+		return nil, err
 	}
 	plans, err := reconcile.ParsePlans(data)
 	if err != nil {
 		return nil, fmt.Errorf("BILLSYNC_PLANS %s: %w", path, err)
 	}
 	return plans, nil
+}
+
+// errUnmappedPrices makes `plans check` exit non-zero: an active price no
+// plan maps would leave its subscribers' accounts ignored.
+var errUnmappedPrices = errors.New("active Stripe prices map to no plan")
+
+func runPlans(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) error {
+	fs := flag.NewFlagSet("plans check", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), `usage: billsync plans check [flags]
+
+Lists the Stripe account's active prices (one API request per 100 prices)
+and compares them with the plans file: prints every active price no plan
+maps (by lookup key or price id) and every plan reference that matches no
+active price. Exits non-zero when an active price is unmapped: its
+subscribers' accounts would be ignored. Reads STRIPE_API_KEY (or
+STRIPE_API_KEY_FILE), STRIPE_API_URL and BILLSYNC_PLANS.`)
+		fs.PrintDefaults()
+	}
+	if len(args) == 0 || args[0] != "check" {
+		fs.Usage()
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+			return flag.ErrHelp
+		}
+		return fmt.Errorf("%w: billsync plans check", errUsage)
+	}
+	var cfg config
+	cfg.bindReconcile(fs, os.Getenv)
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	key, err := secret(os.Getenv, "STRIPE_API_KEY")
+	if err == nil && key == "" {
+		err = errors.New("STRIPE_API_KEY is not set: plans check lists the account's prices (or set STRIPE_API_KEY_FILE)")
+	}
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	cfg.StripeAPIKey = key
+	data, err := readPlansFile(cfg.PlansPath)
+	if err != nil {
+		return err
+	}
+	plans, err := reconcile.ParsePlans(data)
+	if err != nil {
+		return fmt.Errorf("BILLSYNC_PLANS %s: %w", cfg.PlansPath, err)
+	}
+	refs, err := stripeRefsOf(data)
+	if err != nil {
+		return err
+	}
+	client, err := newStripeClient(cfg, logger, nil)
+	if err != nil {
+		return err
+	}
+	prices, err := client.ActivePrices(ctx)
+	if err != nil {
+		return err
+	}
+	rep := checkPlans(plans, refs, prices)
+	rep.print(stdout)
+	if len(rep.unmapped) > 0 {
+		return fmt.Errorf("%w: %d of %d", errUnmappedPrices, len(rep.unmapped), len(prices))
+	}
+	return nil
+}
+
+// planRef is one Stripe reference a plan names.
+type planRef struct{ plan, ref string }
+
+// stripeRefsOf reads which Stripe refs each plan names, in file order.
+// ParsePlans has validated the file; this reads only the two fields it
+// needs, so keys added to the plans file later do not break it.
+// (reconcile.Plans does not list its plans; an accessor there would
+// replace this.)
+func stripeRefsOf(data []byte) ([]planRef, error) {
+	var f struct {
+		Plans []struct {
+			Name         string   `yaml:"name"`
+			StripePrices []string `yaml:"stripe_prices"`
+		} `yaml:"plans"`
+	}
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&f); err != nil {
+		return nil, fmt.Errorf("plans: %w", err)
+	}
+	var refs []planRef
+	for _, p := range f.Plans {
+		for _, r := range p.StripePrices {
+			refs = append(refs, planRef{p.Name, r})
+		}
+	}
+	return refs, nil
+}
+
+// plansReport is what `plans check` found.
+type plansReport struct {
+	active   int
+	unmapped []stripe.Price // active prices no plan maps
+	stale    []planRef      // plan refs that match no active price
+}
+
+func checkPlans(plans *reconcile.Plans, refs []planRef, prices []stripe.Price) plansReport {
+	rep := plansReport{active: len(prices)}
+	known := map[string]bool{}
+	for _, p := range prices {
+		if _, ok := plans.ForPrice(stripe.Provider, p.Refs()); !ok {
+			rep.unmapped = append(rep.unmapped, p)
+		}
+		for _, r := range p.Refs() {
+			known[r] = true
+		}
+	}
+	for _, r := range refs {
+		if !known[r.ref] {
+			rep.stale = append(rep.stale, r)
+		}
+	}
+	slices.SortFunc(rep.unmapped, func(a, b stripe.Price) int { return strings.Compare(a.ID, b.ID) })
+	return rep
+}
+
+func (rep plansReport) print(w io.Writer) {
+	fmt.Fprintf(w, "active Stripe prices: %d\n", rep.active)
+	if len(rep.unmapped) == 0 {
+		fmt.Fprintln(w, "every active price maps to a plan")
+	} else {
+		fmt.Fprintf(w, "active prices that map to no plan (%d): add their lookup key or id to a plan's stripe_prices\n", len(rep.unmapped))
+		for _, p := range rep.unmapped {
+			fmt.Fprintf(w, "  %s\n", p)
+		}
+	}
+	if len(rep.stale) > 0 {
+		fmt.Fprintf(w, "plan references that match no active price (%d): archived prices, or typos\n", len(rep.stale))
+		for _, r := range rep.stale {
+			fmt.Fprintf(w, "  plan %s: %s\n", r.plan, r.ref)
+		}
+	}
 }

@@ -67,11 +67,19 @@ STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 	var wg sync.WaitGroup
 	var reconciler server.Reconciler // the admin API's resyncs take a worker's path
 	var sweeper *reconcile.Sweeper
-	if cfg.Workers > 0 {
-		client, err := newStripeClient(cfg, logger, func(status string) { metrics.ObserveProviderRequest(stripe.Provider, status) })
-		if err != nil {
+	stripeVerifier.SetOnConnect(func() { metrics.ObserveConnectEvent(stripe.Provider) })
+	var client *stripe.Client
+	if cfg.StripeAPIKey != "" {
+		// The workers' client also resolves thin events' customers at the
+		// intake (one retrieve, within -intake-timeout, same limiters).
+		// Without a key (intake only), such thin events are stored as
+		// ignored with the reason.
+		if client, err = newStripeClient(cfg, logger, func(status string) { metrics.ObserveProviderRequest(stripe.Provider, status) }); err != nil {
 			return err
 		}
+		stripeVerifier.SetResolver(client)
+	}
+	if cfg.Workers > 0 {
 		worker, err := reconcile.NewWorker(reconcile.WorkerConfig{
 			Name: workerName(), Store: st, Providers: []reconcile.Provider{client}, Plans: plans,
 			Logger: logger, Concurrency: cfg.Workers, OnOutcome: metrics.ObserveReconcile,

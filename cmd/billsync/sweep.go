@@ -26,7 +26,8 @@ func runSweep(ctx context.Context, args []string, stdout io.Writer, logger *slog
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: billsync sweep [flags]
 
-Runs one sweep now: lists every Stripe subscription in bulk, applies each
+Runs one sweep now: lists every Stripe customer with their current
+subscriptions in bulk (100 customers a request), applies each
 customer's state where billsync's account differs (a dropped or failed
 webhook), and queues the accounts the listing did not cover. One sweep runs
 at a time across replicas; a run a crashed sweeper left resumes from its
@@ -63,7 +64,7 @@ STRIPE_API_URL, BILLSYNC_PLANS). Exits non-zero when the sweep fails.`)
 func newStripeClient(cfg config, logger *slog.Logger, onAttempt func(status string)) (*stripe.Client, error) {
 	return stripe.NewClient(stripe.Config{
 		APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIURL, UserRefKey: cfg.UserRefKey,
-		RateLimit: cfg.StripeRateLimit, Logger: logger, OnAttempt: onAttempt,
+		RateLimit: cfg.StripeRateLimit, EndpointRateLimit: cfg.StripeEndpointRate, Logger: logger, OnAttempt: onAttempt,
 	})
 }
 
@@ -74,7 +75,7 @@ func newSweeper(st *store.Store, client *stripe.Client, plans *reconcile.Plans, 
 }
 
 // progress prints a sweep's progress: one line rewritten in place on a
-// terminal, else a plain line every tenth page (a million subscriptions
+// terminal, else a plain line every tenth page (a million customers
 // are ten thousand pages).
 type progress struct {
 	w     io.Writer

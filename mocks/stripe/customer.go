@@ -118,7 +118,41 @@ func (s *Server) getCustomer(c *call) (obj, error) {
 	if !ok {
 		return nil, noSuch("customer", c.r.PathValue("id"), "id")
 	}
-	return renderCustomer(cust), nil
+	return s.renderCustomerExpanded(cust, c.version, c.expand, s.currentSubscriptions()), nil
+}
+
+// currentSubscriptions returns every customer's current (not canceled)
+// subscriptions, newest first: one pass over the table per request, so a
+// page of expanded customers does not scan it once per customer.
+func (s *Server) currentSubscriptions() map[string][]*subscription {
+	current := map[string][]*subscription{}
+	for _, sub := range s.subs.newestFirst(func(sub *subscription) bool { return statusMatches("", sub.Status) }) {
+		current[sub.Customer] = append(current[sub.Customer], sub)
+	}
+	return current
+}
+
+// embeddedSubscriptions is how many subscriptions an expanded
+// customer.subscriptions holds; has_more says there are more.
+const embeddedSubscriptions = 10
+
+// renderCustomerExpanded renders a customer with the expansions a read
+// asked for: subscriptions is the customer's current (not canceled)
+// subscriptions, newest first, as an embedded list of at most 10.
+func (s *Server) renderCustomerExpanded(cust *customer, version string, ex expansion, current map[string][]*subscription) obj {
+	o := renderCustomer(cust)
+	if cust.Deleted || !ex.has("subscriptions") {
+		return o
+	}
+	subs := current[cust.ID]
+	page := subs[:min(len(subs), embeddedSubscriptions)]
+	data := make([]obj, 0, len(page))
+	for _, sub := range page {
+		data = append(data, s.renderSubscription(sub, version, expansion{}))
+	}
+	o["subscriptions"] = obj{"object": "list", "data": data, "has_more": len(subs) > len(page),
+		"url": "/v1/customers/" + cust.ID + "/subscriptions"}
+	return o
 }
 
 func (s *Server) listCustomers(c *call) (obj, error) {
@@ -127,7 +161,14 @@ func (s *Server) listCustomers(c *call) (obj, error) {
 	}
 	email, byEmail := c.form.str("email")
 	rows := s.customers.newestFirst(func(cu *customer) bool { return !cu.Deleted && (!byEmail || cu.Email == email) })
-	return listPage(c, rows, s.customers.get, "customer", renderCustomer)
+	ex := c.expand.inList()
+	var current map[string][]*subscription
+	if ex.has("subscriptions") {
+		current = s.currentSubscriptions()
+	}
+	return listPage(c, rows, s.customers.get, "customer", func(cu *customer) obj {
+		return s.renderCustomerExpanded(cu, c.version, ex, current)
+	})
 }
 
 // nextInvoiceNumber numbers a customer's invoices like Stripe: PREFIX-0001.

@@ -107,6 +107,11 @@ func (s *Server) createPrice(c *call) (obj, error) {
 	p := &price{ID: newID("price"), Created: c.now.Unix(), Currency: currency, UnitAmount: amount, Active: true,
 		Metadata: f.hash("metadata")}
 	p.Nickname, _ = f.str("nickname")
+	if active, ok, err := f.boolean("active"); err != nil {
+		return nil, err
+	} else if ok {
+		p.Active = active // an archived price (active=false) is left out of active=true lists
+	}
 	if rec := f.hash("recurring"); len(rec) > 0 {
 		if p.Interval, p.IntervalCount, err = parseRecurring(rec); err != nil {
 			return nil, err

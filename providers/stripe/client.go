@@ -3,6 +3,7 @@ package stripe
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -43,6 +44,12 @@ type Config struct {
 	// ListRateLimit is requests per second List may take of RateLimit;
 	// default half of it, so webhook-triggered fetches keep the rest.
 	ListRateLimit float64
+	// EndpointRateLimit is requests per second each endpoint family
+	// (/v1/customers…, /v1/subscriptions…, /v1/prices…, /v1/invoices…)
+	// may take, within RateLimit: Stripe also limits some endpoints on
+	// their own, so a reconcile that reads two families spends from two
+	// budgets. 0 (the default) = only the shared RateLimit applies.
+	EndpointRateLimit float64
 
 	// Timeout bounds each HTTP attempt (connect, headers, body), not the time
 	// spent waiting for the rate limiter or between retries; default 10s.
@@ -94,7 +101,7 @@ func (cfg Config) validate() error {
 			errs = append(errs, fmt.Errorf("base URL %q is not an http(s) URL", cfg.BaseURL))
 		}
 	}
-	if cfg.RateLimit < 0 || cfg.Burst < 0 || cfg.ListRateLimit < 0 {
+	if cfg.RateLimit < 0 || cfg.Burst < 0 || cfg.ListRateLimit < 0 || cfg.EndpointRateLimit < 0 {
 		errs = append(errs, errors.New("rate limit and burst must not be negative"))
 	}
 	if cfg.Timeout < 0 || cfg.RetryWaitMin < 0 || cfg.RetryWaitMax < cfg.RetryWaitMin {
@@ -104,8 +111,8 @@ func (cfg Config) validate() error {
 }
 
 // Client reads customers' current state from the Stripe API through
-// stripe-go. It implements reconcile.Provider and reconcile.Lister and is
-// safe for concurrent use.
+// stripe-go. It implements reconcile.Provider, reconcile.Lister and
+// Resolver (thin events' customers) and is safe for concurrent use.
 //
 // The layers of one call, outermost first:
 //
@@ -113,8 +120,9 @@ func (cfg Config) validate() error {
 //	stripe-go (MaxNetworkRetries 0: it never retries by itself)
 //	go-retryablehttp (RetryMax retries of network errors, timeouts, 429 and
 //	  5xx, backoff honouring Retry-After, Stripe-Should-Retry obeyed)
-//	attemptTransport (per attempt: wait for the shared rate limiter, then
-//	  run the attempt under its own Timeout)
+//	attemptTransport (per attempt: wait for List's limiter when List
+//	  calls, the endpoint family's limiter when configured, and the shared
+//	  rate limiter; then run the attempt under its own Timeout)
 //	http.Transport
 type Client struct {
 	api         *stripeapi.Client
@@ -126,6 +134,7 @@ type Client struct {
 var (
 	_ reconcile.Provider = (*Client)(nil)
 	_ reconcile.Lister   = (*Client)(nil)
+	_ Resolver           = (*Client)(nil)
 )
 
 // NewClient validates cfg and returns a Client.
@@ -139,6 +148,7 @@ func NewClient(cfg Config) (*Client, error) {
 	rc.HTTPClient = &http.Client{Transport: &attemptTransport{
 		base:      base,
 		limiter:   rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.Burst),
+		endpoints: newEndpointLimiters(cfg.EndpointRateLimit, cfg.Burst),
 		timeout:   cfg.Timeout,
 		onAttempt: cfg.OnAttempt,
 	}}
@@ -170,121 +180,193 @@ func NewClient(cfg Config) (*Client, error) {
 // Name returns "stripe".
 func (c *Client) Name() string { return Provider }
 
-// Fetch returns the customer's snapshot now: the customer (for the user
-// reference) and every subscription of theirs (status=all), resolved to one
-// by the rule in pick: the newest live subscription (active, trialing,
-// past_due); if none is live, the newest of the rest; none at all gives a
-// snapshot with empty SubscriptionID and Status.
+// Fetch returns the customer's snapshot now, in one request where it can:
+// the customer retrieved with its subscriptions expanded
+// (GET /v1/customers/{id}?expand[]=subscriptions). Stripe embeds the
+// customer's current subscriptions (every status but canceled), newest
+// first, up to 10; only when it says has_more are they read from the
+// subscription list instead (see resolve). A customer with no current
+// subscription costs that one request and has empty Subscriptions.
 //
-// A customer Stripe does not know, or one that was deleted (Stripe answers a
-// deleted customer with {"deleted": true} and has canceled its
-// subscriptions), is reconcile.ErrCustomerUnknown. Unreadable data and 400
-// answers are *reconcile.PermanentError. Everything else (network, timeouts,
-// 429, 5xx, and also 401/403: a bad or revoked key is an outage to alert on,
-// not a reason to ignore events) is transient.
+// A deleted customer (Stripe answers {"deleted": true} and has canceled its
+// subscriptions) is a snapshot with Deleted set; a customer Stripe never
+// knew (404 resource_missing) is reconcile.ErrCustomerUnknown. Unreadable
+// data and 400 answers are *reconcile.PermanentError. Everything else
+// (network, timeouts, 429, 5xx, and also 401/403: a bad or revoked key is an
+// outage to alert on, not a reason to ignore events) is transient.
 func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
 	if customerID == "" {
 		return reconcile.Snapshot{}, reconcile.Permanent("stripe: empty customer id")
 	}
-	cust, err := c.api.V1Customers.Retrieve(ctx, customerID, nil)
+	params := &stripeapi.CustomerRetrieveParams{}
+	params.AddExpand("subscriptions")
+	cust, err := c.api.V1Customers.Retrieve(ctx, customerID, params)
 	if err != nil {
 		return reconcile.Snapshot{}, failCustomer("retrieve customer "+customerID, err)
 	}
-	if cust.Deleted {
-		return reconcile.Snapshot{}, fmt.Errorf("stripe customer %s was deleted: %w", customerID, reconcile.ErrCustomerUnknown)
+	if cust.LastResponse == nil || len(cust.LastResponse.RawJSON) == 0 {
+		return reconcile.Snapshot{}, fmt.Errorf("stripe retrieve customer %s: stripe-go returned no raw JSON", customerID)
 	}
-
-	params := &stripeapi.SubscriptionListParams{Customer: stripeapi.String(customerID), Status: stripeapi.String("all")}
-	params.Limit = stripeapi.Int64(100)
-	var raws [][]byte
-	for sub, err := range c.api.V1Subscriptions.List(ctx, params) {
-		if err != nil {
-			return reconcile.Snapshot{}, failCustomer("list subscriptions of customer "+customerID, err)
-		}
-		raw, err := rawOf(sub)
-		if err != nil {
-			return reconcile.Snapshot{}, fmt.Errorf("stripe list subscriptions of customer %s: %w", customerID, err)
-		}
-		raws = append(raws, raw)
-	}
-
-	chosen, err := pick(raws)
+	snap, err := c.resolve(ctx, cust.LastResponse.RawJSON)
 	if err != nil {
-		return reconcile.Snapshot{}, fmt.Errorf("stripe customer %s: %w", customerID, err)
+		return reconcile.Snapshot{}, err
 	}
-	snap := reconcile.Snapshot{Provider: Provider}
-	if chosen != nil {
-		if snap, err = snapshotOf(chosen); err != nil {
-			return reconcile.Snapshot{}, fmt.Errorf("stripe customer %s: %w", customerID, err)
-		}
-	}
-	snap.CustomerID = customerID
-	snap.UserRef, snap.Email = cust.Metadata[c.userRefKey], cust.Email
 	c.log.DebugContext(ctx, "stripe snapshot fetched", "customer", customerID,
-		"subscriptions", len(raws), "subscription", snap.SubscriptionID, "status", snap.Status)
+		"deleted", snap.Deleted, "subscriptions", len(snap.Subscriptions))
 	return snap, nil
 }
 
-// List pages through every subscription of the account (status=all, 100 per
-// page, newest first, starting after cursor, customer expanded for the user
-// reference) and hands page, after each page, the customers that page
-// resolved by the rule Fetch uses, with the cursor to resume after it (the
-// page's last subscription). A final call with next == "" hands the
-// customers resolved only at the end: those without a live subscription
-// (see listing). Deleted customers, and customers Fetch would fail
-// permanently, are left out: the sweep reconciles them one by one.
+// resolve turns one customer object (retrieved, or listed by List) into its
+// snapshot: the one rule Fetch and List share, so both give the same
+// snapshot of a customer. The embedded subscriptions are used when they are
+// all of them; otherwise (has_more, or not expanded) the customer's
+// subscriptions are listed: GET /v1/subscriptions?customer=…, whose default
+// status filter is the same "all but canceled" as the embedded list, 100 a
+// page.
+func (c *Client) resolve(ctx context.Context, raw []byte) (reconcile.Snapshot, error) {
+	cust, err := customerOfJSON(raw, c.userRefKey)
+	if err != nil {
+		return reconcile.Snapshot{}, err
+	}
+	snap := reconcile.Snapshot{Provider: Provider, CustomerID: cust.id}
+	if cust.deleted {
+		snap.Deleted = true
+		return snap, nil
+	}
+	snap.UserRef, snap.Email = cust.userRef, cust.email
+	raws := cust.subs
+	if !cust.complete {
+		if raws, err = c.listSubscriptions(ctx, cust.id); err != nil {
+			return reconcile.Snapshot{}, err
+		}
+	}
+	// A subscription's embedded items are a list too: when it says
+	// has_more, the rest are listed, so no item (the one that decides the
+	// plan, say) is silently missing. Rare: one request per such
+	// subscription.
+	var items map[string][]json.RawMessage
+	for _, raw := range raws {
+		if !itemsIncomplete(raw) {
+			continue
+		}
+		id, ok := stringAt(raw, "id")
+		if !ok {
+			continue // subscriptionsWithItems reports it
+		}
+		if items == nil {
+			items = map[string][]json.RawMessage{}
+		}
+		if items[id], err = c.listItems(ctx, id); err != nil {
+			return reconcile.Snapshot{}, err
+		}
+	}
+	if snap.Subscriptions, err = subscriptionsWithItems(raws, items); err != nil {
+		return reconcile.Snapshot{}, fmt.Errorf("stripe customer %s: %w", cust.id, err)
+	}
+	return snap, nil
+}
+
+// listItems reads every item of a subscription
+// (GET /v1/subscription_items?subscription=…, 100 a page).
+func (c *Client) listItems(ctx context.Context, subscriptionID string) ([]json.RawMessage, error) {
+	params := &stripeapi.SubscriptionItemListParams{Subscription: stripeapi.String(subscriptionID)}
+	params.Limit = stripeapi.Int64(listPageSize)
+	items := []json.RawMessage{}
+	for it, err := range c.api.V1SubscriptionItems.List(ctx, params) {
+		if err != nil {
+			return nil, fail("list items of subscription "+subscriptionID, err)
+		}
+		if it.LastResponse == nil || len(it.LastResponse.RawJSON) == 0 {
+			return nil, fmt.Errorf("stripe list items of subscription %s: stripe-go returned an item without its raw JSON", subscriptionID)
+		}
+		items = append(items, it.LastResponse.RawJSON)
+	}
+	return items, nil
+}
+
+// listSubscriptions reads every current subscription of a customer.
+func (c *Client) listSubscriptions(ctx context.Context, customerID string) ([][]byte, error) {
+	params := &stripeapi.SubscriptionListParams{Customer: stripeapi.String(customerID)}
+	params.Limit = stripeapi.Int64(listPageSize)
+	var raws [][]byte
+	for sub, err := range c.api.V1Subscriptions.List(ctx, params) {
+		if err != nil {
+			return nil, failCustomer("list subscriptions of customer "+customerID, err)
+		}
+		raw, err := rawOf(sub)
+		if err != nil {
+			return nil, fmt.Errorf("stripe list subscriptions of customer %s: %w", customerID, err)
+		}
+		raws = append(raws, raw)
+	}
+	return raws, nil
+}
+
+// List pages through every customer of the account (GET /v1/customers, 100
+// a page, newest first, starting after cursor, subscriptions expanded) and
+// hands page, after each page, the snapshots of that page's customers with
+// the cursor to resume after it (the page's last customer id), then a final
+// call with no snapshots and next == "". Each customer is resolved on its
+// page by the rule Fetch uses (resolve): a customer with more than 10
+// current subscriptions costs one subscription list more, made in place so
+// the snapshot is the one Fetch would give. Memory is one page.
+//
+// A customer whose data is unreadable (a permanent error) is left out and
+// logged: the sweep enqueues uncovered accounts, and the worker's Fetch
+// records the reason. Stripe's customer list leaves out deleted customers;
+// their accounts are enqueued the same way.
 //
 // Its requests wait for a rate limiter of their own (Config.ListRateLimit)
 // before the client's shared one, so a sweep never takes the whole rate
 // from webhook-triggered fetches.
-//
-// Limit: the memory of which customers were met lasts for one call. A run
-// resumed from a cursor meets only what follows it; the caller skips
-// customers it resolved before (the sweep remembers them per run).
 func (c *Client) List(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error {
 	ctx = context.WithValue(ctx, listLimiterKey{}, c.listLimiter)
-	l := newListing(c.userRefKey, c.log)
-	for {
-		// One iteration per page, stopped at the page's end, so the caller
-		// has the page before the next one is requested: it takes the next
-		// page's observation time in between.
-		params := &stripeapi.SubscriptionListParams{Status: stripeapi.String("all")}
-		params.Limit = stripeapi.Int64(listPageSize)
-		params.AddExpand("data.customer")
-		if cursor != "" {
-			params.StartingAfter = stripeapi.String(cursor)
+	params := &stripeapi.CustomerListParams{}
+	params.Limit = stripeapi.Int64(listPageSize)
+	params.AddExpand("data.subscriptions")
+	if cursor != "" {
+		params.StartingAfter = stripeapi.String(cursor)
+	}
+	// One iterator: it asks for the next page only when the loop reaches
+	// it, so each page is handed over (and the caller takes the next
+	// page's observation time) before the next list request. Every page
+	// but the last is full, so a page ends every listPageSize customers;
+	// the iterator stops on has_more false without another request.
+	snaps := make([]reconcile.Snapshot, 0, listPageSize)
+	read := 0
+	for cust, err := range c.api.V1Customers.List(ctx, params) {
+		if err != nil {
+			return fail("list customers after "+cmp.Or(cursor, "the start"), err)
 		}
-		var snaps []reconcile.Snapshot
-		read := 0
-		for sub, err := range c.api.V1Subscriptions.List(ctx, params) {
-			if err != nil {
-				return fail("list subscriptions after "+cmp.Or(cursor, "the start"), err)
-			}
-			raw, err := rawOf(sub)
-			if err != nil {
-				return fmt.Errorf("stripe list subscriptions: %w", err)
-			}
-			id, ok := stringAt(raw, "id")
-			if !ok {
-				return reconcile.Permanent("stripe subscription list: an entry has no id")
-			}
-			cursor = id
-			if snap, ok := l.add(raw); ok {
-				snaps = append(snaps, snap)
-			}
-			if read++; read == listPageSize {
-				break
-			}
+		if cust.LastResponse == nil || len(cust.LastResponse.RawJSON) == 0 {
+			return errors.New("stripe list customers: stripe-go returned a customer without its raw JSON")
 		}
-		if read > 0 {
+		if cust.ID == "" {
+			return reconcile.Permanent("stripe customer list: an entry has no id")
+		}
+		cursor = cust.ID
+		snap, err := c.resolve(ctx, cust.LastResponse.RawJSON)
+		switch {
+		case err == nil:
+			snaps = append(snaps, snap)
+		case reconcile.IsPermanent(err):
+			c.log.WarnContext(ctx, "stripe customer left out of the sweep listing", "customer", cust.ID, slog.Any("error", err))
+		default:
+			return err
+		}
+		if read++; read%listPageSize == 0 {
 			if err := page(snaps, cursor); err != nil {
 				return err
 			}
-		}
-		if read < listPageSize {
-			return page(l.rest(), "")
+			snaps = make([]reconcile.Snapshot, 0, listPageSize) // the caller may keep the last page's slice
 		}
 	}
+	if read%listPageSize != 0 {
+		if err := page(snaps, cursor); err != nil {
+			return err
+		}
+	}
+	return page(nil, "")
 }
 
 // listPageSize is Stripe's largest page.
@@ -345,6 +427,7 @@ func describe(se *stripeapi.Error) string {
 type attemptTransport struct {
 	base      http.RoundTripper
 	limiter   *rate.Limiter
+	endpoints *endpointLimiters // nil: no per-endpoint limit
 	timeout   time.Duration
 	onAttempt func(status string) // may be nil
 }
@@ -353,6 +436,11 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if l := listLimiter(req.Context()); l != nil {
 		if err := l.Wait(req.Context()); err != nil {
 			return nil, fmt.Errorf("wait for the stripe list rate limit: %w", err)
+		}
+	}
+	if l := t.endpoints.of(req.URL.Path); l != nil {
+		if err := l.Wait(req.Context()); err != nil {
+			return nil, fmt.Errorf("wait for the stripe rate limit of %s: %w", req.URL.Path, err)
 		}
 	}
 	if err := t.limiter.Wait(req.Context()); err != nil {
@@ -423,3 +511,40 @@ func (d debugLogger) Error(msg string, kv ...any) { d.l.Debug("stripe http: "+ms
 func (d debugLogger) Info(msg string, kv ...any)  { d.l.Debug("stripe http: "+msg, kv...) }
 func (d debugLogger) Debug(msg string, kv ...any) { d.l.Debug("stripe http: "+msg, kv...) }
 func (d debugLogger) Warn(msg string, kv ...any)  { d.l.Debug("stripe http: "+msg, kv...) }
+
+// CustomerOf reads the customer of a subscription or an invoice with one
+// retrieve (GET /v1/subscriptions/{id} or /v1/invoices/{id}), for thin
+// events: it makes *Client a Resolver. An id Stripe does not know wraps
+// ErrObjectUnknown; a type it cannot read is a *reconcile.PermanentError.
+func (c *Client) CustomerOf(ctx context.Context, objectType, id string) (string, error) {
+	var (
+		resp *stripeapi.APIResponse
+		err  error
+	)
+	switch objectType {
+	case "subscription":
+		var sub *stripeapi.Subscription
+		if sub, err = c.api.V1Subscriptions.Retrieve(ctx, id, nil); err == nil {
+			resp = sub.LastResponse
+		}
+	case "invoice":
+		var inv *stripeapi.Invoice
+		if inv, err = c.api.V1Invoices.Retrieve(ctx, id, nil); err == nil {
+			resp = inv.LastResponse
+		}
+	default:
+		return "", reconcile.Permanent("stripe: cannot read the customer of a %q", objectType)
+	}
+	op := "retrieve " + objectType + " " + id
+	var se *stripeapi.Error
+	switch {
+	case errors.As(err, &se) && se.Code == stripeapi.ErrorCodeResourceMissing:
+		return "", fmt.Errorf("stripe %s: %s: %w", op, describe(se), ErrObjectUnknown)
+	case err != nil:
+		return "", fail(op, err)
+	case resp == nil || len(resp.RawJSON) == 0:
+		return "", fmt.Errorf("stripe %s: stripe-go returned no raw JSON", op)
+	}
+	customer, _ := customerIDOf(resp.RawJSON)
+	return customer, nil
+}

@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -100,74 +101,134 @@ func TestCompatStripeMock(t *testing.T) {
 
 		// stripe-mock v0.203.0 answers an active subscription whose generated
 		// item period ends (976287773, 2000-12-08) before it starts
-		// (1896570518, 2030-02-06). billsync refuses to grant an allowance for
-		// that period: a permanent error with the reason, not a snapshot.
+		// (1896570518, 2030-02-06): unreadable, a permanent error with the
+		// reason, never a snapshot with that period.
 		var perm *reconcile.PermanentError
 		require.ErrorAs(t, err, &perm)
 		require.Contains(t, perm.Reason, "(active): current period ends (2000-12-08T")
 		require.Contains(t, perm.Reason, "before it starts (2030-02-06T")
 	})
 
+	// fixSubscriptions turns stripe-mock's subscription fixtures in a list
+	// into readable ones: a valid period on each item and a lookup key.
+	start := time.Date(2025, 9, 1, 0, 0, 0, 0, time.UTC)
+	end := start.AddDate(0, 1, 0)
+	fixSubscriptions := func(list map[string]any) {
+		for _, sub := range list["data"].([]any) {
+			sub := sub.(map[string]any)
+			sub["status"] = "active"
+			for _, item := range sub["items"].(map[string]any)["data"].([]any) {
+				item := item.(map[string]any)
+				item["current_period_start"] = start.Unix()
+				item["current_period_end"] = end.Unix()
+				item["price"].(map[string]any)["lookup_key"] = "pro"
+			}
+		}
+	}
+	want := reconcile.Snapshot{
+		Provider:   stripe.Provider,
+		CustomerID: "cus_compat",
+		UserRef:    "user_compat",
+		Subscriptions: []reconcile.Subscription{{
+			ID:      "sub_1Pgc6rB7WZ01zgkWNy0Cn5nw", // the fixture's
+			Status:  "active",
+			Created: time.Unix(1234567890, 0).UTC(),
+			Items: []reconcile.Item{{PriceRefs: []string{"pro", "price_1PgafmB7WZ01zgkW6dKueIc5"}, Quantity: 1,
+				PeriodStart: start, PeriodEnd: end}},
+			// The fixture's cancel_at_period_end is true, its trial_end is
+			// its created time and its pause_collection an object.
+			CancelAtPeriodEnd: true,
+			TrialEnd:          time.Unix(1234567890, 0).UTC(),
+			CollectionPaused:  true,
+		}},
+	}
+
 	t.Run("FetchLive", func(t *testing.T) {
-		// stripe-mock cannot answer a usable live subscription, so the proxy
-		// turns its fixture into one on the way back: a valid period on the
-		// item, a lookup key on its price, a user reference on the customer.
-		// Without this patch Fetch fails as in "Fetch" above.
-		start := time.Date(2025, 9, 1, 0, 0, 0, 0, time.UTC)
-		end := start.AddDate(0, 1, 0)
+		// The proxy turns the fixture into a usable customer on the way
+		// back. Without this patch Fetch fails as in "Fetch" above.
 		m.patchWith(t, func(path string, body map[string]any) {
-			switch path {
-			case "/v1/customers/cus_compat":
+			if path == "/v1/customers/cus_compat" {
+				body["id"] = "cus_compat"
 				body["metadata"] = map[string]any{"user_id": "user_compat"}
-			case "/v1/subscriptions":
-				for _, sub := range body["data"].([]any) {
-					sub := sub.(map[string]any)
-					sub["status"] = "active"
-					for _, item := range sub["items"].(map[string]any)["data"].([]any) {
-						item := item.(map[string]any)
-						item["current_period_start"] = start.Unix()
-						item["current_period_end"] = end.Unix()
-						item["price"].(map[string]any)["lookup_key"] = "pro"
-					}
-				}
+				body["email"] = nil
+				fixSubscriptions(body["subscriptions"].(map[string]any))
 			}
 		})
-
 		snap, err := c.Fetch(context.Background(), "cus_compat")
 		requireFetchAccepted(t, m.seen())
 		require.NoError(t, err)
-		require.Equal(t, reconcile.Snapshot{
-			Provider:       stripe.Provider,
-			CustomerID:     "cus_compat",
-			UserRef:        "user_compat",
-			SubscriptionID: "sub_1Pgc6rB7WZ01zgkWNy0Cn5nw", // the fixture's
-			Status:         "active",
-			PriceRefs:      []string{"pro", "price_1PgafmB7WZ01zgkW6dKueIc5"},
-			PeriodStart:    start,
-			PeriodEnd:      end,
-			// The fixture's cancel_at_period_end is true.
-			CancelAtPeriodEnd: true,
-		}, snap)
+		require.Equal(t, want, snap)
+	})
+
+	t.Run("FetchFallback", func(t *testing.T) {
+		// has_more on the embedded list: the subscription list is read,
+		// with parameters stripe-mock accepts.
+		m.patchWith(t, func(path string, body map[string]any) {
+			switch path {
+			case "/v1/customers/cus_compat":
+				body["id"] = "cus_compat"
+				body["metadata"] = map[string]any{"user_id": "user_compat"}
+				body["email"] = nil
+				body["subscriptions"].(map[string]any)["has_more"] = true
+			case "/v1/subscriptions":
+				fixSubscriptions(body)
+			}
+		})
+		snap, err := c.Fetch(context.Background(), "cus_compat")
+		require.NoError(t, err)
+		require.Equal(t, want, snap)
+		reqs := m.seen()
+		require.Len(t, reqs, 2)
+		for _, r := range reqs {
+			require.Equal(t, http.StatusOK, r.status, "stripe-mock refused %s %s?%s", r.method, r.path, r.query)
+		}
+		require.Equal(t, "/v1/subscriptions", reqs[1].path)
+		q, err := url.ParseQuery(reqs[1].query)
+		require.NoError(t, err)
+		require.Equal(t, url.Values{"customer": {"cus_compat"}, "limit": {"100"}}, q)
 	})
 
 	t.Run("List", func(t *testing.T) {
 		var calls int
-		err := c.List(context.Background(), "sub_cursor", func(snaps []reconcile.Snapshot, next string) error {
+		err := c.List(context.Background(), "cus_cursor", func(snaps []reconcile.Snapshot, next string) error {
 			calls++
-			// The fixture's one subscription has the inverted period above,
-			// so it is left out for Fetch to report.
+			// The fixture's one customer has the subscription with the
+			// inverted period above, so it is left out for Fetch to report.
 			require.Empty(t, snaps)
 			return nil
 		})
 		require.NoError(t, err)
-		require.Equal(t, 2, calls, "the page, then the customers resolved at the end")
+		require.Equal(t, 2, calls, "the page, then the final call")
 		reqs := m.seen()
 		require.Len(t, reqs, 1)
 		require.Equal(t, http.StatusOK, reqs[0].status, "stripe-mock refused %s?%s", reqs[0].path, reqs[0].query)
+		require.Equal(t, "/v1/customers", reqs[0].path)
 		q, err := url.ParseQuery(reqs[0].query)
 		require.NoError(t, err)
-		require.Equal(t, url.Values{"status": {"all"}, "limit": {"100"}, "starting_after": {"sub_cursor"},
-			"expand[0]": {"data.customer"}}, q)
+		require.Equal(t, url.Values{"limit": {"100"}, "starting_after": {"cus_cursor"},
+			"expand[0]": {"data.subscriptions"}}, q)
+	})
+
+	t.Run("PricesAndThinEventLookups", func(t *testing.T) {
+		prices, err := c.ActivePrices(context.Background())
+		require.NoError(t, err)
+		require.NotEmpty(t, prices)
+		for _, typ := range []string{"subscription", "invoice"} {
+			customer, err := c.CustomerOf(context.Background(), typ, "obj_compat")
+			require.NoError(t, err, typ)
+			require.True(t, strings.HasPrefix(customer, "cus_"), "%s names its customer: %q", typ, customer)
+		}
+		reqs := m.seen()
+		require.Len(t, reqs, 3)
+		for _, r := range reqs {
+			require.Equal(t, http.StatusOK, r.status, "stripe-mock refused %s %s?%s", r.method, r.path, r.query)
+		}
+		require.Equal(t, "/v1/prices", reqs[0].path)
+		q, err := url.ParseQuery(reqs[0].query)
+		require.NoError(t, err)
+		require.Equal(t, url.Values{"active": {"true"}, "limit": {"100"}}, q)
+		require.Equal(t, "/v1/subscriptions/obj_compat", reqs[1].path)
+		require.Equal(t, "/v1/invoices/obj_compat", reqs[2].path)
 	})
 
 	t.Run("MockRejectsInvalidParameters", func(t *testing.T) {
@@ -183,19 +244,17 @@ func TestCompatStripeMock(t *testing.T) {
 	})
 }
 
-// requireFetchAccepted checks that one Fetch of cus_compat sent exactly the
-// customer retrieve and the subscription list, at billsync's API version, and
-// that stripe-mock accepted both.
+// requireFetchAccepted checks that one Fetch of cus_compat sent exactly one
+// request, the customer retrieve with its subscriptions expanded, at
+// billsync's API version, and that stripe-mock accepted it.
 func requireFetchAccepted(t *testing.T, reqs []recorded) {
 	t.Helper()
-	require.Len(t, reqs, 2)
-	for _, r := range reqs {
-		require.Equal(t, http.StatusOK, r.status, "stripe-mock refused %s %s?%s", r.method, r.path, r.query)
-		require.Equal(t, stripe.APIVersion, r.version)
-	}
-	require.Equal(t, "/v1/customers/cus_compat", reqs[0].path)
-	require.Equal(t, "/v1/subscriptions", reqs[1].path)
-	q, err := url.ParseQuery(reqs[1].query)
+	require.Len(t, reqs, 1)
+	r := reqs[0]
+	require.Equal(t, http.StatusOK, r.status, "stripe-mock refused %s %s?%s", r.method, r.path, r.query)
+	require.Equal(t, stripe.APIVersion, r.version)
+	require.Equal(t, "/v1/customers/cus_compat", r.path)
+	q, err := url.ParseQuery(r.query)
 	require.NoError(t, err)
-	require.Equal(t, url.Values{"customer": {"cus_compat"}, "status": {"all"}, "limit": {"100"}}, q)
+	require.Equal(t, url.Values{"expand[0]": {"subscriptions"}}, q)
 }

@@ -32,30 +32,39 @@ func day(s string) time.Time {
 
 func TestPeriodOf(t *testing.T) {
 	t.Parallel()
+	first := func(raw []byte) []byte {
+		items := itemsOf(objectOf(raw))
+		if len(items) == 0 {
+			return nil
+		}
+		return items[0]
+	}
 	tests := []struct {
 		name       string
-		raw        []byte
+		sub, item  []byte
 		start, end time.Time
 		ok         bool
 	}{
-		{"Basil_ItemLevel", readTestdata(t, "subscription_basil.json"), day("2025-12-01"), day("2026-01-01"), true},
-		{"2024-06-20_SubscriptionLevel", readTestdata(t, "subscription_2024-06-20.json"), day("2024-07-01"), day("2024-08-01"), true},
-		{"LegacyPlan_SubscriptionLevel", readTestdata(t, "subscription_legacy_plan.json"), day("2018-01-01"), day("2018-02-01"), true},
-		{"Absent_NullOnItems", readTestdata(t, "subscription_no_period.json"), time.Time{}, time.Time{}, false},
-		{"ItemLevelWinsOverSubscriptionLevel", []byte(`{"current_period_start":1000,"current_period_end":2000,
-			"items":{"data":[{"current_period_start":1764547200,"current_period_end":1767225600}]}}`),
+		{"Basil_ItemLevel", readTestdata(t, "subscription_basil.json"), first(readTestdata(t, "subscription_basil.json")),
 			day("2025-12-01"), day("2026-01-01"), true},
-		{"FirstItemWithBothBounds", []byte(`{"items":{"data":[{"current_period_start":1764547200},
-			{"current_period_start":1719792000,"current_period_end":1722470400}]}}`),
+		{"2024-06-20_SubscriptionLevel", readTestdata(t, "subscription_2024-06-20.json"), first(readTestdata(t, "subscription_2024-06-20.json")),
 			day("2024-07-01"), day("2024-08-01"), true},
-		{"OnlyStart", []byte(`{"current_period_start":1764547200}`), time.Time{}, time.Time{}, false},
-		{"ZeroIsAbsent", []byte(`{"current_period_start":0,"current_period_end":1767225600}`), time.Time{}, time.Time{}, false},
-		{"WrongType", []byte(`{"current_period_start":"1764547200","current_period_end":1767225600}`), time.Time{}, time.Time{}, false},
-		{"NotAnObject", []byte(`[1,2]`), time.Time{}, time.Time{}, false},
+		{"LegacyPlan_SubscriptionLevel", readTestdata(t, "subscription_legacy_plan.json"), first(readTestdata(t, "subscription_legacy_plan.json")),
+			day("2018-01-01"), day("2018-02-01"), true},
+		{"Absent_NullOnItems", readTestdata(t, "subscription_no_period.json"), first(readTestdata(t, "subscription_no_period.json")),
+			time.Time{}, time.Time{}, false},
+		{"ItemLevelWinsOverSubscriptionLevel", []byte(`{"current_period_start":1000,"current_period_end":2000}`),
+			[]byte(`{"current_period_start":1764547200,"current_period_end":1767225600}`), day("2025-12-01"), day("2026-01-01"), true},
+		{"ItemWithOneBoundTakesSubscriptions", []byte(`{"current_period_start":1719792000,"current_period_end":1722470400}`),
+			[]byte(`{"current_period_start":1764547200}`), day("2024-07-01"), day("2024-08-01"), true},
+		{"OnlyStart", []byte(`{"current_period_start":1764547200}`), nil, time.Time{}, time.Time{}, false},
+		{"ZeroIsAbsent", []byte(`{"current_period_start":0,"current_period_end":1767225600}`), nil, time.Time{}, time.Time{}, false},
+		{"WrongType", []byte(`{"current_period_start":"1764547200","current_period_end":1767225600}`), nil, time.Time{}, time.Time{}, false},
+		{"NotAnObject", []byte(`[1,2]`), []byte(`"x"`), time.Time{}, time.Time{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			start, end, ok := periodOf(tt.raw)
+			start, end, ok := periodOf(objectOf(tt.sub), objectOf(tt.item))
 			require.Equal(t, tt.ok, ok)
 			require.True(t, tt.start.Equal(start), "start %s, want %s", start, tt.start)
 			require.True(t, tt.end.Equal(end), "end %s, want %s", end, tt.end)
@@ -67,86 +76,111 @@ func TestPriceRefsOf(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
-		raw  []byte
+		item []byte
 		want []string
 	}{
-		{"Basil_LookupKeyThenPriceID", readTestdata(t, "subscription_basil.json"), []string{"pro_monthly", "price_1RbasilPro0001"}},
-		{"2024-06-20", readTestdata(t, "subscription_2024-06-20.json"), []string{"team_monthly", "price_1PoldTeam0002"}},
-		{"LegacyPlanIDOnly", readTestdata(t, "subscription_legacy_plan.json"), []string{"gold-monthly"}},
-		{"Absent", readTestdata(t, "subscription_no_price.json"), nil},
+		{"Basil_LookupKeyThenPriceID", itemsOf(objectOf(readTestdata(t, "subscription_basil.json")))[0], []string{"pro_monthly", "price_1RbasilPro0001"}},
+		{"2024-06-20", itemsOf(objectOf(readTestdata(t, "subscription_2024-06-20.json")))[0], []string{"team_monthly", "price_1PoldTeam0002"}},
+		{"LegacyPlanIDOnly", itemsOf(objectOf(readTestdata(t, "subscription_legacy_plan.json")))[0], []string{"gold-monthly"}},
 		{"TopLevelPlanOnly", []byte(`{"plan":{"id":"silver-2016","object":"plan"}}`), []string{"silver-2016"}},
-		{"PriceAsID", []byte(`{"items":{"data":[{"price":"price_X"}]}}`), []string{"price_X"}},
-		{"AllItemsInOrder", []byte(`{"items":{"data":[
-			{"price":{"id":"price_seats","lookup_key":null}},
-			{"price":{"id":"price_pro","lookup_key":"pro"},"plan":{"id":"price_pro"}}]}}`),
-			[]string{"price_seats", "pro", "price_pro"}},
+		{"PriceAsID", []byte(`{"price":"price_X"}`), []string{"price_X"}},
+		{"NullLookupKey", []byte(`{"price":{"id":"price_seats","lookup_key":null},"plan":{"id":"price_seats"}}`), []string{"price_seats"}},
+		{"Absent", []byte(`{"price":null}`), nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			require.Equal(t, tt.want, priceRefsOf(tt.raw))
+			require.Equal(t, tt.want, priceRefsOf(objectOf(tt.item)))
 		})
 	}
 }
 
 func TestStatusAndCancelOf(t *testing.T) {
 	t.Parallel()
-	status, ok := statusOf(readTestdata(t, "subscription_legacy_plan.json"))
+	status, ok := statusOf(objectOf(readTestdata(t, "subscription_legacy_plan.json")))
 	require.True(t, ok)
 	require.Equal(t, "trialing", status)
-	_, ok = statusOf([]byte(`{"status":null}`))
+	_, ok = statusOf(objectOf([]byte(`{"status":null}`)))
 	require.False(t, ok)
 
-	c := cancelOf(readTestdata(t, "subscription_2024-06-20.json"))
+	c := cancelOf(objectOf(readTestdata(t, "subscription_2024-06-20.json")))
 	require.True(t, c.AtPeriodEnd)
 	require.True(t, day("2024-08-01").Equal(c.At))
 	require.True(t, time.Unix(1720000000, 0).Equal(c.CanceledAt))
 
-	c = cancelOf(readTestdata(t, "subscription_basil.json"))
+	c = cancelOf(objectOf(readTestdata(t, "subscription_basil.json")))
 	require.Equal(t, cancellation{}, c, "nulls are absent, not time.Unix(0)")
 }
 
-func TestSnapshotOf(t *testing.T) {
+func TestQuantityAndPauseOf(t *testing.T) {
+	t.Parallel()
+	for raw, want := range map[string]int64{`{"quantity":50}`: 50, `{"quantity":0}`: 0, `{"quantity":null}`: 1, `{}`: 1,
+		`{"quantity":"5"}`: 1, `{"quantity":-3}`: 1} {
+		require.Equal(t, want, quantityOf(objectOf([]byte(raw))), raw)
+	}
+	for raw, want := range map[string]bool{`{"pause_collection":{"behavior":"void","resumes_at":null}}`: true,
+		`{"pause_collection":null}`: false, `{}`: false, `{"pause_collection":"void"}`: false, `{"pause_collection":{}}`: true} {
+		require.Equal(t, want, collectionPausedOf(objectOf([]byte(raw))), raw)
+	}
+}
+
+// item is a reconcile.Item for tests: one unit unless said otherwise.
+func item(start, end time.Time, refs ...string) reconcile.Item {
+	return reconcile.Item{PriceRefs: refs, Quantity: 1, PeriodStart: start, PeriodEnd: end}
+}
+
+func TestSubscriptionOf(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
 		raw  []byte
-		want reconcile.Snapshot
+		want reconcile.Subscription
 		err  string // substring of the permanent error's reason
 	}{
-		{name: "Basil", raw: readTestdata(t, "subscription_basil.json"), want: reconcile.Snapshot{
-			Provider: "stripe", CustomerID: "cus_TbasilAda0001", SubscriptionID: "sub_1RbasilPro0001", Status: "active",
-			PriceRefs: []string{"pro_monthly", "price_1RbasilPro0001"}, PeriodStart: day("2025-12-01"), PeriodEnd: day("2026-01-01"),
+		{name: "Basil", raw: readTestdata(t, "subscription_basil.json"), want: reconcile.Subscription{
+			ID: "sub_1RbasilPro0001", Status: "active", Created: day("2025-12-01"),
+			Items: []reconcile.Item{item(day("2025-12-01"), day("2026-01-01"), "pro_monthly", "price_1RbasilPro0001")},
 		}},
-		{name: "PreBasil_2024-06-20", raw: readTestdata(t, "subscription_2024-06-20.json"), want: reconcile.Snapshot{
-			Provider: "stripe", CustomerID: "cus_QoldGrace0002", SubscriptionID: "sub_1PoldTeam0002", Status: "active",
-			PriceRefs: []string{"team_monthly", "price_1PoldTeam0002"}, PeriodStart: day("2024-07-01"), PeriodEnd: day("2024-08-01"),
-			CancelAtPeriodEnd: true,
+		{name: "PreBasil_2024-06-20", raw: readTestdata(t, "subscription_2024-06-20.json"), want: reconcile.Subscription{
+			ID: "sub_1PoldTeam0002", Status: "active", Created: day("2024-07-01"), CancelAtPeriodEnd: true,
+			Items: []reconcile.Item{{PriceRefs: []string{"team_monthly", "price_1PoldTeam0002"}, Quantity: 3,
+				PeriodStart: day("2024-07-01"), PeriodEnd: day("2024-08-01")}},
 		}},
-		{name: "LegacyPlan", raw: readTestdata(t, "subscription_legacy_plan.json"), want: reconcile.Snapshot{
-			Provider: "stripe", CustomerID: "cus_BlegacyLin03", SubscriptionID: "sub_BlegacyPlan03", Status: "trialing",
-			PriceRefs: []string{"gold-monthly"}, PeriodStart: day("2018-01-01"), PeriodEnd: day("2018-02-01"),
+		{name: "LegacyPlan", raw: readTestdata(t, "subscription_legacy_plan.json"), want: reconcile.Subscription{
+			ID: "sub_BlegacyPlan03", Status: "trialing", Created: day("2018-01-01"), TrialEnd: day("2018-02-01"),
+			Items: []reconcile.Item{item(day("2018-01-01"), day("2018-02-01"), "gold-monthly")},
 		}},
-		{name: "CanceledNeedsNothingButKeepsWhatItHas", raw: readTestdata(t, "subscription_canceled_basil.json"), want: reconcile.Snapshot{
-			Provider: "stripe", CustomerID: "cus_TbasilAda0001", SubscriptionID: "sub_1RcanceledOld06", Status: "canceled",
-			PriceRefs: []string{"pro_monthly", "price_1RbasilPro0001"}, PeriodStart: day("2025-09-01"), PeriodEnd: day("2025-10-01"),
+		{name: "Canceled", raw: readTestdata(t, "subscription_canceled_basil.json"), want: reconcile.Subscription{
+			ID: "sub_1RcanceledOld06", Status: "canceled", Created: day("2025-09-01"),
+			Items: []reconcile.Item{item(day("2025-09-01"), day("2025-10-01"), "pro_monthly", "price_1RbasilPro0001")},
 		}},
-		{name: "CancelAtPeriodEndViaCancelAt", raw: []byte(`{"id":"sub_c","status":"active","customer":"cus_c",
-			"cancel_at_period_end":false,"cancel_at":1767225600,
+		{name: "LiveWithoutPeriodHasZeroPeriod", raw: readTestdata(t, "subscription_no_period.json"), want: reconcile.Subscription{
+			ID: "sub_1RnoPeriod0004", Status: "past_due", Created: day("2025-12-01"),
+			Items: []reconcile.Item{item(time.Time{}, time.Time{}, "pro_monthly", "price_1RbasilPro0001")},
+		}},
+		{name: "LiveWithoutPriceHasNoItems", raw: readTestdata(t, "subscription_no_price.json"), want: reconcile.Subscription{
+			ID: "sub_1RnoPrice0005", Status: "active", Created: day("2025-12-01"),
+		}},
+		{name: "TopLevelPlanWithoutItems", raw: []byte(`{"id":"sub_t","status":"active","plan":{"id":"silver-2016"},"quantity":4,
+			"current_period_start":1764547200,"current_period_end":1767225600}`), want: reconcile.Subscription{
+			ID: "sub_t", Status: "active", Items: []reconcile.Item{{PriceRefs: []string{"silver-2016"}, Quantity: 4,
+				PeriodStart: day("2025-12-01"), PeriodEnd: day("2026-01-01")}},
+		}},
+		{name: "CancelAtPeriodEndViaCancelAt", raw: []byte(`{"id":"sub_c","status":"active","cancel_at_period_end":false,"cancel_at":1767225600,
 			"items":{"data":[{"price":{"id":"price_p"},"current_period_start":1764547200,"current_period_end":1767225600}]}}`),
-			want: reconcile.Snapshot{Provider: "stripe", CustomerID: "cus_c", SubscriptionID: "sub_c", Status: "active",
-				PriceRefs: []string{"price_p"}, PeriodStart: day("2025-12-01"), PeriodEnd: day("2026-01-01"), CancelAtPeriodEnd: true}},
-		{name: "ExpandedCustomer", raw: []byte(`{"id":"sub_e","status":"canceled","customer":{"id":"cus_e","object":"customer"}}`),
-			want: reconcile.Snapshot{Provider: "stripe", CustomerID: "cus_e", SubscriptionID: "sub_e", Status: "canceled"}},
-		{name: "ErrLiveWithoutPeriod", raw: readTestdata(t, "subscription_no_period.json"),
-			err: "stripe subscription sub_1RnoPeriod0004 (past_due): no current period in either the item shape"},
-		{name: "ErrLiveWithoutPrice", raw: readTestdata(t, "subscription_no_price.json"),
-			err: "stripe subscription sub_1RnoPrice0005 (active): no price reference"},
-		{name: "ErrLivePeriodInverted", raw: []byte(`{"id":"sub_i","status":"active","plan":{"id":"p"},
+			want: reconcile.Subscription{ID: "sub_c", Status: "active", CancelAtPeriodEnd: true,
+				Items: []reconcile.Item{item(day("2025-12-01"), day("2026-01-01"), "price_p")}}},
+		{name: "CancelAtAfterPeriodIsNotAtPeriodEnd", raw: []byte(`{"id":"sub_c","status":"active","cancel_at":1767225601,
+			"items":{"data":[{"price":{"id":"price_p"},"current_period_start":1764547200,"current_period_end":1767225600}]}}`),
+			want: reconcile.Subscription{ID: "sub_c", Status: "active",
+				Items: []reconcile.Item{item(day("2025-12-01"), day("2026-01-01"), "price_p")}}},
+		{name: "TrialAndPause", raw: []byte(`{"id":"sub_p","status":"trialing","trial_end":1767225600,
+			"pause_collection":{"behavior":"keep_as_draft","resumes_at":null},
+			"items":{"data":[{"price":{"id":"price_p"},"quantity":7,"current_period_start":1764547200,"current_period_end":1767225600}]}}`),
+			want: reconcile.Subscription{ID: "sub_p", Status: "trialing", TrialEnd: day("2026-01-01"), CollectionPaused: true,
+				Items: []reconcile.Item{{PriceRefs: []string{"price_p"}, Quantity: 7, PeriodStart: day("2025-12-01"), PeriodEnd: day("2026-01-01")}}}},
+		{name: "ErrPeriodInverted", raw: []byte(`{"id":"sub_i","status":"active","plan":{"id":"p"},
 			"current_period_start":1767225600,"current_period_end":1764547200}`),
 			err: "current period ends (2025-12-01T00:00:00Z) before it starts (2026-01-01T00:00:00Z)"},
-		{name: "CanceledPeriodInvertedIsDropped", raw: []byte(`{"id":"sub_j","status":"canceled",
-			"current_period_start":1767225600,"current_period_end":1764547200}`),
-			want: reconcile.Snapshot{Provider: "stripe", SubscriptionID: "sub_j", Status: "canceled"}},
 		{name: "ErrNoStatus", raw: []byte(`{"id":"sub_s","object":"subscription"}`), err: "stripe subscription sub_s: no status"},
 		{name: "ErrNotASubscription", raw: readTestdata(t, "subscription_updated_basil.json"), err: `object is "event"`},
 		{name: "ErrNoID", raw: []byte(`{}`), err: "no id"},
@@ -154,55 +188,84 @@ func TestSnapshotOf(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			snap, err := snapshotOf(tt.raw)
+			sub, err := subscriptionOf(tt.raw)
 			if tt.err != "" {
 				require.Error(t, err)
 				var perm *reconcile.PermanentError
 				require.ErrorAs(t, err, &perm)
 				require.Contains(t, perm.Reason, tt.err)
-				require.Equal(t, reconcile.Snapshot{}, snap)
 				return
 			}
 			require.NoError(t, err)
-			require.Equal(t, tt.want, snap)
+			require.Equal(t, tt.want, sub)
 		})
 	}
 }
 
-func TestPick(t *testing.T) {
+// TestCustomerExpanded reads a recorded-shape customer with three current
+// subscriptions: mixed intervals on one (a yearly add-on listed before the
+// monthly plan) with a cancel_at inside the monthly period, 50 trial seats,
+// and one with paused collection.
+func TestCustomerExpanded(t *testing.T) {
 	t.Parallel()
-	mk := func(id, status string, created int64) []byte {
-		b, err := json.Marshal(map[string]any{"id": id, "status": status, "created": created})
-		require.NoError(t, err)
-		return b
-	}
-	tests := []struct {
-		name string
-		subs [][]byte
-		want string // id; "" = none
-	}{
-		{"None", nil, ""},
-		{"LiveOlderBeatsCanceledNewer", [][]byte{mk("sub_new", "canceled", 200), mk("sub_old", "active", 100)}, "sub_old"},
-		{"NewestLive", [][]byte{mk("sub_a", "active", 100), mk("sub_t", "trialing", 300), mk("sub_c", "canceled", 400)}, "sub_t"},
-		{"PastDueIsLive", [][]byte{mk("sub_u", "unpaid", 300), mk("sub_p", "past_due", 100)}, "sub_p"},
-		{"NoneLive_NewestOfRest", [][]byte{mk("sub_1", "canceled", 100), mk("sub_2", "incomplete_expired", 300), mk("sub_3", "unpaid", 200)}, "sub_2"},
-		{"TieKeepsListOrder", [][]byte{mk("sub_first", "active", 100), mk("sub_second", "active", 100)}, "sub_first"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := pick(tt.subs)
-			require.NoError(t, err)
-			if tt.want == "" {
-				require.Nil(t, got)
-				return
-			}
-			id, _ := stringAt(got, "id")
-			require.Equal(t, tt.want, id)
-		})
-	}
+	raw := readTestdata(t, "customer_expanded_basil.json")
+	cust, err := customerOfJSON(raw, "user_id")
+	require.NoError(t, err)
+	require.Equal(t, "cus_TmixedMay0007", cust.id)
+	require.Equal(t, "u_may", cust.userRef)
+	require.Equal(t, "may@example.com", cust.email)
+	require.True(t, cust.complete)
+	require.False(t, cust.deleted)
+	require.Len(t, cust.subs, 3)
 
-	t.Run("ErrEntryWithoutStatus", func(t *testing.T) {
-		_, err := pick([][]byte{mk("sub_a", "active", 1), []byte(`{"id":"sub_b"}`)})
+	// Stripe's order is newest first; the reader keeps that order whatever
+	// order the subscriptions come in.
+	reversed := [][]byte{cust.subs[2], cust.subs[1], cust.subs[0]}
+	subs, err := subscriptionsOf(reversed)
+	require.NoError(t, err)
+	require.Equal(t, []reconcile.Subscription{
+		{ID: "sub_1RtrialSeat0072", Status: "trialing", Created: day("2025-11-20"), TrialEnd: day("2025-12-04"),
+			Items: []reconcile.Item{{PriceRefs: []string{"team_seat", "price_1RteamSeat0072"}, Quantity: 50,
+				PeriodStart: day("2025-11-20"), PeriodEnd: day("2025-12-04")}}},
+		{ID: "sub_1RmixedPro0071", Status: "active", Created: day("2025-06-01"), CancelAtPeriodEnd: true,
+			Items: []reconcile.Item{
+				item(day("2025-06-01"), day("2026-06-01"), "addon_yearly", "price_1RaddonYear0071"),
+				item(day("2025-12-01"), day("2026-01-01"), "pro_monthly", "price_1RproMonth0071"),
+			}},
+		{ID: "sub_1RpausedOld0070", Status: "active", Created: day("2025-01-10"), CollectionPaused: true,
+			Items: []reconcile.Item{item(day("2025-12-10"), day("2026-01-10"), "pro_monthly", "price_1RproMonth0071")}},
+	}, subs)
+
+	t.Run("Deleted", func(t *testing.T) {
+		cust, err := customerOfJSON([]byte(`{"id":"cus_gone","object":"customer","deleted":true}`), "user_id")
+		require.NoError(t, err)
+		require.True(t, cust.deleted)
+	})
+	t.Run("HasMoreIsIncomplete", func(t *testing.T) {
+		cust, err := customerOfJSON([]byte(`{"id":"cus_m","subscriptions":{"object":"list","data":[{"id":"sub_1","status":"active"}],"has_more":true}}`), "user_id")
+		require.NoError(t, err)
+		require.False(t, cust.complete)
+	})
+	t.Run("NotExpandedIsIncomplete", func(t *testing.T) {
+		cust, err := customerOfJSON([]byte(`{"id":"cus_n","subscriptions":"oops"}`), "user_id")
+		require.NoError(t, err)
+		require.False(t, cust.complete)
+		cust, err = customerOfJSON([]byte(`{"id":"cus_n"}`), "user_id")
+		require.NoError(t, err)
+		require.False(t, cust.complete)
+	})
+	t.Run("EmptyIsComplete", func(t *testing.T) {
+		cust, err := customerOfJSON([]byte(`{"id":"cus_e","subscriptions":{"object":"list","data":[],"has_more":false}}`), "user_id")
+		require.NoError(t, err)
+		require.True(t, cust.complete)
+		require.Empty(t, cust.subs)
+	})
+	t.Run("ErrNoID", func(t *testing.T) {
+		_, err := customerOfJSON([]byte(`{"object":"customer"}`), "user_id")
+		require.True(t, reconcile.IsPermanent(err))
+	})
+	t.Run("ErrOneUnreadableSubscriptionFailsTheCustomer", func(t *testing.T) {
+		_, err := subscriptionsOf([][]byte{cust.subs[0], []byte(`{"id":"sub_b"}`)})
 		require.True(t, reconcile.IsPermanent(err))
 		require.ErrorContains(t, err, "sub_b: no status")
 	})
@@ -244,34 +307,34 @@ func TestReadersOnStripeMock(t *testing.T) {
 	require.NotEmpty(t, fixture.Items.Data)
 	item := fixture.Items.Data[0]
 
-	status, ok := statusOf(raw)
+	status, ok := statusOf(objectOf(raw))
 	require.True(t, ok)
 	require.Equal(t, fixture.Status, status)
 
-	start, end, ok := periodOf(raw)
+	start, end, ok := periodOf(objectOf(raw), objectOf(itemsOf(objectOf(raw))[0]))
 	require.True(t, ok, "the item-level period must be found")
 	require.Equal(t, item.CurrentPeriodStart, start.Unix())
 	require.Equal(t, item.CurrentPeriodEnd, end.Unix())
 
-	require.Contains(t, priceRefsOf(raw), item.Price.ID)
+	require.Contains(t, priceRefsOf(objectOf(itemsOf(objectOf(raw))[0])), item.Price.ID)
 
 	// stripe-mock's fixture is generated data: its item period ends before it
-	// starts (end 976287773, start 1896570518 in v0.203.0). A live
-	// subscription like that must be a permanent error saying so, never a
-	// snapshot with a nonsense period.
-	snap, err := snapshotOf(raw)
-	if end.After(start) || !(reconcile.Snapshot{Status: status}).Live() {
+	// starts (end 976287773, start 1896570518 in v0.203.0). That must be a
+	// permanent error saying so, never a subscription with a nonsense period.
+	sub, err := subscriptionOf(raw)
+	if end.After(start) {
 		require.NoError(t, err)
-		require.Equal(t, "sub_123", snap.SubscriptionID)
+		require.Equal(t, "sub_123", sub.ID)
 		return
 	}
 	require.True(t, reconcile.IsPermanent(err))
 	require.ErrorContains(t, err, "before it starts")
 }
 
-// FuzzReadSubscription feeds arbitrary bytes to the snapshot builder: it must
-// never panic, every failure must be permanent with a reason, and a live
-// snapshot must carry a real period and a price reference.
+// FuzzReadSubscription feeds arbitrary bytes to the readers: they must
+// never panic, every failure must be permanent with a reason, and what they
+// return holds no made-up data: an id and status, periods that are both
+// set and ordered or both zero, quantities never negative.
 func FuzzReadSubscription(f *testing.F) {
 	seeds, err := filepath.Glob(filepath.Join("testdata", "*.json"))
 	if err != nil {
@@ -287,20 +350,57 @@ func FuzzReadSubscription(f *testing.F) {
 	f.Add([]byte(`{"id":"sub_x","status":"active","items":{"data":[{"current_period_start":1,"current_period_end":2,"price":"p"}]}}`))
 	f.Add([]byte(`{"id":"sub_x","status":"active","current_period_start":9223372036854775807,"current_period_end":-1,"plan":{"id":1}}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		snap, err := snapshotOf(raw)
+		check := func(sub reconcile.Subscription) {
+			require.NotEmpty(t, sub.ID)
+			require.NotEmpty(t, sub.Status)
+			for _, it := range sub.Items {
+				require.GreaterOrEqual(t, it.Quantity, int64(0))
+				require.Equal(t, it.PeriodStart.IsZero(), it.PeriodEnd.IsZero())
+				if !it.PeriodStart.IsZero() {
+					require.True(t, it.PeriodEnd.After(it.PeriodStart))
+				}
+			}
+		}
+		sub, err := subscriptionOf(raw)
 		if err != nil {
 			var perm *reconcile.PermanentError
 			require.ErrorAs(t, err, &perm)
 			require.NotEmpty(t, perm.Reason)
+		} else {
+			check(sub)
+		}
+		cust, err := customerOfJSON(raw, "user_id")
+		if err != nil {
+			require.True(t, reconcile.IsPermanent(err))
 			return
 		}
-		require.NotEmpty(t, snap.SubscriptionID)
-		require.NotEmpty(t, snap.Status)
-		if snap.Live() {
-			require.False(t, snap.PeriodStart.IsZero())
-			require.True(t, snap.PeriodEnd.After(snap.PeriodStart))
-			require.NotEmpty(t, snap.PriceRefs)
+		require.NotEmpty(t, cust.id)
+		subs, err := subscriptionsOf(cust.subs)
+		if err != nil {
+			require.True(t, reconcile.IsPermanent(err))
+			return
 		}
-		_, _ = pick([][]byte{raw})
+		for _, sub := range subs {
+			check(sub)
+		}
 	})
+}
+
+// BenchmarkReadCustomer is what the sweep pays per customer of a page: the
+// customer object with its subscriptions expanded, read into subscriptions.
+func BenchmarkReadCustomer(b *testing.B) {
+	raw, err := os.ReadFile(filepath.Join("testdata", "customer_expanded_basil.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(raw)))
+	for b.Loop() {
+		cust, err := customerOfJSON(raw, "user_id")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := subscriptionsOf(cust.subs); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

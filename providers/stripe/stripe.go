@@ -1,6 +1,7 @@
 // Package stripe is billsync's Stripe adapter: webhook verification and event
-// parsing, the API client (pinned API version, retries, shared rate limit)
-// and the version-tolerant readers that turn subscriptions into snapshots.
+// parsing (snapshot and thin events), the API client (pinned API version,
+// retries, shared and per-endpoint rate limits) and the version-tolerant
+// readers that turn a customer and its subscriptions into a snapshot.
 //
 // stripe-go types never leave this package: callers get reconcile types. It
 // must never treat a webhook payload as the truth about a customer; an event

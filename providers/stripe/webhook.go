@@ -1,7 +1,9 @@
 package stripe
 
 import (
+	"bytes"
 	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -26,7 +28,37 @@ const DefaultTolerance = 300 * time.Second
 type Verifier struct {
 	secrets   []string
 	tolerance time.Duration
+	resolver  Resolver // nil: thin events naming a subscription or invoice are ignored
+	onConnect func()   // nil: connect events are not counted
 }
+
+// Resolver finds the customer of an object a thin event names. *Client is
+// one: it retrieves the object (one request, through its limiters).
+type Resolver interface {
+	// CustomerOf returns the customer of the object of type objectType
+	// ("subscription" or "invoice") with id, "" when it names none. An
+	// object Stripe does not know is an error wrapping ErrObjectUnknown;
+	// data billsync cannot read is a *reconcile.PermanentError; anything
+	// else is transient.
+	CustomerOf(ctx context.Context, objectType, id string) (string, error)
+}
+
+// ErrObjectUnknown: Stripe has no object with that id (404
+// resource_missing). The thin event naming it is stored as ignored.
+var ErrObjectUnknown = errors.New("stripe has no such object")
+
+// SetResolver gives the verifier the client that resolves thin events'
+// customers. Call it before the verifier is used.
+func (v *Verifier) SetResolver(r Resolver) { v.resolver = r }
+
+// SetOnConnect sets a function called for every verified event of a
+// connected account (metrics). Call it before the verifier is used.
+func (v *Verifier) SetOnConnect(f func()) { v.onConnect = f }
+
+// ReasonConnect is why events of connected accounts (Stripe Connect) are
+// stored as ignored: billsync reads only the platform account, and reading
+// a connected account's customers would need its Stripe-Account header.
+const ReasonConnect = "connected accounts are not configured"
 
 // NewVerifier returns a Verifier accepting a signature made with any of
 // secrets: during a rotation Stripe signs with the old and the new secret.
@@ -54,10 +86,86 @@ func (v *Verifier) Provider() string { return Provider }
 // version changes, so a mismatch must not lose an event. Errors wrap
 // reconcile.ErrBadSignature; a verified body billsync cannot read becomes an
 // event to ignore, never an error, so nothing from Stripe is lost.
+//
+// Verify never calls Stripe: a thin event that needs a retrieve to name its
+// customer is stored as ignored. The intake calls VerifyContext instead.
 func (v *Verifier) Verify(header http.Header, body []byte) (reconcile.Delivery, error) {
+	if err := v.verify(header, body); err != nil {
+		return reconcile.Delivery{}, err
+	}
+	ev, rel := v.read(body)
+	if rel.id != "" {
+		ev.IgnoreReason = unresolved(rel)
+	}
+	return reconcile.Delivery{Event: ev}, nil
+}
+
+// VerifyContext is Verify for the intake: a thin event (v2.core.event)
+// whose related object is a subscription or an invoice has its customer
+// resolved here, with one retrieve through the Resolver, within ctx (the
+// intake's deadline). The intake is the place for it: the event is stored
+// already naming its customer, so the queue and the worker stay as they
+// are, and a failure is answered so that Stripe retries:
+//
+//   - Stripe unavailable (network, 429, 5xx, the deadline) → an error
+//     whose Unavailable() is true: the intake answers 503, stores nothing,
+//     and Stripe delivers the event again later;
+//   - an object Stripe does not know, or one naming no customer → the event
+//     is stored as ignored with the reason.
+func (v *Verifier) VerifyContext(ctx context.Context, header http.Header, body []byte) (reconcile.Delivery, error) {
+	if err := v.verify(header, body); err != nil {
+		return reconcile.Delivery{}, err
+	}
+	ev, rel := v.read(body)
+	switch {
+	case rel.id == "":
+		return reconcile.Delivery{Event: ev}, nil
+	case v.resolver == nil:
+		ev.IgnoreReason = unresolved(rel)
+		return reconcile.Delivery{Event: ev}, nil
+	}
+	customer, err := v.resolver.CustomerOf(ctx, rel.typ, rel.id)
+	switch {
+	case errors.Is(err, ErrObjectUnknown) || reconcile.IsPermanent(err):
+		ev.IgnoreReason, _ = storable(fmt.Sprintf("thin event's related %s %s: %v", rel.typ, rel.id, err))
+		return reconcile.Delivery{Event: ev}, nil
+	case err != nil:
+		return reconcile.Delivery{}, unavailableError{fmt.Errorf("stripe: resolve the customer of thin event %s (%s %s): %w", ev.EventID, rel.typ, rel.id, err)}
+	}
+	clean, problem := storable(customer)
+	switch {
+	case problem != "":
+		ev.IgnoreReason = fmt.Sprintf("customer id of %s %s %s", rel.typ, rel.id, problem)
+	case clean == "":
+		ev.IgnoreReason = fmt.Sprintf("thin event's related %s %s names no customer", rel.typ, rel.id)
+	default:
+		ev.CustomerID, ev.IgnoreReason = clean, ""
+	}
+	return reconcile.Delivery{Event: ev}, nil
+}
+
+// unavailableError is a failure of the provider's API while reading an
+// event: the intake answers 503 so that the provider retries.
+type unavailableError struct{ err error }
+
+func (e unavailableError) Error() string     { return e.err.Error() }
+func (e unavailableError) Unwrap() error     { return e.err }
+func (e unavailableError) Unavailable() bool { return true }
+
+// read parses a verified body and counts connect events.
+func (v *Verifier) read(body []byte) (reconcile.Event, related) {
+	ev, rel, connect := parseEvent(body)
+	if connect && v.onConnect != nil {
+		v.onConnect()
+	}
+	return ev, rel
+}
+
+// verify checks the Stripe-Signature header against every secret.
+func (v *Verifier) verify(header http.Header, body []byte) error {
 	sig := header.Get("Stripe-Signature")
 	if sig == "" {
-		return reconcile.Delivery{}, fmt.Errorf("%w: missing Stripe-Signature header", reconcile.ErrBadSignature)
+		return fmt.Errorf("%w: missing Stripe-Signature header", reconcile.ErrBadSignature)
 	}
 	var err error
 	for _, secret := range v.secrets {
@@ -66,23 +174,39 @@ func (v *Verifier) Verify(header http.Header, body []byte) (reconcile.Delivery, 
 		}
 	}
 	if err != nil {
-		return reconcile.Delivery{}, fmt.Errorf("%w: %w", reconcile.ErrBadSignature, err)
+		return fmt.Errorf("%w: %w", reconcile.ErrBadSignature, err)
 	}
-	return reconcile.Delivery{Event: ParseEvent(body)}, nil
+	return nil
 }
 
 // eventJSON is the part of a Stripe event billsync reads. Only fields that
-// have been stable across every API version are used.
+// have been stable across every API version are used. It reads both kinds:
+// snapshot events (object "event": data.object, created in Unix seconds)
+// and thin events (object "v2.core.event": related_object, created as an
+// RFC 3339 string, context = the connected account).
 type eventJSON struct {
-	ID         string `json:"id"`
-	Object     string `json:"object"`
-	Type       string `json:"type"`
-	Created    int64  `json:"created"`
-	APIVersion string `json:"api_version"`
+	ID         string          `json:"id"`
+	Object     string          `json:"object"`
+	Type       string          `json:"type"`
+	Created    json.RawMessage `json:"created"`
+	APIVersion string          `json:"api_version"`
+	Account    string          `json:"account"`
+	Context    json.RawMessage `json:"context"`
 	Data       struct {
 		Object objectJSON `json:"object"`
 	} `json:"data"`
+	RelatedObject struct {
+		ID   string `json:"id"`
+		Type string `json:"type"`
+	} `json:"related_object"`
 }
+
+// thinEvent is the object of a thin event's envelope.
+const thinEvent = "v2.core.event"
+
+// related is the object a thin event names when its customer takes a
+// retrieve to learn; zero otherwise.
+type related struct{ typ, id string }
 
 // objectJSON is the event's data.object, read only for the customer it names.
 type objectJSON struct {
@@ -110,8 +234,30 @@ var (
 // 200) instead of being retried by Stripe forever. Every event it returns
 // can be stored: text fields hold no NUL byte and at most MaxFieldBytes, and
 // Time is zero or within 2000..2200. The payload is kept byte for byte.
+//
+// A thin event whose related object is a subscription or an invoice names
+// its customer only through a retrieve, which ParseEvent does not make: it
+// is ignored with the reason (the intake uses VerifyContext, which makes
+// it).
 func ParseEvent(body []byte) reconcile.Event {
-	ev := reconcile.Event{Provider: Provider, Payload: body}
+	ev, rel, _ := parseEvent(body)
+	if rel.id != "" {
+		ev.IgnoreReason = unresolved(rel)
+	}
+	return ev
+}
+
+// unresolved is why a thin event whose customer needs a retrieve is
+// ignored when no Resolver is configured.
+func unresolved(rel related) string {
+	return fmt.Sprintf("thin event names %s %s; no Stripe client is configured to read its customer", rel.typ, rel.id)
+}
+
+// parseEvent is ParseEvent, saying also which object a thin event's
+// customer must be read from (rel) and whether the event is a connected
+// account's (connect).
+func parseEvent(body []byte) (ev reconcile.Event, rel related, connect bool) {
+	ev = reconcile.Event{Provider: Provider, Payload: body}
 	// One pass over the body. A field of the wrong JSON type (a number for
 	// an id, say) leaves that field empty and the rest decoded, so only
 	// syntax errors and a missing id make the event unreadable.
@@ -130,7 +276,7 @@ func ParseEvent(body []byte) reconcile.Event {
 		if err != nil {
 			ev.IgnoreReason, _ = storable("unreadable event: " + err.Error())
 		}
-		return ev
+		return ev, related{}, false
 	}
 	// Fields PostgreSQL's text cannot hold (NUL) or index (huge) are stored
 	// escaped and cut, and the event is ignored with the first such reason.
@@ -151,20 +297,33 @@ func ParseEvent(body []byte) reconcile.Event {
 	}
 	ev.Type = cmp.Or(field("event type", raw.Type), "unknown")
 	ev.APIVersion = field("api_version", raw.APIVersion)
-	if raw.Created != 0 {
-		if t := time.Unix(raw.Created, 0).UTC(); raw.Created > 0 && !t.Before(minEventTime) && t.Before(maxEventTime) {
-			ev.Time = t
-		} else if reason == "" {
-			reason = fmt.Sprintf("event time (created %d) is outside the years 2000-2200", raw.Created)
-		}
+	if t, problem := eventTimeOf(raw.Created); problem != "" && reason == "" {
+		reason = problem
+	} else {
+		ev.Time = t
 	}
 	if reason != "" {
 		ev.IgnoreReason = reason
-		return ev
+		return ev, related{}, false
 	}
-	if !relevant(raw.Type) {
+	if connectedAccount(raw) {
+		ev.IgnoreReason = ReasonConnect
+		return ev, related{}, true
+	}
+	typ := raw.Type
+	if raw.Object == thinEvent {
+		// Thin events of v1 resources are named v1.<v1 event type>.
+		typ = strings.TrimPrefix(typ, "v1.")
+		if typ == raw.Type {
+			typ = "" // a v2 resource's event: none affects billing state
+		}
+	}
+	if !relevant(typ) {
 		ev.IgnoreReason = fmt.Sprintf("event type %q does not affect billing state", raw.Type)
-		return ev
+		return ev, related{}, false
+	}
+	if raw.Object == thinEvent {
+		return thinCustomer(ev, raw)
 	}
 	customer, problem := storable(customerOf(raw.Data.Object))
 	switch {
@@ -175,7 +334,81 @@ func ParseEvent(body []byte) reconcile.Event {
 	default:
 		ev.CustomerID = customer
 	}
-	return ev
+	return ev, related{}, false
+}
+
+// thinCustomer reads the customer of a thin event from its related object:
+// a customer is its own id; a subscription or an invoice needs a retrieve
+// (rel); anything else names no customer billsync can read.
+func thinCustomer(ev reconcile.Event, raw eventJSON) (reconcile.Event, related, bool) {
+	obj := raw.RelatedObject
+	id, problem := storable(obj.ID)
+	switch {
+	case problem != "":
+		ev.IgnoreReason = "related object id " + problem
+	case id == "":
+		ev.IgnoreReason = "thin event has no related object"
+	case obj.Type == "customer":
+		ev.CustomerID = id
+	case obj.Type == "subscription" || obj.Type == "invoice":
+		return ev, related{typ: obj.Type, id: id}, false
+	default:
+		typ, _ := storable(obj.Type)
+		ev.IgnoreReason = fmt.Sprintf("thin event's related object is a %q, which names no customer billsync reads", typ)
+	}
+	return ev, related{}, false
+}
+
+// connectedAccount reports whether the event is about a connected account
+// (Stripe Connect): "account" on snapshot events, "context" on thin events
+// (a string naming the account; an object carrying "account" is read too).
+func connectedAccount(raw eventJSON) bool {
+	if raw.Account != "" {
+		return true
+	}
+	ctx := bytes.TrimSpace(raw.Context)
+	if len(ctx) == 0 || bytes.Equal(ctx, jsonNull) {
+		return false
+	}
+	var s string
+	if json.Unmarshal(ctx, &s) == nil {
+		return s != ""
+	}
+	var o struct {
+		Account string `json:"account"`
+	}
+	return json.Unmarshal(ctx, &o) == nil && o.Account != ""
+}
+
+// eventTimeOf reads an event's creation time: Unix seconds on snapshot
+// events, an RFC 3339 string on thin events. Absent is the zero time;
+// absurd or unreadable is a reason to ignore the event.
+func eventTimeOf(raw json.RawMessage) (time.Time, string) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, jsonNull) {
+		return time.Time{}, ""
+	}
+	var sec int64
+	if json.Unmarshal(raw, &sec) == nil {
+		if sec == 0 {
+			return time.Time{}, ""
+		}
+		if t := time.Unix(sec, 0).UTC(); sec > 0 && !t.Before(minEventTime) && t.Before(maxEventTime) {
+			return t, ""
+		}
+		return time.Time{}, fmt.Sprintf("event time (created %d) is outside the years 2000-2200", sec)
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err == nil && !t.Before(minEventTime) && t.Before(maxEventTime) {
+			return t.UTC(), ""
+		}
+		clean, _ := storable(s)
+		return time.Time{}, fmt.Sprintf("event time (created %q) is not an RFC 3339 time within the years 2000-2200", clean)
+	}
+	// Another JSON type: unreadable like any mistyped field, left absent.
+	return time.Time{}, ""
 }
 
 // storable returns s fit for a PostgreSQL text column: NUL bytes escaped as

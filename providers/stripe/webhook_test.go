@@ -92,6 +92,12 @@ func TestParseEvent(t *testing.T) {
 		{"customer_deleted.json", "cus_gone", ""},
 		{"charge_expanded_customer.json", "cus_expanded", ""},
 		{"product_created.json", "", `event type "product.created" does not affect billing state`},
+		{"thin_customer_updated.json", "cus_TbasilAda0001", ""},
+		{"thin_subscription_updated.json", "", "thin event names subscription sub_1RbasilPro0001; no Stripe client is configured to read its customer"},
+		{"thin_invoice_payment_failed.json", "", "thin event names invoice in_1RfailedInv0002; no Stripe client is configured to read its customer"},
+		{"thin_connect.json", "", ReasonConnect},
+		{"connect_subscription_updated.json", "", ReasonConnect},
+		{"thin_v2_account.json", "", `event type "v2.core.account.updated" does not affect billing state`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -102,6 +108,31 @@ func TestParseEvent(t *testing.T) {
 			require.Equal(t, tt.ignore, ev.IgnoreReason)
 		})
 	}
+	t.Run("ThinEnvelope", func(t *testing.T) {
+		ev, rel, connect := parseEvent(readFixture(t, "thin_subscription_updated.json"))
+		require.Equal(t, related{typ: "subscription", id: "sub_1RbasilPro0001"}, rel)
+		require.False(t, connect)
+		require.Equal(t, "evt_test_65thinSub0001", ev.DedupeKey)
+		require.Equal(t, "v1.customer.subscription.updated", ev.Type)
+		require.Equal(t, time.Date(2025, 12, 1, 10, 15, 30, 123e6, time.UTC), ev.Time, "v2 created is an RFC 3339 string")
+		require.Empty(t, ev.APIVersion, "thin events are unversioned")
+
+		_, rel, connect = parseEvent(readFixture(t, "thin_connect.json"))
+		require.True(t, connect)
+		require.Equal(t, related{}, rel, "a connect event is never resolved")
+		for body, reason := range map[string]string{
+			`{"id":"evt_a","object":"v2.core.event","type":"v1.invoice.paid","created":"yesterday","related_object":{"id":"in_1","type":"invoice"}}`:          `event time (created "yesterday") is not an RFC 3339 time within the years 2000-2200`,
+			`{"id":"evt_b","object":"v2.core.event","type":"v1.invoice.paid","related_object":null}`:                                                          "thin event has no related object",
+			`{"id":"evt_c","object":"v2.core.event","type":"v1.invoice.paid","related_object":{"id":"pi_1","type":"payment_intent"}}`:                         `thin event's related object is a "payment_intent", which names no customer billsync reads`,
+			`{"id":"evt_d","object":"v2.core.event","type":"v1.invoice.paid","context":{"account":"acct_1"},"related_object":{"id":"in_1","type":"invoice"}}`: ReasonConnect,
+			`{"id":"evt_e","object":"v2.core.event","type":"customer.updated","related_object":{"id":"cus_1","type":"customer"}}`:                             `event type "customer.updated" does not affect billing state`,
+		} {
+			ev, rel, _ := parseEvent([]byte(body))
+			require.Equal(t, reason, ev.IgnoreReason, body)
+			require.Empty(t, ev.CustomerID, body)
+			require.Equal(t, related{}, rel, body)
+		}
+	})
 	t.Run("NoCustomer", func(t *testing.T) {
 		ev := ParseEvent([]byte(`{"id":"evt_x","type":"invoice.paid","created":1764500000,"data":{"object":{"id":"in_1","customer":null}}}`))
 		require.Equal(t, "event names no customer", ev.IgnoreReason)
@@ -214,6 +245,11 @@ func FuzzParseEvent(f *testing.F) {
 	f.Add([]byte(hostileEvent(`"evt_`+strings.Repeat("x", 4096)+`"`, `"invoice.paid"`, `"v1"`, "1764500000", `"cus_1"`)))
 	f.Add([]byte(hostileEvent(`"evt_1"`, `"invoice.paid"`, `"v1"`, "1764500000", `{"id":"cus_\u0000\ud800"}`)))
 	f.Add([]byte(hostileEvent(`"evt_1"`, `"`+strings.Repeat("é", 200)+`"`, `"v1"`, "1764500000", `"cus_1"`)))
+	// Thin events and connect events (also in testdata), with hostile parts.
+	f.Add([]byte(`{"id":"evt_t","object":"v2.core.event","type":"v1.invoice.paid","created":"2025-12-01T00:00:00Z","related_object":{"id":"in_\u0000","type":"invoice"}}`))
+	f.Add([]byte(`{"id":"evt_t","object":"v2.core.event","type":"v1.customer.updated","created":"9999-99-99T00:00:00Z","related_object":{"id":"cus_1","type":"customer"}}`))
+	f.Add([]byte(`{"id":"evt_t","object":"v2.core.event","type":"v1.customer.updated","context":7,"related_object":{"id":7,"type":[]}}`))
+	f.Add([]byte(`{"id":"evt_c","object":"event","account":"acct_1","type":"invoice.paid","created":1764500000,"data":{"object":{"customer":"cus_1"}}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		ev := ParseEvent(body)
 		requireStorable(t, ev)
@@ -229,6 +265,16 @@ func FuzzParseEvent(f *testing.F) {
 		if ev.IgnoreReason != "" && ev.CustomerID != "" && !relevant(ev.Type) {
 			t.Fatalf("ignored event kept a customer: %+v", ev)
 		}
+		full, rel, connect := parseEvent(body)
+		if connect && (full.IgnoreReason != ReasonConnect || full.CustomerID != "" || rel.id != "") {
+			t.Fatalf("a connect event must be ignored with its reason and never resolved: %+v %+v", full, rel)
+		}
+		if rel.id != "" && (rel.typ != "subscription" && rel.typ != "invoice" || full.CustomerID != "") {
+			t.Fatalf("only a subscription or an invoice is resolved, for an event naming no customer yet: %+v", rel)
+		}
+		if _, problem := storable(rel.id); problem != "" {
+			t.Fatalf("related id %q is not storable: %s", rel.id, problem)
+		}
 	})
 }
 
@@ -243,6 +289,10 @@ func FuzzVerify(f *testing.F) {
 	f.Add("t=,v1=", []byte{})
 	f.Add("v1=abc,t=99999999999", []byte(`{}`))
 	f.Add(signedHeader(f, body, "whsec_other", now).Get("Stripe-Signature")+",v0=zz", body)
+	for _, name := range []string{"thin_subscription_updated.json", "thin_connect.json", "connect_subscription_updated.json"} {
+		b := readFixture(f, name)
+		f.Add(signedHeader(f, b, "whsec_fuzz", now).Get("Stripe-Signature"), b)
+	}
 	v, err := NewVerifier([]string{"whsec_fuzz"}, 0)
 	require.NoError(f, err)
 	f.Fuzz(func(t *testing.T, header string, body []byte) {
@@ -253,5 +303,6 @@ func FuzzVerify(f *testing.F) {
 		}
 		require.NoError(t, webhook.ValidatePayload(body, header, "whsec_fuzz"), "accepted a delivery stripe-go itself rejects")
 		require.NotEmpty(t, d.Event.DedupeKey)
+		require.True(t, d.Event.CustomerID != "" || d.Event.IgnoreReason != "", "neither a customer nor a reason")
 	})
 }

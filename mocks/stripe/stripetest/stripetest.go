@@ -173,6 +173,7 @@ func (h *Harness) startIntake(opts Options) error {
 		ln.Close()
 		return err
 	}
+	h.Verifier.SetResolver(h.Client) // thin events' customers, as serve resolves them
 	intake := server.New(server.Config{Logger: opts.Logger, Inbox: opts.Store, Verifiers: []server.Verifier{h.Verifier}, Ready: opts.Store.Ping})
 	h.serveOn(ln, intake, nil)
 	return nil

@@ -1,0 +1,103 @@
+package stripemock_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/stripe/openapi"
+)
+
+// TestCustomerSubscriptionsExpanded: customer.subscriptions, when expanded,
+// is Stripe's embedded list of the customer's current subscriptions: not
+// canceled, newest first, at most 10, has_more when there are more.
+func TestCustomerSubscriptionsExpanded(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, stripemock.Options{})
+	cus := f.customer(t).ID
+	var ids []string // newest first
+	for range 12 {
+		ids = append([]string{f.subscribe(t, cus, "price_pro").ID}, ids...)
+		f.Clock().Advance(time.Second)
+	}
+	_, err := f.sc.V1Subscriptions.Cancel(t.Context(), ids[0], nil)
+	require.NoError(t, err)
+	current := ids[1:] // 11
+
+	embedded := func(list any) []string {
+		var got []string
+		for _, s := range path(list, "data").([]any) {
+			got = append(got, path(s, "id").(string))
+			require.Equal(t, "active", path(s, "status"))
+		}
+		return got
+	}
+	resp, body := f.do(t, http.MethodGet, "/v1/customers/"+cus, url.Values{"expand[]": {"subscriptions"}}, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	list := path(body, "subscriptions")
+	require.Equal(t, "list", path(list, "object"))
+	require.Equal(t, true, path(list, "has_more"))
+	require.Equal(t, "/v1/customers/"+cus+"/subscriptions", path(list, "url"))
+	require.Equal(t, current[:10], embedded(list))
+
+	_, body = f.do(t, http.MethodGet, "/v1/customers/"+cus, nil, nil)
+	require.False(t, has(body, "subscriptions"), "not returned unless expanded")
+
+	// The subscription list without status: the same set, all of it.
+	_, body = f.do(t, http.MethodGet, "/v1/subscriptions", url.Values{"customer": {cus}, "limit": {"100"}}, nil)
+	require.Equal(t, current, embedded(body))
+
+	// The customer list expands each customer's with data.subscriptions.
+	other := f.customer(t).ID
+	_, body = f.do(t, http.MethodGet, "/v1/customers", url.Values{"expand[]": {"data.subscriptions"}, "limit": {"1"}}, nil)
+	require.Equal(t, true, path(body, "has_more"))
+	require.Equal(t, other, path(body, "data", 0, "id"))
+	require.Equal(t, false, path(body, "data", 0, "subscriptions", "has_more"))
+	require.Empty(t, path(body, "data", 0, "subscriptions", "data"))
+	_, body = f.do(t, http.MethodGet, "/v1/customers", url.Values{"expand[]": {"data.subscriptions"}, "starting_after": {other}}, nil)
+	require.Equal(t, cus, path(body, "data", 0, "id"))
+	require.Equal(t, current[:10], embedded(path(body, "data", 0, "subscriptions")))
+}
+
+// TestExpandedCustomerShapeMatchesStripeMock: every key the fake puts on
+// an expanded customer and on its embedded list is one Stripe's OpenAPI
+// mock also answers.
+func TestExpandedCustomerShapeMatchesStripeMock(t *testing.T) {
+	// Not parallel: every stripe-mock binds the fixed HTTPS port 12112.
+	ref := openapi.Start(t)
+	f := newFake(t, stripemock.Options{})
+	cus := f.customer(t).ID
+	f.subscribe(t, cus, "price_pro")
+
+	get := func(base string) map[string]any {
+		req, err := http.NewRequest(http.MethodGet, base+"/v1/customers/"+cus+"?expand[]=subscriptions", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+stripemock.DefaultAPIKey)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		var body map[string]any
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+		return body
+	}
+	want, got := get(ref), get(f.URL)
+	keys := func(m any) []string {
+		var out []string
+		for k := range m.(map[string]any) {
+			out = append(out, k)
+		}
+		slices.Sort(out)
+		return out
+	}
+	for _, k := range keys(got) {
+		require.Contains(t, keys(want), k, "customer key %q is not in Stripe's spec", k)
+	}
+	require.Equal(t, keys(want["subscriptions"]), keys(got["subscriptions"]), "embedded list keys")
+}
