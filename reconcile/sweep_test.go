@@ -22,13 +22,13 @@ import (
 	"github.com/billsync/billsync/store/storetest"
 )
 
-// listCounter counts bulk subscription list calls at the fake (those
-// without a customer filter, so Fetch's per-customer lists don't count).
+// listCounter counts the sweep's bulk list calls at the fake (the
+// customer list; Fetch retrieves one customer at a time).
 type listCounter struct{ n atomic.Int64 }
 
 func (c *listCounter) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && r.URL.Path == "/v1/subscriptions" && r.URL.Query().Get("customer") == "" {
+		if r.Method == http.MethodGet && r.URL.Path == "/v1/customers" {
 			c.n.Add(1)
 		}
 		next.ServeHTTP(w, r)
@@ -354,26 +354,34 @@ func TestSweepOneAtATime(t *testing.T) {
 	require.Equal(t, 2, runs)
 }
 
+// TestSweepEnqueuesWhatTheListingDidNotCover: a deleted customer is not
+// in Stripe's customer list, so its account is queued for the worker,
+// whose fetch sees the deletion and drops it to the default plan; a dead
+// queue row is revived.
 func TestSweepEnqueuesWhatTheListingDidNotCover(t *testing.T) {
 	t.Parallel()
 	h, _ := newSweepHarness(t, stripemock.Options{}, false)
 	ctx := context.Background()
-	bare := h.customer("u_bare") // no subscription: not in the listing
+	gone := h.customer("u_gone")
+	h.subscribe(gone, "price_team")
 	listed := h.customer("u_listed")
 	h.subscribe(listed, "price_pro")
-	for _, c := range []string{bare, listed} {
+	for _, c := range []string{gone, listed} {
 		require.NoError(t, h.st.Enqueue(ctx, stripe.Provider, c, reconcile.TriggerWebhook))
 	}
 	drainAll(t, h, h.worker(reconcile.WorkerConfig{}), 0)
+	require.Equal(t, "team", h.state(gone).Plan)
+	_, err := h.sc.V1Customers.Delete(ctx, gone, nil) // its webhooks are never delivered: no intake
+	require.NoError(t, err)
 	// One more customer whose queue row is dead.
 	dead := h.customer("u_dead")
 	require.NoError(t, h.st.Enqueue(ctx, stripe.Provider, dead, reconcile.TriggerWebhook))
-	_, err := h.st.Pool().Exec(ctx, `UPDATE reconcile_queue SET status = 'dead', attempts = 5 WHERE customer_id = $1`, dead)
+	_, err = h.st.Pool().Exec(ctx, `UPDATE reconcile_queue SET status = 'dead', attempts = 5 WHERE customer_id = $1`, dead)
 	require.NoError(t, err)
 
 	rep, err := h.sweeper(nil, nil).Run(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 1, rep.Run.Seen)
+	require.Equal(t, 2, rep.Run.Seen, "the listed customer and the one with the dead row")
 	rows, err := h.st.Pool().Query(ctx, `SELECT customer_id, trigger, status, attempts FROM reconcile_queue ORDER BY customer_id`)
 	require.NoError(t, err)
 	got := map[string]string{}
@@ -384,8 +392,13 @@ func TestSweepEnqueuesWhatTheListingDidNotCover(t *testing.T) {
 		got[c] = fmt.Sprint(trig, " ", status, " ", attempts)
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, map[string]string{bare: "sweep pending 0", dead: "sweep pending 0"}, got)
+	require.Equal(t, map[string]string{gone: "sweep pending 0", dead: "sweep pending 0"}, got)
 	require.Equal(t, 2, rep.Enqueued)
+
+	drainAll(t, h, h.worker(reconcile.WorkerConfig{}), 0)
+	a := h.state(gone)
+	require.Equal(t, "free", a.Plan, "a deleted customer falls to the default plan")
+	require.Equal(t, "deleted", a.Status)
 }
 
 func TestSweepInterruptedResumes(t *testing.T) {
