@@ -26,6 +26,7 @@ type Metrics struct {
 	latency    *prometheus.HistogramVec
 	calls      *prometheus.CounterVec
 	connect    *prometheus.CounterVec
+	unmapped   *prometheus.CounterVec
 }
 
 // NewMetrics returns the registry; depth may be nil.
@@ -53,8 +54,12 @@ func NewMetrics(depth QueueDepthFunc, logger *slog.Logger) *Metrics {
 			Name: "billsync_webhook_connect_events_total",
 			Help: "Verified webhook deliveries about a connected account (Stripe Connect), by provider: stored as ignored, because connected accounts are not configured. A rise means a Connect setup sends events billsync drops.",
 		}, []string{"provider"}),
+		unmapped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "billsync_unmapped_prices_total",
+			Help: "Reconciles left ignored because a customer's live subscriptions hold only prices no plan maps, by provider and price: the account stays as it was. Alert on any increase; add the price to the plans file (billsync plans check lists them).",
+		}, []string{"provider", "price"}),
 	}
-	m.reg.MustRegister(m.deliveries, m.reconciles, m.latency, m.calls, m.connect,
+	m.reg.MustRegister(m.deliveries, m.reconciles, m.latency, m.calls, m.connect, m.unmapped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if depth != nil {
 		if logger == nil {
@@ -81,6 +86,9 @@ func (m *Metrics) ObserveConnectEvent(provider string) {
 func (m *Metrics) ObserveReconcile(job reconcile.Job, out reconcile.Outcome) {
 	m.reconciles.WithLabelValues(job.Provider, string(out.Result)).Inc()
 	m.latency.WithLabelValues(job.Provider, string(out.Result)).Observe(out.Took.Seconds())
+	for _, price := range out.Unmapped {
+		m.unmapped.WithLabelValues(job.Provider, price).Inc()
+	}
 }
 
 // ObserveProviderRequest counts one HTTP attempt at a provider's API (wire

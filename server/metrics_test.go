@@ -60,6 +60,8 @@ func TestMetrics(t *testing.T) {
 	require.NoError(t, err)
 	metrics.ObserveReconcile(reconcile.Job{Provider: "stripe"}, reconcile.Outcome{Result: reconcile.ResultDead})
 	metrics.ObserveReconcile(reconcile.Job{Provider: "stripe"}, reconcile.Outcome{Result: reconcile.ResultApplied})
+	metrics.ObserveReconcile(reconcile.Job{Provider: "stripe"}, reconcile.Outcome{Result: reconcile.ResultIgnored, Unmapped: []string{"price_new"}})
+	require.Equal(t, 1, metricValue(t, srv.URL, `billsync_unmapped_prices_total{price="price_new",provider="stripe"}`))
 
 	require.Equal(t, 1, metricValue(t, srv.URL, `billsync_reconciles_total{provider="stripe",result="dead"}`))
 	require.Equal(t, 1, metricValue(t, srv.URL, `billsync_reconciles_total{provider="stripe",result="applied"}`))
