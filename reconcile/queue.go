@@ -29,6 +29,12 @@ type Job struct {
 	Expect *Expectation
 }
 
+// Outcomes of a second read (Outcome.Recheck).
+const (
+	RecheckAgreed    = "agreed"    // the first read was stale
+	RecheckDisagreed = "disagreed" // still contradicts: the event was older than the provider's state, or the lag is longer
+)
+
 // ActorOf returns who the job's reconcile is recorded as: its own actor,
 // else "sweep" for the sweep's jobs and "worker" for the rest.
 func ActorOf(job Job) string {
@@ -54,6 +60,11 @@ type Outcome struct {
 	// subscriptions keep their plan but none of their prices maps to a
 	// plan. Counted (billsync_unmapped_prices) and alerted by the caller.
 	Unmapped []string `json:"unmapped,omitempty"`
+	// Recheck says whether the customer was read a second time because the
+	// first read contradicted its newest event (a stale read), and whether
+	// the second read then agreed: "" (not read again), RecheckAgreed or
+	// RecheckDisagreed.
+	Recheck string `json:"recheck,omitempty"`
 	// Took is how long the reconcile took, from the clock read to the
 	// commit (set by the worker; metrics).
 	Took time.Duration `json:"-"`

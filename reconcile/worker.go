@@ -35,6 +35,11 @@ type WorkerConfig struct {
 	Lease        time.Duration // how long a claim holds unless renewed; default DefaultLease
 	Poll         time.Duration // fallback poll when no wake-up comes; default 1 s
 	FetchTimeout time.Duration // deadline of one provider fetch; default 30 s
+	// RecheckDelay is how long the worker waits before reading a customer
+	// again when the first read contradicts the newest event's own object
+	// (a stale read: the provider's API lagging behind its webhook);
+	// default 1 s, negative = never read again.
+	RecheckDelay time.Duration
 	Backoff      []time.Duration
 	// OnOutcome, when set, sees every outcome (metrics, tests).
 	OnOutcome func(Job, Outcome)
@@ -86,6 +91,7 @@ func (cfg *WorkerConfig) validate() error {
 	cfg.Lease = cmp.Or(cfg.Lease, DefaultLease)
 	cfg.Poll = cmp.Or(cfg.Poll, time.Second)
 	cfg.FetchTimeout = cmp.Or(cfg.FetchTimeout, 30*time.Second)
+	cfg.RecheckDelay = cmp.Or(cfg.RecheckDelay, time.Second)
 	if len(cfg.Backoff) == 0 {
 		cfg.Backoff = DefaultBackoff
 	}
@@ -335,8 +341,21 @@ func (w *Worker) reconcile(ctx context.Context, job Job, observedAt time.Time) (
 		return w.cfg.Store.Ignore(storeCtx, job, observedAt, ignored(fmt.Sprintf("provider %q is not configured", job.Provider)))
 	}
 	snap, err := w.fetch(ctx, job)
+	var recheck string
+	if why, stale := job.Expect.Contradicts(snap); err == nil && stale && w.cfg.RecheckDelay > 0 {
+		if observedAt, err = w.awaitRecheck(ctx, job, why); err != nil {
+			return Outcome{}, err
+		}
+		snap, err = w.fetch(ctx, job)
+		recheck = RecheckAgreed
+		if _, still := job.Expect.Contradicts(snap); err == nil && still {
+			recheck = RecheckDisagreed
+		}
+	}
 	if err == nil {
-		return w.cfg.Store.Apply(storeCtx, job, observedAt, w.decider(snap, observedAt))
+		out, err := w.cfg.Store.Apply(storeCtx, job, observedAt, w.decider(snap, observedAt))
+		out.Recheck = recheck
+		return out, err
 	}
 	if out, ok := permanent(job, err); ok {
 		return w.cfg.Store.Ignore(storeCtx, job, observedAt, out)
@@ -346,6 +365,22 @@ func (w *Worker) reconcile(ctx context.Context, job Job, observedAt time.Time) (
 	}
 	out, delay := w.failed(job, err)
 	return w.cfg.Store.Retry(storeCtx, job, observedAt, out, delay)
+}
+
+// awaitRecheck waits RecheckDelay before a second read of a customer whose
+// first read contradicted its newest event, and returns the database time
+// the second read is observed at. The second read is applied whatever it
+// says: the event may just be older than the provider's state.
+func (w *Worker) awaitRecheck(ctx context.Context, job Job, why string) (time.Time, error) {
+	w.cfg.Logger.Warn("the provider's answer contradicts the customer's newest event; reading it again",
+		slog.String("provider", job.Provider), slog.String("customer", job.CustomerID),
+		slog.String("why", why), slog.Duration("in", w.cfg.RecheckDelay))
+	select {
+	case <-ctx.Done():
+		return time.Time{}, errShutdown
+	case <-time.After(w.cfg.RecheckDelay):
+	}
+	return w.cfg.Store.Now(ctx)
 }
 
 // fetch reads the job's customer from its provider within FetchTimeout.

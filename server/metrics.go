@@ -27,6 +27,7 @@ type Metrics struct {
 	calls      *prometheus.CounterVec
 	connect    *prometheus.CounterVec
 	unmapped   *prometheus.CounterVec
+	rechecks   *prometheus.CounterVec
 }
 
 // NewMetrics returns the registry; depth may be nil.
@@ -58,8 +59,12 @@ func NewMetrics(depth QueueDepthFunc, logger *slog.Logger) *Metrics {
 			Name: "billsync_unmapped_prices_total",
 			Help: "Reconciles left ignored because a customer's live subscriptions hold only prices no plan maps, by provider and price: the account stays as it was. Alert on any increase; add the price to the plans file (billsync plans check lists them).",
 		}, []string{"provider", "price"}),
+		rechecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "billsync_stale_read_rechecks_total",
+			Help: "Customers read a second time because the first read contradicted their newest event's own object, by provider and what the second read did: agreed (the first read was stale) or disagreed (the event was older than the provider's state, or the lag is longer than the recheck delay).",
+		}, []string{"provider", "second_read"}),
 	}
-	m.reg.MustRegister(m.deliveries, m.reconciles, m.latency, m.calls, m.connect, m.unmapped,
+	m.reg.MustRegister(m.deliveries, m.reconciles, m.latency, m.calls, m.connect, m.unmapped, m.rechecks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if depth != nil {
 		if logger == nil {
@@ -88,6 +93,9 @@ func (m *Metrics) ObserveReconcile(job reconcile.Job, out reconcile.Outcome) {
 	m.latency.WithLabelValues(job.Provider, string(out.Result)).Observe(out.Took.Seconds())
 	for _, price := range out.Unmapped {
 		m.unmapped.WithLabelValues(job.Provider, price).Inc()
+	}
+	if out.Recheck != "" {
+		m.rechecks.WithLabelValues(job.Provider, out.Recheck).Inc()
 	}
 }
 

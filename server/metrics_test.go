@@ -62,6 +62,8 @@ func TestMetrics(t *testing.T) {
 	metrics.ObserveReconcile(reconcile.Job{Provider: "stripe"}, reconcile.Outcome{Result: reconcile.ResultApplied})
 	metrics.ObserveReconcile(reconcile.Job{Provider: "stripe"}, reconcile.Outcome{Result: reconcile.ResultIgnored, Unmapped: []string{"price_new"}})
 	require.Equal(t, 1, metricValue(t, srv.URL, `billsync_unmapped_prices_total{price="price_new",provider="stripe"}`))
+	metrics.ObserveReconcile(reconcile.Job{Provider: "stripe"}, reconcile.Outcome{Result: reconcile.ResultUnchanged, Recheck: reconcile.RecheckAgreed})
+	require.Equal(t, 1, metricValue(t, srv.URL, `billsync_stale_read_rechecks_total{provider="stripe",second_read="agreed"}`))
 
 	require.Equal(t, 1, metricValue(t, srv.URL, `billsync_reconciles_total{provider="stripe",result="dead"}`))
 	require.Equal(t, 1, metricValue(t, srv.URL, `billsync_reconciles_total{provider="stripe",result="applied"}`))

@@ -213,6 +213,8 @@ type objectJSON struct {
 	ID       string          `json:"id"`
 	Object   string          `json:"object"`
 	Customer json.RawMessage `json:"customer"`
+	Status   string          `json:"status"`
+	Items    json.RawMessage `json:"items"`
 }
 
 // MaxFieldBytes bounds every text field billsync stores from an event (id,
@@ -333,8 +335,35 @@ func parseEvent(body []byte) (ev reconcile.Event, rel related, connect bool) {
 		ev.IgnoreReason = "event names no customer"
 	default:
 		ev.CustomerID = customer
+		ev.Expect = expectationOf(raw.Data.Object)
 	}
 	return ev, related{}, false
+}
+
+// expectationOf reads what a subscription event's object says the
+// subscription is now (id, status, one price per item), for the worker to
+// check its fetch against; nil for other objects or unstorable values.
+func expectationOf(o objectJSON) *reconcile.Expectation {
+	if o.Object != "subscription" || o.ID == "" {
+		return nil
+	}
+	e := &reconcile.Expectation{SubscriptionID: o.ID, Status: o.Status}
+	for _, raw := range itemsOf(object{"items": o.Items}) {
+		item := objectOf(raw)
+		price, ok := idOf(item.get("price"))
+		if !ok {
+			price, ok = idOf(item.get("plan"))
+		}
+		if ok {
+			e.Prices = append(e.Prices, price)
+		}
+	}
+	for _, v := range append([]string{e.SubscriptionID, e.Status}, e.Prices...) {
+		if _, problem := storable(v); problem != "" {
+			return nil
+		}
+	}
+	return e
 }
 
 // thinCustomer reads the customer of a thin event from its related object:

@@ -48,6 +48,8 @@ func TestVerify(t *testing.T) {
 			require.Equal(t, time.Unix(1764500000, 0).UTC(), d.Event.Time)
 			require.Empty(t, d.Event.IgnoreReason)
 			require.Equal(t, body, d.Event.Payload)
+			require.Equal(t, &reconcile.Expectation{SubscriptionID: "sub_1", Status: "active", Prices: []string{"price_pro"}},
+				d.Event.Expect, "what the event's subscription says, for the worker to check its read against")
 		}
 	})
 	bad := map[string]http.Header{
