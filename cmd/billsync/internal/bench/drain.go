@@ -79,6 +79,7 @@ type drain struct {
 	h         *stripetest.Harness
 	counted   *countingHandler
 	customers []string
+	subjects  []subject // what each customer's events name: its subscription and price at the fake
 }
 
 // runDrain seeds the fake with customers and subscriptions, stores a burst
@@ -120,7 +121,7 @@ func runDrain(ctx context.Context, st *store.Store, cfg Config) (DrainResult, er
 	t0 = time.Now()
 	deliveries := make([]reconcile.Delivery, 0, cfg.DrainEvents)
 	for i := range cfg.DrainEvents {
-		body := eventBody(fmt.Sprintf("evt_drain_%06d", i), d.customers[i%len(d.customers)], i)
+		body := eventBody(fmt.Sprintf("evt_drain_%06d", i), d.subjects[i%len(d.subjects)], i)
 		deliveries = append(deliveries, reconcile.Delivery{Event: stripe.ParseEvent(body)})
 	}
 	if _, _, err := sendAll(ctx, time.Now, 8, len(deliveries), func(ctx context.Context, i int) error {
@@ -214,13 +215,13 @@ func (d *drain) live(ctx context.Context, cfg Config) (LiveResult, error) {
 	defer poster.close()
 	plan := make([]delivery, 0, cfg.DrainEvents)
 	now := time.Now()
-	for c, cust := range d.customers {
+	for c := range d.customers {
 		n := cfg.DrainEvents / len(d.customers)
 		if c < cfg.DrainEvents%len(d.customers) {
 			n++
 		}
 		for range n {
-			body := eventBody(fmt.Sprintf("evt_live_%06d", len(plan)), cust, len(plan))
+			body := eventBody(fmt.Sprintf("evt_live_%06d", len(plan)), d.subjects[c], len(plan))
 			plan = append(plan, delivery{body: body, header: sign(body, d.h.Secret, now)})
 		}
 	}
@@ -303,8 +304,12 @@ func (d *drain) waitEmpty(ctx context.Context, start time.Time, cfg Config) (tim
 func (d *drain) seed(ctx context.Context, n int) error {
 	seeded, err := seedCustomers(ctx, d.h, n)
 	d.customers = make([]string, len(seeded))
+	d.subjects = make([]subject, len(seeded))
 	for i, c := range seeded {
 		d.customers[i] = c.id
+		if c.sub != nil {
+			d.subjects[i] = subject{customer: c.id, subscription: c.sub.ID, price: c.price}
+		}
 	}
 	return err
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -106,7 +107,7 @@ func (in *intake) plan(tag string, n int) (_ []delivery, unique int, _ error) {
 	bodies := make([][]byte, 0, n)
 	for i := range unique {
 		bodies = append(bodies, eventBody(fmt.Sprintf("evt_%s%d_%06d", tag, in.phase, i),
-			fmt.Sprintf("cus_bench_%04d", rng.IntN(intakeCustomers)), i))
+			subject{customer: fmt.Sprintf("cus_bench_%04d", rng.IntN(intakeCustomers))}, i))
 	}
 	for range copies {
 		bodies = append(bodies, bodies[rng.IntN(unique)])
@@ -271,14 +272,24 @@ var eventTypes = []struct{ typ, object string }{
 	{"customer.updated", "customer"},
 }
 
+// subject is what an event is about: the customer and, when known, its
+// subscription and price at the fake (the drain's events name them, so the
+// worker's read agrees with the event; the intake's are synthetic).
+type subject struct{ customer, subscription, price string }
+
 // eventBody is a Stripe-shaped event of about 1.3 KB (real ones are 1-5 KB;
 // the body is stored byte for byte).
-func eventBody(id, customer string, n int) []byte {
+func eventBody(id string, about subject, n int) []byte {
 	et := eventTypes[n%len(eventTypes)]
+	customer := about.customer
 	objID, cust := fmt.Sprintf("%s_%s", et.object[:3], id[4:]), fmt.Sprintf("%q", customer)
-	if et.object == "customer" {
+	price := cmp.Or(about.price, "price_pro")
+	switch {
+	case et.object == "customer":
 		objID = customer
 		cust = "null"
+	case et.object == "subscription" && about.subscription != "":
+		objID = about.subscription
 	}
 	now := time.Now().Unix()
 	return fmt.Appendf(nil, `{"id":%q,"object":"event","api_version":"2025-08-27.basil","created":%d,"type":%q,`+
@@ -286,10 +297,10 @@ func eventBody(id, customer string, n int) []byte {
 		`"data":{"object":{"id":%q,"object":%q,"customer":%s,"status":"active","cancel_at_period_end":false,`+
 		`"collection_method":"charge_automatically","currency":"usd","created":%d,"livemode":false,`+
 		`"items":{"object":"list","data":[{"id":"si_%s","object":"subscription_item","quantity":1,`+
-		`"current_period_start":%d,"current_period_end":%d,"price":{"id":"price_pro","object":"price",`+
+		`"current_period_start":%d,"current_period_end":%d,"price":{"id":%q,"object":"price",`+
 		`"lookup_key":"pro","unit_amount":2000,"currency":"usd","type":"recurring","active":true,`+
 		`"recurring":{"interval":"month","interval_count":1,"usage_type":"licensed"}}}],"has_more":false,"total_count":1},`+
 		`"metadata":{"user_id":"user_%s","source":"billsync bench"}},`+
 		`"previous_attributes":{"items":{"data":[{"price":{"id":"price_free","lookup_key":"free","unit_amount":0}}]}}}}`,
-		id, now, et.typ, id[4:], id[4:], objID, et.object, cust, now, id[4:], now, now+30*86400, customer)
+		id, now, et.typ, id[4:], id[4:], objID, et.object, cust, now, id[4:], now, now+30*86400, price, customer)
 }
