@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/stripe/stripe-go/v82/webhook"
 
@@ -127,12 +124,12 @@ func (v *Verifier) VerifyContext(ctx context.Context, header http.Header, body [
 	customer, err := v.resolver.CustomerOf(ctx, rel.typ, rel.id)
 	switch {
 	case errors.Is(err, ErrObjectUnknown) || reconcile.IsPermanent(err):
-		ev.IgnoreReason, _ = storable(fmt.Sprintf("thin event's related %s %s: %v", rel.typ, rel.id, err))
+		ev.IgnoreReason, _ = reconcile.Storable(fmt.Sprintf("thin event's related %s %s: %v", rel.typ, rel.id, err))
 		return reconcile.Delivery{Event: ev}, nil
 	case err != nil:
 		return reconcile.Delivery{}, unavailableError{fmt.Errorf("stripe: resolve the customer of thin event %s (%s %s): %w", ev.EventID, rel.typ, rel.id, err)}
 	}
-	clean, problem := storable(customer)
+	clean, problem := reconcile.Storable(customer)
 	switch {
 	case problem != "":
 		ev.IgnoreReason = fmt.Sprintf("customer id of %s %s %s", rel.typ, rel.id, problem)
@@ -217,25 +214,11 @@ type objectJSON struct {
 	Items    json.RawMessage `json:"items"`
 }
 
-// MaxFieldBytes bounds every text field billsync stores from an event (id,
-// type, API version, customer). Stripe's own are under 100 bytes; PostgreSQL
-// cannot index a key of more than about 2,700 bytes, and the dedupe key has a
-// unique index.
-const MaxFieldBytes = 255
-
-// Event times outside [minEventTime, maxEventTime) are absurd: Stripe did not
-// exist before 2000, and PostgreSQL's timestamptz cannot hold most int64
-// seconds at all (max int64 came back as 1969).
-var (
-	minEventTime = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
-	maxEventTime = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
-)
-
 // ParseEvent reads a verified event body. It never fails: an event billsync
 // cannot use comes back with IgnoreReason set, so it is stored (and answered
 // 200) instead of being retried by Stripe forever. Every event it returns
-// can be stored: text fields hold no NUL byte and at most MaxFieldBytes, and
-// Time is zero or within 2000..2200. The payload is kept byte for byte.
+// can be stored: text fields hold no NUL byte and at most
+// reconcile.MaxFieldBytes, and Time is zero or within 2000..2200. The payload is kept byte for byte.
 //
 // A thin event whose related object is a subscription or an invoice names
 // its customer only through a retrieve, which ParseEvent does not make: it
@@ -271,12 +254,12 @@ func parseEvent(body []byte) (ev reconcile.Event, rel related, connect bool) {
 	}
 	if err != nil || raw.ID == "" {
 		// Still deduplicated: copies of one body share its hash.
-		ev.DedupeKey = "body:" + sha256Hex(body)
+		ev.DedupeKey = "body:" + reconcile.SHA256Hex(body)
 		ev.EventID = ev.DedupeKey
 		ev.Type = "unreadable"
 		ev.IgnoreReason = "unreadable event: no event id in a JSON body"
 		if err != nil {
-			ev.IgnoreReason, _ = storable("unreadable event: " + err.Error())
+			ev.IgnoreReason, _ = reconcile.Storable("unreadable event: " + err.Error())
 		}
 		return ev, related{}, false
 	}
@@ -284,7 +267,7 @@ func parseEvent(body []byte) (ev reconcile.Event, rel related, connect bool) {
 	// escaped and cut, and the event is ignored with the first such reason.
 	var reason string
 	field := func(name, s string) string {
-		clean, problem := storable(s)
+		clean, problem := reconcile.Storable(s)
 		if problem != "" && reason == "" {
 			reason = name + " " + problem
 		}
@@ -295,7 +278,7 @@ func parseEvent(body []byte) (ev reconcile.Event, rel related, connect bool) {
 	if ev.EventID != raw.ID {
 		// Copies must still meet: the hash of the full id is unique, short
 		// and free of NUL.
-		ev.DedupeKey = "sha256:" + sha256Hex([]byte(raw.ID))
+		ev.DedupeKey = "sha256:" + reconcile.SHA256Hex([]byte(raw.ID))
 	}
 	ev.Type = cmp.Or(field("event type", raw.Type), "unknown")
 	ev.APIVersion = field("api_version", raw.APIVersion)
@@ -327,7 +310,7 @@ func parseEvent(body []byte) (ev reconcile.Event, rel related, connect bool) {
 	if raw.Object == thinEvent {
 		return thinCustomer(ev, raw)
 	}
-	customer, problem := storable(customerOf(raw.Data.Object))
+	customer, problem := reconcile.Storable(customerOf(raw.Data.Object))
 	switch {
 	case problem != "":
 		ev.IgnoreReason = "customer id " + problem
@@ -359,7 +342,7 @@ func expectationOf(o objectJSON) *reconcile.Expectation {
 		}
 	}
 	for _, v := range append([]string{e.SubscriptionID, e.Status}, e.Prices...) {
-		if _, problem := storable(v); problem != "" {
+		if _, problem := reconcile.Storable(v); problem != "" {
 			return nil
 		}
 	}
@@ -371,7 +354,7 @@ func expectationOf(o objectJSON) *reconcile.Expectation {
 // (rel); anything else names no customer billsync can read.
 func thinCustomer(ev reconcile.Event, raw eventJSON) (reconcile.Event, related, bool) {
 	obj := raw.RelatedObject
-	id, problem := storable(obj.ID)
+	id, problem := reconcile.Storable(obj.ID)
 	switch {
 	case problem != "":
 		ev.IgnoreReason = "related object id " + problem
@@ -382,7 +365,7 @@ func thinCustomer(ev reconcile.Event, raw eventJSON) (reconcile.Event, related, 
 	case obj.Type == "subscription" || obj.Type == "invoice":
 		return ev, related{typ: obj.Type, id: id}, false
 	default:
-		typ, _ := storable(obj.Type)
+		typ, _ := reconcile.Storable(obj.Type)
 		ev.IgnoreReason = fmt.Sprintf("thin event's related object is a %q, which names no customer billsync reads", typ)
 	}
 	return ev, related{}, false
@@ -422,7 +405,7 @@ func eventTimeOf(raw json.RawMessage) (time.Time, string) {
 		if sec == 0 {
 			return time.Time{}, ""
 		}
-		if t := time.Unix(sec, 0).UTC(); sec > 0 && !t.Before(minEventTime) && t.Before(maxEventTime) {
+		if t := time.Unix(sec, 0).UTC(); sec > 0 && reconcile.SaneEventTime(t) {
 			return t, ""
 		}
 		return time.Time{}, fmt.Sprintf("event time (created %d) is outside the years 2000-2200", sec)
@@ -430,40 +413,14 @@ func eventTimeOf(raw json.RawMessage) (time.Time, string) {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
 		t, err := time.Parse(time.RFC3339Nano, s)
-		if err == nil && !t.Before(minEventTime) && t.Before(maxEventTime) {
+		if err == nil && reconcile.SaneEventTime(t) {
 			return t.UTC(), ""
 		}
-		clean, _ := storable(s)
+		clean, _ := reconcile.Storable(s)
 		return time.Time{}, fmt.Sprintf("event time (created %q) is not an RFC 3339 time within the years 2000-2200", clean)
 	}
 	// Another JSON type: unreadable like any mistyped field, left absent.
 	return time.Time{}, ""
-}
-
-// storable returns s fit for a PostgreSQL text column: NUL bytes escaped as
-// \x00 and at most MaxFieldBytes (cut on a rune boundary). problem says what
-// had to change; it is empty when s is returned as is. encoding/json has
-// already replaced invalid UTF-8.
-func storable(s string) (clean, problem string) {
-	if strings.IndexByte(s, 0) >= 0 {
-		s, problem = strings.ReplaceAll(s, "\x00", `\x00`), "contains a NUL byte"
-	}
-	if len(s) > MaxFieldBytes {
-		if problem == "" {
-			problem = fmt.Sprintf("longer than %d bytes", MaxFieldBytes)
-		}
-		cut := MaxFieldBytes
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut]
-	}
-	return s, problem
-}
-
-func sha256Hex(b []byte) string {
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
 }
 
 // relevant reports whether an event type can signal a change to a

@@ -161,7 +161,7 @@ func TestParseEvent(t *testing.T) {
 			{"LongCustomer", hostileEvent(`"evt_lc"`, `"invoice.paid"`, `"v1"`, created, `"cus_`+strings.Repeat("c", 300)+`"`),
 				"evt_lc", "evt_lc", "invoice.paid", "v1", "", "customer id longer than 255 bytes", at},
 			{"LongID", hostileEvent(`"`+longID+`"`, `"invoice.paid"`, `"v1"`, created, `"cus_1"`),
-				hashKey(longID), longID[:MaxFieldBytes], "invoice.paid", "v1", "", "event id longer than 255 bytes", at},
+				hashKey(longID), longID[:reconcile.MaxFieldBytes], "invoice.paid", "v1", "", "event id longer than 255 bytes", at},
 			{"CreatedMaxInt64", hostileEvent(`"evt_max"`, `"invoice.paid"`, `"v1"`, "9223372036854775807", `"cus_1"`),
 				"evt_max", "evt_max", "invoice.paid", "v1", "", "event time (created 9223372036854775807) is outside the years 2000-2200", time.Time{}},
 			{"CreatedNegative", hostileEvent(`"evt_neg"`, `"invoice.paid"`, `"v1"`, "-1000000000000000", `"cus_1"`),
@@ -214,11 +214,11 @@ func requireStorable(t testing.TB, ev reconcile.Event) {
 		"provider": ev.Provider, "dedupe key": ev.DedupeKey, "event id": ev.EventID, "type": ev.Type,
 		"api version": ev.APIVersion, "customer": ev.CustomerID,
 	} {
-		if strings.IndexByte(s, 0) >= 0 || !utf8.ValidString(s) || len(s) > MaxFieldBytes {
-			t.Fatalf("%s cannot be stored (NUL, invalid UTF-8 or over %d bytes): %q", name, MaxFieldBytes, s)
+		if strings.IndexByte(s, 0) >= 0 || !utf8.ValidString(s) || len(s) > reconcile.MaxFieldBytes {
+			t.Fatalf("%s cannot be stored (NUL, invalid UTF-8 or over %d bytes): %q", name, reconcile.MaxFieldBytes, s)
 		}
 	}
-	if r := ev.IgnoreReason; strings.IndexByte(r, 0) >= 0 || !utf8.ValidString(r) || len(r) > 4*MaxFieldBytes+100 {
+	if r := ev.IgnoreReason; strings.IndexByte(r, 0) >= 0 || !utf8.ValidString(r) || len(r) > 4*reconcile.MaxFieldBytes+100 {
 		t.Fatalf("ignore reason cannot be stored: %q", r)
 	}
 	if !ev.Time.IsZero() && (ev.Time.Year() < 2000 || ev.Time.Year() >= 2200) {
@@ -274,7 +274,7 @@ func FuzzParseEvent(f *testing.F) {
 		if rel.id != "" && (rel.typ != "subscription" && rel.typ != "invoice" || full.CustomerID != "") {
 			t.Fatalf("only a subscription or an invoice is resolved, for an event naming no customer yet: %+v", rel)
 		}
-		if _, problem := storable(rel.id); problem != "" {
+		if _, problem := reconcile.Storable(rel.id); problem != "" {
 			t.Fatalf("related id %q is not storable: %s", rel.id, problem)
 		}
 	})
