@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,4 +171,62 @@ func TestKindeConfiguration(t *testing.T) {
 		c.KindeSweepPace = time.Second
 		require.Equal(t, time.Second, c.kindeSweepPace())
 	})
+}
+
+// TestSupportCommandsForKinde: resync, replay and sweep work on Kinde
+// accounts with Kinde configured alone. The sweep queues every Kinde
+// account (Kinde has no bulk listing), spaced by -kinde-sweep-pace.
+func TestSupportCommandsForKinde(t *testing.T) {
+	ctx := context.Background()
+	url := storetest.URL(t)
+	st := storetest.OpenStore(t, url, store.Options{})
+	h := kindetest.ForTest(t, kindetest.Options{Store: st})
+	for _, kv := range append(kindeEnv(h.URL), "DATABASE_URL="+url, "BILLSYNC_PLANS=") {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	billsync := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := run(ctx, args, &out, io.Discard)
+		return out.String(), err
+	}
+	const customer = "customer_support"
+	h.SetPlan(customer, kindetest.FreePlan)
+	out, err := billsync("resync", "--provider", "kinde", "--customer", customer)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "reconciled kinde customer "+customer)
+	require.Contains(t, out, "plan     - → free")
+
+	// Drift: Kinde moved the customer to Pro and its webhook was stored
+	// but never applied (no worker ran).
+	h.SetPlan(customer, kindetest.ProPlan)
+	sent, err := h.Send("customer.plan_changed", customer)
+	require.NoError(t, err)
+	require.NoError(t, h.WaitDelivered(ctx))
+	out, err = billsync("replay", "--provider", "kinde", sent.WebhookID)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "plan     free → pro")
+	require.Contains(t, out, "balance  10 → 500")
+
+	h.SetPlan("customer_other", kindetest.TeamPlan)
+	_, err = billsync("resync", "--provider", "kinde", "--customer", "customer_other")
+	require.NoError(t, err)
+	out, err = billsync("sweep", "-kinde-sweep-pace", "1h")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "kinde sweep")
+	require.Contains(t, out, "queued 2 not listed")
+	var due []time.Time
+	rows, err := st.Pool().Query(ctx, `SELECT due_at FROM reconcile_queue WHERE provider = 'kinde' AND trigger = 'sweep' ORDER BY due_at`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var d time.Time
+		require.NoError(t, rows.Scan(&d))
+		due = append(due, d)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, due, 2, "both Kinde accounts queued by the sweep")
+	require.InDelta(t, time.Hour.Seconds(), due[1].Sub(due[0]).Seconds(), 60, "spaced by -kinde-sweep-pace")
+
+	_, err = billsync("sweep", "-provider", "stripe")
+	require.ErrorContains(t, err, `provider "stripe" is not configured`)
 }
