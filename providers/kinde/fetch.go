@@ -48,4 +48,3 @@ func snapshotOf(customerID string, agreements []agreement, now time.Time) reconc
 	slices.SortStableFunc(snap.Subscriptions, func(x, y reconcile.Subscription) int { return y.Created.Compare(x.Created) })
 	return snap
 }
-

@@ -40,7 +40,7 @@ type VerifierConfig struct {
 	// HTTPClient fetches the key set; default a client with a 10 s timeout
 	// (the cache's own fetches have no deadline otherwise).
 	HTTPClient *http.Client
-	Logger     *slog.Logger   // default discards
+	Logger     *slog.Logger     // default discards
 	Now        func() time.Time // default time.Now
 }
 
