@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -36,7 +37,8 @@ func TestServeReconcilesAgainstKinde(t *testing.T) {
 	addr := freeAddr(t)
 	h.Fake.AddWebhookEndpoint("http://" + addr + "/webhooks/kinde")
 	dbURL := storetest.URL(t)
-	p := startBillsync(t, "", addr, append(kindeEnv(h.URL), "DATABASE_URL="+dbURL,
+	const adminToken = "kinde_admin_token_0123456789"
+	p := startBillsync(t, "", addr, append(kindeEnv(h.URL), "DATABASE_URL="+dbURL, "BILLSYNC_ADMIN_TOKEN="+adminToken,
 		"BILLSYNC_TEST_ARGS=serve -workers 2 -addr "+addr)...)
 	require.Contains(t, p.logs.String(), "webhooks: POST /webhooks/kinde)", "serve says which intakes are on")
 	require.Regexp(t, `providers on.*intake=kinde fetch=kinde`, p.logs.String())
@@ -58,6 +60,33 @@ func TestServeReconcilesAgainstKinde(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 2000, balance)
 	require.Regexp(t, `(?m)^billsync_provider_requests_total\{provider="kinde",status="200"\} [1-9]`, scrape(t, addr))
+
+	// The admin API resyncs a Kinde account (a change whose webhook never
+	// came) and sweeps Kinde.
+	admin := func(path string) (int, string) {
+		req, err := http.NewRequest(http.MethodPost, "http://"+addr+path, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	h.SetPlan(customer, kindetest.ProPlan)
+	status, body := admin(fmt.Sprintf("/admin/api/accounts/%d/resync", a.ID))
+	require.Equal(t, http.StatusOK, status, body)
+	a, err = st.Account(ctx, "kinde", customer)
+	require.NoError(t, err)
+	require.Equal(t, "pro", a.Plan, "resynced from Kinde: %s", body)
+	status, body = admin("/admin/api/sweeps")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Eventually(t, func() bool {
+		var n int
+		err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM sweep_runs WHERE provider = 'kinde' AND status = 'succeeded'`).Scan(&n)
+		return err == nil && n == 1
+	}, 30*time.Second, 50*time.Millisecond, "the admin API's sweep sweeps Kinde:\n%s", p.logs.String())
 
 	resp, err := http.Post("http://"+addr+"/webhooks/stripe", "application/json", bytes.NewReader([]byte(`{}`)))
 	require.NoError(t, err)
