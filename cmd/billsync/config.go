@@ -36,6 +36,14 @@ type config struct {
 	StripeEndpointRate   float64
 	UserRefKey           string
 
+	// Kinde is on when KindeDomain and the M2M credentials are all set.
+	KindeDomain       string
+	KindeClientID     string
+	KindeClientSecret string
+	KindeReplayWindow time.Duration
+	KindeRateLimit    float64
+	KindeSweepPace    time.Duration
+
 	PlansPath string
 	Workers   int
 
@@ -65,6 +73,11 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&c.IntakeTimeout, "intake-timeout", server.DefaultStoreTimeout,
 		"how long a webhook delivery or /readyz may wait for the database before answering 503 with Retry-After")
 	fs.DurationVar(&c.StripeTolerance, "stripe-tolerance", 300*time.Second, "oldest Stripe-Signature timestamp accepted")
+	fs.Func("kinde-replay-window", "oldest Kinde webhook token (signed timestamp claim) accepted; keep it above Kinde's 36 h of retries (env KINDE_REPLAY_WINDOW; default 72h)", func(v string) error {
+		d, err := time.ParseDuration(v)
+		c.KindeReplayWindow = d
+		return err
+	})
 	c.bindReconcile(fs, getenv)
 	fs.IntVar(&c.Workers, "workers", 8, "reconcile loops in this process (0: intake only)")
 	fs.StringVar(&c.SweepSchedule, "sweep-schedule", cmp.Or(getenv("BILLSYNC_SWEEP_SCHEDULE"), defaultSweepSchedule),
@@ -78,6 +91,9 @@ func (c *config) bindReconcile(fs *flag.FlagSet, getenv func(string) string) {
 	fs.Float64Var(&c.StripeRateLimit, "stripe-rate", 25, "Stripe API requests per second of this process: every request (fetches, sweep pages, retries, thin-event lookups) of every worker counts")
 	fs.Float64Var(&c.StripeEndpointRate, "stripe-endpoint-rate", 0, "Stripe API requests per second per endpoint family (customers, subscriptions, prices, invoices), within -stripe-rate; 0 = no per-endpoint limit")
 	fs.StringVar(&c.UserRefKey, "user-ref-key", "user_id", "Stripe customer metadata key holding the app's user reference")
+	fs.StringVar(&c.KindeDomain, "kinde-domain", getenv("KINDE_DOMAIN"), "Kinde business domain, e.g. https://yourbusiness.kinde.com (env KINDE_DOMAIN; Kinde is on when it and KINDE_CLIENT_ID/KINDE_CLIENT_SECRET are set)")
+	fs.Float64Var(&c.KindeRateLimit, "kinde-rate", 10, "Kinde Management API requests per second of this process (token requests, fetches and retries of every worker count; Kinde publishes no number, it answers 429 with RateLimit-Reset)")
+	fs.DurationVar(&c.KindeSweepPace, "kinde-sweep-pace", 0, "how far apart the sweep queues Kinde accounts (Kinde has no bulk listing, so a sweep reconciles each account); default 2/-kinde-rate, half of the budget, so webhook work goes first")
 	fs.StringVar(&c.PlansPath, "plans", getenv("BILLSYNC_PLANS"), "plans file (YAML; env BILLSYNC_PLANS; default: the built-in plans.example.yaml)")
 }
 
@@ -88,6 +104,7 @@ func (c *config) loadSecrets(getenv func(string) string) error {
 	key, err := secret(getenv, "STRIPE_API_KEY")
 	errs = append(errs, err)
 	c.StripeAPIKey = key
+	errs = append(errs, c.loadKinde(getenv))
 	admin, err := secret(getenv, "BILLSYNC_ADMIN_TOKEN")
 	errs = append(errs, err)
 	c.AdminToken = admin
@@ -101,11 +118,60 @@ func (c *config) loadSecrets(getenv func(string) string) error {
 	return errors.Join(errs...)
 }
 
+// loadKinde reads Kinde's M2M credentials (each also as NAME_FILE) and
+// KINDE_REPLAY_WINDOW (unless the flag set it).
+func (c *config) loadKinde(getenv func(string) string) error {
+	var errs []error
+	var err error
+	c.KindeClientID, err = secret(getenv, "KINDE_CLIENT_ID")
+	errs = append(errs, err)
+	c.KindeClientSecret, err = secret(getenv, "KINDE_CLIENT_SECRET")
+	errs = append(errs, err)
+	if w := getenv("KINDE_REPLAY_WINDOW"); w != "" && c.KindeReplayWindow == 0 {
+		d, err := time.ParseDuration(w)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("KINDE_REPLAY_WINDOW %q: want a duration like 72h: %w", w, err))
+		}
+		c.KindeReplayWindow = d
+	}
+	return errors.Join(errs...)
+}
+
 func (c *config) validateServe() error {
 	var errs []error
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		errs = append(errs, fmt.Errorf("BILLSYNC_ADDR %q: want host:port: %w", c.Addr, err))
 	}
+	kindeErr := c.validateKinde()
+	errs = append(errs, kindeErr)
+	// Stripe is optional once Kinde is on, but whatever of it is set must
+	// be complete. With no provider at all the Stripe messages say what to
+	// set, and one more line that Kinde would do too.
+	stripeSet := len(c.StripeWebhookSecrets) > 0 || c.StripeAPIKey != ""
+	if !c.kindeOn() && kindeErr == nil && !stripeSet {
+		errs = append(errs, errors.New("no provider is configured: set Stripe's STRIPE_WEBHOOK_SECRET and STRIPE_API_KEY, or Kinde's KINDE_DOMAIN, KINDE_CLIENT_ID and KINDE_CLIENT_SECRET, or both"))
+	}
+	if !c.kindeOn() || stripeSet {
+		errs = append(errs, c.validateStripe()...)
+	}
+	if c.AdminToken != "" && len(c.AdminToken) < 16 {
+		errs = append(errs, errors.New("BILLSYNC_ADMIN_TOKEN is shorter than 16 characters: it opens the admin API, use a long random value (openssl rand -hex 32)"))
+	}
+	if c.Workers < 0 {
+		errs = append(errs, errors.New("-workers must be 0 or more"))
+	}
+	if c.ShutdownTimeout <= 0 || c.DBTimeout <= 0 || c.IntakeTimeout <= 0 {
+		errs = append(errs, errors.New("-shutdown-timeout, -db-timeout and -intake-timeout must be positive"))
+	}
+	if _, err := parseSweepSchedule(c.SweepSchedule); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// validateStripe checks the Stripe side of serve's configuration.
+func (c *config) validateStripe() []error {
+	var errs []error
 	if len(c.StripeWebhookSecrets) == 0 {
 		errs = append(errs, errors.New("STRIPE_WEBHOOK_SECRET is not set: billsync cannot verify Stripe webhooks without it (comma-separate several to rotate; or set STRIPE_WEBHOOK_SECRET_FILE)"))
 	}
@@ -123,25 +189,60 @@ func (c *config) validateServe() error {
 	if c.Workers > 0 && c.StripeAPIKey == "" {
 		errs = append(errs, errors.New("STRIPE_API_KEY is not set: the reconcile worker reads customers from the Stripe API (or set STRIPE_API_KEY_FILE, or -workers 0 for intake only)"))
 	}
-	if c.AdminToken != "" && len(c.AdminToken) < 16 {
-		errs = append(errs, errors.New("BILLSYNC_ADMIN_TOKEN is shorter than 16 characters: it opens the admin API, use a long random value (openssl rand -hex 32)"))
-	}
-	if c.Workers < 0 {
-		errs = append(errs, errors.New("-workers must be 0 or more"))
-	}
 	if c.StripeRateLimit <= 0 {
 		errs = append(errs, errors.New("-stripe-rate must be positive"))
-	}
-	if c.ShutdownTimeout <= 0 || c.DBTimeout <= 0 || c.IntakeTimeout <= 0 {
-		errs = append(errs, errors.New("-shutdown-timeout, -db-timeout and -intake-timeout must be positive"))
 	}
 	if c.StripeTolerance <= 0 {
 		errs = append(errs, errors.New("-stripe-tolerance must be positive"))
 	}
-	if _, err := parseSweepSchedule(c.SweepSchedule); err != nil {
-		errs = append(errs, err)
+	return errs
+}
+
+// kindeOn reports whether Kinde is configured: the domain and both M2M
+// credentials (validateKinde refuses a half configuration).
+func (c *config) kindeOn() bool {
+	return c.KindeDomain != "" && c.KindeClientID != "" && c.KindeClientSecret != ""
+}
+
+// validateKinde checks the Kinde side: all of KINDE_DOMAIN,
+// KINDE_CLIENT_ID and KINDE_CLIENT_SECRET, or none. A half configuration
+// is an error, never a quietly disabled provider whose webhooks get 404.
+func (c *config) validateKinde() error {
+	set := map[string]bool{"KINDE_DOMAIN": c.KindeDomain != "", "KINDE_CLIENT_ID": c.KindeClientID != "", "KINDE_CLIENT_SECRET": c.KindeClientSecret != ""}
+	var missing []string
+	for _, name := range []string{"KINDE_DOMAIN", "KINDE_CLIENT_ID", "KINDE_CLIENT_SECRET"} {
+		if !set[name] {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) == 3 {
+		return nil
+	}
+	var errs []error
+	if len(missing) > 0 {
+		errs = append(errs, fmt.Errorf("half a Kinde configuration: %s not set (Kinde needs KINDE_DOMAIN and an M2M application's KINDE_CLIENT_ID and KINDE_CLIENT_SECRET, or *_FILE; unset all three to run without Kinde)", strings.Join(missing, ", ")))
+	}
+	if c.KindeDomain != "" {
+		if u, err := url.Parse(c.KindeDomain); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || strings.Trim(u.Path, "/") != "" {
+			errs = append(errs, fmt.Errorf("KINDE_DOMAIN %q: want the business domain's URL like https://yourbusiness.kinde.com", c.KindeDomain))
+		}
+	}
+	if c.KindeRateLimit <= 0 {
+		errs = append(errs, errors.New("-kinde-rate must be positive"))
+	}
+	if c.KindeReplayWindow < 0 || c.KindeSweepPace < 0 {
+		errs = append(errs, errors.New("KINDE_REPLAY_WINDOW and -kinde-sweep-pace must not be negative"))
 	}
 	return errors.Join(errs...)
+}
+
+// kindeSweepPace is how far apart the sweep queues Kinde accounts: by
+// default two request slots, so the sweep uses at most half of -kinde-rate.
+func (c *config) kindeSweepPace() time.Duration {
+	if c.KindeSweepPace > 0 {
+		return c.KindeSweepPace
+	}
+	return time.Duration(2 * float64(time.Second) / c.KindeRateLimit)
 }
 
 // secret returns the value of name, or the trimmed contents of the file

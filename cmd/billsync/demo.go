@@ -16,26 +16,30 @@ import (
 func runDemo(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: billsync demo [flags]
+		fmt.Fprintln(fs.Output(), `usage: billsync demo [--provider stripe|kinde] [flags]
 
-Plays the seed scenario with no setup: nine deliveries of three Stripe events
+Plays the seed scenario with no setup: nine deliveries of three events
 (the Pro plan change three times, the payment five times, an older
 cancellation that arrives last), with the process killed during the first
 plan change. Each delivery goes to billsync and, side by side, to a naive
 handler that applies each message as it arrives (the foil). billsync uses
 the embedded PostgreSQL (a fresh database of its own) and an in-process fake
-Stripe. Without -once it then keeps serving and prints where to look.`)
+provider: Stripe (its events) or, with --provider kinde, Kinde (its signed
+JWT webhooks customer.plan_changed, customer.payment_succeeded and
+customer.agreement_cancelled). Without -once it then keeps serving and
+prints where to look.`)
 		fs.PrintDefaults()
 	}
 	var cfg config
 	cfg.bindCommon(fs, os.Getenv)
+	provider := fs.String("provider", "stripe", "whose events the scenario plays: stripe or kinde")
 	once := fs.Bool("once", false, "exit after the scenario: status 0 only if billsync ended right")
 	asJSON := fs.Bool("json", false, "print the final state as JSON instead of tables")
 	addr := fs.String("addr", os.Getenv("BILLSYNC_ADDR"), "where billsync listens for webhooks (default 127.0.0.1:8080; 127.0.0.1:0 with -once)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	dcfg := demo.Config{Addr: *addr, Logger: logger}
+	dcfg := demo.Config{Addr: *addr, Logger: logger, Provider: *provider}
 	if dcfg.Addr == "" && *once {
 		dcfg.Addr = "127.0.0.1:0"
 	}
@@ -48,7 +52,11 @@ Stripe. Without -once it then keeps serving and prints where to look.`)
 	}
 
 	if !*asJSON {
-		fmt.Fprintln(stdout, "billsync demo: starting PostgreSQL, a fake Stripe and billsync…")
+		fake := "Stripe"
+		if *provider == "kinde" {
+			fake = "Kinde"
+		}
+		fmt.Fprintf(stdout, "billsync demo: starting PostgreSQL, a fake %s and billsync…\n", fake)
 	}
 	dbURL, stopCluster, err := databaseURL(ctx, cfg, dcfg.Logger)
 	if err != nil {

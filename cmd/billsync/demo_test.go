@@ -39,3 +39,21 @@ func TestDemoOnceJSON(t *testing.T) {
 	require.True(t, res.Billsync.Right)
 	require.Len(t, res.Deliveries, 9)
 }
+
+// TestDemoKindeOnceJSON: `billsync demo --provider kinde -once -json` plays
+// the scenario with Kinde's events and prints the same JSON shape.
+func TestDemoKindeOnceJSON(t *testing.T) {
+	t.Setenv("DATABASE_URL", storetest.URL(t))
+	var out bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"demo", "--provider", "kinde", "-once", "-json"}, &out, os.Stderr))
+	var res demo.Result
+	require.NoError(t, json.NewDecoder(&out).Decode(&res), out.String())
+	require.Equal(t, "kinde", res.Provider)
+	require.True(t, res.Billsync.Right)
+	require.Len(t, res.Deliveries, 9)
+	require.Equal(t, "customer.plan_changed", res.Deliveries[0].Type)
+
+	out.Reset()
+	err := run(context.Background(), []string{"demo", "--provider", "paddle", "-once"}, &out, os.Stderr)
+	require.ErrorContains(t, err, `demo provider "paddle": want stripe or kinde`)
+}

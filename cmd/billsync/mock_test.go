@@ -19,7 +19,9 @@ func TestMockServesBothFakes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, logs syncBuffer
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"mock", "-addr", "127.0.0.1:0", "-kinde-addr", "127.0.0.1:0"}, &out, &logs) }()
+	go func() {
+		done <- run(ctx, []string{"mock", "-addr", "127.0.0.1:0", "-kinde-addr", "127.0.0.1:0"}, &out, &logs)
+	}()
 	setting := func(name string) string {
 		re := regexp.MustCompile(`(?m)^` + name + `=(\S+)$`)
 		var v string

@@ -11,9 +11,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/billsync/billsync/providers/kinde"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/server"
@@ -26,9 +28,10 @@ func runServe(ctx context.Context, args []string, stdout io.Writer, logger *slog
 		fmt.Fprintln(fs.Output(), `usage: billsync serve [flags]
 
 Verifies webhooks and stores them in PostgreSQL before answering 200, and
-runs the workers that reconcile each signalled customer against the Stripe
-API. Secrets come from the environment (STRIPE_WEBHOOK_SECRET and
-STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
+runs the workers that reconcile each signalled customer against its
+provider's API. Stripe is on with STRIPE_WEBHOOK_SECRET and STRIPE_API_KEY;
+Kinde with KINDE_DOMAIN, KINDE_CLIENT_ID and KINDE_CLIENT_SECRET; at least
+one must be. Each secret also as *_FILE; see README.md.`)
 		fs.PrintDefaults()
 	}
 	var cfg config
@@ -38,10 +41,6 @@ STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 	}
 	if err := errors.Join(cfg.loadSecrets(os.Getenv), cfg.validateServe()); err != nil {
 		return fmt.Errorf("configuration:\n%w", err)
-	}
-	stripeVerifier, err := stripe.NewVerifier(cfg.StripeWebhookSecrets, cfg.StripeTolerance)
-	if err != nil {
-		return err
 	}
 	plans, err := loadPlans(cfg.PlansPath)
 	if err != nil {
@@ -66,22 +65,51 @@ STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 	defer cancel()
 	var wg sync.WaitGroup
 	var reconciler server.Reconciler // the admin API's resyncs take a worker's path
-	var sweeper *reconcile.Sweeper
-	stripeVerifier.SetOnConnect(func() { metrics.ObserveConnectEvent(stripe.Provider) })
-	var client *stripe.Client
-	if cfg.StripeAPIKey != "" {
-		// The workers' client also resolves thin events' customers at the
-		// intake (one retrieve, within -intake-timeout, same limiters).
-		// Without a key (intake only), such thin events are stored as
-		// ignored with the reason.
-		if client, err = newStripeClient(cfg, logger, func(status string) { metrics.ObserveProviderRequest(stripe.Provider, status) }); err != nil {
+	var sweeper server.Sweeper
+	provs, err := newProviders(cfg, logger, metrics.ObserveProviderRequest)
+	if err != nil {
+		return err
+	}
+	// A provider's intake is on when its webhooks can be verified: Stripe
+	// with STRIPE_WEBHOOK_SECRET, Kinde with KINDE_DOMAIN (its key set) and
+	// the M2M credentials its fetches need (validateServe refuses half a
+	// Kinde configuration).
+	var verifiers []server.Verifier
+	if len(cfg.StripeWebhookSecrets) > 0 {
+		stripeVerifier, err := stripe.NewVerifier(cfg.StripeWebhookSecrets, cfg.StripeTolerance)
+		if err != nil {
 			return err
 		}
-		stripeVerifier.SetResolver(client)
+		stripeVerifier.SetOnConnect(func() { metrics.ObserveConnectEvent(stripe.Provider) })
+		if provs.stripe != nil {
+			// The workers' client also resolves thin events' customers at
+			// the intake (one retrieve, within -intake-timeout, same
+			// limiters). Without a key (intake only), such thin events are
+			// stored as ignored with the reason.
+			stripeVerifier.SetResolver(provs.stripe)
+		}
+		verifiers = append(verifiers, stripeVerifier)
 	}
+	if cfg.kindeOn() {
+		// Nothing is fetched yet: serve starts while Kinde is unreachable,
+		// and a token whose key cannot be fetched then gets 503 (Kinde
+		// retries), never 200.
+		kindeVerifier, err := kinde.NewVerifier(ctx, kinde.VerifierConfig{
+			Domain: cfg.KindeDomain, ReplayWindow: cfg.KindeReplayWindow, Logger: logger,
+		})
+		if err != nil {
+			return err
+		}
+		verifiers = append(verifiers, kindeVerifier)
+	}
+	var intakes []string
+	for _, v := range verifiers {
+		intakes = append(intakes, v.Provider())
+	}
+	logger.Info("providers on", "intake", strings.Join(intakes, ", "), "fetch", provs.names(), "workers", cfg.Workers)
 	if cfg.Workers > 0 {
 		worker, err := reconcile.NewWorker(reconcile.WorkerConfig{
-			Name: workerName(), Store: st, Providers: []reconcile.Provider{client}, Plans: plans,
+			Name: workerName(), Store: st, Providers: provs.list(), Plans: plans,
 			Logger: logger, Concurrency: cfg.Workers, OnOutcome: metrics.ObserveReconcile,
 		})
 		if err != nil {
@@ -91,12 +119,15 @@ STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 		wg.Add(2)
 		go func() { defer wg.Done(); st.Listen(ctx, logger, worker.Wake) }()
 		go func() { defer wg.Done(); worker.Run(ctx) }()
-		sweeper, err = newSweeper(st, client, plans, logger, nil)
+		// Every provider is swept: Stripe by its bulk listing, Kinde by
+		// queueing every Kinde account within its own pace.
+		all, err := provs.sweepers(st, plans, logger, cfg, "", nil)
 		if err != nil {
 			return err
 		}
+		sweeper = all
 		if sched, _ := parseSweepSchedule(cfg.SweepSchedule); sched != nil { // validated above
-			wait := scheduleSweeps(ctx, sched, sweeper, logger)
+			wait := scheduleSweeps(ctx, sched, all, logger)
 			wg.Add(1)
 			go func() { defer wg.Done(); <-ctx.Done(); wait() }()
 		}
@@ -104,13 +135,13 @@ STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 	srv := server.New(server.Config{
 		Logger:    logger,
 		Inbox:     st,
-		Verifiers: []server.Verifier{stripeVerifier},
+		Verifiers: verifiers,
 		Ready:     st.Ping,
 		Metrics:   metrics,
 		// A hung database gets the provider a 503 (it retries), not a
 		// request held open for as long as the database hangs.
 		StoreTimeout: cfg.IntakeTimeout,
-		Admin:        server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler, Sweeper: adminSweeper(sweeper), Logger: logger},
+		Admin:        server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler, Sweeper: sweeper, Logger: logger},
 	})
 	// Workers finish the job in hand and release their leases.
 	stopWorkers := func(shutCtx context.Context) error {
@@ -124,7 +155,7 @@ STRIPE_API_KEY, or their *_FILE variants); see README.md.`)
 			return fmt.Errorf("workers still busy after -shutdown-timeout %s: their leases run out on their own", cfg.ShutdownTimeout)
 		}
 	}
-	return listenAndServe(ctx, cfg.Addr, srv, cfg.ShutdownTimeout, stdout, logger, stopWorkers)
+	return listenAndServe(ctx, cfg.Addr, srv, cfg.ShutdownTimeout, stdout, logger, stopWorkers, intakes...)
 }
 
 // queueDepth adapts the store for the metrics' queue gauge.
@@ -145,7 +176,7 @@ func workerName() string {
 // all, it lets in-flight requests finish and runs stop (the background
 // work's own shutdown) alongside.
 func listenAndServe(ctx context.Context, addr string, h http.Handler, grace time.Duration, stdout io.Writer, logger *slog.Logger,
-	stop func(context.Context) error) error {
+	stop func(context.Context) error, intakes ...string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
@@ -158,7 +189,11 @@ func listenAndServe(ctx context.Context, addr string, h http.Handler, grace time
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
-	fmt.Fprintf(stdout, "billsync listening on http://%s (webhooks: POST /webhooks/stripe)\n", ln.Addr())
+	var hooks []string
+	for _, p := range intakes {
+		hooks = append(hooks, "POST /webhooks/"+p)
+	}
+	fmt.Fprintf(stdout, "billsync listening on http://%s (webhooks: %s)\n", ln.Addr(), cmp.Or(strings.Join(hooks, ", "), "none"))
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -177,13 +212,4 @@ func listenAndServe(ctx context.Context, addr string, h http.Handler, grace time
 	}
 	errs = append(errs, <-stopped)
 	return errors.Join(errs...)
-}
-
-// adminSweeper hands the admin API the sweeper, or a nil interface (not a
-// typed nil) when this process runs no workers.
-func adminSweeper(s *reconcile.Sweeper) server.Sweeper {
-	if s == nil {
-		return nil
-	}
-	return s
 }

@@ -12,28 +12,32 @@ import (
 	"strings"
 	"time"
 
-	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
 )
 
 // support is what resync, replay and sweep share: the database, the
-// Stripe client and plans, and a worker built as serve builds it, whose
-// ReconcileNow takes the worker's own path.
+// configured providers' clients and plans, and a worker built as serve
+// builds it, whose ReconcileNow takes the worker's own path.
 type support struct {
-	st     *store.Store
-	client *stripe.Client
-	plans  *reconcile.Plans
-	worker *reconcile.Worker
+	st        *store.Store
+	providers providers
+	plans     *reconcile.Plans
+	worker    *reconcile.Worker
+	cfg       config
 }
 
-// openSupport opens the database serve uses and a worker on the Stripe
-// client. It never migrates: a support command run against a database a
-// newer billsync has not migrated yet says so instead.
+// openSupport opens the database serve uses and a worker on every
+// configured provider (Stripe with STRIPE_API_KEY, Kinde with KINDE_DOMAIN
+// and its M2M credentials). It never migrates: a support command run
+// against a database a newer billsync has not migrated yet says so
+// instead.
 func openSupport(ctx context.Context, cfg config, logger *slog.Logger) (*support, func(), error) {
 	key, err := secret(os.Getenv, "STRIPE_API_KEY")
-	if err == nil && key == "" {
-		err = errors.New("STRIPE_API_KEY is not set: billsync reads customers from the Stripe API (or set STRIPE_API_KEY_FILE)")
+	cfg.StripeAPIKey = key
+	err = errors.Join(err, cfg.loadKinde(os.Getenv), cfg.validateKinde())
+	if err == nil && key == "" && !cfg.kindeOn() {
+		err = errors.New("STRIPE_API_KEY is not set: billsync reads customers from the Stripe API (or set STRIPE_API_KEY_FILE; for Kinde set KINDE_DOMAIN, KINDE_CLIENT_ID and KINDE_CLIENT_SECRET)")
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("configuration: %w", err)
@@ -42,8 +46,7 @@ func openSupport(ctx context.Context, cfg config, logger *slog.Logger) (*support
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg.StripeAPIKey = key
-	client, err := newStripeClient(cfg, logger, nil)
+	provs, err := newProviders(cfg, logger, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -60,12 +63,12 @@ func openSupport(ctx context.Context, cfg config, logger *slog.Logger) (*support
 		return nil, nil, err
 	}
 	w, err := reconcile.NewWorker(reconcile.WorkerConfig{Name: workerName(), Store: st,
-		Providers: []reconcile.Provider{client}, Plans: plans, Logger: logger, Concurrency: 1})
+		Providers: provs.list(), Plans: plans, Logger: logger, Concurrency: 1})
 	if err != nil {
 		closeDB()
 		return nil, nil, err
 	}
-	return &support{st: st, client: client, plans: plans, worker: w}, closeDB, nil
+	return &support{st: st, providers: provs, plans: plans, worker: w, cfg: cfg}, closeDB, nil
 }
 
 // cliActor is the audit log's actor for a person at a terminal.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/server"
 	"github.com/billsync/billsync/store"
 )
 
@@ -26,18 +27,23 @@ func runSweep(ctx context.Context, args []string, stdout io.Writer, logger *slog
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: billsync sweep [flags]
 
-Runs one sweep now: lists every Stripe customer with their current
-subscriptions in bulk (100 customers a request), applies each
-customer's state where billsync's account differs (a dropped or failed
-webhook), and queues the accounts the listing did not cover. One sweep runs
-at a time across replicas; a run a crashed sweeper left resumes from its
-cursor. Uses serve's configuration (DATABASE_URL, STRIPE_API_KEY,
-STRIPE_API_URL, BILLSYNC_PLANS). Exits non-zero when the sweep fails.`)
+Runs one sweep of each configured provider now. Stripe: lists every
+customer with their current subscriptions in bulk (100 customers a
+request), applies each customer's state where billsync's account differs
+(a dropped or failed webhook), and queues the accounts the listing did not
+cover. Kinde has no bulk listing: every Kinde account is queued for serve's
+workers, spaced by -kinde-sweep-pace so the sweep keeps to half of
+-kinde-rate. One sweep of a provider runs at a time across replicas; a run
+a crashed sweeper left resumes from its cursor. Uses serve's configuration
+(DATABASE_URL, STRIPE_API_KEY, STRIPE_API_URL, KINDE_DOMAIN,
+KINDE_CLIENT_ID, KINDE_CLIENT_SECRET, BILLSYNC_PLANS). Exits non-zero when a
+sweep fails.`)
 		fs.PrintDefaults()
 	}
 	var cfg config
 	cfg.bindCommon(fs, os.Getenv)
 	cfg.bindReconcile(fs, os.Getenv) // the sweep's list calls take at most half of -stripe-rate
+	only := fs.String("provider", "", "sweep only this provider (stripe or kinde); default every configured one")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -47,17 +53,22 @@ STRIPE_API_URL, BILLSYNC_PLANS). Exits non-zero when the sweep fails.`)
 	}
 	defer closeSupport()
 	p := newProgress(stdout)
-	sweeper, err := newSweeper(sup.st, sup.client, sup.plans, logger, p.page)
+	sweepers, err := sup.providers.sweepers(sup.st, sup.plans, logger, sup.cfg, *only, p.page)
 	if err != nil {
 		return err
 	}
-	rep, err := sweeper.Run(ctx)
-	p.done()
-	if errors.Is(err, reconcile.ErrSweepRunning) {
-		return fmt.Errorf("%w (another replica or command holds the sweep lock)", err)
+	var errs []error
+	for _, sweeper := range sweepers {
+		rep, err := sweeper.Run(ctx)
+		p.done()
+		if errors.Is(err, reconcile.ErrSweepRunning) {
+			errs = append(errs, fmt.Errorf("%s: %w (another replica or command holds the sweep lock)", sweeper.provider, err))
+			continue
+		}
+		printSweepReport(stdout, sweeper.provider, rep, err)
+		errs = append(errs, err)
 	}
-	printSweepReport(stdout, rep, err)
-	return err
+	return errors.Join(errs...)
 }
 
 // newStripeClient is the Stripe client serve and sweep share.
@@ -112,7 +123,7 @@ func (p *progress) done() {
 	}
 }
 
-func printSweepReport(w io.Writer, rep reconcile.SweepReport, err error) {
+func printSweepReport(w io.Writer, provider string, rep reconcile.SweepReport, err error) {
 	r := rep.Run
 	status := "succeeded"
 	if err != nil {
@@ -122,7 +133,7 @@ func printSweepReport(w io.Writer, rep reconcile.SweepReport, err error) {
 	if r.Resumed {
 		resumed = " (resumed)"
 	}
-	fmt.Fprintf(w, "sweep %d%s %s\n", r.ID, resumed, status)
+	fmt.Fprintf(w, "%s sweep %d%s %s\n", provider, r.ID, resumed, status)
 	fmt.Fprintf(w, "  seen %d, healed %d, failed %d, queued %d not listed, %d list calls, %s\n",
 		r.Seen, r.Healed, r.Failed, rep.Enqueued, rep.Calls, rep.Took.Round(time.Millisecond))
 	for _, h := range rep.Healed {
@@ -149,7 +160,7 @@ func parseSweepSchedule(spec string) (cron.Schedule, error) {
 
 // scheduleSweeps runs sweeper on schedule until ctx ends; it returns a
 // function that waits for a sweep in progress to stop.
-func scheduleSweeps(ctx context.Context, sched cron.Schedule, sweeper *reconcile.Sweeper, logger *slog.Logger) (wait func()) {
+func scheduleSweeps(ctx context.Context, sched cron.Schedule, sweeper server.Sweeper, logger *slog.Logger) (wait func()) {
 	c := cron.New(cron.WithLocation(time.UTC))
 	c.Schedule(sched, cron.FuncJob(func() {
 		if _, err := sweeper.Run(ctx); errors.Is(err, reconcile.ErrSweepRunning) {

@@ -1,14 +1,16 @@
 // Package demo plays the seed scenario through billsync and, side by side,
-// through a naive handler (the foil): nine deliveries of three Stripe
-// events (the Pro plan change three times, the payment five times, an older
-// cancellation that arrives last but two), with the process killed during
-// the first plan change. Afterwards it can keep billsync serving, its
-// worker live, for a person to poke at.
+// through a naive handler (the foil): nine deliveries of three events of
+// one provider, Stripe's or Kinde's (the Pro plan change three times, the
+// payment five times, an older cancellation that arrives last but two),
+// with the process killed during the first plan change. Afterwards it can
+// keep billsync serving, its worker live, for a person to poke at.
 //
 // It is a demonstration. It works in a database of its own, created on the
-// server it is given and dropped on Close, against the in-process fake
-// Stripe: it must never touch the operator's tables or the real Stripe, and
-// its naive handler must never be used for anything but showing the damage.
+// server it is given and dropped on Close, against an in-process fake
+// provider: it must never touch the operator's tables or a real provider,
+// and its naive handler must never be used for anything but showing the
+// damage. The engine here is the provider's neither: a world (stripe.go,
+// kinde.go) is the fake, the intake and the moves at the provider.
 package demo
 
 import (
@@ -27,10 +29,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	stripeapi "github.com/stripe/stripe-go/v82"
-
-	stripemock "github.com/billsync/billsync/mocks/stripe"
-	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/providers/kinde"
+	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
 )
@@ -44,10 +44,18 @@ type Config struct {
 	Addr string
 	// Logger gets billsync's logs; nil discards.
 	Logger *slog.Logger
+	// Provider is whose events the scenario plays: "stripe" (default) or
+	// "kinde".
+	Provider string
 }
 
 // Validate reports what is wrong with cfg.
 func (c Config) Validate() error {
+	switch c.Provider {
+	case "", stripe.Provider, kinde.Provider:
+	default:
+		return fmt.Errorf("demo provider %q: want stripe or kinde", c.Provider)
+	}
 	if c.Addr == "" {
 		return nil
 	}
@@ -57,14 +65,15 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Demo holds the running parts: a fresh database, the fake Stripe and
-// billsync's intake and worker (stripetest), the naive foil, and the
-// deliveries the demo holds back and replays as the network would.
+// Demo holds the running parts: a fresh database, the world (the fake
+// provider with billsync's intake and client on it), billsync's worker, the
+// naive foil, and the deliveries the demo holds back and replays as the
+// network would.
 type Demo struct {
 	logger *slog.Logger
 	st     *store.Store
 	drop   func(context.Context) error
-	h      *stripetest.Harness
+	w      world
 	worker *reconcile.Worker
 	doomed *reconcile.Worker // a worker whose process is killed mid-apply
 	naive  *naiveApp
@@ -74,11 +83,36 @@ type Demo struct {
 	relay    bool // after the scenario: pass deliveries straight to billsync
 }
 
-// delivery is one signed webhook as the fake sent it.
+// delivery is one signed webhook as the fake sent it; id is the dedupe
+// key billsync stores it under.
 type delivery struct {
 	id, typ string
 	body    []byte
 	header  http.Header
+}
+
+// world is a provider's side of the demo: its fake, billsync's intake and
+// client on it, and the scenario's moves at the provider.
+type world interface {
+	provider() string
+	client() reconcile.Provider
+	intakeURL() string
+	// identify reads a captured delivery's dedupe key and event type.
+	identify(body []byte, header http.Header) (id, typ string)
+	// naive reads a delivery as the naive app does: what it says happened
+	// (change, payment or cancel) and, for a change, the plan's reference.
+	naive(body []byte) (kind, planRef string)
+	// onFree puts a new customer on Free at the provider and returns it,
+	// with the number of webhooks that sends (not part of the scenario).
+	onFree(ctx context.Context) (customer string, webhooks int, err error)
+	// toPro moves the customer from Free to Pro at the provider: Free
+	// ended, Pro started, its payment taken. The three webhooks it sends
+	// are the scenario's, of the types scenarioTypes names.
+	toPro(ctx context.Context, customer string) error
+	scenarioTypes() (change, payment, cancellation string)
+	waitDelivered(ctx context.Context) error
+	where() Where
+	close()
 }
 
 // Start creates the demo's database on the server at databaseURL and
@@ -106,23 +140,26 @@ func Start(ctx context.Context, databaseURL string, cfg Config) (_ *Demo, err er
 	}
 	d.naive = &naiveApp{plans: plans}
 	// The network between the fake and billsync is the demo's: it holds
-	// Stripe's signed deliveries and replays them in the scenario's order.
-	d.h, err = stripetest.New(stripetest.Options{
-		Store: d.st, IntakeAddr: cmp.Or(cfg.Addr, "127.0.0.1:8080"), Network: http.HandlerFunc(d.capture),
-		Fake: stripemock.Options{Logger: d.logger}, Logger: d.logger,
-	})
+	// the provider's signed deliveries and replays them in the scenario's
+	// order.
+	addr, network := cmp.Or(cfg.Addr, "127.0.0.1:8080"), http.HandlerFunc(d.capture)
+	if cfg.Provider == kinde.Provider {
+		d.w, err = newKindeWorld(d.st, addr, network, d.logger)
+	} else {
+		d.w, err = newStripeWorld(d.st, addr, network, d.logger)
+	}
 	if err != nil {
 		return nil, err
 	}
 	d.worker, err = reconcile.NewWorker(reconcile.WorkerConfig{
-		Name: "demo", Store: d.st, Providers: []reconcile.Provider{d.h.Client}, Plans: plans, Logger: d.logger,
+		Name: "demo", Store: d.st, Providers: []reconcile.Provider{d.w.client()}, Plans: plans, Logger: d.logger,
 		Lease: lease, Poll: 200 * time.Millisecond, Concurrency: 2,
 	})
 	if err != nil {
 		return nil, err
 	}
 	d.doomed, err = reconcile.NewWorker(reconcile.WorkerConfig{
-		Name: "doomed", Store: killedStore{d.st, new(atomic.Bool)}, Providers: []reconcile.Provider{d.h.Client},
+		Name: "doomed", Store: killedStore{d.st, new(atomic.Bool)}, Providers: []reconcile.Provider{d.w.client()},
 		Plans: plans, Logger: d.logger, Lease: lease,
 	})
 	if err != nil {
@@ -163,8 +200,8 @@ func (killedStore) Release(context.Context, string, []reconcile.Job) error { ret
 
 // Close stops everything and drops the demo's database.
 func (d *Demo) Close() {
-	if d.h != nil {
-		d.h.Close()
+	if d.w != nil {
+		d.w.close()
 	}
 	if d.drop != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -184,16 +221,15 @@ func (d *Demo) capture(w http.ResponseWriter, r *http.Request) {
 	d.mu.Lock()
 	relay := d.relay
 	if !relay {
-		var ev struct{ ID, Type string }
-		_ = json.Unmarshal(body, &ev) // a body without them is simply never replayed
-		d.captured = append(d.captured, delivery{ev.ID, ev.Type, body, r.Header.Clone()})
+		id, typ := d.w.identify(body, r.Header) // a body without them is simply never replayed
+		d.captured = append(d.captured, delivery{id, typ, body, r.Header.Clone()})
 	}
 	d.mu.Unlock()
 	if !relay {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	// The scenario is over: the network delivers as is, and Stripe hears
+	// The scenario is over: the network delivers as is, and the provider hears
 	// billsync's own answer.
 	resp, err := d.post(r.Context(), body, r.Header)
 	if err != nil {
@@ -206,7 +242,7 @@ func (d *Demo) capture(w http.ResponseWriter, r *http.Request) {
 
 // post sends a delivery to billsync's intake.
 func (d *Demo) post(ctx context.Context, body []byte, header http.Header) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.h.IntakeURL+"/webhooks/stripe", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.w.intakeURL()+"/webhooks/"+d.w.provider(), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -243,6 +279,7 @@ type State struct {
 
 // Result is the scenario as both handlers lived it.
 type Result struct {
+	Provider string `json:"provider"`
 	Customer string `json:"customer"`
 	Start    struct {
 		Naive    State `json:"naive"`
@@ -262,26 +299,21 @@ type Result struct {
 
 // Play runs the scenario and returns both handlers' story.
 func (d *Demo) Play(ctx context.Context) (Result, error) {
-	var res Result
-	// The customer starts on Free: a subscription to price_free, reconciled
-	// once (billsync) and set by hand (the naive app).
-	cus, err := d.h.API.V1Customers.Create(ctx, &stripeapi.CustomerCreateParams{
-		Email: stripeapi.String("ada@example.com"), Metadata: map[string]string{"user_id": "user_ada"}})
-	if err != nil {
-		return res, fmt.Errorf("create the customer at the fake Stripe: %w", err)
-	}
-	res.Customer = cus.ID
-	free, err := d.h.Subscribe(ctx, res.Customer, "price_free")
+	res := Result{Provider: d.w.provider()}
+	// The customer starts on Free at the provider, reconciled once
+	// (billsync) and set by hand (the naive app).
+	customer, webhooks, err := d.w.onFree(ctx)
 	if err != nil {
 		return res, err
 	}
-	if err := d.waitDeliveries(ctx, 2); err != nil { // created + invoice.paid, not part of the scenario
+	res.Customer = customer
+	if err := d.waitDeliveries(ctx, webhooks); err != nil { // not part of the scenario
 		return res, err
 	}
 	d.mu.Lock()
 	d.captured = nil
 	d.mu.Unlock()
-	if err := d.st.Enqueue(ctx, "stripe", res.Customer, reconcile.TriggerResync); err != nil {
+	if err := d.st.Enqueue(ctx, d.w.provider(), res.Customer, reconcile.TriggerResync); err != nil {
 		return res, err
 	}
 	if _, err := d.worker.Drain(ctx); err != nil {
@@ -293,27 +325,26 @@ func (d *Demo) Play(ctx context.Context) (Result, error) {
 		return res, err
 	}
 
-	// What happened at Stripe, in order: the Free subscription was canceled,
-	// then a Pro one created and its first invoice paid.
-	if _, err := d.h.API.V1Subscriptions.Cancel(ctx, free.ID, nil); err != nil {
-		return res, fmt.Errorf("cancel %s at the fake Stripe: %w", free.ID, err)
-	}
-	if _, err := d.h.Subscribe(ctx, res.Customer, "price_pro"); err != nil {
+	// What happened at the provider, in order: Free ended, then Pro
+	// started and its first payment was taken.
+	if err := d.w.toPro(ctx, res.Customer); err != nil {
 		return res, err
 	}
 	if err := d.waitDeliveries(ctx, 3); err != nil {
 		return res, err
 	}
-	change, payment, cancellation := d.capturedOf("customer.subscription.created"), d.capturedOf("invoice.paid"), d.capturedOf("customer.subscription.deleted")
+	changeType, paymentType, cancellationType := d.w.scenarioTypes()
+	change, payment, cancellation := d.capturedOf(changeType), d.capturedOf(paymentType), d.capturedOf(cancellationType)
 	if change == nil || payment == nil || cancellation == nil {
-		return res, errors.New("the fake Stripe did not send the three scenario events")
+		return res, fmt.Errorf("the fake %s did not send the three scenario events", d.w.provider())
 	}
 
 	order := []*delivery{change, payment, change, payment, payment, change, cancellation, payment, payment}
 	for i, dl := range order {
 		row := Row{N: i + 1, Event: dl.id, Type: dl.typ}
 		crash := i == 0
-		row.Naive = d.naive.handle(dl.body, crash)
+		kind, planRef := d.w.naive(dl.body)
+		row.Naive = d.naive.handle(d.w.provider(), kind, planRef, crash)
 		if row.Billsync, err = d.deliverToBillsync(ctx, res.Customer, dl, crash); err != nil {
 			return res, err
 		}
@@ -327,7 +358,7 @@ func (d *Demo) Play(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	b.Plan, b.Balance = final.Plan, final.Balance
-	tally, err := d.st.Tally(ctx, "stripe", res.Customer)
+	tally, err := d.st.Tally(ctx, d.w.provider(), res.Customer)
 	if err != nil {
 		return res, err
 	}
@@ -344,13 +375,13 @@ func (d *Demo) Play(ctx context.Context) (Result, error) {
 
 // waitDeliveries waits until the fake has sent n more webhooks.
 func (d *Demo) waitDeliveries(ctx context.Context, n int) error {
-	if err := d.h.WaitDelivered(ctx); err != nil {
+	if err := d.w.waitDelivered(ctx); err != nil {
 		return err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.captured) < n {
-		return fmt.Errorf("the fake Stripe sent %d webhooks, want %d", len(d.captured), n)
+		return fmt.Errorf("the fake %s sent %d webhooks, want %d", d.w.provider(), len(d.captured), n)
 	}
 	return nil
 }
@@ -401,7 +432,7 @@ func (d *Demo) deliverToBillsync(ctx context.Context, customer string, dl *deliv
 		return s, err
 	}
 	s.Plan, s.Balance = state.Plan, state.Balance
-	status, outcome, err := d.st.EventOutcome(ctx, "stripe", dl.id)
+	status, outcome, err := d.st.EventOutcome(ctx, d.w.provider(), dl.id)
 	if err != nil {
 		return s, err
 	}
@@ -423,7 +454,7 @@ func (d *Demo) drainUntilAnswered(ctx context.Context, eventID string) error {
 		if _, err := d.worker.Drain(ctx); err != nil {
 			return err
 		}
-		status, _, err := d.st.EventOutcome(ctx, "stripe", eventID)
+		status, _, err := d.st.EventOutcome(ctx, d.w.provider(), eventID)
 		if err != nil || status != reconcile.EventPending {
 			return err
 		}
@@ -436,7 +467,7 @@ func (d *Demo) drainUntilAnswered(ctx context.Context, eventID string) error {
 }
 
 func (d *Demo) billsyncState(ctx context.Context, customer string) (State, error) {
-	a, err := d.st.Account(ctx, "stripe", customer)
+	a, err := d.st.Account(ctx, d.w.provider(), customer)
 	if err != nil {
 		return State{}, err
 	}
@@ -459,10 +490,13 @@ func (d *Demo) Serve(ctx context.Context) {
 
 // Where says where the running demo's parts are, for PrintServing.
 type Where struct {
+	Provider                                string
 	FakeURL, APIKey, IntakeURL, DatabaseURL string
 }
 
 // Where returns where the running demo's parts are.
 func (d *Demo) Where() Where {
-	return Where{FakeURL: d.h.URL, APIKey: stripemock.DefaultAPIKey, IntakeURL: d.h.IntakeURL, DatabaseURL: d.st.URL()}
+	wh := d.w.where()
+	wh.Provider, wh.IntakeURL, wh.DatabaseURL = d.w.provider(), d.w.intakeURL(), d.st.URL()
+	return wh
 }

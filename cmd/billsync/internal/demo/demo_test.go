@@ -23,10 +23,16 @@ func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
 // events from nine deliveries; the late cancellation must say why nothing
 // changed; and the naive foil must show the damage it exists to show.
 func TestDemoSeedScenario(t *testing.T) {
+	for provider, late := range map[string]string{"stripe": "customer.subscription.deleted", "kinde": "customer.agreement_cancelled"} {
+		t.Run(provider, func(t *testing.T) { testDemoSeedScenario(t, provider, late) })
+	}
+}
+
+func testDemoSeedScenario(t *testing.T, provider, lateType string) {
 	ctx := context.Background()
 	server := storetest.URL(t) // the demo creates a database of its own next to this one
 	probe := storetest.OpenStore(t, server, store.Options{})
-	d, err := demo.Start(ctx, server, demo.Config{Addr: "127.0.0.1:0"})
+	d, err := demo.Start(ctx, server, demo.Config{Addr: "127.0.0.1:0", Provider: provider})
 	require.NoError(t, err)
 	closed := false
 	defer func() {
@@ -64,7 +70,7 @@ func TestDemoSeedScenario(t *testing.T) {
 	require.Contains(t, res.Deliveries[0].Billsync.Outcome, "killed mid-apply")
 	require.Contains(t, res.Deliveries[0].Billsync.Outcome, "plan set to pro")
 	late := res.Deliveries[6]
-	require.Equal(t, "customer.subscription.deleted", late.Type)
+	require.Equal(t, lateType, late.Type)
 	require.Equal(t, "200 stored", late.Billsync.Answer)
 	require.True(t, strings.Contains(late.Billsync.Outcome, "no change") && strings.Contains(late.Billsync.Outcome, "plan pro"),
 		"the late cancellation must say why nothing changed: %q", late.Billsync.Outcome)
@@ -80,6 +86,7 @@ func TestDemoSeedScenario(t *testing.T) {
 
 	var out bytes.Buffer
 	require.NoError(t, res.Print(&out))
-	require.Contains(t, out.String(), "billsync is right: Stripe says Pro")
+	require.Equal(t, provider, res.Provider)
+	require.Contains(t, out.String(), "billsync is right: "+map[string]string{"stripe": "Stripe", "kinde": "Kinde"}[provider]+" says Pro")
 	require.Contains(t, out.String(), "older cancellation")
 }

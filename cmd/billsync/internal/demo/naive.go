@@ -1,9 +1,14 @@
 package demo
 
 import (
-	"encoding/json"
-
 	"github.com/billsync/billsync/reconcile"
+)
+
+// What a delivery says happened, as the naive app reads it.
+const (
+	naiveChange  = "change"
+	naivePayment = "payment"
+	naiveCancel  = "cancel"
 )
 
 // naiveApp is the foil: the handler most apps write. It applies each
@@ -15,40 +20,25 @@ type naiveApp struct {
 	balance int64
 }
 
-func (n *naiveApp) handle(body []byte, crash bool) Side {
-	var ev struct {
-		Type string
-		Data struct {
-			Object struct {
-				Items struct {
-					Data []struct {
-						Price struct {
-							LookupKey string `json:"lookup_key"`
-						}
-					}
-				}
-			}
-		}
-	}
-	_ = json.Unmarshal(body, &ev) // the foil trusts its input
+// handle applies one delivery as the world read it (kind, and for a
+// change the plan's reference at provider).
+func (n *naiveApp) handle(provider, kind, planRef string, crash bool) Side {
 	answer := "200"
-	switch ev.Type {
-	case "customer.subscription.created", "customer.subscription.updated":
+	switch kind {
+	case naiveChange:
 		old, _ := n.plans.Named(n.plan)
-		if items := ev.Data.Object.Items.Data; len(items) > 0 {
-			if p, ok := n.plans.ForPrice("stripe", []string{items[0].Price.LookupKey}); ok {
-				n.plan = p.Name // write 1
-				if crash {
-					answer = "500 (killed)"
-					break
-				}
-				n.balance += max(p.Allowance-old.Allowance, 0) // write 2
+		if p, ok := n.plans.ForPrice(provider, []string{planRef}); ok {
+			n.plan = p.Name // write 1
+			if crash {
+				answer = "500 (killed)"
+				break
 			}
+			n.balance += max(p.Allowance-old.Allowance, 0) // write 2
 		}
-	case "invoice.paid":
+	case naivePayment:
 		p, _ := n.plans.Named(n.plan)
 		n.balance += p.Allowance
-	case "customer.subscription.deleted":
+	case naiveCancel:
 		n.plan = n.plans.Default().Name
 	}
 	return Side{Answer: answer, Plan: n.plan, Balance: n.balance}

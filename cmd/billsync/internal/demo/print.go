@@ -11,7 +11,12 @@ import (
 func (r Result) Print(w io.Writer) error {
 	fmt.Fprintf(w, "\nCustomer %s starts on Free. naive: %s/%d, billsync: %s/%d.\n", r.Customer,
 		r.Start.Naive.Plan, r.Start.Naive.Balance, r.Start.Billsync.Plan, r.Start.Billsync.Balance)
-	fmt.Fprintln(w, "At Stripe the customer moved to Pro: the Free subscription was canceled, a Pro one created, its invoice paid.")
+	switch r.Provider {
+	case "kinde":
+		fmt.Fprintln(w, "At Kinde the customer moved to Pro: the Free agreement was cancelled, the plan changed to Pro, its payment succeeded.")
+	default:
+		fmt.Fprintln(w, "At Stripe the customer moved to Pro: the Free subscription was canceled, a Pro one created, its invoice paid.")
+	}
 	fmt.Fprintln(w, "The network now delivers the plan change 3×, the payment 5×, and the older cancellation once, last but two.")
 	fmt.Fprintln(w, "Both processes are killed half way through the first plan change.")
 	fmt.Fprintln(w)
@@ -34,25 +39,45 @@ func (r Result) Print(w io.Writer) error {
 	}
 	fmt.Fprintln(w, ")")
 	if b.Right {
-		fmt.Fprintln(w, "  billsync is right: Stripe says Pro, and Pro's allowance is 500, granted once.")
+		fmt.Fprintf(w, "  billsync is right: %s says Pro, and Pro's allowance is 500, granted once.\n", providerName(r.Provider))
 	}
 	return nil
 }
 
 func label(typ string) string {
 	switch typ {
-	case "customer.subscription.created":
+	case "customer.subscription.created", "customer.plan_changed":
 		return "plan change (to Pro)"
-	case "invoice.paid":
+	case "invoice.paid", "customer.payment_succeeded":
 		return "payment"
-	case "customer.subscription.deleted":
+	case "customer.subscription.deleted", "customer.agreement_cancelled":
 		return "older cancellation"
 	}
 	return typ
 }
 
+func providerName(provider string) string {
+	if provider == "kinde" {
+		return "Kinde"
+	}
+	return "Stripe"
+}
+
 // PrintServing tells a person what to try while Serve runs.
 func (wh Where) PrintServing(w io.Writer, customer string) {
+	if wh.Provider == "kinde" {
+		fmt.Fprintf(w, `
+billsync keeps running, its worker live (Ctrl-C to stop; the demo database is dropped on exit).
+Changes made at the fake Kinde now reach billsync as signed JWT webhooks. Try:
+  curl -X PUT %[1]s/_mock/customers/%[2]s/agreements -d '{"agreements":[{"plan_code":"customer_team_plan"}]}'
+  curl %[1]s/_mock/events -d '{"type":"customer.plan_changed","customer_id":"%[2]s"}'
+  psql '%[3]s' -c 'SELECT customer_id, plan, status, period_start FROM accounts'
+  psql '%[3]s' -c 'SELECT id, result, outcome FROM reconcile_log ORDER BY id'
+  psql '%[3]s' -c 'SELECT type, seen_count, status, outcome FROM inbox_events'
+billsync's intake: POST %[4]s/webhooks/kinde, health %[4]s/readyz; fake faults: %[1]s/_mock/faults
+`, wh.FakeURL, customer, wh.DatabaseURL, wh.IntakeURL)
+		return
+	}
 	fmt.Fprintf(w, `
 billsync keeps running, its worker live (Ctrl-C to stop; the demo database is dropped on exit).
 Changes made at the fake Stripe now reach billsync as signed webhooks. Try:

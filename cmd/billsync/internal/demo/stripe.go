@@ -1,0 +1,111 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	stripeapi "github.com/stripe/stripe-go/v82"
+
+	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store"
+)
+
+// stripeWorld plays the scenario at the fake Stripe (stripetest).
+type stripeWorld struct {
+	h    *stripetest.Harness
+	free string // the Free subscription's id
+}
+
+func newStripeWorld(st *store.Store, addr string, network http.Handler, logger *slog.Logger) (world, error) {
+	h, err := stripetest.New(stripetest.Options{
+		Store: st, IntakeAddr: addr, Network: network, Fake: stripemock.Options{Logger: logger}, Logger: logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &stripeWorld{h: h}, nil
+}
+
+func (w *stripeWorld) provider() string           { return stripe.Provider }
+func (w *stripeWorld) client() reconcile.Provider { return w.h.Client }
+func (w *stripeWorld) intakeURL() string          { return w.h.IntakeURL }
+func (w *stripeWorld) close()                     { w.h.Close() }
+
+func (w *stripeWorld) waitDelivered(ctx context.Context) error { return w.h.WaitDelivered(ctx) }
+
+func (w *stripeWorld) identify(body []byte, _ http.Header) (id, typ string) {
+	var ev struct{ ID, Type string }
+	_ = json.Unmarshal(body, &ev)
+	return ev.ID, ev.Type
+}
+
+func (w *stripeWorld) scenarioTypes() (change, payment, cancellation string) {
+	return "customer.subscription.created", "invoice.paid", "customer.subscription.deleted"
+}
+
+// naive reads a Stripe event as the naive app does: a subscription
+// created or updated is a plan change to its first item's price.
+func (w *stripeWorld) naive(body []byte) (kind, planRef string) {
+	var ev struct {
+		Type string
+		Data struct {
+			Object struct {
+				Items struct {
+					Data []struct {
+						Price struct {
+							LookupKey string `json:"lookup_key"`
+						}
+					}
+				}
+			}
+		}
+	}
+	_ = json.Unmarshal(body, &ev) // the foil trusts its input
+	switch ev.Type {
+	case "customer.subscription.created", "customer.subscription.updated":
+		if items := ev.Data.Object.Items.Data; len(items) > 0 {
+			return naiveChange, items[0].Price.LookupKey
+		}
+	case "invoice.paid":
+		return naivePayment, ""
+	case "customer.subscription.deleted":
+		return naiveCancel, ""
+	}
+	return "", ""
+}
+
+// onFree creates the customer with a Free subscription: created and
+// invoice.paid, two webhooks.
+func (w *stripeWorld) onFree(ctx context.Context) (string, int, error) {
+	cus, err := w.h.API.V1Customers.Create(ctx, &stripeapi.CustomerCreateParams{
+		Email: stripeapi.String("ada@example.com"), Metadata: map[string]string{"user_id": "user_ada"}})
+	if err != nil {
+		return "", 0, fmt.Errorf("create the customer at the fake Stripe: %w", err)
+	}
+	free, err := w.h.Subscribe(ctx, cus.ID, "price_free")
+	if err != nil {
+		return "", 0, err
+	}
+	w.free = free.ID
+	return cus.ID, 2, nil
+}
+
+// toPro cancels the Free subscription, then subscribes to Pro (its first
+// invoice is paid).
+func (w *stripeWorld) toPro(ctx context.Context, customer string) error {
+	if _, err := w.h.API.V1Subscriptions.Cancel(ctx, w.free, nil); err != nil {
+		return fmt.Errorf("cancel %s at the fake Stripe: %w", w.free, err)
+	}
+	_, err := w.h.Subscribe(ctx, customer, "price_pro")
+	return err
+}
+
+func (w *stripeWorld) where() Where {
+	return Where{FakeURL: w.h.URL, APIKey: stripemock.DefaultAPIKey}
+}

@@ -1,0 +1,422 @@
+package reconcile_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/lestrrat-go/jwx/v2/jws"
+	"github.com/stretchr/testify/require"
+
+	kindemock "github.com/billsync/billsync/mocks/kinde"
+	"github.com/billsync/billsync/mocks/kinde/kindetest"
+	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/providers/kinde"
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/storetest"
+)
+
+// kindeHarness is billsync end to end with Kinde: the fake Kinde sends
+// signed JWT webhooks over HTTP to billsync's real intake (kinde.Verifier
+// on the fake's key set), which stores them in a fresh database; workers
+// fetch through billsync's Kinde client on the fake's Management API.
+type kindeHarness struct {
+	t     testingT
+	kh    *kindetest.Harness
+	st    *store.Store
+	plans *reconcile.Plans
+	// requests counts the fake's requests by path.
+	mu       sync.Mutex
+	requests map[string]int
+}
+
+type kindeOptions struct {
+	fake     kindemock.Options
+	client   kinde.Config
+	verifier kinde.VerifierConfig
+	network  http.Handler
+	// wrap, when set, sees each request to the fake before it does.
+	wrap func(w http.ResponseWriter, r *http.Request) (handled bool)
+}
+
+func newKindeHarness(t *testing.T, cleanup func(func()), opts kindeOptions) *kindeHarness {
+	t.Helper()
+	h := &kindeHarness{t: t, plans: examplePlans(t), requests: map[string]int{}}
+	st, err := store.Open(context.Background(), storetest.URL(t), store.Options{})
+	require.NoError(t, err)
+	cleanup(st.Close)
+	h.st = st
+	h.kh, err = kindetest.New(kindetest.Options{
+		Store: st, Network: opts.network, Fake: opts.fake, Client: kindetest.Fast(opts.client), Verifier: opts.verifier,
+		Wrap: func(fake http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				h.mu.Lock()
+				h.requests[r.URL.Path]++
+				h.mu.Unlock()
+				if opts.wrap != nil && opts.wrap(w, r) {
+					return
+				}
+				fake.ServeHTTP(w, r)
+			})
+		},
+	})
+	require.NoError(t, err)
+	cleanup(h.kh.Close)
+	return h
+}
+
+func (h *kindeHarness) count(path string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.requests[path]
+}
+
+func (h *kindeHarness) worker() *reconcile.Worker {
+	w, err := reconcile.NewWorker(reconcile.WorkerConfig{Name: "kinde-test", Store: h.st, Plans: h.plans,
+		Providers: []reconcile.Provider{h.kh.Client}, Lease: time.Second})
+	require.NoError(h.t, err)
+	return w
+}
+
+func (h *kindeHarness) send(typ, customer string) kindemock.Sent {
+	h.t.Helper()
+	sent, err := h.kh.Send(typ, customer)
+	require.NoError(h.t, err)
+	return sent
+}
+
+func (h *kindeHarness) delivered() {
+	h.t.Helper()
+	require.NoError(h.t, h.kh.WaitDelivered(context.Background()))
+}
+
+// post sends body to the intake as Kinde would (webhook-id optional) and
+// returns the status.
+func (h *kindeHarness) post(body []byte, webhookID string) int {
+	h.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, h.kh.IntakeURL+"/webhooks/kinde", bytes.NewReader(body))
+	require.NoError(h.t, err)
+	req.Header.Set("Content-Type", "application/jwt")
+	if webhookID != "" {
+		req.Header.Set("webhook-id", webhookID)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(h.t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func (h *kindeHarness) state(customer string) customerState {
+	h.t.Helper()
+	ctx := context.Background()
+	s := customerState{Events: map[string]int{}}
+	a, err := h.st.Account(ctx, kinde.Provider, customer)
+	if err == nil {
+		s.Plan, s.Status = a.Plan, a.Status
+		s.Balance, err = h.st.Balance(ctx, a.ID)
+		require.NoError(h.t, err)
+		require.NoError(h.t, h.st.Pool().QueryRow(ctx, `SELECT count(*) FROM ledger WHERE account_id = $1 AND kind = 'grant'`, a.ID).Scan(&s.Grants))
+	}
+	rows, err := h.st.Pool().Query(ctx, `SELECT status, count(*) FROM inbox_events WHERE provider = 'kinde' AND customer_id = $1 GROUP BY status`, customer)
+	require.NoError(h.t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var status string
+		var n int
+		require.NoError(h.t, rows.Scan(&status, &n))
+		s.Events[status] = n
+	}
+	require.NoError(h.t, rows.Err())
+	return s
+}
+
+func (h *kindeHarness) tally(customer string) store.CustomerTally {
+	h.t.Helper()
+	tally, err := h.st.Tally(context.Background(), kinde.Provider, customer)
+	require.NoError(h.t, err)
+	return tally
+}
+
+// claimsAt are a Kinde billing webhook's claims about customer, sent at
+// sent.
+func claimsAt(eventID, customer string, sent time.Time) map[string]any {
+	return map[string]any{"type": "customer.plan_changed", "event_id": eventID, "source": "admin",
+		"timestamp": sent.UTC().Format(time.RFC3339), "event_timestamp": sent.UTC().Format(time.RFC3339),
+		"data": map[string]any{"customer_id": customer}}
+}
+
+// TestKindeSeedLikeScenario: a customer on Free moves to Pro at Kinde;
+// Kinde's plan change and payment arrive as copies (webhook-id), and the
+// free agreement's older cancellation arrives last. billsync ends on Pro
+// with balance 500: one Free grant, one Pro top-up, one event each.
+func TestKindeSeedLikeScenario(t *testing.T) {
+	t.Parallel()
+	var held struct {
+		sync.Mutex
+		bodies [][]byte
+		ids    []string
+		types  []string
+	}
+	// The network holds each delivery back; the test replays them in the
+	// scenario's order.
+	network := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		held.Lock()
+		held.bodies, held.ids = append(held.bodies, body), append(held.ids, r.Header.Get("webhook-id"))
+		held.Unlock()
+		w.WriteHeader(http.StatusOK)
+	})
+	h := newKindeHarness(t, t.Cleanup, kindeOptions{network: network})
+	w := h.worker()
+	ctx := context.Background()
+	const customer = "customer_seed"
+	h.kh.SetPlan(customer, kindetest.FreePlan)
+	require.NoError(t, h.st.Enqueue(ctx, kinde.Provider, customer, reconcile.TriggerResync))
+	_, err := w.Drain(ctx)
+	require.NoError(t, err)
+	require.Equal(t, customerState{Plan: "free", Status: "active", Balance: 10, Grants: 1, Events: map[string]int{}}, h.state(customer))
+
+	before := time.Now().Add(-time.Minute)
+	h.kh.SetPlan(customer, kindetest.ProPlan)
+	change := h.send("customer.plan_changed", customer)
+	payment := h.send("customer.payment_succeeded", customer)
+	// The cancellation happened before the change (event_timestamp) and
+	// arrives last.
+	_, err = h.kh.Fake.SendEvent(kindemock.Event{Type: "customer.agreement_cancelled", CustomerID: customer, At: before})
+	require.NoError(t, err)
+	h.delivered()
+	held.Lock()
+	byID := map[string][]byte{}
+	for i, id := range held.ids {
+		byID[id] = held.bodies[i]
+	}
+	var cancellation string
+	for _, id := range held.ids {
+		if id != change.WebhookID && id != payment.WebhookID {
+			cancellation = id
+		}
+	}
+	held.Unlock()
+	require.Len(t, byID, 3)
+
+	order := []string{change.WebhookID, payment.WebhookID, change.WebhookID, payment.WebhookID, payment.WebhookID,
+		change.WebhookID, cancellation, payment.WebhookID, payment.WebhookID}
+	for i, id := range order {
+		require.Equal(t, http.StatusOK, h.post(byID[id], id), "delivery %d", i+1)
+		_, err := w.Drain(ctx)
+		require.NoError(t, err)
+	}
+	got := h.state(customer)
+	require.Equal(t, "pro", got.Plan)
+	require.EqualValues(t, 500, got.Balance, "Free 10 topped up to Pro 500, once")
+	tally := h.tally(customer)
+	require.Equal(t, 3, tally.Events)
+	require.Equal(t, 9, tally.Receipts)
+	require.Equal(t, []store.GrantRow{{Plan: "free", Delta: 10}, {Plan: "pro", Delta: 490}}, tally.Grants)
+	require.Zero(t, got.Events[string(reconcile.EventPending)], "every event answered")
+}
+
+// TestKindeIntakeRefusesForgeries: nothing billsync cannot verify as
+// Kinde's is stored. Each is 401 (413 for a body over the limit), and
+// every table is as it was.
+func TestKindeIntakeRefusesForgeries(t *testing.T) {
+	t.Parallel()
+	h := newKindeHarness(t, t.Cleanup, kindeOptions{})
+	// A genuine delivery first, so the key set is fetched and the test
+	// shows that refusals store nothing next to something stored.
+	h.kh.SetPlan("customer_real", kindetest.ProPlan)
+	h.send("customer.plan_changed", "customer_real")
+	h.delivered()
+	before := storetest.Tables(t, h.st)
+
+	kid, key := h.kh.Fake.Keys().Current()
+	now := time.Now()
+	good := claimsAt("event_forged", "customer_victim", now)
+	signWith := func(alg jwa.SignatureAlgorithm, k any, kid string, c map[string]any) []byte {
+		hdr := jws.NewHeaders()
+		require.NoError(t, hdr.Set(jws.KeyIDKey, kid))
+		payload, err := json.Marshal(c)
+		require.NoError(t, err)
+		token, err := jws.Sign(payload, jws.WithKey(alg, k, jws.WithProtectedHeaders(hdr)))
+		require.NoError(t, err)
+		return token
+	}
+	enc := func(v any) string {
+		b, err := json.Marshal(v)
+		require.NoError(t, err)
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	pubDER, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	require.NoError(t, err)
+	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})
+	other, err := rsa.GenerateKey(rand.Reader, 2048)
+	require.NoError(t, err)
+	forged := signWith(jwa.RS256, other, kid, good) // right kid, wrong key
+	old := claimsAt("event_old", "customer_victim", now.Add(-kinde.DefaultReplayWindow-time.Hour))
+	expired, err := h.kh.Fake.Keys().Sign(old)
+	require.NoError(t, err)
+	huge := append([]byte(enc(map[string]any{"alg": "RS256", "kid": kid})+"."), bytes.Repeat([]byte("A"), 2<<20)...)
+
+	for name, tc := range map[string]struct {
+		body []byte
+		want int
+	}{
+		"forged signature":                {forged, http.StatusUnauthorized},
+		"alg none":                        {[]byte(enc(map[string]any{"alg": "none", "kid": kid}) + "." + enc(good) + "."), http.StatusUnauthorized},
+		"HS256 keyed with the public key": {signWith(jwa.HS256, pubPEM, kid, good), http.StatusUnauthorized},
+		"RS384 with Kinde's key":          {signWith(jwa.RS384, key, kid, good), http.StatusUnauthorized},
+		"unknown kid after refetch":       {signWith(jwa.RS256, other, "kinde_key_nobody", good), http.StatusUnauthorized},
+		"expired replay window":           {expired, http.StatusUnauthorized},
+		"JSON body":                       {[]byte(`{"type":"customer.plan_changed","data":{"customer_id":"customer_victim"}}`), http.StatusUnauthorized},
+		"oversized body":                  {huge, http.StatusRequestEntityTooLarge},
+	} {
+		t.Run(name, func(t *testing.T) {
+			require.Equal(t, tc.want, h.post(tc.body, "msg_forged"))
+		})
+	}
+	require.Equal(t, before, storetest.Tables(t, h.st), "a refused delivery stores nothing in any table")
+}
+
+// TestKindeCopiesDeduplicate: copies carrying one webhook-id are one event;
+// so are copies without webhook-id, by the signed event_id.
+func TestKindeCopiesDeduplicate(t *testing.T) {
+	t.Parallel()
+	h := newKindeHarness(t, t.Cleanup, kindeOptions{fake: kindemock.Options{Faults: stripemock.Faults{DuplicateCopies: 2}}})
+	ctx := context.Background()
+	h.kh.SetPlan("customer_copies", kindetest.TeamPlan)
+	sent := h.send("customer.plan_changed", "customer_copies")
+	h.delivered()
+	tally := h.tally("customer_copies")
+	require.Equal(t, 1, tally.Events, "three copies of webhook-id %s are one event", sent.WebhookID)
+	require.Equal(t, 3, tally.Receipts)
+	status, _, err := h.st.EventOutcome(ctx, kinde.Provider, reconcile.DedupeKeyOf(sent.WebhookID))
+	require.NoError(t, err, "deduplicated on webhook-id")
+	require.Equal(t, reconcile.EventPending, status)
+
+	// Without webhook-id (a proxy that drops the header): the signed
+	// event_id is the key.
+	token, err := h.kh.Fake.Keys().Sign(claimsAt("event_no_header", "customer_noheader", time.Now()))
+	require.NoError(t, err)
+	for range 3 {
+		require.Equal(t, http.StatusOK, h.post(token, ""))
+	}
+	tally = h.tally("customer_noheader")
+	require.Equal(t, 1, tally.Events)
+	require.Equal(t, 3, tally.Receipts)
+	_, _, err = h.st.EventOutcome(ctx, kinde.Provider, reconcile.DedupeKeyOf("event_no_header"))
+	require.NoError(t, err, "deduplicated on event_id")
+
+	w := h.worker()
+	_, err = w.Drain(ctx)
+	require.NoError(t, err)
+	got := h.state("customer_copies")
+	require.Equal(t, "team", got.Plan)
+	require.EqualValues(t, 2000, got.Balance)
+	require.Equal(t, 1, got.Grants)
+	require.Equal(t, map[string]int{string(reconcile.EventApplied): 1}, got.Events)
+}
+
+// TestKindeKeyRotation: Kinde starts signing with a new key. The first
+// token with the new kid costs one key-set refetch and is accepted; a
+// flood of tokens with unknown kids costs no more fetches.
+func TestKindeKeyRotation(t *testing.T) {
+	t.Parallel()
+	h := newKindeHarness(t, t.Cleanup, kindeOptions{})
+	h.kh.SetPlan("customer_rot", kindetest.ProPlan)
+	h.send("customer.plan_changed", "customer_rot")
+	h.delivered()
+	fetches := h.kh.Fake.Keys().Fetches()
+	require.EqualValues(t, 1, fetches, "the first delivery fetched the key set once")
+
+	newKid, err := h.kh.Fake.Keys().Rotate()
+	require.NoError(t, err)
+	token, err := h.kh.Fake.Keys().Sign(claimsAt("event_rotated", "customer_rot", time.Now()))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, h.post(token, "msg_rotated"), "signed with the new key %s", newKid)
+	require.EqualValues(t, fetches+1, h.kh.Fake.Keys().Fetches(), "one refetch for the new kid")
+
+	other, err := rsa.GenerateKey(rand.Reader, 2048)
+	require.NoError(t, err)
+	for i := range 20 {
+		hdr := jws.NewHeaders()
+		require.NoError(t, hdr.Set(jws.KeyIDKey, "kinde_unknown_"+strings.Repeat("x", i+1)))
+		payload, err := json.Marshal(claimsAt("event_flood", "customer_rot", time.Now()))
+		require.NoError(t, err)
+		tok, err := jws.Sign(payload, jws.WithKey(jwa.RS256, other, jws.WithProtectedHeaders(hdr)))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusUnauthorized, h.post(tok, "msg_flood"))
+	}
+	require.EqualValues(t, fetches+1, h.kh.Fake.Keys().Fetches(), "unknown kids within the refetch interval fetch nothing")
+	require.Equal(t, 2, h.tally("customer_rot").Events, "the first and the rotated events stored; none of the flood")
+}
+
+// TestKindeTokenExpiryAndRateLimit: the M2M token expires between two
+// reconciles and is renewed; a 429 with RateLimit-Reset is waited out and
+// the fetch then succeeds.
+func TestKindeTokenExpiryAndRateLimit(t *testing.T) {
+	t.Parallel()
+	var offset atomic.Int64 // the shared clock's lead over real time
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	var throttle atomic.Int32 // agreements requests still to answer 429
+	h := newKindeHarness(t, t.Cleanup, kindeOptions{
+		fake:     kindemock.Options{TokenTTL: 10 * time.Minute, Now: now},
+		client:   kinde.Config{Now: now},
+		verifier: kinde.VerifierConfig{Now: now},
+		wrap: func(w http.ResponseWriter, r *http.Request) bool {
+			if r.URL.Path == "/api/v1/billing/agreements" && throttle.Add(-1) >= 0 {
+				w.Header().Set("RateLimit-Reset", "1")
+				w.WriteHeader(http.StatusTooManyRequests)
+				return true
+			}
+			return false
+		},
+	})
+	w := h.worker()
+	ctx := context.Background()
+	const customer = "customer_token"
+	h.kh.SetPlan(customer, kindetest.FreePlan)
+	h.send("customer.plan_created", customer)
+	h.delivered()
+	_, err := w.Drain(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "free", h.state(customer).Plan)
+	require.Equal(t, 1, h.count("/oauth2/token"))
+
+	offset.Add(int64(11 * time.Minute)) // the token has expired at the fake and the client
+	h.kh.SetPlan(customer, kindetest.ProPlan)
+	h.send("customer.plan_changed", customer)
+	h.delivered()
+	_, err = w.Drain(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "pro", h.state(customer).Plan)
+	require.Equal(t, 2, h.count("/oauth2/token"), "renewed once")
+
+	throttle.Store(1)
+	h.kh.SetPlan(customer, kindetest.TeamPlan)
+	h.send("customer.plan_changed", customer)
+	h.delivered()
+	agreementsBefore := h.count("/api/v1/billing/agreements")
+	start := time.Now()
+	_, err = w.Drain(ctx)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, time.Since(start), 900*time.Millisecond, "RateLimit-Reset: 1 was waited")
+	require.Equal(t, agreementsBefore+2, h.count("/api/v1/billing/agreements"), "one 429, then the fetch")
+	got := h.state(customer)
+	require.Equal(t, "team", got.Plan)
+	require.EqualValues(t, 2000, got.Balance)
+}

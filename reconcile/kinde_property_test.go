@@ -1,0 +1,166 @@
+package reconcile_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+
+	kindemock "github.com/billsync/billsync/mocks/kinde"
+	"github.com/billsync/billsync/mocks/kinde/kindetest"
+	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/providers/kinde"
+	"github.com/billsync/billsync/reconcile"
+)
+
+// TestPropertyConvergesToKinde is the Stripe property for Kinde: random
+// plan changes at the fake Kinde (one agreement, two, or none), each
+// followed by one of Kinde's billing webhooks, delivered with copies,
+// reordered and dropped (any of them, the last included), workers
+// draining at random moments while the Management API fails at random.
+// Kinde has no bulk listing, so what the dropped webhooks missed is healed
+// by a sweep at the end (every Kinde account queued, then reconciled).
+// Then every account must equal the fake's agreements, every event must
+// be answered, and the balance must be the largest plan granted this
+// period (grants top up, never add up).
+func TestPropertyConvergesToKinde(t *testing.T) {
+	setDefaultChecks(12) // each check builds a database and a fake Kinde
+	rapid.Check(t, func(rt *rapid.T) {
+		var teardown []func()
+		defer func() {
+			for _, f := range slices.Backward(teardown) {
+				f()
+			}
+		}()
+		h := newKindeHarness(t, func(f func()) { teardown = append(teardown, f) }, kindeOptions{
+			client: kinde.Config{RetryMax: 3},
+		})
+		h.t = rt // from here on a failure belongs to this check: rapid shrinks it
+		w, err := reconcile.NewWorker(reconcile.WorkerConfig{Name: "kinde-property", Store: h.st, Plans: h.plans,
+			Providers: []reconcile.Provider{h.kh.Client},
+			Backoff:   []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond, time.Millisecond, time.Millisecond}})
+		require.NoError(rt, err)
+		failRate := rapid.Float64Range(0, 0.3).Draw(rt, "error5xx")
+		faults := stripemock.Faults{
+			DuplicateCopies: rapid.IntRange(0, 2).Draw(rt, "copies"),
+			ReorderDelay:    time.Duration(rapid.IntRange(0, 20).Draw(rt, "reorderMs")) * time.Millisecond,
+			DropRate:        rapid.Float64Range(0, 0.6).Draw(rt, "drop"),
+			Seed:            rapid.Int64Range(1, 1<<62).Draw(rt, "seed"), // 0 would be a random seed: no replay
+		}
+		// Several customers and many steps per check: a check costs a
+		// database and a fake, so each one should exercise a lot.
+		n := rapid.IntRange(2, 5).Draw(rt, "customers")
+		ids := make([]string, n)
+		// Every customer is known to billsync once (its first webhook is
+		// delivered): a customer billsync never heard of is no account to
+		// sweep, since Kinde cannot list its customers.
+		for i := range ids {
+			ids[i] = fmt.Sprintf("customer_prop_%d", i)
+			h.kh.SetPlan(ids[i], kindetest.FreePlan)
+			h.send("customer.plan_assigned", ids[i])
+		}
+		h.delivered()
+		h.kh.Fake.SetFaults(faults)
+
+		codes := []string{kindetest.FreePlan, kindetest.ProPlan, kindetest.TeamPlan}
+		types := []string{"customer.plan_changed", "customer.plan_assigned", "customer.agreement_created",
+			"customer.agreement_cancelled", "customer.payment_succeeded", "customer.payment_failed"}
+		steps := rapid.IntRange(4, 24).Draw(rt, "steps")
+		for range steps {
+			c := ids[rapid.IntRange(0, n-1).Draw(rt, "customer")]
+			var agreements []kindemock.Agreement
+			for range rapid.IntRange(0, 2).Draw(rt, "agreements") {
+				agreements = append(agreements, kindemock.Agreement{PlanCode: rapid.SampledFrom(codes).Draw(rt, "plan")})
+			}
+			h.kh.Fake.SetAgreements(c, agreements)
+			h.send(rapid.SampledFrom(types).Draw(rt, "type"), c)
+			if rapid.Bool().Draw(rt, "drainNow") {
+				h.delivered()
+				kindeDrainAll(rt, h, w, failRate)
+			}
+		}
+		h.delivered()
+		kindeDrainAll(rt, h, w, failRate)
+
+		sweeper, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: h.st, Provider: kinde.Provider,
+			Pace: time.Millisecond, Plans: h.plans})
+		require.NoError(rt, err)
+		rep, err := sweeper.Run(context.Background())
+		require.NoError(rt, err)
+		require.Equal(rt, n, rep.Enqueued, "the sweep queues every Kinde account")
+		kindeDrainAll(rt, h, w, failRate)
+
+		for i, cus := range ids {
+			want := kindeExpectedPlan(h, cus)
+			s := h.state(cus)
+			require.Equal(rt, want, s.Plan, "customer %d", i)
+			require.Zero(rt, s.Events[string(reconcile.EventPending)], "customer %d: events left pending", i)
+			require.Equal(rt, kindeLargestGrant(rt, h, cus), s.Balance, "customer %d: grants must top up, never add up", i)
+			plan, _ := h.plans.Named(want)
+			require.GreaterOrEqual(rt, s.Balance, plan.Allowance, "customer %d: the current plan's allowance is granted", i)
+		}
+	})
+}
+
+// kindeDrainAll drains until no customer is queued while the fake's
+// Management API fails at failRate (only while draining).
+func kindeDrainAll(t testingT, h *kindeHarness, w *reconcile.Worker, failRate float64) {
+	t.Helper()
+	f := h.kh.Fake.Faults()
+	f.Error5xxRate = failRate
+	h.kh.Fake.SetFaults(f)
+	defer func() {
+		f.Error5xxRate = 0
+		h.kh.Fake.SetFaults(f)
+	}()
+	for range 1000 {
+		drain(t, w)
+		var queued int
+		require.NoError(t, h.st.Pool().QueryRow(context.Background(),
+			`SELECT count(*) FROM reconcile_queue WHERE status = 'pending'`).Scan(&queued))
+		if queued == 0 {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	t.Errorf("the queue never drained")
+	t.FailNow()
+}
+
+// kindeExpectedPlan asks the fake, not billsync: the best plan (the
+// example plans have no rank: the larger allowance) among the customer's
+// agreements, else the default.
+func kindeExpectedPlan(h *kindeHarness, customer string) string {
+	best := h.plans.Default()
+	found := false
+	for _, a := range h.kh.Fake.Agreements(customer) {
+		if p, ok := h.plans.ForPrice(kinde.Provider, []string{a.PlanCode}); ok && (!found || p.Allowance > best.Allowance) {
+			best, found = p, true
+		}
+	}
+	return best.Name
+}
+
+// kindeLargestGrant is the largest allowance among the plans granted in
+// the account's current period.
+func kindeLargestGrant(t testingT, h *kindeHarness, customer string) int64 {
+	t.Helper()
+	rows, err := h.st.Pool().Query(context.Background(), `
+		SELECT DISTINCT l.plan FROM ledger l JOIN accounts a ON a.id = l.account_id AND l.period_start = a.period_start
+		WHERE a.provider = 'kinde' AND a.customer_id = $1 AND l.kind = 'grant'`, customer)
+	require.NoError(t, err)
+	plans, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	var largest int64
+	for _, name := range plans {
+		p, ok := h.plans.Named(name)
+		require.True(t, ok, name)
+		largest = max(largest, p.Allowance)
+	}
+	return largest
+}
