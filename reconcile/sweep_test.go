@@ -121,7 +121,18 @@ func TestSweepHealsDrift(t *testing.T) {
 		first[i] = prices[rng.IntN(len(prices))]
 	}
 	customers, subs := h.subscribeMany(n, func(i int) string { return first[i] })
-	for _, sub := range subs {
+	h.delivered()
+	drainAll(t, h, h.worker(reconcile.WorkerConfig{}), 0)
+	// Random plan changes and cancellations. Every fifth change loses all
+	// its webhooks (a drift the test can count on), the others each
+	// webhook with a 20% chance. The drop dice are thrown when an event is
+	// made, so switching the knob between changes is exact.
+	for i, sub := range subs {
+		lost := stripemock.Faults{DropRate: 0.2, Seed: int64(i + 1)}
+		if i%5 == 0 {
+			lost.DropRate = 1
+		}
+		h.fake.SetFaults(lost)
 		switch rng.IntN(4) {
 		case 0:
 			h.changePrice(sub, prices[rng.IntN(len(prices))])
