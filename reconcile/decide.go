@@ -91,6 +91,9 @@ func accountFor(cur Account, snap Snapshot, c choice, observedAt time.Time) Acco
 	next := cur
 	next.Provider, next.CustomerID = snap.Provider, snap.CustomerID
 	next.UserRef, next.Email = snap.UserRef, snap.Email
+	if snap.UserRefFromEvents && snap.UserRef == "" {
+		next.UserRef = cur.UserRef // the provider's reads never carry it
+	}
 	next.Plan, next.Status, next.SubscriptionID = c.plan.Name, c.sub.Status, c.sub.ID
 	next.CancelAtPeriodEnd = c.sub.CancelAtPeriodEnd
 	next.PeriodStart, next.PeriodEnd = c.item.PeriodStart, c.item.PeriodEnd

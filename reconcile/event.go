@@ -22,6 +22,10 @@ type Event struct {
 	// Expect is what the event's own object says its subscription is now;
 	// nil when it says nothing billsync can check a fetch against.
 	Expect *Expectation
+	// UserRef is the app's reference for the customer as the event names
+	// it, for providers whose API does not carry it (Kinde: data.user_id
+	// or data.org_code); empty otherwise.
+	UserRef string
 	// IgnoreReason, when set, stores the event as ignored with this reason
 	// and queues nothing.
 	IgnoreReason string

@@ -420,3 +420,33 @@ func TestKindeTokenExpiryAndRateLimit(t *testing.T) {
 	require.Equal(t, "team", got.Plan)
 	require.EqualValues(t, 2000, got.Balance)
 }
+
+// TestKindeAccountTakesTheUserRefFromEvents: Kinde's agreements do not name
+// the app's user, its webhooks do (data.user_id): the account takes it from
+// the newest event and keeps it through reconciles that have no event (a
+// resync), so support staff and the app can find it by that id.
+func TestKindeAccountTakesTheUserRefFromEvents(t *testing.T) {
+	t.Parallel()
+	h := newKindeHarness(t, t.Cleanup, kindeOptions{})
+	w := h.worker()
+	ctx := context.Background()
+	const customer = "customer_ref"
+	h.kh.SetPlan(customer, kindetest.ProPlan)
+	_, err := h.kh.Fake.SendEvent(kindemock.Event{Type: "customer.plan_changed", CustomerID: customer,
+		Data: map[string]any{"user_id": "kp_ada"}})
+	require.NoError(t, err)
+	h.delivered()
+	_, err = w.Drain(ctx)
+	require.NoError(t, err)
+	a, err := h.st.Account(ctx, kinde.Provider, customer)
+	require.NoError(t, err)
+	require.Equal(t, "pro", a.Plan)
+	require.Equal(t, "kp_ada", a.UserRef)
+
+	require.NoError(t, h.st.Enqueue(ctx, kinde.Provider, customer, reconcile.TriggerResync))
+	_, err = w.Drain(ctx)
+	require.NoError(t, err)
+	a, err = h.st.Account(ctx, kinde.Provider, customer)
+	require.NoError(t, err)
+	require.Equal(t, "kp_ada", a.UserRef, "a reconcile without an event keeps the reference")
+}

@@ -20,6 +20,10 @@ type Snapshot struct {
 	// Email is the customer's email at the provider, empty if none: how
 	// support staff find an account.
 	Email string
+	// UserRefFromEvents says the provider's API does not carry the app's
+	// reference (Kinde): UserRef is then what the customer's newest event
+	// named, and when it is empty the account keeps the one it has.
+	UserRefFromEvents bool
 	// Deleted reports that the provider deleted the customer (Stripe answers
 	// retrieve with deleted: true and has canceled its subscriptions). Such
 	// a customer falls to the default plan; one that never existed is

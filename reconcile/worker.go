@@ -353,6 +353,9 @@ func (w *Worker) reconcile(ctx context.Context, job Job, observedAt time.Time) (
 		}
 	}
 	if err == nil {
+		if snap.UserRefFromEvents && job.UserRef != "" {
+			snap.UserRef = job.UserRef
+		}
 		out, err := w.cfg.Store.Apply(storeCtx, job, observedAt, w.decider(snap, observedAt))
 		out.Recheck = recheck
 		return out, err

@@ -31,9 +31,9 @@ func (s *Store) StoreDelivery(ctx context.Context, d reconcile.Delivery) (reconc
 	err := s.pool.QueryRow(ctx, `
 		WITH ev AS (
 			INSERT INTO inbox_events
-				(provider, dedupe_key, event_id, type, customer_id, event_time, api_version, payload, status, outcome, processed_at, expect)
+				(provider, dedupe_key, event_id, type, customer_id, event_time, api_version, payload, status, outcome, processed_at, expect, user_ref)
 			VALUES ($1, $2, $3, $4, NULLIF($5, ''), $6, NULLIF($7, ''), $8, $9, $10,
-				CASE WHEN $9 = 'ignored' THEN now() END, $13)
+				CASE WHEN $9 = 'ignored' THEN now() END, $13, NULLIF($14, ''))
 			ON CONFLICT (provider, dedupe_key) DO UPDATE
 				SET seen_count = inbox_events.seen_count + 1, last_seen_at = now()
 			RETURNING id, xmax = 0 AS inserted, seen_count, status, customer_id
@@ -48,7 +48,7 @@ func (s *Store) StoreDelivery(ctx context.Context, d reconcile.Delivery) (reconc
 		)
 		SELECT id, inserted, seen_count, status FROM ev`,
 		ev.Provider, ev.DedupeKey, ev.EventID, ev.Type, ev.CustomerID, nullTime(ev.Time),
-		ev.APIVersion, ev.Payload, status, outcome, d.DeliveryID, d.RemoteAddr, ev.Expect,
+		ev.APIVersion, ev.Payload, status, outcome, d.DeliveryID, d.RemoteAddr, ev.Expect, ev.UserRef,
 	).Scan(&st.EventID, &inserted, &st.SeenCount, &st.Status)
 	if err != nil {
 		return reconcile.Stored{}, fmt.Errorf("store %s event %s: %w", ev.Provider, ev.DedupeKey, classify(err))

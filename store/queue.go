@@ -31,14 +31,18 @@ func (s *Store) Claim(ctx context.Context, worker string, limit int, lease time.
 			(SELECT e.expect FROM inbox_events e
 			 WHERE e.provider = q.provider AND e.customer_id = q.customer_id
 			   AND e.status = 'pending' AND e.expect IS NOT NULL
-			 ORDER BY e.event_time DESC NULLS LAST, e.id DESC LIMIT 1)`,
+			 ORDER BY e.event_time DESC NULLS LAST, e.id DESC LIMIT 1),
+			coalesce((SELECT e.user_ref FROM inbox_events e
+			 WHERE e.provider = q.provider AND e.customer_id = q.customer_id
+			   AND e.status = 'pending' AND e.user_ref IS NOT NULL
+			 ORDER BY e.event_time DESC NULLS LAST, e.id DESC LIMIT 1), '')`,
 		worker, limit, lease.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs: %w", classify(err))
 	}
 	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (reconcile.Job, error) {
 		var j reconcile.Job
-		err := r.Scan(&j.ID, &j.Provider, &j.CustomerID, &j.Trigger, &j.RequestedAt, &j.Attempts, &j.Expect)
+		err := r.Scan(&j.ID, &j.Provider, &j.CustomerID, &j.Trigger, &j.RequestedAt, &j.Attempts, &j.Expect, &j.UserRef)
 		return j, err
 	})
 	if err != nil {

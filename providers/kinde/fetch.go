@@ -30,7 +30,9 @@ func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapsh
 }
 
 func snapshotOf(customerID string, agreements []agreement, now time.Time) reconcile.Snapshot {
-	snap := reconcile.Snapshot{Provider: Provider, CustomerID: customerID}
+	// Kinde's agreements do not name the app's user or organisation: the
+	// account takes it from the customer's events.
+	snap := reconcile.Snapshot{Provider: Provider, CustomerID: customerID, UserRefFromEvents: true}
 	for _, a := range agreements {
 		if !a.Expires.IsZero() && !a.Expires.After(now) {
 			continue // ended

@@ -232,6 +232,8 @@ type claimsJSON struct {
 }
 
 type dataJSON struct {
+	UserID     string `json:"user_id"`
+	OrgCode    string `json:"org_code"`
 	CustomerID string `json:"customer_id"`
 	Customer   struct {
 		ID string `json:"id"`
@@ -305,6 +307,9 @@ func parseClaims(claims []byte, webhookID string, now time.Time, window time.Dur
 		ev.IgnoreReason = "event names no customer (no data.customer_id, data.customer.id or customer_id)"
 	default:
 		ev.CustomerID = customer
+		if ref, problem := reconcile.Storable(cmp.Or(d.UserID, d.OrgCode)); problem == "" {
+			ev.UserRef = ref
+		}
 	}
 	return ev, nil
 }

@@ -109,6 +109,7 @@ func TestVerifyAcceptsAKindeToken(t *testing.T) {
 	require.Equal(t, "event_1", ev.EventID, "and the signed event_id is recorded too")
 	require.Equal(t, "customer.plan_changed", ev.Type)
 	require.Equal(t, "customer_1", ev.CustomerID)
+	require.Equal(t, "kp_1", ev.UserRef, "the app's reference, which Kinde's agreements do not carry")
 	require.Equal(t, now.Add(-time.Hour-time.Second), ev.Time, "event_timestamp, the time of the change")
 	require.Empty(t, ev.IgnoreReason)
 	require.Equal(t, token, d.Event.Payload)
