@@ -18,6 +18,7 @@ import (
 	retryablehttp "github.com/hashicorp/go-retryablehttp"
 	"golang.org/x/time/rate"
 
+	"github.com/billsync/billsync/providers/internal/attempt"
 	"github.com/billsync/billsync/reconcile"
 )
 
@@ -93,11 +94,12 @@ func NewClient(cfg Config) (*Client, error) {
 	cfg.RetryWaitMax = cmp.Or(cfg.RetryWaitMax, 5*time.Second)
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)).With("provider", Provider)
 	rc := retryablehttp.NewClient()
-	rc.HTTPClient = &http.Client{Transport: &attemptTransport{
-		base:      http.DefaultTransport.(*http.Transport).Clone(),
-		limiter:   rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.Burst),
-		timeout:   cfg.Timeout,
-		onAttempt: cfg.OnAttempt,
+	limiter := rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.Burst)
+	rc.HTTPClient = &http.Client{Transport: &attempt.Transport{
+		Base:      http.DefaultTransport.(*http.Transport).Clone(),
+		Limits:    func(*http.Request) []attempt.Limit { return []attempt.Limit{{Name: "kinde", Limiter: limiter}} },
+		Timeout:   cfg.Timeout,
+		OnAttempt: cfg.OnAttempt,
 	}}
 	rc.RetryMax, rc.RetryWaitMin, rc.RetryWaitMax = cfg.RetryMax, cfg.RetryWaitMin, cfg.RetryWaitMax
 	rc.Backoff = backoff
@@ -209,47 +211,6 @@ func (c *Client) do(req *http.Request, v any) (int, error) {
 		return resp.StatusCode, reconcile.Permanent("kinde %s: unreadable JSON: %v", req.URL.Path, err)
 	}
 	return resp.StatusCode, nil
-}
-
-// attemptTransport waits for the shared rate limiter and bounds each
-// attempt, retries included (it sits below go-retryablehttp).
-type attemptTransport struct {
-	base      http.RoundTripper
-	limiter   *rate.Limiter
-	timeout   time.Duration
-	onAttempt func(string)
-}
-
-func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if err := t.limiter.Wait(req.Context()); err != nil {
-		return nil, fmt.Errorf("wait for the kinde rate limit: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(req.Context(), t.timeout)
-	resp, err := t.base.RoundTrip(req.WithContext(ctx))
-	if t.onAttempt != nil {
-		status := "error"
-		if err == nil {
-			status = strconv.Itoa(resp.StatusCode)
-		}
-		t.onAttempt(status)
-	}
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	resp.Body = cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
-	return resp, nil
-}
-
-type cancelOnClose struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b cancelOnClose) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
-	return err
 }
 
 // agreement is one billing agreement as billsync reads it. Kinde does not

@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	stripeapi "github.com/stripe/stripe-go/v82"
 	"golang.org/x/time/rate"
 
+	"github.com/billsync/billsync/providers/internal/attempt"
 	"github.com/billsync/billsync/reconcile"
 )
 
@@ -145,12 +144,21 @@ func NewClient(cfg Config) (*Client, error) {
 	}
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	rc := retryablehttp.NewClient()
-	rc.HTTPClient = &http.Client{Transport: &attemptTransport{
-		base:      base,
-		limiter:   rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.Burst),
-		endpoints: newEndpointLimiters(cfg.EndpointRateLimit, cfg.Burst),
-		timeout:   cfg.Timeout,
-		onAttempt: cfg.OnAttempt,
+	shared := rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.Burst)
+	endpoints := newEndpointLimiters(cfg.EndpointRateLimit, cfg.Burst)
+	rc.HTTPClient = &http.Client{Transport: &attempt.Transport{
+		Base: base,
+		// List's own limiter (a sweep's share), the endpoint family's,
+		// then the client's shared one.
+		Limits: func(req *http.Request) []attempt.Limit {
+			return []attempt.Limit{
+				{Name: "stripe list", Limiter: listLimiter(req.Context())},
+				{Name: "stripe " + req.URL.Path, Limiter: endpoints.of(req.URL.Path)},
+				{Name: "stripe", Limiter: shared},
+			}
+		},
+		Timeout:   cfg.Timeout,
+		OnAttempt: cfg.OnAttempt,
 	}}
 	rc.RetryMax, rc.RetryWaitMin, rc.RetryWaitMax = cfg.RetryMax, cfg.RetryWaitMin, cfg.RetryWaitMax
 	// DefaultBackoff waits exactly Retry-After (seconds or HTTP date) on 429
@@ -418,61 +426,6 @@ func describe(se *stripeapi.Error) string {
 		desc += " (request " + se.RequestID + ")"
 	}
 	return desc
-}
-
-// attemptTransport runs once per HTTP attempt, retries included, because it
-// sits below go-retryablehttp. It waits for the client's shared rate limiter,
-// then gives the attempt its own deadline; the wait for a token does not
-// count against it.
-type attemptTransport struct {
-	base      http.RoundTripper
-	limiter   *rate.Limiter
-	endpoints *endpointLimiters // nil: no per-endpoint limit
-	timeout   time.Duration
-	onAttempt func(status string) // may be nil
-}
-
-func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if l := listLimiter(req.Context()); l != nil {
-		if err := l.Wait(req.Context()); err != nil {
-			return nil, fmt.Errorf("wait for the stripe list rate limit: %w", err)
-		}
-	}
-	if l := t.endpoints.of(req.URL.Path); l != nil {
-		if err := l.Wait(req.Context()); err != nil {
-			return nil, fmt.Errorf("wait for the stripe rate limit of %s: %w", req.URL.Path, err)
-		}
-	}
-	if err := t.limiter.Wait(req.Context()); err != nil {
-		return nil, fmt.Errorf("wait for the stripe rate limit: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(req.Context(), t.timeout)
-	resp, err := t.base.RoundTrip(req.WithContext(ctx))
-	if t.onAttempt != nil {
-		status := "error"
-		if err == nil {
-			status = strconv.Itoa(resp.StatusCode)
-		}
-		t.onAttempt(status)
-	}
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	resp.Body = cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
-	return resp, nil
-}
-
-// cancelOnClose ends the attempt's deadline once the body is read and closed.
-type cancelOnClose struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b cancelOnClose) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
-	return err
 }
 
 // checkRetry is retryablehttp's default policy (network errors, timeouts,

@@ -8,7 +8,7 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// listLimiterKey carries List's own rate limiter to attemptTransport.
+// listLimiterKey carries List's own rate limiter to the attempt transport.
 type listLimiterKey struct{}
 
 // listLimiter returns the limiter List put on ctx, or nil.

@@ -1,0 +1,76 @@
+// Package attempt is the HTTP transport the providers' clients put below
+// go-retryablehttp, so it runs once per attempt, retries included: it waits
+// for the client's rate limiters, bounds the attempt by its own deadline
+// (the wait does not count against it), and reports the attempt's outcome.
+package attempt
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Limit is a rate limiter an attempt waits for, named for the error when
+// the wait is cut short.
+type Limit struct {
+	Name    string
+	Limiter *rate.Limiter
+}
+
+// Transport is an http.RoundTripper; Base is required.
+type Transport struct {
+	Base http.RoundTripper
+	// Limits returns what the request waits for, in order (nil entries
+	// and a nil func are skipped).
+	Limits  func(*http.Request) []Limit
+	Timeout time.Duration
+	// OnAttempt, when set, sees every attempt's status code ("200", "429",
+	// …) or "error" when no answer came (metrics).
+	OnAttempt func(status string)
+}
+
+// RoundTrip waits for the limits, then sends req within Timeout.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.Limits != nil {
+		for _, l := range t.Limits(req) {
+			if l.Limiter == nil {
+				continue
+			}
+			if err := l.Limiter.Wait(req.Context()); err != nil {
+				return nil, fmt.Errorf("wait for the %s rate limit: %w", l.Name, err)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(req.Context(), t.Timeout)
+	resp, err := t.Base.RoundTrip(req.WithContext(ctx))
+	if t.OnAttempt != nil {
+		status := "error"
+		if err == nil {
+			status = strconv.Itoa(resp.StatusCode)
+		}
+		t.OnAttempt(status)
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+// cancelOnClose ends the attempt's deadline once the body is read and closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
