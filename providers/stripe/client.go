@@ -119,7 +119,7 @@ func (cfg Config) validate() error {
 //	stripe-go (MaxNetworkRetries 0: it never retries by itself)
 //	go-retryablehttp (RetryMax retries of network errors, timeouts, 429 and
 //	  5xx, backoff honouring Retry-After, Stripe-Should-Retry obeyed)
-//	attemptTransport (per attempt: wait for List's limiter when List
+//	attempt.Transport (per attempt: wait for List's limiter when List
 //	  calls, the endpoint family's limiter when configured, and the shared
 //	  rate limiter; then run the attempt under its own Timeout)
 //	http.Transport
