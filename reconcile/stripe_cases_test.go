@@ -1,0 +1,152 @@
+package reconcile_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	stripeapi "github.com/stripe/stripe-go/v82"
+
+	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/reconcile"
+)
+
+// The tests in this file walk each case of issue 8 end to end: the fake
+// Stripe changes a customer the way Stripe does (on its own clock, which
+// moves only when a test says so), its webhooks reach billsync's intake,
+// and the real worker fetches through billsync's Stripe client and applies
+// into PostgreSQL.
+
+// caseStart is the fake clock's start in these tests: mid-month, so a
+// subscription's period never starts where the calendar month does (the
+// default plan's period), whatever the real date.
+var caseStart = time.Date(2026, 11, 12, 10, 0, 0, 0, time.UTC)
+
+const day = 24 * time.Hour
+
+// newCaseHarness is a harness whose fake Stripe runs on a stopped clock.
+func newCaseHarness(t *testing.T, opts stripemock.Options) (*harness, *stripemock.Clock) {
+	t.Helper()
+	clock := stripemock.NewStoppedClock(caseStart)
+	opts.Clock = clock
+	return newHarnessWith(t, t.Cleanup, opts), clock
+}
+
+// settle delivers every webhook the fake owes and drains the queue.
+func (h *harness) settle(w *reconcile.Worker) {
+	h.t.Helper()
+	h.delivered()
+	drainAll(h.t, h, w, 0)
+}
+
+// account returns the customer's account row.
+func (h *harness) account(customerID string) reconcile.Account {
+	h.t.Helper()
+	a, err := h.st.Account(context.Background(), "stripe", customerID)
+	require.NoError(h.t, err)
+	return a
+}
+
+// grant is one grant row of the ledger.
+type grant struct {
+	Plan        string
+	PeriodStart time.Time
+	Delta       int64
+}
+
+// grants returns the customer's grant rows, oldest first.
+func (h *harness) grants(customerID string) []grant {
+	h.t.Helper()
+	rows, err := h.st.Pool().Query(context.Background(), `
+		SELECT l.plan, l.period_start, l.delta FROM ledger l JOIN accounts a ON a.id = l.account_id
+		WHERE a.customer_id = $1 AND l.kind = 'grant' ORDER BY l.id`, customerID)
+	require.NoError(h.t, err)
+	defer rows.Close()
+	var out []grant
+	for rows.Next() {
+		var g grant
+		require.NoError(h.t, rows.Scan(&g.Plan, &g.PeriodStart, &g.Delta))
+		g.PeriodStart = g.PeriodStart.UTC()
+		out = append(out, g)
+	}
+	require.NoError(h.t, rows.Err())
+	return out
+}
+
+// resync queues the customer as an operator would and drains: a reconcile
+// that no webhook asked for must not change what is already right.
+func (h *harness) resync(w *reconcile.Worker, customerID string) {
+	h.t.Helper()
+	require.NoError(h.t, h.st.Enqueue(context.Background(), "stripe", customerID, reconcile.TriggerResync))
+	drainAll(h.t, h, w, 0)
+}
+
+// itemStart returns the current period start of sub's item on price, as
+// the fake says now.
+func (h *harness) itemStart(subID, price string) time.Time {
+	h.t.Helper()
+	sub, err := h.sc.V1Subscriptions.Retrieve(context.Background(), subID, nil)
+	require.NoError(h.t, err)
+	for _, it := range sub.Items.Data {
+		if it.Price.ID == price {
+			return time.Unix(it.CurrentPeriodStart, 0).UTC()
+		}
+	}
+	h.t.Errorf("subscription %s has no item on %s", subID, price)
+	h.t.FailNow()
+	return time.Time{}
+}
+
+// calendarMonth is the default plan's period: the database's month now.
+func (h *harness) calendarMonth() time.Time {
+	h.t.Helper()
+	now, err := h.st.Now(context.Background())
+	require.NoError(h.t, err)
+	y, m, _ := now.UTC().Date()
+	return time.Date(y, m, 1, 0, 0, 0, 0, time.UTC)
+}
+
+func TestStripeDeletedCustomer(t *testing.T) {
+	t.Parallel()
+	h, _ := newCaseHarness(t, stripemock.Options{})
+	w := h.worker(reconcile.WorkerConfig{})
+	cus := h.customer("u_del")
+	sub := h.subscribe(cus, "price_pro")
+	h.settle(w)
+	require.Equal(t, customerState{Plan: "pro", Status: "active", Balance: 500, Grants: 1, Events: map[string]int{"applied": 3}}, h.state(cus))
+	proStart := h.account(cus).PeriodStart
+
+	_, err := h.sc.V1Customers.Delete(context.Background(), cus, nil)
+	require.NoError(t, err)
+	h.settle(w)
+
+	// The default plan on the calendar month, granted its allowance there;
+	// the Pro period's grant stays in the ledger, nothing is clawed back.
+	s := h.state(cus)
+	require.Equal(t, customerState{Plan: "free", Status: reconcile.StatusDeleted, Balance: 10, Grants: 2,
+		Events: map[string]int{"applied": 5}}, s, "customer.deleted and customer.subscription.deleted applied too")
+	a := h.account(cus)
+	require.Empty(t, a.SubscriptionID, "no subscription is current")
+	require.Equal(t, h.calendarMonth(), a.PeriodStart.UTC())
+	require.Equal(t, []grant{{"pro", proStart.UTC(), 500}, {"free", h.calendarMonth(), 10}}, h.grants(cus))
+	texts := h.outcomeTexts(cus)
+	require.Regexp(t, `^applied: customer deleted at stripe: plan set to free, status active → deleted`, texts[len(texts)-1])
+	sub, err = h.sc.V1Subscriptions.Retrieve(context.Background(), sub.ID, nil)
+	require.NoError(t, err)
+	require.Equal(t, stripeapi.SubscriptionStatusCanceled, sub.Status, "the fake canceled it, as Stripe does")
+
+	// Seen again (a copy, a sweep): nothing more.
+	h.resync(w, cus)
+	require.Equal(t, 2, h.state(cus).Grants)
+	texts = h.outcomeTexts(cus)
+	require.Equal(t, "unchanged: no change: stripe says plan free (deleted) now, as already applied", texts[len(texts)-1])
+
+	t.Run("NeverExisted", func(t *testing.T) {
+		require.NoError(t, h.st.Enqueue(context.Background(), "stripe", "cus_never_was", reconcile.TriggerResync))
+		drainAll(t, h, w, 0)
+		_, err := h.st.Account(context.Background(), "stripe", "cus_never_was")
+		require.ErrorIs(t, err, reconcile.ErrNotFound, "no account is made for a customer Stripe never had")
+		require.Equal(t, []string{"ignored: ignored: customer cus_never_was is unknown to stripe"}, h.outcomeTexts("cus_never_was"))
+	})
+}
