@@ -150,3 +150,94 @@ func TestStripeDeletedCustomer(t *testing.T) {
 		require.Equal(t, []string{"ignored: ignored: customer cus_never_was is unknown to stripe"}, h.outcomeTexts("cus_never_was"))
 	})
 }
+
+// renewalFails subscribes a customer to Pro, reconciles, makes the card
+// decline and moves the fake clock an hour past the period end: Stripe
+// opens the new period, its invoice fails and the subscription goes
+// past_due.
+func renewalFails(t *testing.T, h *harness, clock *stripemock.Clock, w *reconcile.Worker) (cus string, sub *stripeapi.Subscription, paid time.Time) {
+	t.Helper()
+	cus = h.customer("u_renew")
+	sub = h.subscribe(cus, "price_pro")
+	h.settle(w)
+	paid = h.account(cus).PeriodStart.UTC()
+	require.Equal(t, []grant{{"pro", paid, 500}}, h.grants(cus))
+
+	require.NoError(t, h.fake.SetCardFails(cus, true))
+	end := time.Unix(sub.Items.Data[0].CurrentPeriodEnd, 0)
+	clock.Advance(end.Sub(clock.Now()) + time.Hour)
+	h.settle(w)
+	return cus, sub, paid
+}
+
+func TestStripeFailedRenewal(t *testing.T) {
+	t.Parallel()
+	t.Run("PaidLater", func(t *testing.T) {
+		t.Parallel()
+		h, clock := newCaseHarness(t, stripemock.Options{})
+		w := h.worker(reconcile.WorkerConfig{})
+		cus, sub, paid := renewalFails(t, h, clock, w)
+
+		// past_due: the plan is kept with what it was granted, and the
+		// unpaid period grants nothing.
+		s := h.state(cus)
+		require.Equal(t, "pro", s.Plan)
+		require.Equal(t, "past_due", s.Status)
+		require.EqualValues(t, 500, s.Balance)
+		require.Equal(t, []grant{{"pro", paid, 500}}, h.grants(cus), "no grant before the renewal is paid")
+		require.Equal(t, paid, h.account(cus).PeriodStart.UTC(), "the account stays on the period last granted")
+		require.Equal(t, map[string]int{"applied": s.Events["applied"]}, s.Events, "every event answered as applied")
+		texts := h.outcomeTexts(cus)
+		require.Contains(t, texts[len(texts)-1], "is past_due: the period from")
+
+		// The card is fixed and the open invoice paid: the new period is
+		// granted, once, however often the customer is reconciled.
+		require.NoError(t, h.fake.SetCardFails(cus, false))
+		got, err := h.sc.V1Subscriptions.Retrieve(context.Background(), sub.ID, nil)
+		require.NoError(t, err)
+		inv, err := h.sc.V1Invoices.Pay(context.Background(), got.LatestInvoice.ID, nil)
+		require.NoError(t, err)
+		require.Equal(t, stripeapi.InvoiceStatusPaid, inv.Status)
+		h.settle(w)
+		renewed := h.itemStart(sub.ID, "price_pro")
+		require.True(t, renewed.After(paid))
+		s = h.state(cus)
+		require.Equal(t, "pro", s.Plan)
+		require.Equal(t, "active", s.Status)
+		require.EqualValues(t, 500, s.Balance)
+		require.Equal(t, renewed, h.account(cus).PeriodStart.UTC())
+		h.resync(w, cus)
+		require.Equal(t, []grant{{"pro", paid, 500}, {"pro", renewed, 500}}, h.grants(cus))
+		require.Zero(t, h.state(cus).Events["pending"])
+	})
+
+	t.Run("CanceledAfterTheRetries", func(t *testing.T) {
+		t.Parallel()
+		h, clock := newCaseHarness(t, stripemock.Options{Dunning: stripemock.Dunning{Retries: []time.Duration{3 * day, 5 * day}, Final: "canceled"}})
+		w := h.worker(reconcile.WorkerConfig{})
+		cus, sub, paid := renewalFails(t, h, clock, w)
+		require.Equal(t, "past_due", h.state(cus).Status)
+
+		clock.Advance(3 * day)
+		h.settle(w)
+		s := h.state(cus)
+		require.Equal(t, "pro", s.Plan, "past_due after the first retry")
+		require.Equal(t, "past_due", s.Status)
+		require.Equal(t, []grant{{"pro", paid, 500}}, h.grants(cus))
+
+		clock.Advance(5 * day)
+		h.settle(w)
+		got, err := h.sc.V1Subscriptions.Retrieve(context.Background(), sub.ID, nil)
+		require.NoError(t, err)
+		require.Equal(t, stripeapi.SubscriptionStatusCanceled, got.Status)
+		s = h.state(cus)
+		require.Equal(t, "free", s.Plan, "canceled after the last retry: the default plan")
+		require.Empty(t, s.Status, "a canceled subscription is not current: the account has none")
+		texts := h.outcomeTexts(cus)
+		require.Regexp(t, `^applied: plan set to free, status past_due → no current subscription, period now starts`, texts[len(texts)-1])
+		require.EqualValues(t, 10, s.Balance, "the default plan's allowance on the calendar month")
+		require.Equal(t, []grant{{"pro", paid, 500}, {"free", h.calendarMonth(), 10}}, h.grants(cus),
+			"the unpaid Pro period was never granted")
+		require.Equal(t, map[string]int{"applied": s.Events["applied"]}, s.Events)
+	})
+}
