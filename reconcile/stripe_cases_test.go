@@ -1,7 +1,10 @@
 package reconcile_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -240,4 +243,278 @@ func TestStripeFailedRenewal(t *testing.T) {
 			"the unpaid Pro period was never granted")
 		require.Equal(t, map[string]int{"applied": s.Events["applied"]}, s.Events)
 	})
+}
+
+// subscribeItems subscribes customer to one item per price (in order) at
+// the fake, with the given quantity (0: Stripe's default of 1) and trial.
+func (h *harness) subscribeItems(customerID string, quantity, trialDays int64, prices ...string) *stripeapi.Subscription {
+	h.t.Helper()
+	params := &stripeapi.SubscriptionCreateParams{Customer: stripeapi.String(customerID)}
+	for _, p := range prices {
+		it := &stripeapi.SubscriptionCreateItemParams{Price: stripeapi.String(p)}
+		if quantity > 0 {
+			it.Quantity = stripeapi.Int64(quantity)
+		}
+		params.Items = append(params.Items, it)
+	}
+	if trialDays > 0 {
+		params.TrialPeriodDays = stripeapi.Int64(trialDays)
+	}
+	sub, err := h.sc.V1Subscriptions.Create(context.Background(), params)
+	require.NoError(h.t, err)
+	return sub
+}
+
+// addOnPrice is a monthly price no plan maps (storage, say), loaded into
+// the fake.
+func (h *harness) addOnPrice() string {
+	h.fake.AddPrice("price_addon", "addon_storage", 300)
+	return "price_addon"
+}
+
+// TestStripeSeveralSubscriptions: the plan is the best plan among every
+// current subscription, whatever their order and whatever else the
+// customer bought.
+func TestStripeSeveralSubscriptions(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		first     string // subscribed and reconciled first
+		then      string // subscribed a second later
+		plan      string
+		balance   int64
+		decidedBy int // 0: the first subscription decides, 1: the second
+	}{
+		{"AddOnAfterPro", "price_pro", "addon", "pro", 500, 0},
+		{"NewerFreeDoesNotDemote", "price_pro", "price_free", "pro", 500, 0},
+		{"OlderTeamBeatsNewerPro", "price_team", "price_pro", "team", 2000, 0},
+		{"NewerTeamUpgrades", "price_pro", "price_team", "team", 2000, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h, clock := newCaseHarness(t, stripemock.Options{})
+			w := h.worker(reconcile.WorkerConfig{})
+			then := tc.then
+			if then == "addon" {
+				then = h.addOnPrice()
+			}
+			cus := h.customer("u_several")
+			subs := []*stripeapi.Subscription{h.subscribe(cus, tc.first)}
+			h.settle(w)
+			clock.Advance(time.Second)
+			subs = append(subs, h.subscribe(cus, then))
+			h.settle(w)
+
+			s := h.state(cus)
+			require.Equal(t, tc.plan, s.Plan)
+			require.Equal(t, "active", s.Status)
+			require.Equal(t, tc.balance, s.Balance)
+			require.Equal(t, map[string]int{"applied": s.Events["applied"]}, s.Events, "nothing ignored, nothing pending")
+			require.Equal(t, subs[tc.decidedBy].ID, h.account(cus).SubscriptionID)
+			for _, text := range h.outcomeTexts(cus) {
+				require.NotContains(t, text, "ignored")
+			}
+		})
+	}
+}
+
+// TestStripeMixedIntervals: a yearly add-on listed before the monthly Pro
+// item on one subscription; the account's period is Pro's, so Pro is
+// granted every month.
+func TestStripeMixedIntervals(t *testing.T) {
+	t.Parallel()
+	h, clock := newCaseHarness(t, stripemock.Options{})
+	w := h.worker(reconcile.WorkerConfig{})
+	yearly, err := h.sc.V1Prices.Create(context.Background(), &stripeapi.PriceCreateParams{
+		Currency: stripeapi.String("usd"), UnitAmount: stripeapi.Int64(12000), Product: stripeapi.String("prod_support"),
+		Recurring: &stripeapi.PriceCreateRecurringParams{Interval: stripeapi.String("year")}})
+	require.NoError(t, err)
+	cus := h.customer("u_mixed")
+	sub := h.subscribeItems(cus, 0, 0, yearly.ID, "price_pro")
+	require.Equal(t, caseStart.AddDate(1, 0, 0).Unix(), sub.Items.Data[0].CurrentPeriodEnd, "the add-on is yearly")
+	h.settle(w)
+
+	a := h.account(cus)
+	require.Equal(t, "pro", a.Plan)
+	require.Equal(t, caseStart, a.PeriodStart.UTC())
+	require.Equal(t, caseStart.AddDate(0, 1, 0), a.PeriodEnd.UTC(), "Pro's monthly period, not the add-on's year")
+
+	clock.Advance(32 * day)
+	h.settle(w)
+	next := caseStart.AddDate(0, 1, 0)
+	require.Equal(t, next, h.itemStart(sub.ID, "price_pro"))
+	s := h.state(cus)
+	require.Equal(t, "pro", s.Plan)
+	require.EqualValues(t, 500, s.Balance)
+	require.Equal(t, next, h.account(cus).PeriodStart.UTC())
+	require.Equal(t, []grant{{"pro", caseStart, 500}, {"pro", next, 500}}, h.grants(cus), "granted again a month later")
+	require.Equal(t, map[string]int{"applied": s.Events["applied"]}, s.Events)
+}
+
+// syncBuffer is a log destination that several goroutines may write.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestStripeUnmappedPrice: the only current subscription is on a price no
+// plan maps. Nothing is applied, and billsync says so loudly, naming the
+// price: in the outcome and in an ALERT log line.
+func TestStripeUnmappedPrice(t *testing.T) {
+	t.Parallel()
+	h, _ := newCaseHarness(t, stripemock.Options{})
+	var logs syncBuffer
+	w := h.worker(reconcile.WorkerConfig{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	cus := h.customer("u_unmapped")
+	h.subscribe(cus, "price_legacy")
+	h.settle(w)
+
+	s := h.state(cus)
+	require.Empty(t, s.Plan, "no account is written from an unmapped price")
+	require.Equal(t, map[string]int{"ignored": 3}, s.Events, "customer.created, the subscription and its invoice")
+	require.Len(t, h.outcomes, 1)
+	out := <-h.outcomes
+	require.Equal(t, reconcile.ResultIgnored, out.Result)
+	require.Equal(t, []string{"legacy_gold"}, out.Unmapped)
+	require.Equal(t, "ignored: price legacy_gold / price_legacy maps to no plan", out.Text)
+	var alert string
+	for _, line := range bytes.Split([]byte(logs.String()), []byte("\n")) {
+		if bytes.Contains(line, []byte("ALERT")) {
+			alert = string(line)
+		}
+	}
+	require.Contains(t, alert, "level=ERROR")
+	require.Contains(t, alert, "prices=[legacy_gold]")
+	require.Contains(t, alert, "customer="+cus)
+}
+
+// TestStripeTrial: the trial grants the trial allowance for its period;
+// when it ends the first paid period is granted again.
+func TestStripeTrial(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		plans string // "" for the example plans
+		trial int64
+	}{
+		{"DefaultFullAllowance", "", 500},
+		{"TrialAllowance", `
+default: free
+plans:
+  - {name: free, allowance: 10, stripe_prices: [price_free]}
+  - {name: pro, allowance: 500, trial_allowance: 50, stripe_prices: [price_pro]}
+`, 50},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h, clock := newCaseHarness(t, stripemock.Options{})
+			if tc.plans != "" {
+				h.plans = parsePlans(t, tc.plans)
+			}
+			w := h.worker(reconcile.WorkerConfig{})
+			cus := h.customer("u_trial")
+			sub := h.subscribeItems(cus, 0, 14, "price_pro")
+			require.Equal(t, stripeapi.SubscriptionStatusTrialing, sub.Status)
+			h.settle(w)
+			s := h.state(cus)
+			require.Equal(t, "pro", s.Plan)
+			require.Equal(t, "trialing", s.Status)
+			require.Equal(t, tc.trial, s.Balance)
+			h.resync(w, cus)
+			require.Equal(t, []grant{{"pro", caseStart, tc.trial}}, h.grants(cus), "the trial is granted once")
+
+			clock.Advance(15 * day)
+			h.settle(w)
+			paid := caseStart.Add(14 * day)
+			s = h.state(cus)
+			require.Equal(t, "pro", s.Plan)
+			require.Equal(t, "active", s.Status)
+			require.EqualValues(t, 500, s.Balance)
+			require.Equal(t, paid, h.account(cus).PeriodStart.UTC())
+			h.resync(w, cus)
+			require.Equal(t, []grant{{"pro", caseStart, tc.trial}, {"pro", paid, 500}}, h.grants(cus),
+				"the first paid period is granted, once")
+			require.Equal(t, map[string]int{"applied": s.Events["applied"]}, s.Events)
+		})
+	}
+}
+
+// TestStripePausedCollection: by default a subscription whose collection
+// is paused keeps its plan, but a period that starts while paused is not
+// paid and grants nothing; once collection resumes the current period is
+// granted, once.
+func TestStripePausedCollection(t *testing.T) {
+	t.Parallel()
+	h, clock := newCaseHarness(t, stripemock.Options{})
+	w := h.worker(reconcile.WorkerConfig{})
+	cus := h.customer("u_pause")
+	sub := h.subscribe(cus, "price_pro")
+	h.settle(w)
+	_, err := h.sc.V1Subscriptions.Update(context.Background(), sub.ID, &stripeapi.SubscriptionUpdateParams{
+		PauseCollection: &stripeapi.SubscriptionUpdatePauseCollectionParams{Behavior: stripeapi.String("void")}})
+	require.NoError(t, err)
+	h.settle(w)
+	s := h.state(cus)
+	require.Equal(t, customerState{Plan: "pro", Status: "active", Balance: 500, Grants: 1, Events: s.Events}, s)
+
+	clock.Advance(32 * day) // the renewal's invoice is voided, the period moves on
+	h.settle(w)
+	next := caseStart.AddDate(0, 1, 0)
+	require.Equal(t, next, h.itemStart(sub.ID, "price_pro"))
+	s = h.state(cus)
+	require.Equal(t, "pro", s.Plan, "paused collection keeps the plan")
+	require.EqualValues(t, 500, s.Balance)
+	require.Equal(t, caseStart, h.account(cus).PeriodStart.UTC(), "the account stays on the period last granted")
+	require.Equal(t, []grant{{"pro", caseStart, 500}}, h.grants(cus), "nothing granted while paused")
+
+	params := &stripeapi.SubscriptionUpdateParams{}
+	params.AddExtra("pause_collection", "")
+	_, err = h.sc.V1Subscriptions.Update(context.Background(), sub.ID, params)
+	require.NoError(t, err)
+	h.settle(w)
+	h.resync(w, cus)
+	s = h.state(cus)
+	require.Equal(t, "pro", s.Plan)
+	require.Equal(t, next, h.account(cus).PeriodStart.UTC())
+	require.Equal(t, []grant{{"pro", caseStart, 500}, {"pro", next, 500}}, h.grants(cus))
+	require.Equal(t, map[string]int{"applied": s.Events["applied"]}, s.Events)
+}
+
+// TestStripeSeats: a plan with a seat allowance grants it per seat on top
+// of its allowance; more seats in the same period top up the difference.
+func TestStripeSeats(t *testing.T) {
+	t.Parallel()
+	h, _ := newCaseHarness(t, stripemock.Options{})
+	h.plans = parsePlans(t, `
+default: free
+plans:
+  - {name: free, allowance: 10, stripe_prices: [price_free]}
+  - {name: team, allowance: 2000, seat_allowance: 20, stripe_prices: [team, price_team]}
+`)
+	w := h.worker(reconcile.WorkerConfig{})
+	cus := h.customer("u_seats")
+	sub := h.subscribeItems(cus, 50, 0, "price_team")
+	h.settle(w)
+	s := h.state(cus)
+	require.Equal(t, "team", s.Plan)
+	require.EqualValues(t, 2000+50*20, s.Balance)
+
+	_, err := h.sc.V1Subscriptions.Update(context.Background(), sub.ID, &stripeapi.SubscriptionUpdateParams{
+		Items: []*stripeapi.SubscriptionUpdateItemParams{{ID: stripeapi.String(sub.Items.Data[0].ID), Quantity: stripeapi.Int64(60)}}})
+	require.NoError(t, err)
+	h.settle(w)
+	require.EqualValues(t, 2000+60*20, h.state(cus).Balance)
+	require.Equal(t, []grant{{"team", caseStart, 3000}, {"team", caseStart, 200}}, h.grants(cus))
 }
