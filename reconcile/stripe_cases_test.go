@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"net"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +14,11 @@ import (
 	stripeapi "github.com/stripe/stripe-go/v82"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/server"
+	"github.com/billsync/billsync/store/storetest"
 )
 
 // The tests in this file walk each case of issue 8 end to end: the fake
@@ -517,4 +523,53 @@ plans:
 	h.settle(w)
 	require.EqualValues(t, 2000+60*20, h.state(cus).Balance)
 	require.Equal(t, []grant{{"team", caseStart, 3000}, {"team", caseStart, 200}}, h.grants(cus))
+}
+
+// TestStripeThinEvents: billsync hears of changes only through thin events
+// (an event destination, v2.core.event bodies naming the related object)
+// and still applies what Stripe says, as with snapshot events.
+func TestStripeThinEvents(t *testing.T) {
+	t.Parallel()
+	st := storetest.NewStore(t)
+	// No snapshot webhook endpoint: the fake's only listener is the thin
+	// destination below.
+	sh, err := stripetest.New(stripetest.Options{Client: stripetest.Fast(stripe.Config{}),
+		Fake: stripemock.Options{Clock: stripemock.NewStoppedClock(caseStart)}})
+	require.NoError(t, err)
+	t.Cleanup(sh.Close)
+	h := &harness{t: t, sh: sh, fake: sh.Fake, fakeURL: sh.URL, sc: sh.API, st: st, client: sh.Client,
+		plans: examplePlans(t), outcomes: make(chan reconcile.Outcome, 1000)}
+
+	// billsync's intake as serve wires it, verifying with the
+	// destination's secret and resolving customers through its client.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	secret := sh.Fake.AddEventDestination("http://"+ln.Addr().String()+"/webhooks/stripe",
+		"v1.customer.subscription.created", "v1.customer.subscription.updated", "v1.invoice.paid")
+	v, err := stripe.NewVerifier([]string{secret}, 0)
+	require.NoError(t, err)
+	v.SetResolver(sh.Client)
+	intake := &http.Server{Handler: server.New(server.Config{Inbox: st, Verifiers: []server.Verifier{v}, Ready: st.Ping}),
+		ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = intake.Serve(ln) }()
+	t.Cleanup(func() { _ = intake.Close() })
+
+	w := h.worker(reconcile.WorkerConfig{})
+	cus := h.customer("u_thin")
+	sub := h.subscribe(cus, "price_free")
+	h.changePrice(sub, "price_pro")
+	h.settle(w)
+	s := h.state(cus)
+	require.Equal(t, customerState{Plan: "pro", Status: "active", Balance: 500, Grants: 1,
+		Events: map[string]int{"applied": 3}}, s, "created, its invoice.paid and updated, each resolved to the customer")
+	var thin int
+	require.NoError(t, st.Pool().QueryRow(context.Background(),
+		`SELECT count(*) FROM inbox_events WHERE customer_id = $1 AND type LIKE 'v1.%'`, cus).Scan(&thin))
+	require.Equal(t, 3, thin, "the events stored are the thin ones")
+
+	h.changePrice(sub, "price_team")
+	h.settle(w)
+	s = h.state(cus)
+	require.Equal(t, "team", s.Plan)
+	require.EqualValues(t, 2000, s.Balance)
 }
