@@ -220,6 +220,36 @@ func TestStripeFailedRenewal(t *testing.T) {
 		require.Zero(t, h.state(cus).Events["pending"])
 	})
 
+	t.Run("UnpaidThenPaid", func(t *testing.T) {
+		t.Parallel()
+		h, clock := newCaseHarness(t, stripemock.Options{Dunning: stripemock.Dunning{Retries: []time.Duration{}, Final: "unpaid"}})
+		w := h.worker(reconcile.WorkerConfig{})
+		cus, sub, paid := renewalFails(t, h, clock, w)
+
+		// No retries: unpaid at once, which does not keep the plan.
+		s := h.state(cus)
+		require.Equal(t, "free", s.Plan)
+		require.Equal(t, "unpaid", s.Status)
+		require.EqualValues(t, 10, s.Balance)
+		require.Equal(t, []grant{{"pro", paid, 500}, {"free", h.calendarMonth(), 10}}, h.grants(cus))
+
+		require.NoError(t, h.fake.SetCardFails(cus, false))
+		got, err := h.sc.V1Subscriptions.Retrieve(context.Background(), sub.ID, nil)
+		require.NoError(t, err)
+		_, err = h.sc.V1Invoices.Pay(context.Background(), got.LatestInvoice.ID, nil)
+		require.NoError(t, err)
+		h.settle(w)
+		h.resync(w, cus)
+		renewed := h.itemStart(sub.ID, "price_pro")
+		s = h.state(cus)
+		require.Equal(t, "pro", s.Plan)
+		require.Equal(t, "active", s.Status)
+		require.EqualValues(t, 500, s.Balance)
+		require.Equal(t, []grant{{"pro", paid, 500}, {"free", h.calendarMonth(), 10}, {"pro", renewed, 500}}, h.grants(cus),
+			"the paid renewal is granted once")
+		require.Equal(t, map[string]int{"applied": s.Events["applied"]}, s.Events)
+	})
+
 	t.Run("CanceledAfterTheRetries", func(t *testing.T) {
 		t.Parallel()
 		h, clock := newCaseHarness(t, stripemock.Options{Dunning: stripemock.Dunning{Retries: []time.Duration{3 * day, 5 * day}, Final: "canceled"}})
