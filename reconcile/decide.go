@@ -19,7 +19,7 @@ const (
 )
 
 // Grant tops an account's allowance for one period up to Allowance, once
-// per (account, period, plan).
+// per (account, period, plan, allowance).
 type Grant struct {
 	Plan        string
 	Allowance   int64
@@ -28,8 +28,12 @@ type Grant struct {
 }
 
 // Key is the ledger entry key that makes the grant happen at most once.
+// It names the allowance: the same plan can be topped up to a larger
+// allowance within one period (more seats bought mid-period), and that
+// top-up is a grant of its own. The top-up is computed from what the
+// period already holds, so a repeat of any earlier target adds nothing.
 func (g Grant) Key(accountID int64) string {
-	return fmt.Sprintf("grant:%d:%s:%s", accountID, g.PeriodStart.UTC().Format(time.RFC3339), g.Plan)
+	return fmt.Sprintf("grant:%d:%s:%s:%d", accountID, g.PeriodStart.UTC().Format(time.RFC3339), g.Plan, g.Allowance)
 }
 
 // TopUp returns what the grant adds when the period already holds granted:

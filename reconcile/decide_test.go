@@ -78,7 +78,7 @@ func TestDecide(t *testing.T) {
 		require.Equal(t, periodStart, ch.Next.PeriodStart)
 		require.EqualValues(t, 490, ch.Grant.TopUp(10), "free 10 then pro 500 in one period: +490")
 		require.Equal(t, "plan set to pro, Pro allowance granted (+490)", ch.Describe(490))
-		require.Equal(t, "grant:7:2026-11-03T00:00:00Z:pro", ch.Grant.Key(7))
+		require.Equal(t, "grant:7:2026-11-03T00:00:00Z:pro:500", ch.Grant.Key(7))
 	})
 	t.Run("DowngradeNeverClawsBack", func(t *testing.T) {
 		onPro := onFree
@@ -552,5 +552,15 @@ plans:
 		seat.Quantity = math.MaxInt64 / 10 // × 20 overflows
 		ch := reconcile.Decide(reconcile.Account{ID: 1}, snapOf(sub("sub_seats", "active", t0, seat)), plans, t0)
 		require.Equal(t, int64(math.MaxInt64), ch.Grant.Allowance, "an absurd quantity must not wrap to a negative grant")
+	})
+	t.Run("MoreSeatsMidPeriodAreAGrantOfTheirOwn", func(t *testing.T) {
+		seat := item(periodStart, periodEnd, "seat")
+		seat.Quantity = 50
+		fifty := reconcile.Decide(reconcile.Account{ID: 1}, snapOf(sub("sub_seats", "active", t0, seat)), plans, t0)
+		seat.Quantity = 60
+		sixty := reconcile.Decide(fifty.Next, snapOf(sub("sub_seats", "active", t0, seat)), plans, t0.Add(time.Minute))
+		require.Equal(t, fifty.Grant.PeriodStart, sixty.Grant.PeriodStart)
+		require.EqualValues(t, 200, sixty.Grant.TopUp(fifty.Grant.Allowance))
+		require.NotEqual(t, fifty.Grant.Key(1), sixty.Grant.Key(1), "one key would drop the top-up as a repeat")
 	})
 }
