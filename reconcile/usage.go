@@ -44,19 +44,33 @@ type Debit struct {
 
 // Validate reports why d cannot be a debit (wrapping ErrInvalid), or nil.
 func (d Debit) Validate() error {
+	if err := CheckUserRef(d.UserRef, d.Provider); err != nil {
+		return err
+	}
 	switch {
-	case d.UserRef == "":
-		return fmt.Errorf("%w: user reference is empty", ErrInvalid)
 	case d.Key == "":
-		return fmt.Errorf("%w: idempotency_key is missing or empty", ErrInvalid)
+		return fmt.Errorf("%w: idempotency_key is empty", ErrInvalid)
 	case len(d.Key) > MaxIdempotencyKey:
 		return fmt.Errorf("%w: idempotency_key is %d bytes: at most %d", ErrInvalid, len(d.Key), MaxIdempotencyKey)
-	case strings.ContainsRune(d.Key, 0) || strings.ContainsRune(d.UserRef, 0):
-		return fmt.Errorf("%w: idempotency_key and user reference must not contain NUL", ErrInvalid)
-	case !utf8.ValidString(d.Key) || !utf8.ValidString(d.UserRef):
-		return fmt.Errorf("%w: idempotency_key and user reference must be UTF-8", ErrInvalid)
+	case strings.ContainsRune(d.Key, 0) || !utf8.ValidString(d.Key):
+		return fmt.Errorf("%w: idempotency_key must be UTF-8 text without NUL", ErrInvalid)
 	case d.Amount <= 0:
 		return fmt.Errorf("%w: amount must be a whole number above 0, got %d", ErrInvalid, d.Amount)
+	}
+	return nil
+}
+
+// CheckUserRef reports why a user reference and provider (empty: any)
+// cannot name an account (wrapping ErrInvalid), or nil: the database holds
+// neither NUL nor invalid UTF-8, so such a lookup must not reach it.
+func CheckUserRef(userRef, provider string) error {
+	switch {
+	case userRef == "":
+		return fmt.Errorf("%w: user reference is empty", ErrInvalid)
+	case strings.ContainsRune(userRef, 0) || !utf8.ValidString(userRef):
+		return fmt.Errorf("%w: user reference must be UTF-8 text without NUL", ErrInvalid)
+	case strings.ContainsRune(provider, 0) || !utf8.ValidString(provider):
+		return fmt.Errorf("%w: provider must be UTF-8 text without NUL", ErrInvalid)
 	}
 	return nil
 }

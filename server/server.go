@@ -1,5 +1,5 @@
 // Package server is billsync's HTTP surface: webhook intake, health,
-// readiness, Prometheus metrics and the admin API (later: admin page, app API).
+// readiness, Prometheus metrics and the admin API and the app API (later: admin page).
 //
 // It verifies and stores; it never applies a webhook to an account, and it
 // never answers 200 for a delivery that was not committed to the store.
@@ -72,6 +72,8 @@ type Config struct {
 	BodyMemory int64
 	// Admin configures /admin/api/… (absent without a token).
 	Admin Admin
+	// App configures the app API, /api/users/… (absent without a token).
+	App App
 }
 
 // Defaults for Config's limits.
@@ -127,6 +129,7 @@ func New(cfg Config) *Server {
 		s.mux.Handle("GET /metrics", s.metrics.handler())
 	}
 	s.routeAdmin(cfg.Admin)
+	s.routeApp(cfg.App)
 	return s
 }
 
@@ -162,12 +165,15 @@ func errorStatus(err error) (code int, answer string) {
 		code = http.StatusRequestEntityTooLarge
 	case errors.Is(err, reconcile.ErrNotFound):
 		code = http.StatusNotFound
-	case errors.Is(err, errUnauthorized):
+	case errors.Is(err, errUnauthorized), errors.Is(err, errAppUnauthorized):
 		code = http.StatusUnauthorized
-	case errors.Is(err, errBadRequest):
+	case errors.Is(err, errBadRequest), errors.Is(err, reconcile.ErrInvalid):
 		code = http.StatusBadRequest
-	case errors.Is(err, reconcile.ErrHeld), errors.Is(err, reconcile.ErrSweepRunning):
+	case errors.Is(err, reconcile.ErrHeld), errors.Is(err, reconcile.ErrSweepRunning),
+		errors.Is(err, reconcile.ErrInsufficient), errors.Is(err, reconcile.ErrAmbiguous):
 		code = http.StatusConflict
+	case errors.Is(err, reconcile.ErrKeyReused):
+		code = http.StatusUnprocessableEntity
 	case errors.Is(err, reconcile.ErrNotReconciled):
 		code = http.StatusBadGateway // the provider failed; the customer stays queued
 	case errors.Is(err, errNoReconciler):

@@ -1,0 +1,178 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/billsync/billsync/reconcile"
+)
+
+// AppStore is what the app API reads and writes (store.Store implements it).
+type AppStore interface {
+	UserAccount(ctx context.Context, userRef, provider string) (reconcile.UserAccount, error)
+	Debit(ctx context.Context, d reconcile.Debit) (reconcile.DebitResult, error)
+}
+
+// App configures the app-facing API, /api/users/…: the app reads a user's
+// plan and balance and spends its allowance, addressed by its own user id
+// (the account's user_ref). Without a Token its routes do not exist (404).
+type App struct {
+	Token string
+	Store AppStore
+}
+
+// MaxUsageBodyBytes bounds a usage request's body: it holds one key of at
+// most 255 bytes and a number.
+const MaxUsageBodyBytes = 4 << 10
+
+var errAppUnauthorized = errors.New("missing or wrong app token: send Authorization: Bearer <BILLSYNC_APP_TOKEN>")
+
+func (s *Server) routeApp(a App) {
+	if a.Token == "" || a.Store == nil {
+		return
+	}
+	authorized := bearer(a.Token)
+	handle := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {
+		s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			err := errAppUnauthorized
+			if authorized(r) {
+				err = h(w, r)
+			}
+			if err != nil {
+				s.writeAppError(w, r, err)
+			}
+		})
+	}
+	handle("GET /api/users/{user_ref}", func(w http.ResponseWriter, r *http.Request) error {
+		ref, provider := r.PathValue("user_ref"), r.URL.Query().Get("provider")
+		if err := reconcile.CheckUserRef(ref, provider); err != nil {
+			return err
+		}
+		u, err := a.Store.UserAccount(r.Context(), ref, provider)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, userJSON(u))
+		return nil
+	})
+	handle("POST /api/users/{user_ref}/usage", func(w http.ResponseWriter, r *http.Request) error {
+		d, err := parseUsage(http.MaxBytesReader(w, r.Body, MaxUsageBodyBytes), r.PathValue("user_ref"), r.URL.Query().Get("provider"))
+		if err != nil {
+			return err
+		}
+		res, err := a.Store.Debit(r.Context(), d)
+		if err != nil {
+			return err
+		}
+		if res.Replayed {
+			w.Header().Set("Idempotent-Replayed", "true")
+		}
+		writeJSON(w, http.StatusOK, res)
+		return nil
+	})
+}
+
+// userAnswer is GET /api/users/{user_ref}'s answer. Periods are null for
+// an account never reconciled.
+type userAnswer struct {
+	AccountID   int64      `json:"account_id"`
+	Provider    string     `json:"provider"`
+	CustomerID  string     `json:"customer_id"`
+	UserRef     string     `json:"user_ref"`
+	Plan        string     `json:"plan"`
+	Status      string     `json:"status"`
+	PeriodStart *time.Time `json:"period_start"`
+	PeriodEnd   *time.Time `json:"period_end"`
+	Balance     int64      `json:"balance"`
+}
+
+func userJSON(u reconcile.UserAccount) userAnswer {
+	a := u.Account
+	opt := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		return &t
+	}
+	return userAnswer{a.ID, a.Provider, a.CustomerID, a.UserRef, a.Plan, a.Status, opt(a.PeriodStart), opt(a.PeriodEnd), u.Balance}
+}
+
+// parseUsage reads a usage request's body, {"idempotency_key": "…",
+// "amount": N}, and checks it; every failure wraps reconcile.ErrInvalid
+// (or is an *http.MaxBytesError).
+func parseUsage(body io.Reader, userRef, provider string) (reconcile.Debit, error) {
+	var req struct {
+		IdempotencyKey *string `json:"idempotency_key"`
+		Amount         *int64  `json:"amount"`
+	}
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&req)
+	if err == nil && dec.More() {
+		err = errors.New("data after the object")
+	}
+	if err == nil {
+		// Whitespace may follow; anything else is a second value.
+		rest, _ := io.ReadAll(dec.Buffered())
+		if len(bytes.TrimSpace(rest)) > 0 {
+			err = errors.New("data after the object")
+		}
+	}
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return reconcile.Debit{}, err
+	case err != nil:
+		return reconcile.Debit{}, fmt.Errorf(`%w: body is not {"idempotency_key": "<1-255 bytes>", "amount": <whole number above 0>}: %s`, reconcile.ErrInvalid, err)
+	case req.IdempotencyKey == nil:
+		return reconcile.Debit{}, fmt.Errorf("%w: idempotency_key is missing", reconcile.ErrInvalid)
+	case req.Amount == nil:
+		return reconcile.Debit{}, fmt.Errorf("%w: amount is missing", reconcile.ErrInvalid)
+	}
+	d := reconcile.Debit{UserRef: userRef, Provider: provider, Key: *req.IdempotencyKey, Amount: *req.Amount}
+	if err := d.Validate(); err != nil {
+		return reconcile.Debit{}, err
+	}
+	return d, nil
+}
+
+// writeAppError answers an app API failure: its status (from errorStatus)
+// and a message, with the balance when the allowance is short and the
+// accounts when a user reference names several. billsync's own failures
+// are logged and answered generically.
+func (s *Server) writeAppError(w http.ResponseWriter, r *http.Request, err error) {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("body larger than %d bytes", MaxUsageBodyBytes)})
+		return
+	}
+	code, _ := errorStatus(err)
+	if code >= 500 || code == statusClientClosed {
+		s.writeError(w, r, err)
+		return
+	}
+	if code == http.StatusUnauthorized {
+		s.log.Warn("refused app API request", slog.String("path", r.URL.Path), slog.Any("error", err))
+	}
+	body := map[string]any{"error": err.Error()}
+	var short *reconcile.InsufficientError
+	if errors.As(err, &short) {
+		body["balance"], body["amount"] = short.Balance, short.Amount
+	}
+	var amb *reconcile.AmbiguousError
+	if errors.As(err, &amb) {
+		accounts := make([]map[string]any, len(amb.Accounts))
+		for i, a := range amb.Accounts {
+			accounts[i] = map[string]any{"account_id": a.ID, "provider": a.Provider, "customer_id": a.CustomerID}
+		}
+		body["accounts"] = accounts
+	}
+	writeJSON(w, code, body)
+}
