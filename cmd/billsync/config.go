@@ -49,7 +49,10 @@ type config struct {
 
 	// AdminToken opens /admin/api/… to whoever sends it as a Bearer
 	// token; empty leaves the admin API absent.
-	AdminToken    string
+	AdminToken string
+	// AppToken opens /api/users/… (the app's reads and usage debits) to
+	// whoever sends it as a Bearer token; empty leaves that API absent.
+	AppToken      string
 	SweepSchedule string
 }
 
@@ -108,6 +111,9 @@ func (c *config) loadSecrets(getenv func(string) string) error {
 	admin, err := secret(getenv, "BILLSYNC_ADMIN_TOKEN")
 	errs = append(errs, err)
 	c.AdminToken = admin
+	app, err := secret(getenv, "BILLSYNC_APP_TOKEN")
+	errs = append(errs, err)
+	c.AppToken = app
 	whsec, err := secret(getenv, "STRIPE_WEBHOOK_SECRET")
 	errs = append(errs, err)
 	for _, s := range strings.Split(whsec, ",") {
@@ -156,6 +162,12 @@ func (c *config) validateServe() error {
 	}
 	if c.AdminToken != "" && len(c.AdminToken) < 16 {
 		errs = append(errs, errors.New("BILLSYNC_ADMIN_TOKEN is shorter than 16 characters: it opens the admin API, use a long random value (openssl rand -hex 32)"))
+	}
+	if c.AppToken != "" && len(c.AppToken) < 16 {
+		errs = append(errs, errors.New("BILLSYNC_APP_TOKEN is shorter than 16 characters: it spends allowances, use a long random value (openssl rand -hex 32)"))
+	}
+	if c.AppToken != "" && c.AppToken == c.AdminToken {
+		errs = append(errs, errors.New("BILLSYNC_APP_TOKEN equals BILLSYNC_ADMIN_TOKEN: the app must not hold the admin token, use two different values"))
 	}
 	if c.Workers < 0 {
 		errs = append(errs, errors.New("-workers must be 0 or more"))

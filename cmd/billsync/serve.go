@@ -142,6 +142,7 @@ one must be. Each secret also as *_FILE; see README.md.`)
 		// request held open for as long as the database hangs.
 		StoreTimeout: cfg.IntakeTimeout,
 		Admin:        server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler, Sweeper: sweeper, Logger: logger},
+		App:          server.App{Token: cfg.AppToken, Store: st},
 	})
 	// Workers finish the job in hand and release their leases.
 	stopWorkers := func(shutCtx context.Context) error {

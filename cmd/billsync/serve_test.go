@@ -158,10 +158,13 @@ func TestServeRefusesBadConfiguration(t *testing.T) {
 		"ErrBadAPIURL":   {map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_a", "STRIPE_API_URL": "not a url"}, "STRIPE_API_URL"},
 		"ErrShortAdmin":  {map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_a", "BILLSYNC_ADMIN_TOKEN": "whsec_a"}, "BILLSYNC_ADMIN_TOKEN is shorter"},
 		"ErrAdminTwice":  {map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_a", "BILLSYNC_ADMIN_TOKEN": "whsec_a", "BILLSYNC_ADMIN_TOKEN_FILE": secretFile}, "BILLSYNC_ADMIN_TOKEN and BILLSYNC_ADMIN_TOKEN_FILE are both set"},
+		"ErrShortApp":    {map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_a", "BILLSYNC_APP_TOKEN": "whsec_a"}, "BILLSYNC_APP_TOKEN is shorter"},
+		"ErrAppTwice":    {map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_a", "BILLSYNC_APP_TOKEN": "whsec_a", "BILLSYNC_APP_TOKEN_FILE": secretFile}, "BILLSYNC_APP_TOKEN and BILLSYNC_APP_TOKEN_FILE are both set"},
+		"ErrAppIsAdmin":  {map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_a", "BILLSYNC_APP_TOKEN": "whsec_a_0123456789abcdef", "BILLSYNC_ADMIN_TOKEN": "whsec_a_0123456789abcdef"}, "BILLSYNC_APP_TOKEN equals BILLSYNC_ADMIN_TOKEN"},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			for _, k := range []string{"STRIPE_WEBHOOK_SECRET", "STRIPE_WEBHOOK_SECRET_FILE", "STRIPE_API_KEY", "STRIPE_API_KEY_FILE", "BILLSYNC_ADDR", "STRIPE_API_URL", "BILLSYNC_ADMIN_TOKEN", "BILLSYNC_ADMIN_TOKEN_FILE"} {
+			for _, k := range []string{"STRIPE_WEBHOOK_SECRET", "STRIPE_WEBHOOK_SECRET_FILE", "STRIPE_API_KEY", "STRIPE_API_KEY_FILE", "BILLSYNC_ADDR", "STRIPE_API_URL", "BILLSYNC_ADMIN_TOKEN", "BILLSYNC_ADMIN_TOKEN_FILE", "BILLSYNC_APP_TOKEN", "BILLSYNC_APP_TOKEN_FILE"} {
 				t.Setenv(k, tt.env[k])
 			}
 			// Cancelled: if validation wrongly passed, serve fails at once
@@ -193,6 +196,10 @@ func TestServeRefusesBadConfiguration(t *testing.T) {
 		t.Setenv("BILLSYNC_ADMIN_TOKEN_FILE", secretFile)
 		require.NoError(t, cfg.loadSecrets(os.Getenv))
 		require.Equal(t, "whsec_from_file", cfg.AdminToken)
+		t.Setenv("BILLSYNC_ADMIN_TOKEN_FILE", "")
+		t.Setenv("BILLSYNC_APP_TOKEN_FILE", secretFile)
+		require.NoError(t, cfg.loadSecrets(os.Getenv))
+		require.Equal(t, "whsec_from_file", cfg.AppToken)
 	})
 }
 
