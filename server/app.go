@@ -112,16 +112,13 @@ func parseUsage(body io.Reader, userRef, provider string) (reconcile.Debit, erro
 		IdempotencyKey *string `json:"idempotency_key"`
 		Amount         *int64  `json:"amount"`
 	}
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(&req)
-	if err == nil && dec.More() {
-		err = errors.New("data after the object")
-	}
+	// The whole body is read first: a body over the limit is refused even
+	// when its first bytes are a valid request.
+	b, err := io.ReadAll(body)
 	if err == nil {
-		// Whitespace may follow; anything else is a second value.
-		rest, _ := io.ReadAll(dec.Buffered())
-		if len(bytes.TrimSpace(rest)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err = dec.Decode(&req); err == nil && len(bytes.TrimSpace(b[dec.InputOffset():])) > 0 {
 			err = errors.New("data after the object")
 		}
 	}
