@@ -1,0 +1,66 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/billsync/billsync/reconcile"
+)
+
+// FuzzParseUsage: whatever the body, parseUsage either refuses it as
+// invalid (400) or too large (413), or returns a debit that passes
+// Validate and holds exactly the body's key and amount.
+func FuzzParseUsage(f *testing.F) {
+	for _, seed := range []string{
+		`{"idempotency_key": "k", "amount": 1}`,
+		`{"amount": 9223372036854775807, "idempotency_key": "order-42"}`,
+		`{"idempotency_key": "k", "amount": 0}`,
+		`{"idempotency_key": "k", "amount": -1}`,
+		`{"idempotency_key": "k", "amount": 1.5}`,
+		`{"idempotency_key": "k", "amount": 1e3}`,
+		`{"idempotency_key": "a\u0000b", "amount": 1}`,
+		`{"idempotency_key": "\ud800", "amount": 1}`,
+		`{"idempotency_key": "` + strings.Repeat("x", 256) + `", "amount": 1}`,
+		`{"idempotency_key": "k", "amount": 1} {}`,
+		`{"idempotency_key": "k", "amount": 1, "x": 2}`,
+		`{"IDEMPOTENCY_KEY": "k", "Amount": 1}`,
+		`{"idempotency_key": "k", "idempotency_key": "j", "amount": 1}`,
+		`null`, `[]`, `"k"`, ``, `{`, "\xff",
+		`{"idempotency_key": "k", "amount": 1}` + strings.Repeat(" ", MaxUsageBodyBytes),
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		d, err := parseUsage(http.MaxBytesReader(httptest.NewRecorder(), io.NopCloser(bytes.NewReader(body)), MaxUsageBodyBytes), "u1", "")
+		if err != nil {
+			var tooLarge *http.MaxBytesError
+			require.True(t, errors.Is(err, reconcile.ErrInvalid) || errors.As(err, &tooLarge), "%v", err)
+			code, _ := errorStatus(err)
+			if !errors.As(err, &tooLarge) {
+				require.Equal(t, http.StatusBadRequest, code)
+			}
+			return
+		}
+		require.LessOrEqual(t, len(body), MaxUsageBodyBytes)
+		require.NoError(t, d.Validate())
+		require.Equal(t, "u1", d.UserRef)
+		// The key and amount are the body's: a case-insensitive decode
+		// (encoding/json matches field names that way) of the same body
+		// agrees.
+		var m struct {
+			IdempotencyKey string `json:"idempotency_key"`
+			Amount         int64  `json:"amount"`
+		}
+		require.NoError(t, json.Unmarshal(bytes.TrimSpace(body), &m))
+		require.Equal(t, m.IdempotencyKey, d.Key)
+		require.Equal(t, m.Amount, d.Amount)
+	})
+}
