@@ -1,0 +1,143 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/storetest"
+)
+
+// grantedAccount makes customer's account through Apply (a live
+// subscription on price naming userRef) and returns its id.
+func grantedAccount(t *testing.T, st *store.Store, customer, userRef, price string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	receive(t, st, "evt_"+customer, customer)
+	job := claimOne(t, st)
+	snap := liveSnap(customer, price)
+	snap.UserRef = userRef
+	out, err := applySnap(ctx, st, job, dbNow(t, st), snap, testPlans(t))
+	require.NoError(t, err)
+	require.Equal(t, reconcile.ResultApplied, out.Result, out.Text)
+	a, err := st.Account(ctx, "stripe", customer)
+	require.NoError(t, err)
+	return a.ID
+}
+
+func TestDebit(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	id := grantedAccount(t, st, "cus_1", "u1", "price_free") // 10
+
+	u, err := st.UserAccount(ctx, "u1", "")
+	require.NoError(t, err)
+	require.Equal(t, id, u.Account.ID)
+	require.Equal(t, "free", u.Account.Plan)
+	require.Equal(t, int64(10), u.Balance)
+
+	res, err := st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "a", Amount: 4})
+	require.NoError(t, err)
+	require.False(t, res.Replayed)
+	require.Equal(t, int64(6), res.Balance)
+	require.Equal(t, periodStart, res.Entry.PeriodStart.UTC())
+
+	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "b", Amount: 3})
+	require.NoError(t, err)
+	again, err := st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "a", Amount: 4})
+	require.NoError(t, err)
+	require.True(t, again.Replayed)
+	again.Replayed = false
+	require.Equal(t, res, again, "a repeat answers the first result, not today's balance")
+
+	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "a", Amount: 5})
+	require.ErrorIs(t, err, reconcile.ErrKeyReused)
+
+	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "c", Amount: 4})
+	var short *reconcile.InsufficientError
+	require.ErrorAs(t, err, &short)
+	require.Equal(t, reconcile.InsufficientError{AccountID: id, Balance: 3, Amount: 4}, *short)
+
+	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "nobody", Key: "c", Amount: 1})
+	require.ErrorIs(t, err, reconcile.ErrNotFound)
+	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "", Amount: 1})
+	require.ErrorIs(t, err, reconcile.ErrInvalid)
+
+	var rows int
+	var b int64
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*), sum(delta) FROM ledger WHERE account_id = $1`, id).Scan(&rows, &b))
+	require.Equal(t, 3, rows) // the grant and two debits
+	require.Equal(t, int64(3), b)
+}
+
+// TestDebitNeverGranted: an account with no period (never reconciled to a
+// plan) has nothing to spend, and the refusal writes nothing.
+func TestDebitNeverGranted(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	_, err := st.Pool().Exec(ctx, `INSERT INTO accounts (provider, customer_id, user_ref) VALUES ('stripe', 'cus_1', 'u1')`)
+	require.NoError(t, err)
+	before := storetest.Tables(t, st)
+	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "a", Amount: 1})
+	require.ErrorIs(t, err, reconcile.ErrInsufficient)
+	require.Equal(t, before, storetest.Tables(t, st))
+}
+
+// TestDebitSameKeyConcurrently: twenty requests with one key at once debit
+// once, and every one answers the same result.
+func TestDebitSameKeyConcurrently(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	id := grantedAccount(t, st, "cus_1", "u1", "price_pro")
+	const n = 20
+	results := make([]reconcile.DebitResult, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "once", Amount: 7})
+		})
+	}
+	close(start)
+	wg.Wait()
+	replayed := 0
+	for i := range n {
+		require.NoError(t, errs[i])
+		if results[i].Replayed {
+			replayed++
+		}
+		results[i].Replayed = false
+		require.Equal(t, results[0], results[i])
+	}
+	require.Equal(t, n-1, replayed)
+	require.Equal(t, int64(493), results[0].Balance)
+	b, err := st.Balance(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, int64(493), b)
+}
+
+// TestUserAccountOfTwoProviders: a user reference two accounts share is
+// ambiguous unless the provider is named.
+func TestUserAccountOfTwoProviders(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	a := grantedAccount(t, st, "cus_1", "u1", "price_pro")
+	_, err := st.Pool().Exec(ctx, `INSERT INTO accounts (provider, customer_id, user_ref) VALUES ('kinde', 'k_1', 'u1')`)
+	require.NoError(t, err)
+	_, err = st.UserAccount(ctx, "u1", "")
+	var amb *reconcile.AmbiguousError
+	require.ErrorAs(t, err, &amb)
+	require.Len(t, amb.Accounts, 2)
+	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "k", Amount: 1})
+	require.True(t, errors.Is(err, reconcile.ErrAmbiguous), "%v", err)
+	u, err := st.UserAccount(ctx, "u1", "stripe")
+	require.NoError(t, err)
+	require.Equal(t, a, u.Account.ID)
+}
