@@ -99,8 +99,9 @@ func (s *Store) Debit(ctx context.Context, d reconcile.Debit) (reconcile.DebitRe
 		if err := tx.QueryRow(ctx, periodBalance, a.ID).Scan(&balance); err != nil {
 			return fmt.Errorf("read balance: %w", err)
 		}
-		// An account never granted a period has nothing to spend.
-		if a.PeriodStart.IsZero() || balance < d.Amount {
+		// An account never granted a period (period_start NULL) has a
+		// balance of 0, which no amount (above 0) fits in.
+		if balance < d.Amount {
 			return &reconcile.InsufficientError{AccountID: a.ID, Balance: balance, Amount: d.Amount}
 		}
 		res.Balance = balance - d.Amount

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -88,25 +89,39 @@ func TestDebitNeverGranted(t *testing.T) {
 	require.Equal(t, before, storetest.Tables(t, st))
 }
 
-// TestDebitSameKeyConcurrently: twenty requests with one key at once debit
-// once, and every one answers the same result.
+// TestDebitSameKeyConcurrently: requests with one key at once debit once,
+// and every one answers the same result. A transaction holding the
+// account's row lock (as a reconcile does) stops them all at the same
+// point; released together, they race for the key.
 func TestDebitSameKeyConcurrently(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.NewStore(t)
 	id := grantedAccount(t, st, "cus_1", "u1", "price_pro")
+	hold, err := st.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer hold.Rollback(ctx) //nolint:errcheck // committed below
+	_, err = hold.Exec(ctx, `SELECT 1 FROM accounts WHERE id = $1 FOR UPDATE`, id)
+	require.NoError(t, err)
+
 	const n = 20
 	results := make([]reconcile.DebitResult, n)
 	errs := make([]error, n)
-	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			<-start
 			results[i], errs[i] = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "once", Amount: 7})
 		})
 	}
-	close(start)
+	// Every connection the pool has left is a debit waiting for the lock.
+	waiting := int(st.Pool().Config().MaxConns) - 1
+	require.Eventually(t, func() bool {
+		var w int
+		require.NoError(t, hold.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype IN ('tuple', 'transactionid')`).Scan(&w))
+		return w >= min(waiting, n)
+	}, 10*time.Second, 10*time.Millisecond, "the debits never waited for the account's row lock")
+	require.NoError(t, hold.Commit(ctx))
 	wg.Wait()
+
 	replayed := 0
 	for i := range n {
 		require.NoError(t, errs[i])
