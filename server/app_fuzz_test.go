@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -50,6 +51,11 @@ func FuzzParseUsage(f *testing.F) {
 			return
 		}
 		require.LessOrEqual(t, len(body), MaxUsageBodyBytes)
+		// What the API promises, said again apart from Validate.
+		require.True(t, len(d.Key) >= 1 && len(d.Key) <= 255, "key of %d bytes", len(d.Key))
+		require.NotContains(t, d.Key, "\x00")
+		require.True(t, utf8.ValidString(d.Key))
+		require.Positive(t, d.Amount)
 		require.NoError(t, d.Validate())
 		require.Equal(t, "u1", d.UserRef)
 		// The key and amount are the body's: a case-insensitive decode
