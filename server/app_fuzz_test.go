@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
@@ -69,4 +70,16 @@ func FuzzParseUsage(f *testing.F) {
 		require.Equal(t, m.IdempotencyKey, d.Key)
 		require.Equal(t, m.Amount, d.Amount)
 	})
+}
+
+// TestParseUsageBodyCutShort: a body the client never finished is the
+// client's failure (400, counted as client_error), not a bad request.
+func TestParseUsageBodyCutShort(t *testing.T) {
+	body := io.MultiReader(strings.NewReader(`{"idempotency_key": "k", "am`), iotest.ErrReader(io.ErrUnexpectedEOF))
+	_, err := parseUsage(body, "u1", "")
+	require.ErrorIs(t, err, errIncompleteBody)
+	require.NotErrorIs(t, err, reconcile.ErrInvalid)
+	code, answer := errorStatus(err)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Equal(t, "client_error", answer)
 }
