@@ -105,8 +105,9 @@ func userJSON(u reconcile.UserAccount) userAnswer {
 }
 
 // parseUsage reads a usage request's body, {"idempotency_key": "…",
-// "amount": N}, and checks it; every failure wraps reconcile.ErrInvalid
-// (or is an *http.MaxBytesError).
+// "amount": N}, and checks it; every failure wraps reconcile.ErrInvalid,
+// or is an *http.MaxBytesError, or wraps errIncompleteBody (the body could
+// not be read).
 func parseUsage(body io.Reader, userRef, provider string) (reconcile.Debit, error) {
 	var req struct {
 		IdempotencyKey *string `json:"idempotency_key"`
@@ -115,17 +116,21 @@ func parseUsage(body io.Reader, userRef, provider string) (reconcile.Debit, erro
 	// The whole body is read first: a body over the limit is refused even
 	// when its first bytes are a valid request.
 	b, err := io.ReadAll(body)
-	if err == nil {
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
-		if err = dec.Decode(&req); err == nil && len(bytes.TrimSpace(b[dec.InputOffset():])) > 0 {
-			err = errors.New("data after the object")
-		}
-	}
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
 		return reconcile.Debit{}, err
+	case err != nil:
+		// The client hung up or sent less than it announced: its failure,
+		// counted apart from billsync's.
+		return reconcile.Debit{}, fmt.Errorf("%w: %w", errIncompleteBody, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err = dec.Decode(&req); err == nil && len(bytes.TrimSpace(b[dec.InputOffset():])) > 0 {
+		err = errors.New("data after the object")
+	}
+	switch {
 	case err != nil:
 		return reconcile.Debit{}, fmt.Errorf(`%w: body is not {"idempotency_key": "<1-255 bytes>", "amount": <whole number above 0>}: %s`, reconcile.ErrInvalid, err)
 	case req.IdempotencyKey == nil:
