@@ -46,6 +46,9 @@ type config struct {
 
 	PlansPath string
 	Workers   int
+	// RecheckDelay is the worker's wait before reading a customer again
+	// when the first read contradicts its newest event (a stale read).
+	RecheckDelay time.Duration
 
 	// AdminToken opens /admin/api/… to whoever sends it as a Bearer
 	// token; empty leaves the admin API absent.
@@ -83,6 +86,8 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 	})
 	c.bindReconcile(fs, getenv)
 	fs.IntVar(&c.Workers, "workers", 8, "reconcile loops in this process (0: intake only)")
+	fs.DurationVar(&c.RecheckDelay, "recheck-delay", time.Second,
+		"when a read contradicts the customer's newest event (the provider's API lagging its webhook), wait this long and read once more; negative: never")
 	fs.StringVar(&c.SweepSchedule, "sweep-schedule", cmp.Or(getenv("BILLSYNC_SWEEP_SCHEDULE"), defaultSweepSchedule),
 		"when to sweep: a five-field cron spec in UTC, or off (env BILLSYNC_SWEEP_SCHEDULE; one replica sweeps at a time; needs -workers > 0)")
 }

@@ -110,7 +110,7 @@ one must be. Each secret also as *_FILE; see README.md.`)
 	if cfg.Workers > 0 {
 		worker, err := reconcile.NewWorker(reconcile.WorkerConfig{
 			Name: workerName(), Store: st, Providers: provs.list(), Plans: plans,
-			Logger: logger, Concurrency: cfg.Workers, OnOutcome: metrics.ObserveReconcile,
+			Logger: logger, Concurrency: cfg.Workers, OnOutcome: metrics.ObserveReconcile, RecheckDelay: cfg.RecheckDelay,
 		})
 		if err != nil {
 			return err
