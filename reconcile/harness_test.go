@@ -125,25 +125,32 @@ type customerState struct {
 
 func (h *harness) state(customerID string) customerState {
 	h.t.Helper()
+	return stateOf(h.t, h.st, "stripe", customerID)
+}
+
+// stateOf reads what matters about one customer of provider after
+// reconciling: plan, status, balance, grants and its events by status.
+func stateOf(t testingT, st *store.Store, provider, customer string) customerState {
+	t.Helper()
 	ctx := context.Background()
 	s := customerState{Events: map[string]int{}}
-	a, err := h.st.Account(ctx, "stripe", customerID)
+	a, err := st.Account(ctx, provider, customer)
 	if err == nil {
 		s.Plan, s.Status = a.Plan, a.Status
-		s.Balance, err = h.st.Balance(ctx, a.ID)
-		require.NoError(h.t, err)
-		require.NoError(h.t, h.st.Pool().QueryRow(ctx, `SELECT count(*) FROM ledger WHERE account_id = $1 AND kind = 'grant'`, a.ID).Scan(&s.Grants))
+		s.Balance, err = st.Balance(ctx, a.ID)
+		require.NoError(t, err)
+		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM ledger WHERE account_id = $1 AND kind = 'grant'`, a.ID).Scan(&s.Grants))
 	}
-	rows, err := h.st.Pool().Query(ctx, `SELECT status, count(*) FROM inbox_events WHERE customer_id = $1 GROUP BY status`, customerID)
-	require.NoError(h.t, err)
+	rows, err := st.Pool().Query(ctx, `SELECT status, count(*) FROM inbox_events WHERE provider = $1 AND customer_id = $2 GROUP BY status`, provider, customer)
+	require.NoError(t, err)
 	defer rows.Close()
 	for rows.Next() {
 		var status string
 		var n int
-		require.NoError(h.t, rows.Scan(&status, &n))
+		require.NoError(t, rows.Scan(&status, &n))
 		s.Events[status] = n
 	}
-	require.NoError(h.t, rows.Err())
+	require.NoError(t, rows.Err())
 	return s
 }
 
@@ -152,16 +159,22 @@ func (h *harness) state(customerID string) customerState {
 // must equal it: a double grant would show as a larger balance.
 func (h *harness) largestGrant(customerID string) int64 {
 	h.t.Helper()
-	var largest int64
-	rows, err := h.st.Pool().Query(context.Background(), `
+	return largestGrantOf(h.t, h.st, h.plans, "stripe", customerID)
+}
+
+// largestGrantOf is largestGrant for a customer of any provider.
+func largestGrantOf(t testingT, st *store.Store, plans *reconcile.Plans, provider, customer string) int64 {
+	t.Helper()
+	rows, err := st.Pool().Query(context.Background(), `
 		SELECT DISTINCT l.plan FROM ledger l JOIN accounts a ON a.id = l.account_id AND l.period_start = a.period_start
-		WHERE a.customer_id = $1 AND l.kind = 'grant'`, customerID)
-	require.NoError(h.t, err)
-	plans, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(h.t, err)
-	for _, name := range plans {
-		p, ok := h.plans.Named(name)
-		require.True(h.t, ok, name)
+		WHERE a.provider = $1 AND a.customer_id = $2 AND l.kind = 'grant'`, provider, customer)
+	require.NoError(t, err)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	var largest int64
+	for _, name := range names {
+		p, ok := plans.Named(name)
+		require.True(t, ok, name)
 		largest = max(largest, p.Allowance)
 	}
 	return largest

@@ -123,26 +123,7 @@ func (h *kindeHarness) post(body []byte, webhookID string) int {
 
 func (h *kindeHarness) state(customer string) customerState {
 	h.t.Helper()
-	ctx := context.Background()
-	s := customerState{Events: map[string]int{}}
-	a, err := h.st.Account(ctx, kinde.Provider, customer)
-	if err == nil {
-		s.Plan, s.Status = a.Plan, a.Status
-		s.Balance, err = h.st.Balance(ctx, a.ID)
-		require.NoError(h.t, err)
-		require.NoError(h.t, h.st.Pool().QueryRow(ctx, `SELECT count(*) FROM ledger WHERE account_id = $1 AND kind = 'grant'`, a.ID).Scan(&s.Grants))
-	}
-	rows, err := h.st.Pool().Query(ctx, `SELECT status, count(*) FROM inbox_events WHERE provider = 'kinde' AND customer_id = $1 GROUP BY status`, customer)
-	require.NoError(h.t, err)
-	defer rows.Close()
-	for rows.Next() {
-		var status string
-		var n int
-		require.NoError(h.t, rows.Scan(&status, &n))
-		s.Events[status] = n
-	}
-	require.NoError(h.t, rows.Err())
-	return s
+	return stateOf(h.t, h.st, kinde.Provider, customer)
 }
 
 func (h *kindeHarness) tally(customer string) store.CustomerTally {

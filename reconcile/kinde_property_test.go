@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
@@ -111,25 +110,7 @@ func TestPropertyConvergesToKinde(t *testing.T) {
 // Management API fails at failRate (only while draining).
 func kindeDrainAll(t testingT, h *kindeHarness, w *reconcile.Worker, failRate float64) {
 	t.Helper()
-	f := h.kh.Fake.Faults()
-	f.Error5xxRate = failRate
-	h.kh.Fake.SetFaults(f)
-	defer func() {
-		f.Error5xxRate = 0
-		h.kh.Fake.SetFaults(f)
-	}()
-	for range 1000 {
-		drain(t, w)
-		var queued int
-		require.NoError(t, h.st.Pool().QueryRow(context.Background(),
-			`SELECT count(*) FROM reconcile_queue WHERE status = 'pending'`).Scan(&queued))
-		if queued == 0 {
-			return
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	t.Errorf("the queue never drained")
-	t.FailNow()
+	drainQueue(t, h.st, w, h.kh.Fake, failRate)
 }
 
 // kindeExpectedPlan asks the fake, not billsync: the best plan (the
@@ -150,17 +131,5 @@ func kindeExpectedPlan(h *kindeHarness, customer string) string {
 // the account's current period.
 func kindeLargestGrant(t testingT, h *kindeHarness, customer string) int64 {
 	t.Helper()
-	rows, err := h.st.Pool().Query(context.Background(), `
-		SELECT DISTINCT l.plan FROM ledger l JOIN accounts a ON a.id = l.account_id AND l.period_start = a.period_start
-		WHERE a.provider = 'kinde' AND a.customer_id = $1 AND l.kind = 'grant'`, customer)
-	require.NoError(t, err)
-	plans, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	var largest int64
-	for _, name := range plans {
-		p, ok := h.plans.Named(name)
-		require.True(t, ok, name)
-		largest = max(largest, p.Allowance)
-	}
-	return largest
+	return largestGrantOf(t, h.st, h.plans, kinde.Provider, customer)
 }

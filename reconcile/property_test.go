@@ -16,6 +16,7 @@ import (
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store"
 )
 
 // TestPropertyConvergesToStripe: random changes at the fake Stripe (plan
@@ -201,17 +202,31 @@ func setDefaultChecks(n int) {
 // riding out jobs that a failed fetch put into (short) backoff.
 func drainAll(t testingT, h *harness, w *reconcile.Worker, failRate float64) {
 	t.Helper()
-	f := h.fake.Faults()
+	drainQueue(t, h.st, w, h.fake, failRate)
+}
+
+// faultKnobs is a fake provider's fault settings (both fakes share them).
+type faultKnobs interface {
+	Faults() stripemock.Faults
+	SetFaults(stripemock.Faults)
+}
+
+// drainQueue drains until no customer is queued while fake's API fails at
+// failRate (only while draining: the test's own calls must land), riding
+// out jobs that a failed fetch put into (short) backoff.
+func drainQueue(t testingT, st *store.Store, w *reconcile.Worker, fake faultKnobs, failRate float64) {
+	t.Helper()
+	f := fake.Faults()
 	f.Error5xxRate = failRate
-	h.fake.SetFaults(f)
+	fake.SetFaults(f)
 	defer func() {
 		f.Error5xxRate = 0
-		h.fake.SetFaults(f)
+		fake.SetFaults(f)
 	}()
 	for range 1000 {
 		drain(t, w)
 		var queued int
-		require.NoError(t, h.st.Pool().QueryRow(context.Background(),
+		require.NoError(t, st.Pool().QueryRow(context.Background(),
 			`SELECT count(*) FROM reconcile_queue WHERE status = 'pending'`).Scan(&queued))
 		if queued == 0 {
 			return
