@@ -76,17 +76,26 @@ func (e *adminEnv) customer(userRef, email, price string) int64 {
 // status and body.
 func (e *adminEnv) do(method, path, token string) (int, string) {
 	e.t.Helper()
-	req, err := http.NewRequest(method, e.url+path, nil)
-	require.NoError(e.t, err)
+	status, body, _ := bearerRequest(e.t, method, e.url+path, token, "")
+	return status, body
+}
+
+// bearerRequest sends a request with a bearer token (none when empty) and
+// returns the answer's status, body and header: the admin and app APIs'
+// tests.
+func bearerRequest(t testing.TB, method, url, token, body string) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	require.NoError(t, err)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
-	require.NoError(e.t, err)
+	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	require.NoError(e.t, err)
-	return resp.StatusCode, string(b)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b), resp.Header
 }
 
 func (e *adminEnv) query(sql string, args ...any) string {

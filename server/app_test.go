@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -96,17 +95,8 @@ func (a appAnswer) json(t *testing.T) map[string]any {
 // do sends a request with the bearer token (none when empty).
 func (e *appEnv) do(method, path, token, body string) appAnswer {
 	e.t.Helper()
-	req, err := http.NewRequest(method, e.url+path, strings.NewReader(body))
-	require.NoError(e.t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(e.t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(e.t, err)
-	return appAnswer{resp.StatusCode, string(b), resp.Header}
+	status, b, header := bearerRequest(e.t, method, e.url+path, token, body)
+	return appAnswer{status, b, header}
 }
 
 func (e *appEnv) debit(userRef, key string, amount int64) appAnswer {
