@@ -511,16 +511,9 @@ func (s *Server) SetFaults(f stripemock.Faults) {
 func (s *Server) setFaults(f stripemock.Faults) {
 	s.faults = f
 	if f.Seed != 0 || s.rng == nil {
-		seed := uint64(f.Seed)
-		if seed == 0 {
-			seed = mrand.Uint64()
-		}
-		s.rng = mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+		s.rng = f.Dice()
 	}
-	s.limiter = nil
-	if f.RequestsPerSecond > 0 {
-		s.limiter = rate.NewLimiter(rate.Limit(f.RequestsPerSecond), max(1, int(math.Ceil(f.RequestsPerSecond))))
-	}
+	s.limiter = f.Limiter()
 }
 
 // Faults returns the current fault knobs.

@@ -134,16 +134,29 @@ func (s *Server) SetFaults(f Faults) {
 func (s *Server) setFaults(f Faults) {
 	s.faults = f
 	if f.Seed != 0 || s.rng == nil {
-		seed := uint64(f.Seed)
-		if seed == 0 {
-			seed = rand.Uint64()
-		}
-		s.rng = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+		s.rng = f.Dice()
 	}
-	s.limiter = nil
-	if f.RequestsPerSecond > 0 {
-		s.limiter = rate.NewLimiter(rate.Limit(f.RequestsPerSecond), max(1, int(math.Ceil(f.RequestsPerSecond))))
+	s.limiter = f.Limiter()
+}
+
+// Dice returns the random source a fake throws f's dice with: seeded by
+// f.Seed (the same seed, the same choices), else random. The fake Kinde
+// uses it too.
+func (f Faults) Dice() *rand.Rand {
+	seed := uint64(f.Seed)
+	if seed == 0 {
+		seed = rand.Uint64()
 	}
+	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+}
+
+// Limiter returns the token bucket of f.RequestsPerSecond (a second's
+// worth of burst), or nil when there is no rate limit.
+func (f Faults) Limiter() *rate.Limiter {
+	if f.RequestsPerSecond <= 0 {
+		return nil
+	}
+	return rate.NewLimiter(rate.Limit(f.RequestsPerSecond), max(1, int(math.Ceil(f.RequestsPerSecond))))
 }
 
 // Faults returns the current fault knobs.
