@@ -64,3 +64,18 @@ var (
 func SaneEventTime(t time.Time) bool {
 	return !t.Before(MinEventTime) && t.Before(MaxEventTime)
 }
+
+// Fields cleans an event's text fields with Storable and keeps the first
+// problem, as the reason to store the event as ignored.
+type Fields struct {
+	Problem string // "event id contains a NUL byte"; empty while all were fine
+}
+
+// Clean returns s made storable, noting its problem under name.
+func (f *Fields) Clean(name, s string) string {
+	clean, problem := Storable(s)
+	if problem != "" && f.Problem == "" {
+		f.Problem = name + " " + problem
+	}
+	return clean
+}

@@ -262,14 +262,8 @@ func parseClaims(claims []byte, webhookID string, now time.Time, window time.Dur
 	}
 
 	ev := reconcile.Event{Provider: Provider}
-	var reason string
-	field := func(name, s string) string {
-		clean, problem := reconcile.Storable(s)
-		if problem != "" && reason == "" {
-			reason = name + " " + problem
-		}
-		return clean
-	}
+	var fields reconcile.Fields
+	field := fields.Clean
 	switch {
 	case webhookID != "":
 		ev.DedupeKey = reconcile.DedupeKeyOf(webhookID)
@@ -287,8 +281,8 @@ func parseClaims(claims []byte, webhookID string, now time.Time, window time.Dur
 	if !reconcile.SaneEventTime(ev.Time) {
 		ev.Time = time.Time{}
 	}
-	if reason != "" {
-		ev.IgnoreReason = reason
+	if fields.Problem != "" {
+		ev.IgnoreReason = fields.Problem
 		return ev, nil
 	}
 	if !strings.HasPrefix(c.Type, "customer.") {

@@ -265,14 +265,8 @@ func parseEvent(body []byte) (ev reconcile.Event, rel related, connect bool) {
 	}
 	// Fields PostgreSQL's text cannot hold (NUL) or index (huge) are stored
 	// escaped and cut, and the event is ignored with the first such reason.
-	var reason string
-	field := func(name, s string) string {
-		clean, problem := reconcile.Storable(s)
-		if problem != "" && reason == "" {
-			reason = name + " " + problem
-		}
-		return clean
-	}
+	var fields reconcile.Fields
+	field := fields.Clean
 	ev.EventID = field("event id", raw.ID)
 	ev.DedupeKey = raw.ID
 	if ev.EventID != raw.ID {
@@ -282,13 +276,13 @@ func parseEvent(body []byte) (ev reconcile.Event, rel related, connect bool) {
 	}
 	ev.Type = cmp.Or(field("event type", raw.Type), "unknown")
 	ev.APIVersion = field("api_version", raw.APIVersion)
-	if t, problem := eventTimeOf(raw.Created); problem != "" && reason == "" {
-		reason = problem
+	if t, problem := eventTimeOf(raw.Created); problem != "" && fields.Problem == "" {
+		fields.Problem = problem
 	} else {
 		ev.Time = t
 	}
-	if reason != "" {
-		ev.IgnoreReason = reason
+	if fields.Problem != "" {
+		ev.IgnoreReason = fields.Problem
 		return ev, related{}, false
 	}
 	if connectedAccount(raw) {
