@@ -158,7 +158,7 @@ func NewClient(cfg Config) (*Client, error) {
 		Limits: func(req *http.Request) []attempt.Limit {
 			return []attempt.Limit{
 				{Name: "stripe list", Limiter: listLimiter(req.Context())},
-				{Name: "stripe " + req.URL.Path, Limiter: endpoints.of(req.URL.Path)},
+				{Name: "stripe endpoint family", Limiter: endpoints.of(req.URL.Path)},
 				{Name: "stripe", Limiter: shared},
 			}
 		},
