@@ -1,6 +1,9 @@
 package reconcile
 
-import "time"
+import (
+	"cmp"
+	"time"
+)
 
 // Account is billsync's row for one (provider, customer): the state it keeps
 // equal to the provider's.
@@ -36,4 +39,34 @@ func calendarMonth(t time.Time) (start, end time.Time) {
 	t = t.UTC()
 	start = time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
 	return start, start.AddDate(0, 1, 0)
+}
+
+// FieldDiff is one field of an account, as support staff read it, before
+// and after a reconcile.
+type FieldDiff struct {
+	Field, Before, After string
+}
+
+// Changed reports whether the reconcile changed the field.
+func (d FieldDiff) Changed() bool { return d.Before != d.After }
+
+// Diff returns the fields support staff read (plan, status, period, email)
+// before and after a reconcile; "-" stands for none.
+func Diff(before, after Account) []FieldDiff {
+	dash := func(s string) string { return cmp.Or(s, "-") }
+	return []FieldDiff{
+		{"plan", dash(before.Plan), dash(after.Plan)},
+		{"status", dash(before.Status), dash(after.Status)},
+		{"period", Period(before), Period(after)},
+		{"email", dash(before.Email), dash(after.Email)},
+	}
+}
+
+// Period renders the account's period as "2026-01-01 – 2026-02-01" (UTC),
+// or "-" for none.
+func Period(a Account) string {
+	if a.PeriodStart.IsZero() {
+		return "-"
+	}
+	return a.PeriodStart.UTC().Format(time.DateOnly) + " – " + a.PeriodEnd.UTC().Format(time.DateOnly)
 }

@@ -89,6 +89,20 @@ type StoredEvent struct {
 	ReceivedAt time.Time   `json:"received_at"`
 }
 
+// Retry is a customer whose reconcile failed: still queued and retried
+// after a backoff (status pending), or given up on (dead) until a sweep,
+// resync or replay revives it.
+type Retry struct {
+	Provider   string    `json:"provider"`
+	CustomerID string    `json:"customer_id"`
+	AccountID  int64     `json:"account_id,omitempty"` // 0 when billsync holds no account yet
+	Trigger    string    `json:"trigger"`
+	Status     string    `json:"status"` // pending or dead
+	Attempts   int       `json:"attempts"`
+	LastError  string    `json:"last_error"`
+	DueAt      time.Time `json:"due_at"` // when the next attempt is due (pending)
+}
+
 // LedgerEntry is one ledger row, as support staff see it.
 type LedgerEntry struct {
 	Key         string    `json:"key"`

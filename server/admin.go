@@ -22,6 +22,8 @@ type AdminStore interface {
 	Event(ctx context.Context, id int64) (reconcile.StoredEvent, error)
 	Events(ctx context.Context, status reconcile.EventStatus, limit int) ([]reconcile.StoredEvent, error)
 	SweepRuns(ctx context.Context, limit int) ([]reconcile.SweepRecord, error)
+	EventPayload(ctx context.Context, id int64) ([]byte, error)
+	Retries(ctx context.Context, limit int) ([]reconcile.Retry, error)
 }
 
 // Sweeper runs one sweep (reconcile.Sweeper implements it).
@@ -49,8 +51,11 @@ type Admin struct {
 	Logger *slog.Logger
 }
 
-// adminActor is the audit log's actor for every admin API reconcile.
-const adminActor = "admin-api"
+// Audit log actors of the reconciles the admin API and the console run.
+const (
+	adminActor   = "admin-api"
+	consoleActor = "admin-console"
+)
 
 // eventsLimit bounds GET /admin/api/events.
 const eventsLimit = 200
@@ -87,8 +92,15 @@ func (s *Server) routeAdmin(a Admin) {
 	handle("POST /admin/api/accounts/{id}/resync", s.adminResync)
 	handle("POST /admin/api/events/{id}/replay", s.adminReplay)
 	handle("GET /admin/api/events", s.adminEvents)
+	handle("GET /admin/api/retries", s.adminRetries)
 	handle("GET /admin/api/sweeps", s.adminSweeps)
 	handle("POST /admin/api/sweeps", s.adminStartSweep)
+	s.routeConsole(a.Token)
+}
+
+func (s *Server) adminRetries(r *http.Request) (any, error) {
+	retries, err := s.admin.Store.Retries(r.Context(), eventsLimit)
+	return map[string]any{"retries": retries}, err
 }
 
 // sweepsLimit bounds GET /admin/api/sweeps.
@@ -104,15 +116,24 @@ func (s *Server) adminSweeps(r *http.Request) (any, error) {
 // GET /admin/api/sweeps and in the log. A sweep cut short by a restart
 // stays running and the next one resumes it.
 func (s *Server) adminStartSweep(r *http.Request) (any, error) {
-	if s.admin.Sweeper == nil {
-		return nil, errNoReconciler
-	}
-	runs, err := s.admin.Store.SweepRuns(r.Context(), 1)
-	if err != nil {
+	if err := s.startSweep(r.Context()); err != nil {
 		return nil, err
 	}
+	return map[string]any{"started": true, "see": "GET /admin/api/sweeps"}, nil
+}
+
+// startSweep starts a sweep in the background unless one is running
+// (reconcile.ErrSweepRunning).
+func (s *Server) startSweep(ctx context.Context) error {
+	if s.admin.Sweeper == nil {
+		return errNoReconciler
+	}
+	runs, err := s.admin.Store.SweepRuns(ctx, 1)
+	if err != nil {
+		return err
+	}
 	if len(runs) == 1 && runs[0].Status == "running" && time.Since(runs[0].HeartbeatAt) < sweepStale {
-		return nil, fmt.Errorf("%w: sweep %d is running (%d customers seen so far)", reconcile.ErrSweepRunning, runs[0].ID, runs[0].Seen)
+		return fmt.Errorf("%w: sweep %d is running (%d customers seen so far)", reconcile.ErrSweepRunning, runs[0].ID, runs[0].Seen)
 	}
 	log := cmp.Or(s.admin.Logger, slog.New(slog.DiscardHandler))
 	go func() {
@@ -123,7 +144,7 @@ func (s *Server) adminStartSweep(r *http.Request) (any, error) {
 		}
 		log.Info("sweep started from the admin API done", slog.Int("seen", rep.Run.Seen), slog.Int("healed", rep.Run.Healed))
 	}()
-	return map[string]any{"started": true, "see": "GET /admin/api/sweeps"}, nil
+	return nil
 }
 
 // sweepStale is how old a running sweep's heartbeat may be before it
@@ -131,15 +152,21 @@ func (s *Server) adminStartSweep(r *http.Request) (any, error) {
 const sweepStale = 5 * time.Minute
 
 func (s *Server) adminFind(r *http.Request) (any, error) {
-	q := strings.TrimSpace(r.URL.Query().Get("q"))
-	if q == "" {
-		return nil, fmt.Errorf("%w: q is empty: search by account id, customer id, user reference or email", errBadRequest)
-	}
-	accounts, err := s.admin.Store.FindAccounts(r.Context(), q)
-	if errors.Is(err, reconcile.ErrNotFound) {
-		accounts, err = []reconcile.Account{}, nil
-	}
+	accounts, err := s.findAccounts(r.Context(), r.URL.Query().Get("q"))
 	return map[string]any{"accounts": accounts}, err
+}
+
+// findAccounts returns the accounts q names (none is an empty list).
+func (s *Server) findAccounts(ctx context.Context, q string) ([]reconcile.Account, error) {
+	q = strings.TrimSpace(q)
+	if q == "" {
+		return nil, fmt.Errorf("%w: the search is empty: search by account id, customer id, user reference or email", errBadRequest)
+	}
+	accounts, err := s.admin.Store.FindAccounts(ctx, q)
+	if errors.Is(err, reconcile.ErrNotFound) {
+		return []reconcile.Account{}, nil
+	}
+	return accounts, err
 }
 
 func (s *Server) adminAccount(r *http.Request) (any, error) {
@@ -155,11 +182,8 @@ func (s *Server) adminResync(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := s.admin.Store.AccountByID(r.Context(), id)
-	if err != nil {
-		return nil, err
-	}
-	return s.reconcileNow(r, a.Provider, a.CustomerID, reconcile.TriggerResync)
+	req, out, err := s.resync(r.Context(), id, adminActor, dryRun(r.URL.Query().Get("dry_run")))
+	return answer(req, out), err
 }
 
 func (s *Server) adminReplay(r *http.Request) (any, error) {
@@ -167,31 +191,48 @@ func (s *Server) adminReplay(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	ev, err := s.admin.Store.Event(r.Context(), id)
-	if err != nil {
-		return nil, err
-	}
-	if ev.CustomerID == "" {
-		return nil, fmt.Errorf("%w: event %d (%s) names no customer, so there is nothing to replay; it is %s: %s",
-			errBadRequest, ev.ID, ev.Type, ev.Status, ev.Outcome)
-	}
-	return s.reconcileNow(r, ev.Provider, ev.CustomerID, reconcile.TriggerReplay)
+	req, out, err := s.replay(r.Context(), id, adminActor, dryRun(r.URL.Query().Get("dry_run")))
+	return answer(req, out), err
 }
 
-// reconcileNow runs a resync or replay (?dry_run=1: write nothing) and
-// answers its outcome.
-func (s *Server) reconcileNow(r *http.Request, provider, customerID, trigger string) (any, error) {
-	if s.admin.Reconciler == nil {
-		return nil, errNoReconciler
-	}
-	dry := r.URL.Query().Get("dry_run")
-	req := reconcile.Request{Provider: provider, CustomerID: customerID, Trigger: trigger, Actor: adminActor,
-		DryRun: dry == "1" || dry == "true"}
-	out, err := s.admin.Reconciler.ReconcileNow(r.Context(), req)
+func dryRun(v string) bool { return v == "1" || v == "true" }
+
+// answer is the admin API's answer to a resync or replay.
+func answer(req reconcile.Request, out reconcile.Outcome) any {
+	return map[string]any{"dry_run": req.DryRun, "trigger": req.Trigger, "outcome": out}
+}
+
+// resync reconciles the account's customer now (dry: write nothing).
+func (s *Server) resync(ctx context.Context, accountID int64, actor string, dry bool) (reconcile.Request, reconcile.Outcome, error) {
+	a, err := s.admin.Store.AccountByID(ctx, accountID)
 	if err != nil {
-		return nil, err
+		return reconcile.Request{}, reconcile.Outcome{}, err
 	}
-	return map[string]any{"dry_run": req.DryRun, "trigger": trigger, "outcome": out}, nil
+	return s.reconcileNow(ctx, reconcile.Request{Provider: a.Provider, CustomerID: a.CustomerID,
+		Trigger: reconcile.TriggerResync, Actor: actor, DryRun: dry})
+}
+
+// replay reconciles the stored event's customer now (dry: write nothing).
+func (s *Server) replay(ctx context.Context, eventID int64, actor string, dry bool) (reconcile.Request, reconcile.Outcome, error) {
+	ev, err := s.admin.Store.Event(ctx, eventID)
+	if err != nil {
+		return reconcile.Request{}, reconcile.Outcome{}, err
+	}
+	if ev.CustomerID == "" {
+		return reconcile.Request{}, reconcile.Outcome{}, fmt.Errorf("%w: event %d (%s) names no customer, so there is nothing to replay; it is %s: %s",
+			errBadRequest, ev.ID, ev.Type, ev.Status, ev.Outcome)
+	}
+	return s.reconcileNow(ctx, reconcile.Request{Provider: ev.Provider, CustomerID: ev.CustomerID,
+		Trigger: reconcile.TriggerReplay, Actor: actor, DryRun: dry})
+}
+
+// reconcileNow runs a resync or replay through the worker's path.
+func (s *Server) reconcileNow(ctx context.Context, req reconcile.Request) (reconcile.Request, reconcile.Outcome, error) {
+	if s.admin.Reconciler == nil {
+		return req, reconcile.Outcome{}, errNoReconciler
+	}
+	out, err := s.admin.Reconciler.ReconcileNow(ctx, req)
+	return req, out, err
 }
 
 func (s *Server) adminEvents(r *http.Request) (any, error) {

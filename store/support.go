@@ -80,3 +80,36 @@ func (s *Store) Events(ctx context.Context, status reconcile.EventStatus, limit 
 	}
 	return events, nil
 }
+
+// EventPayload returns the body stored for the event with billsync's id,
+// as the provider sent it; none is reconcile.ErrNotFound.
+func (s *Store) EventPayload(ctx context.Context, id int64) ([]byte, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var payload []byte
+	if err := s.pool.QueryRow(ctx, `SELECT payload FROM inbox_events WHERE id = $1`, id).Scan(&payload); err != nil {
+		return nil, fmt.Errorf("event %d payload: %w", id, classify(err))
+	}
+	return payload, nil
+}
+
+// Retries returns the customers whose reconcile failed at least once and
+// is still queued (retrying) or gave up (dead), dead first, then by the
+// number of attempts (at most limit).
+func (s *Store) Retries(ctx context.Context, limit int) ([]reconcile.Retry, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, _ := s.pool.Query(ctx, `SELECT q.provider, q.customer_id, coalesce(a.id, 0), q.trigger, q.status,
+			q.attempts, coalesce(q.last_error, ''), q.due_at
+		FROM reconcile_queue q LEFT JOIN accounts a ON a.provider = q.provider AND a.customer_id = q.customer_id
+		WHERE q.attempts > 0 OR q.status = 'dead'
+		ORDER BY q.status = 'dead' DESC, q.attempts DESC, q.id LIMIT $1`, limit)
+	retries, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (reconcile.Retry, error) {
+		var q reconcile.Retry
+		return q, r.Scan(&q.Provider, &q.CustomerID, &q.AccountID, &q.Trigger, &q.Status, &q.Attempts, &q.LastError, &q.DueAt)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("failed reconciles: %w", classify(err))
+	}
+	return retries, nil
+}

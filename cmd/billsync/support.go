@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/user"
 	"strings"
-	"time"
 
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
@@ -124,11 +123,9 @@ func printOutcome(w io.Writer, req reconcile.Request, out reconcile.Outcome, bal
 	}
 	fmt.Fprintln(w)
 	if out.Result != reconcile.ResultRetry && out.Result != reconcile.ResultDead && out.Result != reconcile.ResultIgnored {
-		b, a := out.Before, out.After
-		diffLine(w, "plan", orDash(b.Plan), orDash(a.Plan))
-		diffLine(w, "status", orDash(b.Status), orDash(a.Status))
-		diffLine(w, "period", period(b), period(a))
-		diffLine(w, "email", orDash(b.Email), orDash(a.Email))
+		for _, d := range reconcile.Diff(out.Before, out.After) {
+			diffLine(w, d.Field, d.Before, d.After)
+		}
 		if req.DryRun {
 			fmt.Fprintf(w, "  %-8s %s now, a grant would add +%d\n", "balance", amount(balanceBefore), out.Granted)
 		} else {
@@ -154,13 +151,6 @@ func diffLine(w io.Writer, name, before, after string) {
 }
 
 func orDash(s string) string { return cmp.Or(s, "-") }
-
-func period(a reconcile.Account) string {
-	if a.PeriodStart.IsZero() {
-		return "-"
-	}
-	return a.PeriodStart.UTC().Format(time.DateOnly) + " – " + a.PeriodEnd.UTC().Format(time.DateOnly)
-}
 
 func amount(b int64) string {
 	if b < 0 {

@@ -1,0 +1,440 @@
+package server
+
+import (
+	"bytes"
+	"cmp"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/billsync/billsync/reconcile"
+)
+
+// The support console, /admin: server-rendered pages on the admin API's
+// own code (findAccounts, resync, replay, startSweep and the AdminStore),
+// for support staff who sign in with the admin token. It exists only when
+// the admin API does.
+//
+// Sign-in sets an HttpOnly, SameSite=Strict session cookie (see sessions);
+// every form that changes something carries the session's CSRF token; the
+// pages load no script and the Content-Security-Policy allows none.
+// Everything from a provider goes through html/template, which escapes it.
+
+//go:embed console
+var consoleFiles embed.FS
+
+// sessionCookie names the console's session cookie.
+const sessionCookie = "billsync_session"
+
+// maxFormBytes bounds a console form's body.
+const maxFormBytes = 16 << 10
+
+var consoleTemplates = parseConsole("signin", "search", "account", "event", "outcome", "events", "sweeps", "error")
+
+func parseConsole(pages ...string) map[string]*template.Template {
+	funcs := template.FuncMap{
+		"when":   when,
+		"dash":   func(s string) string { return cmp.Or(s, "—") },
+		"period": reconcile.Period,
+		"pretty": pretty,
+	}
+	m := make(map[string]*template.Template, len(pages))
+	for _, p := range pages {
+		m[p] = template.Must(template.New(p).Funcs(funcs).ParseFS(consoleFiles, "console/layout.html", "console/"+p+".html"))
+	}
+	return m
+}
+
+// when renders a time for support staff, in UTC; the zero time is "—".
+func when(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05 UTC")
+}
+
+// pretty renders a stored payload for reading: indented when it is JSON,
+// as it came otherwise (a Kinde JWT), never with invalid UTF-8.
+// html/template escapes the result.
+func pretty(payload []byte) string {
+	var b bytes.Buffer
+	if json.Indent(&b, payload, "", "  ") == nil {
+		return b.String()
+	}
+	return strings.ToValidUTF8(string(payload), "\uFFFD")
+}
+
+// page is what every console template gets.
+type page struct {
+	Title string
+	CSRF  string // the session's CSRF token; empty when signed out
+	Data  any
+}
+
+// console serves /admin.
+type console struct {
+	s        *Server
+	sessions sessions
+	token    func(string) bool
+}
+
+func (s *Server) routeConsole(token string) {
+	c := &console{s: s, sessions: newSessions(token), token: sameSecret(token)}
+	s.mux.HandleFunc("GET /admin/assets/console.css", c.css)
+	s.mux.HandleFunc("GET /admin/signin", c.signInPage)
+	s.mux.HandleFunc("POST /admin/signin", c.signIn)
+	c.handle("POST /admin/signout", c.signOut)
+	c.handle("GET /admin/{$}", c.search)
+	c.handle("GET /admin/accounts/{id}", c.account)
+	c.handle("POST /admin/accounts/{id}/resync", c.resync)
+	c.handle("GET /admin/events", c.events)
+	c.handle("GET /admin/events/{id}", c.event)
+	c.handle("POST /admin/events/{id}/replay", c.replay)
+	c.handle("GET /admin/sweeps", c.sweeps)
+	c.handle("POST /admin/sweeps", c.startSweep)
+}
+
+// consoleHandler serves a page for a signed-in session.
+type consoleHandler func(w http.ResponseWriter, r *http.Request, session string) error
+
+// handle routes pattern to h for signed-in sessions only: a GET without a
+// session goes to the sign-in page, a POST without one, or without the
+// session's CSRF token, is refused (403) and changes nothing.
+func (c *console) handle(pattern string, h consoleHandler) {
+	c.s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		secureHeaders(w)
+		session := c.session(r)
+		if session == "" && r.Method == http.MethodGet {
+			http.Redirect(w, r, "/admin/signin?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			return
+		}
+		if session == "" {
+			c.fail(w, r, "", http.StatusForbidden, "You are not signed in, or your session has ended: sign in again, then retry.")
+			return
+		}
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+			if !c.sessions.validCSRF(session, r.PostFormValue("csrf")) {
+				c.s.log.Warn("console refused a form without its CSRF token", slog.String("path", r.URL.Path))
+				c.fail(w, r, session, http.StatusForbidden, "This form did not come from this console (its CSRF token is missing or wrong), so nothing was done: reload the page and try again.")
+				return
+			}
+		}
+		if err := h(w, r, session); err != nil {
+			c.failErr(w, r, session, err)
+		}
+	})
+}
+
+// session returns the request's valid session, or "".
+func (c *console) session(r *http.Request) string {
+	ck, err := r.Cookie(sessionCookie)
+	if err != nil || !c.sessions.valid(ck.Value) {
+		return ""
+	}
+	return ck.Value
+}
+
+// secureHeaders keeps the console's pages out of caches and frames and
+// forbids scripts, whatever a provider's field holds.
+func secureHeaders(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Cache-Control", "no-store")
+}
+
+func (c *console) render(w http.ResponseWriter, code int, name string, p page) {
+	var b bytes.Buffer
+	if err := consoleTemplates[name].ExecuteTemplate(&b, "layout", p); err != nil {
+		c.s.log.Error("console page failed", slog.String("page", name), slog.Any("error", err))
+		code, b = http.StatusInternalServerError, *bytes.NewBufferString("billsync could not render this page; the reason is in its log")
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(code)
+	_, _ = b.WriteTo(w) // the browser went away; nothing to do
+}
+
+// errorPage is the error template's data.
+type errorPage struct {
+	Code    int
+	Message string
+}
+
+func (c *console) fail(w http.ResponseWriter, r *http.Request, session string, code int, msg string) {
+	p := page{Title: http.StatusText(code), Data: errorPage{code, msg}}
+	if session != "" {
+		p.CSRF = c.sessions.csrf(session)
+	}
+	c.render(w, code, "error", p)
+}
+
+// failErr shows err with its status. The message is the admin API's:
+// ids and reasons a person can act on; billsync's own failures are logged
+// and shown without their details.
+func (c *console) failErr(w http.ResponseWriter, r *http.Request, session string, err error) {
+	code, _ := errorStatus(err)
+	msg := err.Error()
+	switch {
+	case code == http.StatusBadGateway:
+		c.s.log.Warn("console reconcile failed at the provider", slog.String("path", r.URL.Path), slog.Any("error", err))
+	case code == http.StatusServiceUnavailable && !errors.Is(err, errNoReconciler):
+		c.s.log.Error("console request failed: store unavailable", slog.String("path", r.URL.Path), slog.Any("error", err))
+		msg = "The database is unavailable or slow: try again in a moment."
+	case code >= 500 && !errors.Is(err, errNoReconciler):
+		c.s.log.Error("console request failed", slog.String("path", r.URL.Path), slog.Any("error", err))
+		msg = "billsync failed to do this; the reason is in its log."
+	}
+	c.fail(w, r, session, code, msg)
+}
+
+func (c *console) css(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "max-age=300")
+	http.ServeFileFS(w, r, consoleFiles, "console/console.css")
+}
+
+// signInData is the sign-in page's data.
+type signInData struct {
+	Next, Message string
+	Refused       bool
+}
+
+func (c *console) signInPage(w http.ResponseWriter, r *http.Request) {
+	secureHeaders(w)
+	next := safeNext(r.URL.Query().Get("next"))
+	if c.session(r) != "" {
+		http.Redirect(w, r, next, http.StatusSeeOther)
+		return
+	}
+	d := signInData{Next: next}
+	if r.URL.Query().Get("out") == "1" {
+		d.Message = "You are signed out."
+	}
+	c.render(w, http.StatusOK, "signin", page{Title: "Sign in", Data: d})
+}
+
+func (c *console) signIn(w http.ResponseWriter, r *http.Request) {
+	secureHeaders(w)
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	next := safeNext(r.PostFormValue("next"))
+	if !c.token(r.PostFormValue("token")) {
+		c.s.log.Warn("console sign-in refused: wrong admin token", slog.String("remote", r.RemoteAddr))
+		c.render(w, http.StatusUnauthorized, "signin", page{Title: "Sign in", Data: signInData{Next: next,
+			Message: "That is not the admin token (BILLSYNC_ADMIN_TOKEN). Nothing was signed in.", Refused: true}})
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: c.sessions.issue(), Path: "/admin",
+		MaxAge: int(sessionTTL / time.Second), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: overTLS(r)})
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (c *console) signOut(w http.ResponseWriter, r *http.Request, _ string) error {
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/admin", MaxAge: -1,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: overTLS(r)})
+	http.Redirect(w, r, "/admin/signin?out=1", http.StatusSeeOther)
+	return nil
+}
+
+// overTLS reports whether the browser reached billsync over HTTPS, itself
+// or through a proxy that says so; the session cookie is then Secure.
+func overTLS(r *http.Request) bool {
+	return r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https"
+}
+
+// safeNext returns where to go after signing in: a console path, never
+// another site.
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, "/admin/") || strings.HasPrefix(next, "/admin/signin") ||
+		strings.ContainsAny(next, "\\\r\n") || strings.Contains(next, "//") {
+		return "/admin/"
+	}
+	return next
+}
+
+// searchData is the search page's data.
+type searchData struct {
+	Q        string
+	Accounts []reconcile.Account
+}
+
+func (c *console) search(w http.ResponseWriter, r *http.Request, session string) error {
+	d := searchData{Q: strings.TrimSpace(r.URL.Query().Get("q"))}
+	if d.Q != "" {
+		var err error
+		if d.Accounts, err = c.s.findAccounts(r.Context(), d.Q); err != nil {
+			return err
+		}
+	}
+	c.render(w, http.StatusOK, "search", page{Title: "Find a customer", CSRF: c.sessions.csrf(session), Data: d})
+	return nil
+}
+
+// accountData is the account page's data.
+type accountData struct {
+	reconcile.AccountDetail
+	Limit int // each list shows at most this many rows, newest first
+}
+
+func (c *console) account(w http.ResponseWriter, r *http.Request, session string) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	d, err := c.s.admin.Store.AccountDetail(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	c.render(w, http.StatusOK, "account", page{Title: "Account " + strconv.FormatInt(id, 10),
+		CSRF: c.sessions.csrf(session), Data: accountData{d, historyShown}})
+	return nil
+}
+
+// historyShown is how many rows of each list the store returns for an
+// account (store.historyLimit); the page says when a list may be cut.
+const historyShown = 100
+
+// outcomeData is the page after a resync or replay.
+type outcomeData struct {
+	Request   reconcile.Request
+	Outcome   reconcile.Outcome
+	AccountID int64 // the account resynced, or the replayed event's (0: none yet)
+	EventID   int64 // the replayed event; 0 for a resync
+	Diff      []reconcile.FieldDiff
+}
+
+// Words is the outcome in words, "would be …" for a dry run.
+func (d outcomeData) Words() string {
+	result := string(d.Outcome.Result)
+	if d.Request.DryRun {
+		result = "would be " + result
+	}
+	return result + ": " + d.Outcome.Text
+}
+
+func (c *console) resync(w http.ResponseWriter, r *http.Request, session string) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	req, out, err := c.s.resync(r.Context(), id, consoleActor, dryRun(r.PostFormValue("dry_run")))
+	if err != nil {
+		return err
+	}
+	c.showOutcome(w, session, outcomeData{Request: req, Outcome: out, AccountID: id})
+	return nil
+}
+
+func (c *console) replay(w http.ResponseWriter, r *http.Request, session string) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	req, out, err := c.s.replay(r.Context(), id, consoleActor, false)
+	if err != nil {
+		return err
+	}
+	c.showOutcome(w, session, outcomeData{Request: req, Outcome: out, AccountID: out.AccountID, EventID: id})
+	return nil
+}
+
+func (c *console) showOutcome(w http.ResponseWriter, session string, d outcomeData) {
+	d.Diff = reconcile.Diff(d.Outcome.Before, d.Outcome.After)
+	title := "Resync applied"
+	switch {
+	case d.Request.DryRun:
+		title = "Resync: dry run (nothing written)"
+	case d.EventID != 0:
+		title = fmt.Sprintf("Replayed event %d", d.EventID)
+	}
+	c.render(w, http.StatusOK, "outcome", page{Title: title, CSRF: c.sessions.csrf(session), Data: d})
+}
+
+// eventData is the event page's data.
+type eventData struct {
+	Event   reconcile.StoredEvent
+	Payload []byte
+}
+
+func (c *console) event(w http.ResponseWriter, r *http.Request, session string) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	ev, err := c.s.admin.Store.Event(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	payload, err := c.s.admin.Store.EventPayload(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	c.render(w, http.StatusOK, "event", page{Title: fmt.Sprintf("Event %d", id), CSRF: c.sessions.csrf(session),
+		Data: eventData{ev, payload}})
+	return nil
+}
+
+// eventsData is the events page's data: with no status asked, the
+// failures (reconciles retrying or given up, and dead events).
+type eventsData struct {
+	Status   string
+	Statuses []string
+	Retries  []reconcile.Retry
+	Events   []reconcile.StoredEvent
+}
+
+func (c *console) events(w http.ResponseWriter, r *http.Request, session string) error {
+	d := eventsData{Status: cmp.Or(r.URL.Query().Get("status"), "failed"),
+		Statuses: []string{"failed", "pending", "ignored", "applied"}}
+	status := reconcile.EventStatus(d.Status)
+	var err error
+	switch status {
+	case "failed":
+		if d.Retries, err = c.s.admin.Store.Retries(r.Context(), eventsLimit); err != nil {
+			return err
+		}
+		status = reconcile.EventDead
+	case reconcile.EventPending, reconcile.EventIgnored, reconcile.EventApplied:
+	default:
+		return fmt.Errorf("%w: no such list %q: want failed, pending, ignored or applied", errBadRequest, d.Status)
+	}
+	if d.Events, err = c.s.admin.Store.Events(r.Context(), status, eventsLimit); err != nil {
+		return err
+	}
+	c.render(w, http.StatusOK, "events", page{Title: "Events", CSRF: c.sessions.csrf(session), Data: d})
+	return nil
+}
+
+// sweepsData is the sweeps page's data.
+type sweepsData struct {
+	Runs    []reconcile.SweepRecord
+	Started bool
+	CanRun  bool // this process can start a sweep
+}
+
+func (c *console) sweeps(w http.ResponseWriter, r *http.Request, session string) error {
+	runs, err := c.s.admin.Store.SweepRuns(r.Context(), sweepsLimit)
+	if err != nil {
+		return err
+	}
+	d := sweepsData{Runs: runs, Started: r.URL.Query().Get("started") == "1", CanRun: c.s.admin.Sweeper != nil}
+	c.render(w, http.StatusOK, "sweeps", page{Title: "Sweeps", CSRF: c.sessions.csrf(session), Data: d})
+	return nil
+}
+
+func (c *console) startSweep(w http.ResponseWriter, r *http.Request, _ string) error {
+	if err := c.s.startSweep(r.Context()); err != nil {
+		return err
+	}
+	http.Redirect(w, r, "/admin/sweeps?started=1", http.StatusSeeOther)
+	return nil
+}

@@ -1,0 +1,264 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// browser is a console client: a cookie jar that does not follow
+// redirects, so each answer can be checked.
+type browser struct {
+	t    *testing.T
+	base string
+	c    *http.Client
+}
+
+func (e *adminEnv) browser() *browser {
+	jar, err := cookiejar.New(nil)
+	require.NoError(e.t, err)
+	return &browser{t: e.t, base: e.url, c: &http.Client{Jar: jar,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+func (b *browser) do(method, path string, form url.Values) (*http.Response, string) {
+	b.t.Helper()
+	req, err := http.NewRequest(method, b.base+path, strings.NewReader(form.Encode()))
+	require.NoError(b.t, err)
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	resp, err := b.c.Do(req)
+	require.NoError(b.t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(b.t, err)
+	return resp, string(body)
+}
+
+func (b *browser) get(path string) (int, string) {
+	b.t.Helper()
+	resp, body := b.do("GET", path, nil)
+	return resp.StatusCode, body
+}
+
+// signIn signs in with token and returns the answer.
+func (b *browser) signIn(token string) *http.Response {
+	b.t.Helper()
+	resp, _ := b.do("POST", "/admin/signin", url.Values{"token": {token}})
+	return resp
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// csrf returns the CSRF token of the page at path.
+func (b *browser) csrf(path string) string {
+	b.t.Helper()
+	code, body := b.get(path)
+	require.Equal(b.t, http.StatusOK, code, body)
+	m := csrfField.FindStringSubmatch(body)
+	require.NotNil(b.t, m, "no CSRF token on %s", path)
+	return m[1]
+}
+
+func TestConsoleSignIn(t *testing.T) {
+	e := newAdminEnv(t, adminToken)
+	b := e.browser()
+
+	// No session: pages send to the sign-in page, which holds no secret.
+	resp, _ := b.do("GET", "/admin/accounts/1", nil)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, "/admin/signin?next=%2Fadmin%2Faccounts%2F1", resp.Header.Get("Location"))
+	code, body := b.get("/admin/signin")
+	require.Equal(t, http.StatusOK, code)
+	require.NotContains(t, body, adminToken)
+	require.Contains(t, resp.Header.Get("Content-Security-Policy"), "default-src 'none'")
+
+	// A wrong token: 401, no cookie.
+	for _, token := range []string{"", "wrong", adminToken + "x", strings.ToUpper(adminToken)} {
+		resp := b.signIn(token)
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "token %q", token)
+		require.Empty(t, resp.Cookies())
+	}
+	code, _ = b.get("/admin/")
+	require.Equal(t, http.StatusSeeOther, code)
+
+	// The right token: an HttpOnly, SameSite=Strict session for /admin.
+	resp = b.signIn(adminToken)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, "/admin/", resp.Header.Get("Location"))
+	require.Len(t, resp.Cookies(), 1)
+	ck := resp.Cookies()[0]
+	require.True(t, ck.HttpOnly)
+	require.Equal(t, http.SameSiteStrictMode, ck.SameSite)
+	require.Equal(t, "/admin", ck.Path)
+	require.NotContains(t, ck.Value, adminToken)
+	code, body = b.get("/admin/")
+	require.Equal(t, http.StatusOK, code)
+	require.NotContains(t, body, adminToken)
+
+	// A forged or altered session is no session.
+	forged := e.browser()
+	u, _ := url.Parse(e.url + "/admin")
+	forged.c.Jar.SetCookies(u, []*http.Cookie{{Name: "billsync_session", Value: ck.Value[:len(ck.Value)-2] + "xx", Path: "/admin"}})
+	code, _ = forged.get("/admin/")
+	require.Equal(t, http.StatusSeeOther, code)
+
+	// Sign-out needs the CSRF token, then ends the session in the browser.
+	resp, _ = b.do("POST", "/admin/signout", url.Values{})
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	resp, _ = b.do("POST", "/admin/signout", url.Values{"csrf": {b.csrf("/admin/")}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	code, _ = b.get("/admin/")
+	require.Equal(t, http.StatusSeeOther, code)
+
+	// After sign-in, "next" returns to the page asked for, never elsewhere.
+	for next, want := range map[string]string{"/admin/sweeps": "/admin/sweeps", "https://evil.example/": "/admin/",
+		"//evil.example/admin/": "/admin/", "/admin//evil.example": "/admin/", "/admin/\\evil": "/admin/"} {
+		resp, _ := e.browser().do("POST", "/admin/signin", url.Values{"token": {adminToken}, "next": {next}})
+		require.Equal(t, want, resp.Header.Get("Location"), "next %q", next)
+	}
+}
+
+// TestConsoleRefusesWithoutSessionOrCSRF: every state-changing form is
+// refused without a session, or with one but without its CSRF token (or
+// with another session's), and nothing is written.
+func TestConsoleRefusesWithoutSessionOrCSRF(t *testing.T) {
+	e := newAdminEnv(t, adminToken)
+	id := e.customer("u1", "u1@example.com", "price_pro")
+	_, err := e.pool.Exec(context.Background(), `UPDATE accounts SET plan = 'free' WHERE id = $1`, id) // drift a resync would heal
+	require.NoError(t, err)
+	var eventID int64
+	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT max(id) FROM inbox_events`).Scan(&eventID))
+
+	other := e.browser()
+	other.signIn(adminToken)
+	otherCSRF := other.csrf("/admin/")
+	signedIn := e.browser()
+	signedIn.signIn(adminToken)
+	anon := e.browser()
+
+	before := e.tables()
+	posts := []string{fmt.Sprintf("/admin/accounts/%d/resync", id), fmt.Sprintf("/admin/events/%d/replay", eventID), "/admin/sweeps"}
+	for _, path := range posts {
+		for name, try := range map[string]struct {
+			b    *browser
+			form url.Values
+		}{
+			"no session":          {anon, url.Values{"csrf": {otherCSRF}}},
+			"no CSRF token":       {signedIn, url.Values{}},
+			"wrong CSRF token":    {signedIn, url.Values{"csrf": {"x" + otherCSRF[1:]}}},
+			"another's CSRF":      {signedIn, url.Values{"csrf": {otherCSRF}}},
+			"CSRF in the query":   {signedIn, nil},
+			"empty CSRF, dry run": {signedIn, url.Values{"csrf": {""}, "dry_run": {"1"}}},
+		} {
+			p := path
+			if try.form == nil {
+				p += "?csrf=" + url.QueryEscape(otherCSRF)
+			}
+			resp, body := try.b.do("POST", p, try.form)
+			require.Equal(t, http.StatusForbidden, resp.StatusCode, "%s: %s", name, path)
+			require.NotContains(t, body, adminToken)
+		}
+	}
+	require.Equal(t, before, e.tables())
+	require.Equal(t, "free", e.query(`SELECT plan FROM accounts WHERE id = $1`, id))
+
+	// With the session's own token the same resync goes through.
+	resp, body := signedIn.do("POST", posts[0], url.Values{"csrf": {signedIn.csrf("/admin/")}})
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Contains(t, body, "applied: ")
+	require.Equal(t, "pro", e.query(`SELECT plan FROM accounts WHERE id = $1`, id))
+	require.Equal(t, "admin-console", e.query(`SELECT actor FROM reconcile_log ORDER BY id DESC LIMIT 1`))
+}
+
+// TestConsoleEscapesProviderData: a provider's fields holding markup are
+// shown as text on every page that shows them.
+func TestConsoleEscapesProviderData(t *testing.T) {
+	e := newAdminEnv(t, adminToken)
+	ref := `<script>alert("ref")</script>`
+	email := `<script>alert(1)</script>@example.com`
+	id := e.customer(ref, email, "price_pro")
+	// A payload whose JSON holds markup unescaped, as a provider may send it.
+	var eventID int64
+	require.NoError(t, e.pool.QueryRow(context.Background(), `UPDATE inbox_events SET payload = $1
+		WHERE id = (SELECT max(id) FROM inbox_events) RETURNING id`, []byte(`{"name":"<script>alert(2)</script>"}`)).Scan(&eventID))
+	b := e.browser()
+	b.signIn(adminToken)
+	for _, path := range []string{"/admin/?q=" + url.QueryEscape(email), fmt.Sprintf("/admin/accounts/%d", id),
+		fmt.Sprintf("/admin/events/%d", eventID), "/admin/?q=" + url.QueryEscape(`"><script>x()</script>`)} {
+		code, body := b.get(path)
+		require.Equal(t, http.StatusOK, code, path)
+		require.NotContains(t, body, "<script", path)
+		require.Contains(t, body, "&lt;script&gt;", path)
+	}
+	// The stored payload is shown pretty-printed (and escaped).
+	_, body := b.get(fmt.Sprintf("/admin/events/%d", eventID))
+	require.Contains(t, body, "{\n  &#34;name&#34;: &#34;&lt;script&gt;alert(2)&lt;/script&gt;&#34;\n}")
+}
+
+// TestConsolePages: every page renders for an account with history, and
+// a resync's dry run writes nothing while its apply heals.
+func TestConsolePages(t *testing.T) {
+	e := newAdminEnv(t, adminToken)
+	id := e.customer("u1", "u1@example.com", "price_pro")
+	_, err := e.pool.Exec(context.Background(), `UPDATE accounts SET plan = 'free' WHERE id = $1`, id)
+	require.NoError(t, err)
+	b := e.browser()
+	b.signIn(adminToken)
+
+	code, body := b.get("/admin/?q=u1%40example.com")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, fmt.Sprintf(`href="/admin/accounts/%d"`, id))
+	code, body = b.get("/admin/?q=nobody")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "No account matches")
+
+	code, body = b.get(fmt.Sprintf("/admin/accounts/%d", id))
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `<dd id="plan">free</dd>`)
+	require.Contains(t, body, "customer.subscription.created")
+
+	csrf := b.csrf("/admin/")
+	before := e.tables()
+	resp, body := b.do("POST", fmt.Sprintf("/admin/accounts/%d/resync", id), url.Values{"csrf": {csrf}, "dry_run": {"1"}})
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Contains(t, body, "would be applied: ")
+	require.Contains(t, body, `id="apply"`)
+	require.Equal(t, before, e.tables())
+
+	resp, body = b.do("POST", fmt.Sprintf("/admin/accounts/%d/resync", id), url.Values{"csrf": {csrf}})
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.NotContains(t, body, `id="apply"`)
+	_, body = b.get(fmt.Sprintf("/admin/accounts/%d", id))
+	require.Contains(t, body, `<dd id="plan">pro</dd>`)
+	require.Contains(t, body, "admin-console")
+
+	for _, path := range []string{"/admin/events", "/admin/events?status=applied", "/admin/events?status=pending", "/admin/sweeps"} {
+		code, body := b.get(path)
+		require.Equal(t, http.StatusOK, code, path)
+		require.NotContains(t, body, adminToken)
+	}
+	code, body = b.get("/admin/events?status=bogus")
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, body, "want failed, pending, ignored or applied")
+	code, _ = b.get("/admin/accounts/999999")
+	require.Equal(t, http.StatusNotFound, code)
+
+	// A sweep started from the console is recorded and listed.
+	resp, _ = b.do("POST", "/admin/sweeps", url.Values{"csrf": {csrf}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Eventually(t, func() bool {
+		_, body := b.get("/admin/sweeps")
+		return strings.Contains(body, ">succeeded<")
+	}, time.Minute, 10*time.Millisecond, "the sweep started from the console never succeeded")
+}

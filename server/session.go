@@ -1,0 +1,73 @@
+package server
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// sessions issues and checks the console's session cookies and their CSRF
+// tokens. A session is "expiry.nonce.mac": the MAC (HMAC-SHA256) is keyed
+// by a key derived from the admin token, so every replica accepts the
+// sessions of the others, nothing is stored, and changing the token ends
+// every session. The CSRF token of a session is a second MAC of it.
+type sessions struct {
+	key []byte
+	ttl time.Duration
+	now func() time.Time
+}
+
+// sessionTTL is how long a console sign-in lasts.
+const sessionTTL = 12 * time.Hour
+
+func newSessions(token string) sessions {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte("billsync console session v1"))
+	return sessions{key: m.Sum(nil), ttl: sessionTTL, now: time.Now}
+}
+
+var b64 = base64.RawURLEncoding
+
+func (s sessions) mac(parts ...string) string {
+	m := hmac.New(sha256.New, s.key)
+	for _, p := range parts {
+		m.Write([]byte(p))
+		m.Write([]byte{0})
+	}
+	return b64.EncodeToString(m.Sum(nil))
+}
+
+// issue returns a new session.
+func (s sessions) issue() string {
+	payload := strconv.FormatInt(s.now().Add(s.ttl).Unix(), 10) + "." + rand.Text()
+	return payload + "." + s.mac("session", payload)
+}
+
+// valid reports whether session was issued with this key and has not
+// expired.
+func (s sessions) valid(session string) bool {
+	i := strings.LastIndexByte(session, '.')
+	if i < 0 {
+		return false
+	}
+	payload, sum := session[:i], session[i+1:]
+	if subtle.ConstantTimeCompare([]byte(sum), []byte(s.mac("session", payload))) != 1 {
+		return false
+	}
+	expiry, _, _ := strings.Cut(payload, ".")
+	unix, err := strconv.ParseInt(expiry, 10, 64)
+	return err == nil && s.now().Before(time.Unix(unix, 0))
+}
+
+// csrf returns the CSRF token of a valid session.
+func (s sessions) csrf(session string) string { return s.mac("csrf", session) }
+
+// validCSRF reports whether token is session's CSRF token.
+func (s sessions) validCSRF(session, token string) bool {
+	return token != "" && subtle.ConstantTimeCompare([]byte(token), []byte(s.csrf(session))) == 1
+}
