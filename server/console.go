@@ -88,6 +88,7 @@ type console struct {
 
 func (s *Server) routeConsole(token string) {
 	c := &console{s: s, sessions: newSessions(token), token: sameSecret(token)}
+	s.mux.Handle("GET /admin", http.RedirectHandler("/admin/", http.StatusMovedPermanently))
 	s.mux.HandleFunc("GET /admin/assets/console.css", c.css)
 	s.mux.HandleFunc("GET /admin/signin", c.signInPage)
 	s.mux.HandleFunc("POST /admin/signin", c.signIn)

@@ -75,7 +75,9 @@ func TestConsoleSignIn(t *testing.T) {
 	b := e.browser()
 
 	// No session: pages send to the sign-in page, which holds no secret.
-	resp, _ := b.do("GET", "/admin/accounts/1", nil)
+	resp, _ := b.do("GET", "/admin", nil)
+	require.Equal(t, "/admin/", resp.Header.Get("Location"))
+	resp, _ = b.do("GET", "/admin/accounts/1", nil)
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
 	require.Equal(t, "/admin/signin?next=%2Fadmin%2Faccounts%2F1", resp.Header.Get("Location"))
 	code, body := b.get("/admin/signin")

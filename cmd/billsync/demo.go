@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -36,12 +37,13 @@ prints where to look.`)
 	once := fs.Bool("once", false, "exit after the scenario: status 0 only if billsync ended right")
 	asJSON := fs.Bool("json", false, "print the final state as JSON instead of tables")
 	addr := fs.String("addr", os.Getenv("BILLSYNC_ADDR"), "where billsync listens for webhooks (default 127.0.0.1:8080; 127.0.0.1:0 with -once)")
+	consoleAddr := fs.String("console-addr", os.Getenv("BILLSYNC_CONSOLE_ADDR"), "where the support console listens (default 127.0.0.1:8081; 127.0.0.1:0 with -once)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	dcfg := demo.Config{Addr: *addr, Logger: logger, Provider: *provider}
-	if dcfg.Addr == "" && *once {
-		dcfg.Addr = "127.0.0.1:0"
+	dcfg := demo.Config{Addr: *addr, ConsoleAddr: cmp.Or(*consoleAddr, "127.0.0.1:8081"), Logger: logger, Provider: *provider}
+	if *once {
+		dcfg.Addr, dcfg.ConsoleAddr = cmp.Or(*addr, "127.0.0.1:0"), cmp.Or(*consoleAddr, "127.0.0.1:0")
 	}
 	if err := dcfg.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)

@@ -47,6 +47,9 @@ type Config struct {
 	// Provider is whose events the scenario plays: "stripe" (default) or
 	// "kinde".
 	Provider string
+	// ConsoleAddr is where the support console listens; default
+	// 127.0.0.1:0 (a free port).
+	ConsoleAddr string
 }
 
 // Validate reports what is wrong with cfg.
@@ -56,11 +59,13 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("demo provider %q: want stripe or kinde", c.Provider)
 	}
-	if c.Addr == "" {
-		return nil
-	}
-	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
-		return fmt.Errorf("demo address %q: want host:port: %w", c.Addr, err)
+	for _, addr := range []string{c.Addr, c.ConsoleAddr} {
+		if addr == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("demo address %q: want host:port: %w", addr, err)
+		}
 	}
 	return nil
 }
@@ -70,13 +75,14 @@ func (c Config) Validate() error {
 // naive foil, and the deliveries the demo holds back and replays as the
 // network would.
 type Demo struct {
-	logger *slog.Logger
-	st     *store.Store
-	drop   func(context.Context) error
-	w      world
-	worker *reconcile.Worker
-	doomed *reconcile.Worker // a worker whose process is killed mid-apply
-	naive  *naiveApp
+	logger  *slog.Logger
+	st      *store.Store
+	drop    func(context.Context) error
+	w       world
+	worker  *reconcile.Worker
+	doomed  *reconcile.Worker // a worker whose process is killed mid-apply
+	naive   *naiveApp
+	console *console
 
 	mu       sync.Mutex
 	captured []delivery
@@ -165,6 +171,9 @@ func Start(ctx context.Context, databaseURL string, cfg Config) (_ *Demo, err er
 	if err != nil {
 		return nil, err
 	}
+	if err := d.startConsole(cmp.Or(cfg.ConsoleAddr, "127.0.0.1:0"), plans); err != nil {
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -200,6 +209,9 @@ func (killedStore) Release(context.Context, string, []reconcile.Job) error { ret
 
 // Close stops everything and drops the demo's database.
 func (d *Demo) Close() {
+	if d.console != nil {
+		d.console.srv.Close()
+	}
 	if d.w != nil {
 		d.w.close()
 	}
@@ -492,11 +504,15 @@ func (d *Demo) Serve(ctx context.Context) {
 type Where struct {
 	Provider                                string
 	FakeURL, APIKey, IntakeURL, DatabaseURL string
+	// ConsoleURL is the support console; ConsoleToken signs in to it (a
+	// token made for this demo run).
+	ConsoleURL, ConsoleToken string
 }
 
 // Where returns where the running demo's parts are.
 func (d *Demo) Where() Where {
 	wh := d.w.where()
 	wh.Provider, wh.IntakeURL, wh.DatabaseURL = d.w.provider(), d.w.intakeURL(), d.st.URL()
+	wh.ConsoleURL, wh.ConsoleToken = d.console.url, d.console.token
 	return wh
 }

@@ -65,6 +65,11 @@ func providerName(provider string) string {
 
 // PrintServing tells a person what to try while Serve runs.
 func (wh Where) PrintServing(w io.Writer, customer string) {
+	defer fmt.Fprintf(w, `
+Support console: %s  (sign in with the admin token %s, made for this run)
+Search for %s there to see the account, its ledger, its events and its history;
+Resync shows what would change before it writes, Replay re-reads the customer.
+`, wh.ConsoleURL, wh.ConsoleToken, customer)
 	if wh.Provider == "kinde" {
 		fmt.Fprintf(w, `
 billsync keeps running, its worker live (Ctrl-C to stop; the demo database is dropped on exit).
