@@ -24,6 +24,10 @@ type AdminStore interface {
 	SweepRuns(ctx context.Context, limit int) ([]reconcile.SweepRecord, error)
 	EventPayload(ctx context.Context, id int64) ([]byte, error)
 	Retries(ctx context.Context, limit int) ([]reconcile.Retry, error)
+	// The console's sessions, by their hash (see sessions).
+	StartSession(ctx context.Context, hash []byte, ttl time.Duration) error
+	SessionActive(ctx context.Context, hash []byte) (bool, error)
+	EndSession(ctx context.Context, hash []byte) error
 }
 
 // Sweeper runs one sweep (reconcile.Sweeper implements it).

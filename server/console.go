@@ -112,7 +112,11 @@ type consoleHandler func(w http.ResponseWriter, r *http.Request, session string)
 func (c *console) handle(pattern string, h consoleHandler) {
 	c.s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		secureHeaders(w)
-		session := c.session(r)
+		session, err := c.session(r)
+		if err != nil {
+			c.failErr(w, r, "", err)
+			return
+		}
 		if session == "" && r.Method == http.MethodGet {
 			http.Redirect(w, r, "/admin/signin?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return
@@ -135,13 +139,18 @@ func (c *console) handle(pattern string, h consoleHandler) {
 	})
 }
 
-// session returns the request's valid session, or "".
-func (c *console) session(r *http.Request) string {
+// session returns the request's session, or "" when it has none that is
+// valid and active.
+func (c *console) session(r *http.Request) (string, error) {
 	ck, err := r.Cookie(sessionCookie)
 	if err != nil || !c.sessions.valid(ck.Value) {
-		return ""
+		return "", nil
 	}
-	return ck.Value
+	active, err := c.s.admin.Store.SessionActive(r.Context(), hash(ck.Value))
+	if !active || err != nil {
+		return "", err
+	}
+	return ck.Value, nil
 }
 
 // secureHeaders keeps the console's pages out of caches and frames and
@@ -213,7 +222,7 @@ type signInData struct {
 func (c *console) signInPage(w http.ResponseWriter, r *http.Request) {
 	secureHeaders(w)
 	next := safeNext(r.URL.Query().Get("next"))
-	if c.session(r) != "" {
+	if session, err := c.session(r); err == nil && session != "" {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
@@ -234,12 +243,20 @@ func (c *console) signIn(w http.ResponseWriter, r *http.Request) {
 			Message: "That is not the admin token (BILLSYNC_ADMIN_TOKEN). Nothing was signed in.", Refused: true}})
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: c.sessions.issue(), Path: "/admin",
+	session := c.sessions.issue()
+	if err := c.s.admin.Store.StartSession(r.Context(), hash(session), sessionTTL); err != nil {
+		c.failErr(w, r, "", err)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: session, Path: "/admin",
 		MaxAge: int(sessionTTL / time.Second), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: overTLS(r)})
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
-func (c *console) signOut(w http.ResponseWriter, r *http.Request, _ string) error {
+func (c *console) signOut(w http.ResponseWriter, r *http.Request, session string) error {
+	if err := c.s.admin.Store.EndSession(r.Context(), hash(session)); err != nil {
+		return err
+	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/admin", MaxAge: -1,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: overTLS(r)})
 	http.Redirect(w, r, "/admin/signin?out=1", http.StatusSeeOther)

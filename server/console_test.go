@@ -115,11 +115,28 @@ func TestConsoleSignIn(t *testing.T) {
 	code, _ = forged.get("/admin/")
 	require.Equal(t, http.StatusSeeOther, code)
 
-	// Sign-out needs the CSRF token, then ends the session in the browser.
+	// Sign-out needs the CSRF token, then ends the session: in the browser,
+	// and for a copy of its cookie too.
 	resp, _ = b.do("POST", "/admin/signout", url.Values{})
 	require.Equal(t, http.StatusForbidden, resp.StatusCode)
-	resp, _ = b.do("POST", "/admin/signout", url.Values{"csrf": {b.csrf("/admin/")}})
+	copied := e.browser()
+	copied.c.Jar.SetCookies(u, []*http.Cookie{{Name: "billsync_session", Value: ck.Value, Path: "/admin"}})
+	code, _ = copied.get("/admin/")
+	require.Equal(t, http.StatusOK, code)
+	csrf := b.csrf("/admin/")
+	resp, _ = b.do("POST", "/admin/signout", url.Values{"csrf": {csrf}})
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	code, _ = b.get("/admin/")
+	require.Equal(t, http.StatusSeeOther, code)
+	code, _ = copied.get("/admin/")
+	require.Equal(t, http.StatusSeeOther, code, "a copy of a signed-out session still works")
+	resp, _ = copied.do("POST", "/admin/sweeps", url.Values{"csrf": {csrf}})
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+
+	// An expired session is no session, though its row is still there.
+	b.signIn(adminToken)
+	_, err := e.pool.Exec(context.Background(), `UPDATE console_sessions SET expires_at = now() - interval '1 second'`)
+	require.NoError(t, err)
 	code, _ = b.get("/admin/")
 	require.Equal(t, http.StatusSeeOther, code)
 

@@ -13,9 +13,11 @@ import (
 
 // sessions issues and checks the console's session cookies and their CSRF
 // tokens. A session is "expiry.nonce.mac": the MAC (HMAC-SHA256) is keyed
-// by a key derived from the admin token, so every replica accepts the
-// sessions of the others, nothing is stored, and changing the token ends
-// every session. The CSRF token of a session is a second MAC of it.
+// by a key derived from the admin token, so changing the token ends every
+// session. A session is also recorded in the store by its hash (never
+// itself) from sign-in to sign-out, so signing out ends it on every
+// replica, even for a copy of the cookie. The CSRF token of a session is a
+// second MAC of it.
 type sessions struct {
 	key []byte
 	ttl time.Duration
@@ -62,6 +64,12 @@ func (s sessions) valid(session string) bool {
 	expiry, _, _ := strings.Cut(payload, ".")
 	unix, err := strconv.ParseInt(expiry, 10, 64)
 	return err == nil && s.now().Before(time.Unix(unix, 0))
+}
+
+// hash is what the store keeps of a session.
+func hash(session string) []byte {
+	sum := sha256.Sum256([]byte(session))
+	return sum[:]
 }
 
 // csrf returns the CSRF token of a valid session.
