@@ -114,6 +114,7 @@ var adminRoutes = []struct{ method, path string }{
 	{"POST", "/admin/api/accounts/1/resync"},
 	{"POST", "/admin/api/events/1/replay"},
 	{"GET", "/admin/api/events?status=dead"},
+	{"GET", "/admin/api/retries"},
 }
 
 func TestAdminAbsentWithoutToken(t *testing.T) {

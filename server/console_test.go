@@ -262,6 +262,26 @@ func TestConsolePages(t *testing.T) {
 	require.Contains(t, body, `<dd id="plan">pro</dd>`)
 	require.Contains(t, body, "admin-console")
 
+	// The failures page: a customer the worker gave up on, with its error,
+	// and its dead event.
+	code, body = b.get("/admin/events")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "No reconcile is failing.")
+	_, err = e.pool.Exec(context.Background(), `INSERT INTO reconcile_queue (provider, customer_id, status, attempts, last_error)
+		SELECT provider, customer_id, 'dead', 8, 'stripe: 503 <b>unavailable</b>' FROM accounts WHERE id = $1
+		ON CONFLICT (provider, customer_id) DO UPDATE SET status = 'dead', attempts = 8, last_error = excluded.last_error`, id)
+	require.NoError(t, err)
+	_, err = e.pool.Exec(context.Background(), `UPDATE inbox_events SET status = 'dead', outcome = 'gave up after 8 attempts'
+		WHERE id = (SELECT min(id) FROM inbox_events WHERE type = 'customer.subscription.created')`)
+	require.NoError(t, err)
+	code, body = b.get("/admin/events")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "gave up")
+	require.Contains(t, body, "stripe: 503 &lt;b&gt;unavailable&lt;/b&gt;")
+	require.Contains(t, body, fmt.Sprintf(`href="/admin/accounts/%d"`, id))
+	require.Contains(t, body, "customer.subscription.created")
+	require.Contains(t, body, "gave up after 8 attempts")
+
 	for _, path := range []string{"/admin/events", "/admin/events?status=applied", "/admin/events?status=pending", "/admin/sweeps"} {
 		code, body := b.get(path)
 		require.Equal(t, http.StatusOK, code, path)
