@@ -241,6 +241,14 @@ func TestConsolePages(t *testing.T) {
 	code, body = b.get("/admin/?q=nobody")
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "No account matches")
+	for _, q := range []string{"%00", "a%00b", "%ff"} {
+		code, body = b.get("/admin/?q=" + q)
+		require.Equal(t, http.StatusBadRequest, code, q)
+		require.Contains(t, body, "without NUL bytes", q)
+		code, body = e.do("GET", "/admin/api/accounts?q="+q, adminToken)
+		require.Equal(t, http.StatusBadRequest, code, q)
+		require.Contains(t, body, "without NUL bytes", q)
+	}
 
 	code, body = b.get(fmt.Sprintf("/admin/accounts/%d", id))
 	require.Equal(t, http.StatusOK, code)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -318,6 +319,9 @@ func (s *Store) FindAccounts(ctx context.Context, q string) ([]reconcile.Account
 	q = strings.TrimSpace(q)
 	if q == "" {
 		return nil, fmt.Errorf("find accounts: empty query: %w", reconcile.ErrNotFound)
+	}
+	if strings.ContainsRune(q, 0) || !utf8.ValidString(q) {
+		return nil, fmt.Errorf("%w: search for UTF-8 text without NUL bytes: billsync stores no other", reconcile.ErrInvalid)
 	}
 	var id *int64
 	if n, err := strconv.ParseInt(q, 10, 64); err == nil {

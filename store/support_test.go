@@ -64,8 +64,14 @@ func TestFindAccounts(t *testing.T) {
 	a, err := st.Account(ctx, "stripe", "cus_a")
 	require.NoError(t, err)
 	require.Equal(t, "Ann@Example.com", a.Email)
-	for _, q := range []string{"3", "ann", "", "%"} {
+	for _, q := range []string{"3", "ann", "", "%", "99999999999999999999", "-1"} {
 		_, err := st.FindAccounts(ctx, q)
 		require.ErrorIs(t, err, reconcile.ErrNotFound, q)
+	}
+	// What PostgreSQL's text cannot hold is refused before it reaches it
+	// (a 400 for the admin API and the console, not a 500).
+	for _, q := range []string{"\x00", "a\x00b", "\xff", "cus_\xc3"} {
+		_, err := st.FindAccounts(ctx, q)
+		require.ErrorIs(t, err, reconcile.ErrInvalid, "%q", q)
 	}
 }
