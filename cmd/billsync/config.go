@@ -166,7 +166,7 @@ func (c *config) validateServe() error {
 		errs = append(errs, c.validateStripe()...)
 	}
 	if c.AdminToken != "" && len(c.AdminToken) < 16 {
-		errs = append(errs, errors.New("BILLSYNC_ADMIN_TOKEN is shorter than 16 characters: it opens the admin API, use a long random value (openssl rand -hex 32)"))
+		errs = append(errs, errors.New("BILLSYNC_ADMIN_TOKEN is shorter than 16 characters: it opens the admin API and the support console, use a long random value (openssl rand -hex 32)"))
 	}
 	if c.AppToken != "" && len(c.AppToken) < 16 {
 		errs = append(errs, errors.New("BILLSYNC_APP_TOKEN is shorter than 16 characters: it spends allowances, use a long random value (openssl rand -hex 32)"))
