@@ -1,5 +1,7 @@
 package stripemock
 
+import "sort"
+
 // listParams are the paging parameters every list endpoint takes.
 var listParams = []string{"limit", "starting_after", "ending_before"}
 
@@ -22,19 +24,16 @@ func listPage[T row](c *call, rows []T, lookup func(string) (T, bool), noun stri
 		if !found {
 			return nil, noSuch(noun, id, "starting_after")
 		}
-		for start < end && rows[start].order() >= cursor.order() {
-			start++
-		}
+		// Rows are newest first: the cursor's place is found by bisection,
+		// so a page deep in a long list costs no more than the first.
+		start = sort.Search(end, func(i int) bool { return rows[i].order() < cursor.order() })
 	}
 	if id, ok := c.form.str("ending_before"); ok && id != "" {
 		cursor, found := lookup(id)
 		if !found {
 			return nil, noSuch(noun, id, "ending_before")
 		}
-		end = start
-		for end < len(rows) && rows[end].order() > cursor.order() {
-			end++
-		}
+		end = start + sort.Search(len(rows)-start, func(i int) bool { return rows[start+i].order() <= cursor.order() })
 		start = max(start, end-int(limit))
 		return listObject(c, rows[start:end], start > 0, render), nil
 	}

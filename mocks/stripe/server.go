@@ -78,24 +78,27 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu         sync.Mutex
-	closed     bool
-	faults     Faults
-	dunning    Dunning
-	history    map[string][]change // recent changes per object id, for StaleReads
-	rng        *rand.Rand
-	limiter    *rate.Limiter
-	customers  table[*customer]
-	prices     table[*price]
-	subs       table[*subscription]
-	invoices   table[*invoice]
-	events     table[*event]
-	endpoints  table[*endpoint]
-	idempotent map[string]savedResponse
-	deliveries []DeliveryRecord
-	outcomes   map[deliveryKey]string // settled deliveries: delivered | gave_up | dropped
-	inflight   int
-	idle       chan struct{} // closed when inflight drops to 0
+	mu        sync.Mutex
+	closed    bool
+	faults    Faults
+	dunning   Dunning
+	history   map[string][]change // recent changes per object id, for StaleReads
+	rng       *rand.Rand
+	limiter   *rate.Limiter
+	customers table[*customer]
+	prices    table[*price]
+	subs      table[*subscription]
+	// subsByCustomer holds each customer's subscriptions in creation
+	// order (a subscription never changes customer).
+	subsByCustomer map[string][]*subscription
+	invoices       table[*invoice]
+	events         table[*event]
+	endpoints      table[*endpoint]
+	idempotent     map[string]savedResponse
+	deliveries     []DeliveryRecord
+	outcomes       map[deliveryKey]string // settled deliveries: delivered | gave_up | dropped
+	inflight       int
+	idle           chan struct{} // closed when inflight drops to 0
 }
 
 type savedResponse struct {
@@ -120,18 +123,19 @@ type handler func(c *call) (obj, error)
 // New returns a running fake; Close it to stop webhook deliveries.
 func New(opts Options) *Server {
 	s := &Server{
-		apiKey:       cmp.Or(opts.APIKey, DefaultAPIKey),
-		clock:        opts.Clock,
-		log:          opts.Logger,
-		httpClient:   opts.HTTPClient,
-		attempts:     cmp.Or(opts.DeliveryAttempts, 3),
-		retryBackoff: cmp.Or(opts.RetryBackoff, 100*time.Millisecond),
-		idempotent:   map[string]savedResponse{},
-		history:      map[string][]change{},
-		outcomes:     map[deliveryKey]string{},
-		dunning:      opts.Dunning.withDefaults(),
-		api:          http.NewServeMux(),
-		control:      http.NewServeMux(),
+		apiKey:         cmp.Or(opts.APIKey, DefaultAPIKey),
+		clock:          opts.Clock,
+		log:            opts.Logger,
+		httpClient:     opts.HTTPClient,
+		attempts:       cmp.Or(opts.DeliveryAttempts, 3),
+		retryBackoff:   cmp.Or(opts.RetryBackoff, 100*time.Millisecond),
+		idempotent:     map[string]savedResponse{},
+		history:        map[string][]change{},
+		subsByCustomer: map[string][]*subscription{},
+		outcomes:       map[deliveryKey]string{},
+		dunning:        opts.Dunning.withDefaults(),
+		api:            http.NewServeMux(),
+		control:        http.NewServeMux(),
 	}
 	if s.clock == nil {
 		s.clock = NewClock(time.Now())
