@@ -166,9 +166,9 @@ func (s *Server) listCustomers(c *call) (obj, error) {
 		return nil, err
 	}
 	email, byEmail := c.form.str("email")
-	rows := s.customers.newestFirst(func(cu *customer) bool { return !cu.Deleted && (!byEmail || cu.Email == email) })
+	keep := func(cu *customer) bool { return !cu.Deleted && (!byEmail || cu.Email == email) }
 	ex := c.expand.inList()
-	return listPage(c, rows, s.customers.get, "customer", func(cu *customer) obj {
+	return listTable(c, &s.customers, keep, "customer", func(cu *customer) obj {
 		return s.renderCustomerExpanded(cu, c.version, ex)
 	})
 }
