@@ -1,7 +1,9 @@
 package stripemock_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -142,4 +144,35 @@ func TestCustomerListPages(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	resp, _ = f.do(t, http.MethodGet, "/v1/customers", url.Values{"limit": {"101"}}, nil)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+}
+
+// TestAnswersAreIndentedLikeStripe: every answer is the canonical indented
+// JSON of its content (keys sorted, two spaces, encoding/json's escaping),
+// byte for byte, as json.MarshalIndent renders it.
+func TestAnswersAreIndentedLikeStripe(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, stripemock.Options{})
+	cus := f.customer(t).ID
+	sub := f.subscribe(t, cus, "price_pro")
+	for _, target := range []string{
+		"/v1/customers?limit=100&expand[0]=data.subscriptions", "/v1/customers/" + cus + "?expand[]=subscriptions",
+		"/v1/subscriptions/" + sub.ID, "/v1/subscriptions?customer=" + cus, "/v1/invoices", "/v1/events", "/v1/prices",
+	} {
+		req, err := http.NewRequest(http.MethodGet, f.URL+target, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+stripemock.DefaultAPIKey)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		raw, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, target)
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		var content any
+		require.NoError(t, dec.Decode(&content))
+		want, err := json.MarshalIndent(content, "", "  ")
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(raw), target)
+	}
 }

@@ -19,7 +19,6 @@ package stripemock
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"math/rand/v2"
@@ -95,10 +94,13 @@ type Server struct {
 	events         table[*event]
 	endpoints      table[*endpoint]
 	idempotent     map[string]savedResponse
-	deliveries     []DeliveryRecord
-	outcomes       map[deliveryKey]string // settled deliveries: delivered | gave_up | dropped
-	inflight       int
-	idle           chan struct{} // closed when inflight drops to 0
+	// lastBodySize is the size of the last answer: the next one's buffer
+	// starts that large (a sweep asks for page after like page).
+	lastBodySize int
+	deliveries   []DeliveryRecord
+	outcomes     map[deliveryKey]string // settled deliveries: delivered | gave_up | dropped
+	inflight     int
+	idle         chan struct{} // closed when inflight drops to 0
 }
 
 type savedResponse struct {
@@ -313,10 +315,11 @@ func (s *Server) handle(c *call, h handler) (body []byte, replayed bool, err err
 	if err != nil {
 		return nil, false, err
 	}
-	body, err = json.MarshalIndent(res, "", "  ")
+	body, err = indented(res, s.lastBodySize)
 	if err != nil {
 		return nil, false, err
 	}
+	s.lastBodySize = len(body)
 	if keyed {
 		s.idempotent[c.idemKey] = savedResponse{route: route, body: body}
 	}
