@@ -18,10 +18,12 @@ import (
 // Subscription has no current_period_* at all, because API 2025-03-31.basil
 // moved them onto the items). billsync decodes instead into small structs of
 // its own holding every shape seen in the wild for the fields it reads (see
-// object), in one encoding/json pass per object, and one helper per field
-// that has moved picks the shape that is there. A field of an unexpected
-// type, or null, is absent (a false ok), never a zero value handed out, and
-// never spoils the other fields.
+// object), in one encoding/json pass (a whole list page at once), and one
+// helper per field that has moved picks the shape that is there. A field
+// of an unexpected type, or null, is absent (a false ok), never a zero
+// value handed out, and never spoils the other fields. (encoding/json
+// matches keys without regard to case, so an "ID" would be read as the id;
+// Stripe's keys are all lower case.)
 
 // periodOf returns an item's current billing period.
 //
