@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -94,4 +95,40 @@ func TestSweepRunResumesAndRemembersCustomers(t *testing.T) {
 	require.Contains(t, errText, "failed: abandoned")
 	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM sweep_seen`).Scan(&seen))
 	require.Zero(t, seen, "an abandoned run's memory goes with it")
+}
+
+// TestEnqueueUnsweptPlansWithTheRunKnown: the run's rows are written after
+// the table's statistics were taken (they know only an older run), so
+// without fresh ones the planner expects one row for the run and joins
+// every account against all of them, quadratic in the account count.
+// EnqueueUnswept must plan with statistics that hold the current run.
+func TestEnqueueUnsweptPlansWithTheRunKnown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	ids := func(prefix string) []string {
+		out := make([]string, 500)
+		for i := range out {
+			out[i] = fmt.Sprintf("%s_%d", prefix, i)
+		}
+		return out
+	}
+	old, err := st.StartSweep(ctx, "stripe")
+	require.NoError(t, err)
+	_, err = st.MarkSwept(ctx, old.ID, ids("cus_old"))
+	require.NoError(t, err)
+	_, err = st.Pool().Exec(ctx, `ANALYZE sweep_seen`) // as autovacuum would, during the old run
+	require.NoError(t, err)
+	require.NoError(t, st.FinishSweep(ctx, old, nil))
+
+	run, err := st.StartSweep(ctx, "stripe")
+	require.NoError(t, err)
+	_, err = st.MarkSwept(ctx, run.ID, ids("cus_new"))
+	require.NoError(t, err)
+	_, err = st.EnqueueUnswept(ctx, run.ID, "stripe", 0)
+	require.NoError(t, err)
+	var known []int64
+	require.NoError(t, st.Pool().QueryRow(ctx, `
+		SELECT most_common_vals::text::bigint[] FROM pg_stats WHERE tablename = 'sweep_seen' AND attname = 'run_id'`).Scan(&known))
+	require.Equal(t, []int64{run.ID}, known, "the statistics the anti-join was planned with hold the current run")
 }

@@ -42,7 +42,7 @@ func (s *benchSenders) Set(v string) error {
 var benchHidden = map[string]bool{
 	"senders": true, "intake-deliveries": true, "rounds": true, "drain-events": true,
 	"customers": true, "workers": true, "batch": true, "latency": true, "rate": true, "pool-conns": true,
-	"sweep-accounts": true,
+	"sweep-accounts": true, "only": true, "cpuprofile": true,
 }
 
 func runBench(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) error {
@@ -90,6 +90,8 @@ flags:`)
 	fs.IntVar(&bc.DrainEvents, "drain-events", 0, "drain: events to store before the workers start")
 	fs.IntVar(&bc.Customers, "customers", 0, "drain: customers the events are spread over")
 	fs.IntVar(&bc.SweepAccounts, "sweep-accounts", 0, "sweep: accounts at the fake, 1% of them drifted")
+	fs.StringVar(&bc.Only, "only", "", "run one part alone: intake, drain or sweep")
+	fs.StringVar(&bc.CPUProfile, "cpuprofile", "", "write the measured sweep's CPU profile to this file")
 	fs.IntVar(&bc.Workers, "workers", 0, "drain: reconcile loops")
 	fs.IntVar(&bc.Batch, "batch", 0, "drain: jobs claimed at once per loop (default: the worker's, reconcile.DefaultBatch)")
 	fs.IntVar(&bc.PoolConns, "pool-conns", 0, "database connections of the bench pools (default: as serve gets them)")

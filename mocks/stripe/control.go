@@ -139,6 +139,7 @@ func (s *Server) Reset() {
 	defer s.mu.Unlock()
 	s.customers = table[*customer]{}
 	s.subs = table[*subscription]{}
+	s.subsByCustomer = map[string][]*subscription{}
 	s.invoices = table[*invoice]{}
 	s.events = table[*event]{}
 	s.idempotent = map[string]savedResponse{}

@@ -118,16 +118,22 @@ func (s *Server) getCustomer(c *call) (obj, error) {
 	if !ok {
 		return nil, noSuch("customer", c.r.PathValue("id"), "id")
 	}
-	return s.renderCustomerExpanded(cust, c.version, c.expand, s.currentSubscriptions()), nil
+	return s.renderCustomerExpanded(cust, c.version, c.expand), nil
 }
 
-// currentSubscriptions returns every customer's current (not canceled)
-// subscriptions, newest first: one pass over the table per request, so a
-// page of expanded customers does not scan it once per customer.
-func (s *Server) currentSubscriptions() map[string][]*subscription {
-	current := map[string][]*subscription{}
-	for _, sub := range s.subs.newestFirst(func(sub *subscription) bool { return statusMatches("", sub.Status) }) {
-		current[sub.Customer] = append(current[sub.Customer], sub)
+// currentSubscriptions returns a customer's current (not canceled)
+// subscriptions, newest first. It reads the customer's own subscriptions
+// (subsByCustomer), so a page of expanded customers costs what the page
+// holds, not a pass over every subscription of the account: that pass made
+// each list call grow with the account, and a sweep quadratic. Each is read
+// through the table, which shows the past version under a stale view.
+func (s *Server) currentSubscriptions(customerID string) []*subscription {
+	all := s.subsByCustomer[customerID]
+	var current []*subscription
+	for i := len(all) - 1; i >= 0; i-- {
+		if sub, ok := s.subs.get(all[i].id()); ok && statusMatches("", sub.Status) {
+			current = append(current, sub)
+		}
 	}
 	return current
 }
@@ -139,12 +145,12 @@ const embeddedSubscriptions = 10
 // renderCustomerExpanded renders a customer with the expansions a read
 // asked for: subscriptions is the customer's current (not canceled)
 // subscriptions, newest first, as an embedded list of at most 10.
-func (s *Server) renderCustomerExpanded(cust *customer, version string, ex expansion, current map[string][]*subscription) obj {
+func (s *Server) renderCustomerExpanded(cust *customer, version string, ex expansion) obj {
 	o := renderCustomer(cust)
 	if cust.Deleted || !ex.has("subscriptions") {
 		return o
 	}
-	subs := current[cust.ID]
+	subs := s.currentSubscriptions(cust.ID)
 	page := subs[:min(len(subs), embeddedSubscriptions)]
 	data := make([]obj, 0, len(page))
 	for _, sub := range page {
@@ -160,14 +166,10 @@ func (s *Server) listCustomers(c *call) (obj, error) {
 		return nil, err
 	}
 	email, byEmail := c.form.str("email")
-	rows := s.customers.newestFirst(func(cu *customer) bool { return !cu.Deleted && (!byEmail || cu.Email == email) })
+	keep := func(cu *customer) bool { return !cu.Deleted && (!byEmail || cu.Email == email) }
 	ex := c.expand.inList()
-	var current map[string][]*subscription
-	if ex.has("subscriptions") {
-		current = s.currentSubscriptions()
-	}
-	return listPage(c, rows, s.customers.get, "customer", func(cu *customer) obj {
-		return s.renderCustomerExpanded(cu, c.version, ex, current)
+	return listTable(c, &s.customers, keep, "customer", func(cu *customer) obj {
+		return s.renderCustomerExpanded(cu, c.version, ex)
 	})
 }
 

@@ -19,7 +19,6 @@ package stripemock
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"math/rand/v2"
@@ -78,24 +77,30 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu         sync.Mutex
-	closed     bool
-	faults     Faults
-	dunning    Dunning
-	history    map[string][]change // recent changes per object id, for StaleReads
-	rng        *rand.Rand
-	limiter    *rate.Limiter
-	customers  table[*customer]
-	prices     table[*price]
-	subs       table[*subscription]
-	invoices   table[*invoice]
-	events     table[*event]
-	endpoints  table[*endpoint]
-	idempotent map[string]savedResponse
-	deliveries []DeliveryRecord
-	outcomes   map[deliveryKey]string // settled deliveries: delivered | gave_up | dropped
-	inflight   int
-	idle       chan struct{} // closed when inflight drops to 0
+	mu        sync.Mutex
+	closed    bool
+	faults    Faults
+	dunning   Dunning
+	history   map[string][]change // recent changes per object id, for StaleReads
+	rng       *rand.Rand
+	limiter   *rate.Limiter
+	customers table[*customer]
+	prices    table[*price]
+	subs      table[*subscription]
+	// subsByCustomer holds each customer's subscriptions in creation
+	// order (a subscription never changes customer).
+	subsByCustomer map[string][]*subscription
+	invoices       table[*invoice]
+	events         table[*event]
+	endpoints      table[*endpoint]
+	idempotent     map[string]savedResponse
+	// lastBodySize is the size of the last answer: the next one's buffer
+	// starts that large (a sweep asks for page after like page).
+	lastBodySize int
+	deliveries   []DeliveryRecord
+	outcomes     map[deliveryKey]string // settled deliveries: delivered | gave_up | dropped
+	inflight     int
+	idle         chan struct{} // closed when inflight drops to 0
 }
 
 type savedResponse struct {
@@ -120,18 +125,19 @@ type handler func(c *call) (obj, error)
 // New returns a running fake; Close it to stop webhook deliveries.
 func New(opts Options) *Server {
 	s := &Server{
-		apiKey:       cmp.Or(opts.APIKey, DefaultAPIKey),
-		clock:        opts.Clock,
-		log:          opts.Logger,
-		httpClient:   opts.HTTPClient,
-		attempts:     cmp.Or(opts.DeliveryAttempts, 3),
-		retryBackoff: cmp.Or(opts.RetryBackoff, 100*time.Millisecond),
-		idempotent:   map[string]savedResponse{},
-		history:      map[string][]change{},
-		outcomes:     map[deliveryKey]string{},
-		dunning:      opts.Dunning.withDefaults(),
-		api:          http.NewServeMux(),
-		control:      http.NewServeMux(),
+		apiKey:         cmp.Or(opts.APIKey, DefaultAPIKey),
+		clock:          opts.Clock,
+		log:            opts.Logger,
+		httpClient:     opts.HTTPClient,
+		attempts:       cmp.Or(opts.DeliveryAttempts, 3),
+		retryBackoff:   cmp.Or(opts.RetryBackoff, 100*time.Millisecond),
+		idempotent:     map[string]savedResponse{},
+		history:        map[string][]change{},
+		subsByCustomer: map[string][]*subscription{},
+		outcomes:       map[deliveryKey]string{},
+		dunning:        opts.Dunning.withDefaults(),
+		api:            http.NewServeMux(),
+		control:        http.NewServeMux(),
 	}
 	if s.clock == nil {
 		s.clock = NewClock(time.Now())
@@ -309,10 +315,11 @@ func (s *Server) handle(c *call, h handler) (body []byte, replayed bool, err err
 	if err != nil {
 		return nil, false, err
 	}
-	body, err = json.MarshalIndent(res, "", "  ")
+	body, err = indented(res, s.lastBodySize)
 	if err != nil {
 		return nil, false, err
 	}
+	s.lastBodySize = len(body)
 	if keyed {
 		s.idempotent[c.idemKey] = savedResponse{route: route, body: body}
 	}

@@ -246,6 +246,7 @@ func (s *Server) createSubscription(c *call) (obj, error) {
 	sub.LatestInvoice = inv.ID
 	s.changed(sub.ID, nil)
 	s.subs.put(sub)
+	s.subsByCustomer[sub.Customer] = append(s.subsByCustomer[sub.Customer], sub)
 	s.emit(c, now, "customer.subscription.created", sub.clone(), nil)
 	// The first invoice is charged at once; if the card declines, the
 	// subscription is incomplete (payment_behavior=allow_incomplete, the

@@ -223,7 +223,11 @@ func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapsh
 	if cust.LastResponse == nil || len(cust.LastResponse.RawJSON) == 0 {
 		return reconcile.Snapshot{}, fmt.Errorf("stripe retrieve customer %s: stripe-go returned no raw JSON", customerID)
 	}
-	snap, err := c.resolve(ctx, cust.LastResponse.RawJSON)
+	read, err := customerOfJSON(cust.LastResponse.RawJSON, c.userRefKey)
+	if err != nil {
+		return reconcile.Snapshot{}, err
+	}
+	snap, err := c.resolve(ctx, read)
 	if err != nil {
 		return reconcile.Snapshot{}, err
 	}
@@ -239,20 +243,17 @@ func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapsh
 // subscriptions are listed: GET /v1/subscriptions?customer=…, whose default
 // status filter is the same "all but canceled" as the embedded list, 100 a
 // page.
-func (c *Client) resolve(ctx context.Context, raw []byte) (reconcile.Snapshot, error) {
-	cust, err := customerOfJSON(raw, c.userRefKey)
-	if err != nil {
-		return reconcile.Snapshot{}, err
-	}
+func (c *Client) resolve(ctx context.Context, cust customerJSON) (reconcile.Snapshot, error) {
+	var err error
 	snap := reconcile.Snapshot{Provider: Provider, CustomerID: cust.id}
 	if cust.deleted {
 		snap.Deleted = true
 		return snap, nil
 	}
 	snap.UserRef, snap.Email = cust.userRef, cust.email
-	raws := cust.subs
+	subs := cust.subs
 	if !cust.complete {
-		if raws, err = c.listSubscriptions(ctx, cust.id); err != nil {
+		if subs, err = c.listSubscriptions(ctx, cust.id); err != nil {
 			return reconcile.Snapshot{}, err
 		}
 	}
@@ -260,23 +261,19 @@ func (c *Client) resolve(ctx context.Context, raw []byte) (reconcile.Snapshot, e
 	// has_more, the rest are listed, so no item (the one that decides the
 	// plan, say) is silently missing. Rare: one request per such
 	// subscription.
-	var items map[string][]json.RawMessage
-	for _, raw := range raws {
-		if !itemsIncomplete(raw) {
-			continue
-		}
-		id, ok := stringAt(raw, "id")
-		if !ok {
-			continue // subscriptionsWithItems reports it
+	var items map[string][]object
+	for _, sub := range subs {
+		if !sub.Items.HasMore.v || !sub.ID.ok {
+			continue // without an id, subscriptionsWithItems reports it
 		}
 		if items == nil {
-			items = map[string][]json.RawMessage{}
+			items = map[string][]object{}
 		}
-		if items[id], err = c.listItems(ctx, id); err != nil {
+		if items[sub.ID.s], err = c.listItems(ctx, sub.ID.s); err != nil {
 			return reconcile.Snapshot{}, err
 		}
 	}
-	if snap.Subscriptions, err = subscriptionsWithItems(raws, items); err != nil {
+	if snap.Subscriptions, err = subscriptionsWithItems(subs, items); err != nil {
 		return reconcile.Snapshot{}, fmt.Errorf("stripe customer %s: %w", cust.id, err)
 	}
 	return snap, nil
@@ -284,10 +281,10 @@ func (c *Client) resolve(ctx context.Context, raw []byte) (reconcile.Snapshot, e
 
 // listItems reads every item of a subscription
 // (GET /v1/subscription_items?subscription=…, 100 a page).
-func (c *Client) listItems(ctx context.Context, subscriptionID string) ([]json.RawMessage, error) {
+func (c *Client) listItems(ctx context.Context, subscriptionID string) ([]object, error) {
 	params := &stripeapi.SubscriptionItemListParams{Subscription: stripeapi.String(subscriptionID)}
 	params.Limit = stripeapi.Int64(listPageSize)
-	items := []json.RawMessage{}
+	items := []object{}
 	for it, err := range c.api.V1SubscriptionItems.List(ctx, params) {
 		if err != nil {
 			return nil, fail("list items of subscription "+subscriptionID, err)
@@ -295,16 +292,16 @@ func (c *Client) listItems(ctx context.Context, subscriptionID string) ([]json.R
 		if it.LastResponse == nil || len(it.LastResponse.RawJSON) == 0 {
 			return nil, fmt.Errorf("stripe list items of subscription %s: stripe-go returned an item without its raw JSON", subscriptionID)
 		}
-		items = append(items, it.LastResponse.RawJSON)
+		items = append(items, objectOf(it.LastResponse.RawJSON))
 	}
 	return items, nil
 }
 
 // listSubscriptions reads every current subscription of a customer.
-func (c *Client) listSubscriptions(ctx context.Context, customerID string) ([][]byte, error) {
+func (c *Client) listSubscriptions(ctx context.Context, customerID string) ([]object, error) {
 	params := &stripeapi.SubscriptionListParams{Customer: stripeapi.String(customerID)}
 	params.Limit = stripeapi.Int64(listPageSize)
-	var raws [][]byte
+	var subs []object
 	for sub, err := range c.api.V1Subscriptions.List(ctx, params) {
 		if err != nil {
 			return nil, failCustomer("list subscriptions of customer "+customerID, err)
@@ -313,9 +310,9 @@ func (c *Client) listSubscriptions(ctx context.Context, customerID string) ([][]
 		if err != nil {
 			return nil, fmt.Errorf("stripe list subscriptions of customer %s: %w", customerID, err)
 		}
-		raws = append(raws, raw)
+		subs = append(subs, objectOf(raw))
 	}
-	return raws, nil
+	return subs, nil
 }
 
 // List pages through every customer of the account (GET /v1/customers, 100
@@ -342,22 +339,23 @@ func (c *Client) List(ctx context.Context, cursor string, page func([]reconcile.
 		if err != nil {
 			return err
 		}
-		var list struct {
-			Data    []json.RawMessage `json:"data"`
-			HasMore bool              `json:"has_more"`
-		}
-		if err := json.Unmarshal(body, &list); err != nil {
+		customers, hasMore, err := customerPageOf(body)
+		if err != nil {
 			return fmt.Errorf("stripe list customers after %s: unreadable page: %w", cmp.Or(cursor, "the start"), err)
 		}
-		snaps := make([]reconcile.Snapshot, 0, len(list.Data)) // the caller may keep each page's slice
-		for _, raw := range list.Data {
-			snap, err := c.resolve(ctx, raw)
+		snaps := make([]reconcile.Snapshot, 0, len(customers)) // the caller may keep each page's slice
+		for _, o := range customers {
+			cust, err := o.read(c.userRefKey)
+			snap := reconcile.Snapshot{}
+			if err == nil {
+				snap, err = c.resolve(ctx, cust)
+			}
 			switch {
 			case err == nil:
 				cursor = snap.CustomerID
 				snaps = append(snaps, snap)
 			case reconcile.IsPermanent(err):
-				id, ok := stringAt(raw, "id")
+				id, ok := o.ID.s, o.ID.ok
 				if !ok {
 					return reconcile.Permanent("stripe customer list: an entry has no id")
 				}
@@ -367,12 +365,12 @@ func (c *Client) List(ctx context.Context, cursor string, page func([]reconcile.
 				return err
 			}
 		}
-		if len(list.Data) > 0 {
+		if len(customers) > 0 {
 			if err := page(snaps, cursor); err != nil {
 				return err
 			}
 		}
-		if !list.HasMore || len(list.Data) == 0 {
+		if !hasMore || len(customers) == 0 {
 			return page(nil, "")
 		}
 	}

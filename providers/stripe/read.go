@@ -1,21 +1,29 @@
 package stripe
 
 import (
-	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/billsync/billsync/reconcile"
 )
 
-// The readers below work on the raw JSON of a Stripe subscription, never on
-// stripe-go's typed structs: a typed struct is cut for one API version and
-// silently drops a field that an older or newer version puts elsewhere (the
-// typed v82 Subscription has no current_period_* at all, because API
-// 2025-03-31.basil moved them onto the items). One helper per field that has
-// moved; each accepts every shape seen in the wild and says "absent" with a
-// false instead of handing out a zero value.
+// The readers below work on Stripe's JSON, never on stripe-go's typed
+// structs: a typed struct is cut for one API version and silently drops a
+// field that an older or newer version puts elsewhere (the typed v82
+// Subscription has no current_period_* at all, because API 2025-03-31.basil
+// moved them onto the items). billsync decodes instead into small structs of
+// its own holding every shape seen in the wild for the fields it reads (see
+// object), in one encoding/json pass (a whole list page at once), and one
+// helper per field that has moved picks the shape that is there. A field
+// of an unexpected type, or null, is absent (a false ok), never a zero
+// value handed out, and never spoils the other fields. (encoding/json
+// matches keys without regard to case, so an "ID" would be read as the id;
+// Stripe's keys are all lower case.)
 
 // periodOf returns an item's current billing period.
 //
@@ -33,13 +41,11 @@ func periodOf(sub, item object) (start, end time.Time, ok bool) {
 	return boundsOf(sub)
 }
 
-func boundsOf(obj object) (start, end time.Time, ok bool) {
-	start, okStart := obj.unix("current_period_start")
-	end, okEnd := obj.unix("current_period_end")
-	if !okStart || !okEnd {
+func boundsOf(o object) (start, end time.Time, ok bool) {
+	if !o.CurrentPeriodStart.ok || !o.CurrentPeriodEnd.ok {
 		return time.Time{}, time.Time{}, false
 	}
-	return start, end, true
+	return o.CurrentPeriodStart.t, o.CurrentPeriodEnd.t, true
 }
 
 // priceRefsOf returns what identifies an item's price, most specific first,
@@ -49,31 +55,27 @@ func boundsOf(obj object) (start, end time.Time, ok bool) {
 // Empty when there is none.
 func priceRefsOf(item object) []string {
 	var refs []string
-	add := func(v string, ok bool) {
-		if ok && !slices.Contains(refs, v) {
-			refs = append(refs, v)
+	for _, v := range []text{item.Price.lookupKey, item.Price.id, item.Plan.id} {
+		if v.ok && !slices.Contains(refs, v.s) {
+			refs = append(refs, v.s)
 		}
 	}
-	add(item.str("price", "lookup_key"))
-	add(idOf(item.get("price")))
-	add(idOf(item.get("plan")))
 	return refs
 }
 
 // quantityOf reads a quantity (seats). Stripe omits it or sends null for
 // metered prices, which bill by usage: that is one unit. An explicit 0 is
 // kept: Stripe allows a licensed item with no seats.
-func quantityOf(obj object) int64 {
-	var n int64
-	if v := obj.get("quantity"); v == nil || json.Unmarshal(v, &n) != nil || n < 0 {
+func quantityOf(o object) int64 {
+	if !o.Quantity.ok || o.Quantity.n < 0 {
 		return 1
 	}
-	return n
+	return o.Quantity.n
 }
 
 // statusOf returns the subscription's status (active, trialing, past_due,
 // canceled, …).
-func statusOf(obj object) (string, bool) { return obj.str("status") }
+func statusOf(o object) (string, bool) { return o.Status.s, o.Status.ok }
 
 // cancellation is how (and whether) a subscription ends.
 type cancellation struct {
@@ -85,28 +87,24 @@ type cancellation struct {
 // cancelOf reads the cancellation fields. Newer Dashboard flows schedule the
 // end with cancel_at set to the period end and cancel_at_period_end false, so
 // both are kept.
-func cancelOf(obj object) cancellation {
-	var c cancellation
-	c.AtPeriodEnd, _ = obj.boolean("cancel_at_period_end")
-	c.At, _ = obj.unix("cancel_at")
-	c.CanceledAt, _ = obj.unix("canceled_at")
-	return c
+func cancelOf(o object) cancellation {
+	return cancellation{AtPeriodEnd: o.CancelAtPeriodEnd.v, At: o.CancelAt.t, CanceledAt: o.CanceledAt.t}
 }
 
 // collectionPausedOf reports whether pause_collection is set. Stripe sends
 // null when collection runs and an object ({behavior, resumes_at}) while it
 // is paused; anything else is read as not paused.
-func collectionPausedOf(obj object) bool {
-	v := bytes.TrimSpace(obj.get("pause_collection"))
-	return len(v) > 0 && v[0] == '{'
-}
+func collectionPausedOf(o object) bool { return bool(o.PauseCollection) }
 
 // customerIDOf returns the subscription's customer id, whether "customer"
 // is an id or an expanded customer object.
-func customerIDOf(raw []byte) (string, bool) { return idOf(field(raw, "customer")) }
-
-// createdOf returns when the object was created.
-func createdOf(obj object) (time.Time, bool) { return obj.unix("created") }
+func customerIDOf(raw []byte) (string, bool) {
+	var o struct {
+		Customer ref `json:"customer"`
+	}
+	_ = json.Unmarshal(raw, &o) // a field of the wrong type is absent
+	return o.Customer.id.s, o.Customer.id.ok
+}
 
 // subscriptionOf reads one subscription's raw JSON. Only what makes it
 // unreadable is an error (no id, no status, not a subscription, a period
@@ -115,45 +113,34 @@ func createdOf(obj object) (time.Time, bool) { return obj.unix("created") }
 // such items are handed on with zero period or no refs. Every error is a
 // *reconcile.PermanentError: retrying cannot change what Stripe stored.
 func subscriptionOf(raw []byte) (reconcile.Subscription, error) {
-	return subscriptionWithItems(raw, itemsOf(objectOf(raw)))
-}
-
-// itemsIncomplete reports whether the subscription's embedded item list
-// says there are more items than it holds (items.has_more).
-func itemsIncomplete(raw []byte) bool {
-	more, _ := boolAt(raw, "items", "has_more")
-	return more
+	o := objectOf(raw)
+	return subscriptionWithItems(o, o.Items.Data)
 }
 
 // subscriptionWithItems is subscriptionOf with the subscription's items
-// given: all of them, when the embedded list was cut short and the items
-// were listed on their own.
-func subscriptionWithItems(raw []byte, items []json.RawMessage) (reconcile.Subscription, error) {
-	o := objectOf(raw)
-	id, ok := o.str("id")
+// given: all of them, when the embedded list was cut short
+// (items.has_more) and the items were listed on their own.
+func subscriptionWithItems(o object, items []object) (reconcile.Subscription, error) {
+	id, ok := o.ID.s, o.ID.ok
 	if !ok {
 		return reconcile.Subscription{}, reconcile.Permanent("stripe subscription: no id in the object (is it a subscription?)")
 	}
-	if kind, ok := o.str("object"); ok && kind != "subscription" {
-		return reconcile.Subscription{}, reconcile.Permanent("stripe subscription %s: object is %q, not a subscription", id, kind)
+	if o.Object.ok && o.Object.s != "subscription" {
+		return reconcile.Subscription{}, reconcile.Permanent("stripe subscription %s: object is %q, not a subscription", id, o.Object.s)
 	}
 	status, ok := statusOf(o)
 	if !ok {
 		return reconcile.Subscription{}, reconcile.Permanent("stripe subscription %s: no status", id)
 	}
-	sub := reconcile.Subscription{ID: id, Status: status, CollectionPaused: collectionPausedOf(o)}
-	sub.Created, _ = createdOf(o)
-	sub.TrialEnd, _ = o.unix("trial_end")
+	sub := reconcile.Subscription{ID: id, Status: status, CollectionPaused: collectionPausedOf(o),
+		Created: o.Created.t, TrialEnd: o.TrialEnd.t}
 
-	if len(items) == 0 {
-		if _, ok := idOf(o.get("plan")); ok {
-			// A single-plan subscription of an old API version: the plan
-			// and quantity are on the subscription itself.
-			items = []json.RawMessage{raw}
-		}
+	if len(items) == 0 && o.Plan.id.ok {
+		// A single-plan subscription of an old API version: the plan
+		// and quantity are on the subscription itself.
+		items = []object{o}
 	}
-	for _, raw := range items {
-		item := objectOf(raw)
+	for _, item := range items {
 		it := reconcile.Item{PriceRefs: priceRefsOf(item), Quantity: quantityOf(item)}
 		start, end, ok := periodOf(o, item)
 		switch {
@@ -192,20 +179,20 @@ func earliestEnd(items []reconcile.Item) time.Time {
 // (Stripe lists them so; the sort makes the embedded list and the
 // subscription list give one order whatever they send). One unreadable
 // subscription fails the customer: dropping it could hide the plan.
-func subscriptionsOf(raws [][]byte) ([]reconcile.Subscription, error) {
-	return subscriptionsWithItems(raws, nil)
+func subscriptionsOf(objs []object) ([]reconcile.Subscription, error) {
+	return subscriptionsWithItems(objs, nil)
 }
 
 // subscriptionsWithItems is subscriptionsOf with the items of some
 // subscriptions (by id) given, for lists cut short.
-func subscriptionsWithItems(raws [][]byte, items map[string][]json.RawMessage) ([]reconcile.Subscription, error) {
-	subs := make([]reconcile.Subscription, 0, len(raws))
-	for _, raw := range raws {
-		its := itemsOf(objectOf(raw))
-		if id, _ := stringAt(raw, "id"); items[id] != nil {
-			its = items[id]
+func subscriptionsWithItems(objs []object, items map[string][]object) ([]reconcile.Subscription, error) {
+	subs := make([]reconcile.Subscription, 0, len(objs))
+	for _, o := range objs {
+		its := o.Items.Data
+		if listed := items[o.ID.s]; listed != nil {
+			its = listed
 		}
-		sub, err := subscriptionWithItems(raw, its)
+		sub, err := subscriptionWithItems(o, its)
 		if err != nil {
 			return nil, err
 		}
@@ -221,126 +208,223 @@ type customerJSON struct {
 	deleted  bool
 	userRef  string
 	email    string
-	subs     [][]byte // the embedded subscriptions (expand subscriptions)
+	subs     []object // the embedded subscriptions (expand subscriptions)
 	complete bool     // subs are all of them: expanded, and has_more false
 }
 
 // customerOfJSON reads a customer object, with its subscriptions when they
-// were expanded. A customer that has no id is unreadable.
+// were expanded, in one pass. A customer that has no id is unreadable.
 func customerOfJSON(raw []byte, userRefKey string) (customerJSON, error) {
-	o := objectOf(raw)
-	id, ok := o.str("id")
-	if !ok {
+	var o customerObject
+	_ = json.Unmarshal(raw, &o) // a field of the wrong type is absent
+	return o.read(userRefKey)
+}
+
+// customerPageOf decodes a page of the customer list, every customer and
+// subscription in it, in one pass. The page must be a list (data an array,
+// has_more a boolean when there); inside data, a field of the wrong type is
+// only absent, as customerOfJSON reads it.
+func customerPageOf(body []byte) (customers []customerObject, hasMore bool, err error) {
+	var list struct {
+		Data    []customerObject `json:"data"`
+		HasMore json.RawMessage  `json:"has_more"` // never fails the decode: checked below
+	}
+	err = json.Unmarshal(body, &list)
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case err != nil && !errors.As(err, &typeErr):
+		return nil, false, err // not JSON
+	case err != nil && list.Data == nil:
+		// Nothing decoded into data: the page, or its data, is not what
+		// a list is (with data an array, a type error is inside it).
+		return nil, false, err
+	}
+	switch string(list.HasMore) {
+	case "", "null", "false":
+	case "true":
+		hasMore = true
+	default:
+		return nil, false, fmt.Errorf("has_more is %s, not a boolean", list.HasMore)
+	}
+	return list.Data, hasMore, nil
+}
+
+// customerObject is what billsync reads of a customer, as decoded (each
+// field absent when missing, null or of another type).
+type customerObject struct {
+	ID            text            `json:"id"`
+	Deleted       flag            `json:"deleted"`
+	Email         text            `json:"email"`
+	Metadata      map[string]text `json:"metadata"`
+	Subscriptions struct {
+		Data    []object `json:"data"`
+		HasMore flag     `json:"has_more"`
+	} `json:"subscriptions"`
+}
+
+func (o customerObject) read(userRefKey string) (customerJSON, error) {
+	if !o.ID.ok {
 		return customerJSON{}, reconcile.Permanent("stripe customer: no id in the object")
 	}
-	c := customerJSON{id: id}
-	c.deleted, _ = o.boolean("deleted")
-	c.userRef, _ = o.str("metadata", userRefKey)
-	c.email, _ = o.str("email")
-	list := o.get("subscriptions")
-	var embedded struct {
-		Data    []json.RawMessage `json:"data"`
-		HasMore *bool             `json:"has_more"`
-	}
-	if list == nil || json.Unmarshal(list, &embedded) != nil || embedded.HasMore == nil {
-		// Not expanded (or a shape billsync cannot read): the subscription
-		// list has to say.
-		return c, nil
-	}
-	for _, s := range embedded.Data {
-		c.subs = append(c.subs, s)
-	}
-	c.complete = !*embedded.HasMore
+	c := customerJSON{id: o.ID.s, deleted: o.Deleted.v, userRef: o.Metadata[userRefKey].s, email: o.Email.s}
+	// The embedded list is all of them only when it is a list: data an
+	// array (encoding/json leaves it nil when it is not, and when it is
+	// null: then the subscription list is asked, as when not expanded)
+	// and has_more false.
+	list := o.Subscriptions
+	c.subs, c.complete = list.Data, list.Data != nil && list.HasMore.ok && !list.HasMore.v
 	return c, nil
 }
 
-// Raw JSON navigation. An object is decoded one level at a time and only
-// once per reader, so reading twenty fields of a subscription costs one
-// pass over it, not twenty; a field of an unexpected type makes that field
-// absent without spoiling the others.
+// object is what billsync reads of a subscription or of a subscription item,
+// every shape of every API version in one struct: an item's fields are a
+// subset of a subscription's, and a single-plan subscription of an old
+// version is its own item (plan and quantity on the subscription). Each
+// field is absent (ok false) when missing, null or of another type.
+type object struct {
+	ID                 text     `json:"id"`
+	Object             text     `json:"object"`
+	Status             text     `json:"status"`
+	Created            unixTime `json:"created"`
+	TrialEnd           unixTime `json:"trial_end"`
+	CancelAtPeriodEnd  flag     `json:"cancel_at_period_end"`
+	CancelAt           unixTime `json:"cancel_at"`
+	CanceledAt         unixTime `json:"canceled_at"`
+	PauseCollection    paused   `json:"pause_collection"`
+	CurrentPeriodStart unixTime `json:"current_period_start"` // on items since basil, on the subscription before
+	CurrentPeriodEnd   unixTime `json:"current_period_end"`
+	Price              ref      `json:"price"`
+	Plan               ref      `json:"plan"` // legacy; the only reference before Prices
+	Quantity           count    `json:"quantity"`
+	Items              struct {
+		Data    []object `json:"data"`
+		HasMore flag     `json:"has_more"`
+	} `json:"items"`
+}
 
-var jsonNull = []byte("null")
-
-// object is a JSON object decoded one level deep: its values stay raw
-// until read. nil when the JSON is not an object.
-type object map[string]json.RawMessage
-
+// objectOf decodes a subscription or an item; JSON that is not an object
+// gives an object with every field absent.
 func objectOf(raw []byte) object {
 	var o object
-	if json.Unmarshal(raw, &o) != nil {
-		return nil
-	}
+	// A value of the wrong type only leaves its field absent (encoding/json
+	// skips it and goes on); invalid JSON leaves everything absent.
+	_ = json.Unmarshal(raw, &o)
 	return o
 }
 
-// get returns the value at path through nested objects, or nil when a step
-// is missing, null, or not an object.
-func (o object) get(path ...string) json.RawMessage {
-	v, ok := o[path[0]]
-	if !ok || bytes.Equal(bytes.TrimSpace(v), jsonNull) {
+// itemsOf returns a subscription's embedded items (items.data[]).
+func itemsOf(o object) []object { return o.Items.Data }
+
+// The field types below never fail a decode: a value of another JSON type
+// than theirs is absent. encoding/json hands each its value already
+// validated, so they read it without a second pass where they can.
+
+// text is a non-empty JSON string.
+type text struct {
+	s  string
+	ok bool
+}
+
+func (t *text) UnmarshalJSON(b []byte) error {
+	*t = text{}
+	if len(b) < 2 || b[0] != '"' {
 		return nil
 	}
-	if len(path) == 1 {
-		return v
+	if s := b[1 : len(b)-1]; plainASCII(s) {
+		*t = text{s: string(s), ok: len(s) > 0}
+		return nil
 	}
-	return objectOf(v).get(path[1:]...)
+	if json.Unmarshal(b, &t.s) == nil {
+		t.ok = t.s != ""
+	}
+	return nil
 }
 
-func (o object) str(path ...string) (string, bool) {
-	var s string
-	if v := o.get(path...); v == nil || json.Unmarshal(v, &s) != nil || s == "" {
-		return "", false
+// plainASCII reports whether a JSON string's content is itself: no escape,
+// nothing but ASCII.
+func plainASCII(s []byte) bool {
+	for _, c := range s {
+		if c == '\\' || c >= utf8.RuneSelf {
+			return false
+		}
 	}
-	return s, true
+	return true
 }
 
-func (o object) boolean(path ...string) (bool, bool) {
-	var b bool
-	if v := o.get(path...); v == nil || json.Unmarshal(v, &b) != nil {
-		return false, false
+// flag is a JSON boolean.
+type flag struct{ v, ok bool }
+
+func (f *flag) UnmarshalJSON(b []byte) error {
+	switch string(b) {
+	case "true":
+		*f = flag{v: true, ok: true}
+	case "false":
+		*f = flag{ok: true}
+	default:
+		*f = flag{}
 	}
-	return b, true
+	return nil
 }
 
-// unix reads a Unix timestamp in seconds. Zero, negative and absurd values
+// count is a JSON integer.
+type count struct {
+	n  int64
+	ok bool
+}
+
+func (c *count) UnmarshalJSON(b []byte) error {
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	*c = count{n: n, ok: err == nil}
+	return nil
+}
+
+// unixTime is a Unix timestamp in seconds. Zero, negative and absurd values
 // are absent, so a reader never hands out time.Unix(0).
-func (o object) unix(path ...string) (time.Time, bool) {
-	var sec int64
-	if v := o.get(path...); v == nil || json.Unmarshal(v, &sec) != nil || sec <= 0 || sec > maxUnix {
-		return time.Time{}, false
-	}
-	return time.Unix(sec, 0).UTC(), true
+type unixTime struct {
+	t  time.Time
+	ok bool
 }
 
-// field, stringAt and boolAt read one value of raw JSON, for callers that
-// need only that one.
-func field(raw []byte, path ...string) json.RawMessage { return objectOf(raw).get(path...) }
-
-func stringAt(raw []byte, path ...string) (string, bool) { return objectOf(raw).str(path...) }
-
-func boolAt(raw []byte, path ...string) (bool, bool) { return objectOf(raw).boolean(path...) }
+func (u *unixTime) UnmarshalJSON(b []byte) error {
+	*u = unixTime{}
+	var sec count
+	if _ = sec.UnmarshalJSON(b); sec.ok && sec.n > 0 && sec.n <= maxUnix {
+		*u = unixTime{t: time.Unix(sec.n, 0).UTC(), ok: true}
+	}
+	return nil
+}
 
 // maxUnix is 9999-12-31T23:59:59Z: a larger timestamp is garbage, not a date.
 const maxUnix = 253402300799
 
-// idOf reads a reference that Stripe renders either as an id string or as
-// the expanded object.
-func idOf(v json.RawMessage) (string, bool) {
-	var s string
-	if v == nil {
-		return "", false
-	}
-	if json.Unmarshal(v, &s) == nil {
-		return s, s != ""
-	}
-	return stringAt(v, "id")
+// paused is pause_collection: set when it is an object.
+type paused bool
+
+func (p *paused) UnmarshalJSON(b []byte) error {
+	*p = len(b) > 0 && b[0] == '{'
+	return nil
 }
 
-// itemsOf returns the raw subscription items (items.data[]).
-func itemsOf(obj object) []json.RawMessage {
-	var items []json.RawMessage
-	if v := obj.get("items", "data"); v == nil || json.Unmarshal(v, &items) != nil {
-		return nil
+// ref is a reference that Stripe renders either as an id string or as the
+// expanded object (a price, a plan, a customer); an expanded price also
+// gives its lookup_key.
+type ref struct {
+	id        text
+	lookupKey text
+}
+
+func (r *ref) UnmarshalJSON(b []byte) error {
+	*r = ref{}
+	switch {
+	case len(b) > 0 && b[0] == '"':
+		return r.id.UnmarshalJSON(b)
+	case len(b) > 0 && b[0] == '{':
+		var o struct {
+			ID        text `json:"id"`
+			LookupKey text `json:"lookup_key"`
+		}
+		_ = json.Unmarshal(b, &o)
+		r.id, r.lookupKey = o.ID, o.LookupKey
 	}
-	return items
+	return nil
 }

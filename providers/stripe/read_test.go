@@ -32,16 +32,17 @@ func day(s string) time.Time {
 
 func TestPeriodOf(t *testing.T) {
 	t.Parallel()
-	first := func(raw []byte) []byte {
+	first := func(raw []byte) object {
 		items := itemsOf(objectOf(raw))
 		if len(items) == 0 {
-			return nil
+			return object{}
 		}
 		return items[0]
 	}
 	tests := []struct {
 		name       string
-		sub, item  []byte
+		sub        []byte
+		item       object
 		start, end time.Time
 		ok         bool
 	}{
@@ -54,17 +55,17 @@ func TestPeriodOf(t *testing.T) {
 		{"Absent_NullOnItems", readTestdata(t, "subscription_no_period.json"), first(readTestdata(t, "subscription_no_period.json")),
 			time.Time{}, time.Time{}, false},
 		{"ItemLevelWinsOverSubscriptionLevel", []byte(`{"current_period_start":1000,"current_period_end":2000}`),
-			[]byte(`{"current_period_start":1764547200,"current_period_end":1767225600}`), day("2025-12-01"), day("2026-01-01"), true},
+			objectOf([]byte(`{"current_period_start":1764547200,"current_period_end":1767225600}`)), day("2025-12-01"), day("2026-01-01"), true},
 		{"ItemWithOneBoundTakesSubscriptions", []byte(`{"current_period_start":1719792000,"current_period_end":1722470400}`),
-			[]byte(`{"current_period_start":1764547200}`), day("2024-07-01"), day("2024-08-01"), true},
-		{"OnlyStart", []byte(`{"current_period_start":1764547200}`), nil, time.Time{}, time.Time{}, false},
-		{"ZeroIsAbsent", []byte(`{"current_period_start":0,"current_period_end":1767225600}`), nil, time.Time{}, time.Time{}, false},
-		{"WrongType", []byte(`{"current_period_start":"1764547200","current_period_end":1767225600}`), nil, time.Time{}, time.Time{}, false},
-		{"NotAnObject", []byte(`[1,2]`), []byte(`"x"`), time.Time{}, time.Time{}, false},
+			objectOf([]byte(`{"current_period_start":1764547200}`)), day("2024-07-01"), day("2024-08-01"), true},
+		{"OnlyStart", []byte(`{"current_period_start":1764547200}`), object{}, time.Time{}, time.Time{}, false},
+		{"ZeroIsAbsent", []byte(`{"current_period_start":0,"current_period_end":1767225600}`), object{}, time.Time{}, time.Time{}, false},
+		{"WrongType", []byte(`{"current_period_start":"1764547200","current_period_end":1767225600}`), object{}, time.Time{}, time.Time{}, false},
+		{"NotAnObject", []byte(`[1,2]`), objectOf([]byte(`"x"`)), time.Time{}, time.Time{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			start, end, ok := periodOf(objectOf(tt.sub), objectOf(tt.item))
+			start, end, ok := periodOf(objectOf(tt.sub), tt.item)
 			require.Equal(t, tt.ok, ok)
 			require.True(t, tt.start.Equal(start), "start %s, want %s", start, tt.start)
 			require.True(t, tt.end.Equal(end), "end %s, want %s", end, tt.end)
@@ -76,20 +77,20 @@ func TestPriceRefsOf(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
-		item []byte
+		item object
 		want []string
 	}{
 		{"Basil_LookupKeyThenPriceID", itemsOf(objectOf(readTestdata(t, "subscription_basil.json")))[0], []string{"pro_monthly", "price_1RbasilPro0001"}},
 		{"2024-06-20", itemsOf(objectOf(readTestdata(t, "subscription_2024-06-20.json")))[0], []string{"team_monthly", "price_1PoldTeam0002"}},
 		{"LegacyPlanIDOnly", itemsOf(objectOf(readTestdata(t, "subscription_legacy_plan.json")))[0], []string{"gold-monthly"}},
-		{"TopLevelPlanOnly", []byte(`{"plan":{"id":"silver-2016","object":"plan"}}`), []string{"silver-2016"}},
-		{"PriceAsID", []byte(`{"price":"price_X"}`), []string{"price_X"}},
-		{"NullLookupKey", []byte(`{"price":{"id":"price_seats","lookup_key":null},"plan":{"id":"price_seats"}}`), []string{"price_seats"}},
-		{"Absent", []byte(`{"price":null}`), nil},
+		{"TopLevelPlanOnly", objectOf([]byte(`{"plan":{"id":"silver-2016","object":"plan"}}`)), []string{"silver-2016"}},
+		{"PriceAsID", objectOf([]byte(`{"price":"price_X"}`)), []string{"price_X"}},
+		{"NullLookupKey", objectOf([]byte(`{"price":{"id":"price_seats","lookup_key":null},"plan":{"id":"price_seats"}}`)), []string{"price_seats"}},
+		{"Absent", objectOf([]byte(`{"price":null}`)), nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			require.Equal(t, tt.want, priceRefsOf(objectOf(tt.item)))
+			require.Equal(t, tt.want, priceRefsOf(tt.item))
 		})
 	}
 }
@@ -220,7 +221,7 @@ func TestCustomerExpanded(t *testing.T) {
 
 	// Stripe's order is newest first; the reader keeps that order whatever
 	// order the subscriptions come in.
-	reversed := [][]byte{cust.subs[2], cust.subs[1], cust.subs[0]}
+	reversed := []object{cust.subs[2], cust.subs[1], cust.subs[0]}
 	subs, err := subscriptionsOf(reversed)
 	require.NoError(t, err)
 	require.Equal(t, []reconcile.Subscription{
@@ -265,7 +266,7 @@ func TestCustomerExpanded(t *testing.T) {
 		require.True(t, reconcile.IsPermanent(err))
 	})
 	t.Run("ErrOneUnreadableSubscriptionFailsTheCustomer", func(t *testing.T) {
-		_, err := subscriptionsOf([][]byte{cust.subs[0], []byte(`{"id":"sub_b"}`)})
+		_, err := subscriptionsOf([]object{cust.subs[0], objectOf([]byte(`{"id":"sub_b"}`))})
 		require.True(t, reconcile.IsPermanent(err))
 		require.ErrorContains(t, err, "sub_b: no status")
 	})
@@ -311,12 +312,12 @@ func TestReadersOnStripeMock(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, fixture.Status, status)
 
-	start, end, ok := periodOf(objectOf(raw), objectOf(itemsOf(objectOf(raw))[0]))
+	start, end, ok := periodOf(objectOf(raw), itemsOf(objectOf(raw))[0])
 	require.True(t, ok, "the item-level period must be found")
 	require.Equal(t, item.CurrentPeriodStart, start.Unix())
 	require.Equal(t, item.CurrentPeriodEnd, end.Unix())
 
-	require.Contains(t, priceRefsOf(objectOf(itemsOf(objectOf(raw))[0])), item.Price.ID)
+	require.Contains(t, priceRefsOf(itemsOf(objectOf(raw))[0]), item.Price.ID)
 
 	// stripe-mock's fixture is generated data: its item period ends before it
 	// starts (end 976287773, start 1896570518 in v0.203.0). That must be a

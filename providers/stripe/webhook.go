@@ -325,14 +325,17 @@ func expectationOf(o objectJSON) *reconcile.Expectation {
 		return nil
 	}
 	e := &reconcile.Expectation{SubscriptionID: o.ID, Status: o.Status}
-	for _, raw := range itemsOf(object{"items": o.Items}) {
-		item := objectOf(raw)
-		price, ok := idOf(item.get("price"))
-		if !ok {
-			price, ok = idOf(item.get("plan"))
+	var items struct {
+		Data []object `json:"data"`
+	}
+	_ = json.Unmarshal(o.Items, &items) // a field of the wrong type is absent
+	for _, item := range items.Data {
+		price := item.Price.id
+		if !price.ok {
+			price = item.Plan.id
 		}
-		if ok {
-			e.Prices = append(e.Prices, price)
+		if price.ok {
+			e.Prices = append(e.Prices, price.s)
 		}
 	}
 	for _, v := range append([]string{e.SubscriptionID, e.Status}, e.Prices...) {
@@ -364,6 +367,8 @@ func thinCustomer(ev reconcile.Event, raw eventJSON) (reconcile.Event, related, 
 	}
 	return ev, related{}, false
 }
+
+var jsonNull = []byte("null")
 
 // connectedAccount reports whether the event is about a connected account
 // (Stripe Connect): "account" on snapshot events, "context" on thin events

@@ -56,6 +56,11 @@ type Config struct {
 	// PoolConns is the bench pools' size; 0 = what serve gets on the same
 	// URL (its pool_max_conns, else pgx's default: max(4, CPUs)).
 	PoolConns int
+	// Only, when set (intake, drain or sweep), runs that part alone.
+	Only string
+	// CPUProfile, when set, is the file the measured sweep's CPU profile
+	// is written to (pprof format): the sweep alone, not its setup.
+	CPUProfile string
 	// Database says, for the report, which server the run used.
 	Database string
 	// Logger gets the run's progress; nil discards.
@@ -111,6 +116,9 @@ func (c Config) Validate() error {
 	if c.SweepAccounts < 100 {
 		errs = append(errs, errors.New("-sweep-accounts must be 100 or more"))
 	}
+	if c.Only != "" && c.Only != "intake" && c.Only != "drain" && c.Only != "sweep" {
+		errs = append(errs, errors.New("-only must be intake, drain or sweep"))
+	}
 	if c.Workers < 1 || c.Batch < 1 || c.Latency < 0 || c.RateLimit <= 0 || c.PoolConns < 0 {
 		errs = append(errs, errors.New("-workers and -batch must be 1 or more, -latency and -pool-conns not negative, -rate positive"))
 	}
@@ -136,30 +144,25 @@ func Run(ctx context.Context, databaseURL string, cfg Config) (Report, error) {
 	stamp := time.Now().Unix()
 	// Each part gets a database of its own: the intake leaves its
 	// customers queued, which the drain must not see.
-	err := withDatabase(ctx, databaseURL, fmt.Sprintf("billsync_bench_%d_intake", stamp), cfg, func(st *store.Store) error {
-		rep.PoolConns = st.MaxConns()
-		var err error
-		rep.Intake, err = runIntake(ctx, st, cfg)
-		return err
-	})
-	if err != nil {
-		return rep, err
+	parts := []struct {
+		name string
+		run  func(st *store.Store) error
+	}{
+		{"intake", func(st *store.Store) (err error) { rep.Intake, err = runIntake(ctx, st, cfg); return err }},
+		{"drain", func(st *store.Store) (err error) { rep.Drain, err = runDrain(ctx, st, cfg); return err }},
+		{"sweep", func(st *store.Store) (err error) { rep.Sweep, err = runSweep(ctx, st, cfg); return err }},
 	}
-	err = withDatabase(ctx, databaseURL, fmt.Sprintf("billsync_bench_%d_drain", stamp), cfg, func(st *store.Store) error {
-		var err error
-		rep.Drain, err = runDrain(ctx, st, cfg)
-		return err
-	})
-	if err != nil {
-		return rep, err
-	}
-	err = withDatabase(ctx, databaseURL, fmt.Sprintf("billsync_bench_%d_sweep", stamp), cfg, func(st *store.Store) error {
-		var err error
-		rep.Sweep, err = runSweep(ctx, st, cfg)
-		return err
-	})
-	if err != nil {
-		return rep, err
+	for _, part := range parts {
+		if cfg.Only != "" && cfg.Only != part.name {
+			continue
+		}
+		err := withDatabase(ctx, databaseURL, fmt.Sprintf("billsync_bench_%d_%s", stamp, part.name), cfg, func(st *store.Store) error {
+			rep.PoolConns = st.MaxConns()
+			return part.run(st)
+		})
+		if err != nil {
+			return rep, err
+		}
 	}
 	rep.Seconds = round(time.Since(started).Seconds(), 1)
 	rep.evaluate()

@@ -6,7 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"sync/atomic"
 	"time"
 
@@ -128,11 +130,18 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	runtime.ReadMemStats(&before)
 	peak := &heapPeak{}
 	stopSampling := peak.sample(20 * time.Millisecond)
+	stopProfile, err := startCPUProfile(cfg.CPUProfile)
+	if err != nil {
+		return res, err
+	}
 	reqs0, limited0 := counted.requests.Load(), counted.limited.Load()
 	t0 = time.Now()
 	rep, err := sweepOnce(ctx, st, client, plans)
 	took := time.Since(t0)
 	stopSampling()
+	if perr := stopProfile(); perr != nil {
+		return res, perr
+	}
 	if err != nil {
 		return res, err
 	}
@@ -156,6 +165,29 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	res.PeakRSSMiB = round(peakRSSMiB(), 1)
 	cfg.Logger.Info("bench sweep: done", slog.Float64("seconds", res.Seconds), slog.Int64("list_calls", res.ListCalls))
 	return res, nil
+}
+
+// startCPUProfile writes a CPU profile to path until stop is called; with
+// no path it does nothing.
+func startCPUProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		return nil
+	}, nil
 }
 
 // sweepOnce runs one sweep of every Stripe account.
