@@ -106,6 +106,11 @@ flags:`)
 	if err := bc.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
+	// billsync's own footprint: its sweep in a process of its own. Not
+	// from a test binary, which would run its tests instead.
+	if self, err := os.Executable(); err == nil && !strings.HasSuffix(self, ".test") {
+		bc.SweepCommand = []string{self, "sweep"}
+	}
 	bc.Database = "DATABASE_URL"
 	if cfg.DatabaseURL == "" {
 		bc.Database = "embedded PostgreSQL (durable: fsync and synchronous_commit on)"

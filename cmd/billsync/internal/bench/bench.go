@@ -32,6 +32,7 @@ const (
 	TargetFetches     = 1.1                   // drain: provider fetches per customer per burst
 	TargetSweepWall   = 2.0                   // sweep: wall time / provider-bound minimum (list calls ÷ rate)
 	TargetSweepCalls  = 80.0                  // sweep: per-account requests / list requests
+	TargetSweepRSSMiB = 200.0                 // sweep: peak RSS of billsync sweep in a process of its own
 	TargetSenders     = 32
 )
 
@@ -61,6 +62,10 @@ type Config struct {
 	// CPUProfile, when set, is the file the measured sweep's CPU profile
 	// is written to (pprof format): the sweep alone, not its setup.
 	CPUProfile string
+	// SweepCommand, when set, is the argv of `billsync sweep`: the sweep
+	// part then also runs it in a process of its own, for billsync's own
+	// peak RSS.
+	SweepCommand []string
 	// Database says, for the report, which server the run used.
 	Database string
 	// Logger gets the run's progress; nil discards.

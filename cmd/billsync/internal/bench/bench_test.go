@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -224,6 +226,12 @@ func TestBenchQuick(t *testing.T) {
 	probe := storetest.NewStore(t) // a database of the tests' own on the same server
 	cfg := toy()
 	cfg.Rounds = 1
+	// billsync sweep in a process of its own: billsync built for the test.
+	bin := filepath.Join(t.TempDir(), "billsync")
+	build := exec.Command("go", "build", "-o", bin, "github.com/billsync/billsync/cmd/billsync")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	cfg.SweepCommand = []string{bin, "sweep"}
 	rep, err := Run(ctx, storetest.URL(t), cfg)
 	require.NoError(t, err)
 
@@ -233,12 +241,19 @@ func TestBenchQuick(t *testing.T) {
 	require.Equal(t, probe.MaxConns(), rep.PoolConns, "the bench's pools are serve's size")
 	require.Len(t, rep.Intake, 2)
 	require.Equal(t, "intake throughput / ceiling, 4 senders", rep.Targets[0].Name)
-	require.Len(t, rep.Targets, 7)
+	require.Len(t, rep.Targets, 8)
 	require.Equal(t, 300, rep.Sweep.Accounts)
 	require.Equal(t, 3, rep.Sweep.Drifted, "1% of the accounts drifted")
 	require.Equal(t, rep.Sweep.Drifted, rep.Sweep.Healed, "the sweep healed exactly the drifted accounts")
 	require.LessOrEqual(t, rep.Sweep.ListCalls, int64(4), "300 accounts in pages of 100, and one call to find the end")
 	require.Positive(t, rep.Sweep.PerAccountCalls)
+	p := rep.Sweep.Process
+	require.NotNil(t, p)
+	require.Equal(t, 3, p.Drifted, "another 1% drifted")
+	require.Equal(t, p.Drifted, p.Healed, "billsync sweep healed exactly them")
+	require.Equal(t, 300, p.Seen)
+	require.Positive(t, p.PeakRSSMiB, "the child's peak RSS was read")
+	require.Equal(t, "billsync sweep peak RSS, 300 accounts", rep.Targets[len(rep.Targets)-1].Name)
 }
 
 // TestReportPrintsMiss: the table names each target and says MISS plainly

@@ -163,18 +163,22 @@ func round(v float64, places int) float64 {
 
 // peakRSSMiB is this process's peak resident set size (VmHWM), or 0 where
 // /proc does not say.
-func peakRSSMiB() float64 {
-	data, err := os.ReadFile("/proc/self/status")
+func peakRSSMiB() float64 { return float64(statusKiB("/proc/self/status", "VmHWM:")) / 1024 }
+
+// statusKiB reads a "Name:   123 kB" line of a /proc status file; 0 when
+// it cannot (not Linux, the process is gone).
+func statusKiB(path, name string) int64 {
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}
 	for line := range strings.SplitSeq(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+		if rest, ok := strings.CutPrefix(line, name); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
 			if err != nil {
 				return 0
 			}
-			return kb / 1024
+			return kb
 		}
 	}
 	return 0

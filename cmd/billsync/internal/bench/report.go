@@ -104,6 +104,13 @@ func (r *Report) evaluateSweep(add func(Target)) {
 		Target: fmt.Sprintf(">= %.0f×", TargetSweepCalls), Pass: sw.CallReduction >= TargetSweepCalls,
 		Baseline: fmt.Sprintf("%d accounts × %.2f requests per fetch = %d, against %d", sw.Accounts, sw.RequestsPerFetch, sw.PerAccountCalls, sw.ListCalls),
 	})
+	if p := sw.Process; p != nil {
+		add(Target{
+			Name: fmt.Sprintf("billsync sweep peak RSS, %d accounts", sw.Accounts), Value: p.PeakRSSMiB, Unit: "MiB",
+			Target: fmt.Sprintf("<= %.0f MiB", TargetSweepRSSMiB), Pass: p.PeakRSSMiB > 0 && p.PeakRSSMiB <= TargetSweepRSSMiB,
+			Baseline: fmt.Sprintf("a process of its own: %d healed of %d drifted in %.2f s", p.Healed, p.Drifted, p.Seconds),
+		})
+	}
 }
 
 // Print writes the report as tables: each part's figures, then each
@@ -179,8 +186,13 @@ func (r Report) printSweep(w io.Writer) {
 		sw.AccountsPerSec, sw.Healed, sw.Drifted, sw.PerAccountCalls, sw.RequestsPerFetch, sw.CallReduction)
 	fmt.Fprintf(w, "  1M accounts projected at %.0f s (%.1f min); Go heap grew at most %.1f MiB during the sweep; peak RSS %.0f MiB (includes the in-process fake)\n",
 		sw.Projected1MSeconds, sw.Projected1MSeconds/60, sw.HeapPeakMiB, sw.PeakRSSMiB)
-	fmt.Fprintf(w, "  setup: seeding the fake %.1f s, first sweep creating every account %.1f s (unmetered)\n\n",
+	fmt.Fprintf(w, "  setup: seeding the fake %.1f s, first sweep creating every account %.1f s (unmetered)\n",
 		sw.SeedSeconds, sw.FirstSweepSeconds)
+	if p := sw.Process; p != nil {
+		fmt.Fprintf(w, "  billsync sweep, a process of its own, after another %d drifted: %d healed in %.2f s, peak RSS %.0f MiB (its own: the fake and PostgreSQL are other processes)\n",
+			p.Drifted, p.Healed, p.Seconds, p.PeakRSSMiB)
+	}
+	fmt.Fprintln(w)
 }
 
 func (t Target) formatValue() string {
@@ -191,6 +203,8 @@ func (t Target) formatValue() string {
 		return fmt.Sprintf("%.1f%%", t.Value*100)
 	case "times":
 		return fmt.Sprintf("%.1f×", t.Value)
+	case "MiB":
+		return fmt.Sprintf("%.0f MiB", t.Value)
 	default:
 		return fmt.Sprintf("%.3f", t.Value)
 	}

@@ -52,6 +52,10 @@ type SweepResult struct {
 	PeakRSSMiB        float64 `json:"peak_rss_mib"`
 	SeedSeconds       float64 `json:"seed_seconds"`
 	FirstSweepSeconds float64 `json:"first_sweep_seconds"`
+	// Process is the same sweep by `billsync sweep` in a process of its
+	// own (Config.SweepCommand), for billsync's own peak RSS; nil when
+	// not run.
+	Process *ProcessSweep `json:"process,omitempty"`
 }
 
 // sweepDrift is the share of accounts the bench makes wrong before the
@@ -164,6 +168,33 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	res.HeapPeakMiB = round(float64(peak.max.Load()-int64(before.HeapAlloc))/(1<<20), 1)
 	res.PeakRSSMiB = round(peakRSSMiB(), 1)
 	cfg.Logger.Info("bench sweep: done", slog.Float64("seconds", res.Seconds), slog.Int64("list_calls", res.ListCalls))
+	if len(cfg.SweepCommand) == 0 {
+		return res, nil
+	}
+
+	// billsync's own footprint: drift another 1% (the customers between
+	// the first drift's) and sweep again with `billsync sweep` in a
+	// process of its own.
+	var p ProcessSweep
+	h.Fake.SetFaults(stripemock.Faults{DropRate: 1}) // the drift is the dashboard's, not metered
+	for i := step / 2; i < len(customers); i += step {
+		if err := h.ChangePrice(ctx, customers[i].sub, otherPrice(customers[i].price)); err != nil {
+			return res, fmt.Errorf("sweep bench drift: %w", err)
+		}
+		p.Drifted++
+	}
+	h.Fake.SetFaults(stripemock.Faults{DropRate: 1, RequestsPerSecond: cfg.RateLimit})
+	ran, err := sweepProcess(ctx, cfg.SweepCommand, st, h.URL, cfg.RateLimit)
+	if err != nil {
+		return res, err
+	}
+	ran.Drifted = p.Drifted
+	if ran.Seen != len(customers) || ran.Healed != ran.Drifted {
+		return res, fmt.Errorf("sweep bench: billsync sweep saw %d of %d customers and healed %d of %d drifted",
+			ran.Seen, len(customers), ran.Healed, ran.Drifted)
+	}
+	res.Process = &ran
+	cfg.Logger.Info("bench sweep: billsync sweep done", slog.Float64("seconds", ran.Seconds), slog.Float64("peak_rss_mib", ran.PeakRSSMiB))
 	return res, nil
 }
 
@@ -210,17 +241,24 @@ func otherPrice(price string) string {
 type heapPeak struct{ max atomic.Int64 }
 
 func (p *heapPeak) sample(every time.Duration) (stop func()) {
+	return sample(every, func() {
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		if int64(m.HeapAlloc) > p.max.Load() {
+			p.max.Store(int64(m.HeapAlloc))
+		}
+	})
+}
+
+// sample calls f now and then every period until stop is called.
+func sample(every time.Duration, f func()) (stop func()) {
 	done, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
-			var m runtime.MemStats
-			runtime.ReadMemStats(&m)
-			if int64(m.HeapAlloc) > p.max.Load() {
-				p.max.Store(int64(m.HeapAlloc))
-			}
+			f()
 			select {
 			case <-done:
 				return
