@@ -253,6 +253,8 @@ func TestBenchQuick(t *testing.T) {
 	require.Equal(t, p.Drifted, p.Healed, "billsync sweep healed exactly them")
 	require.Equal(t, 300, p.Seen)
 	require.Positive(t, p.PeakRSSMiB, "the child's peak RSS was read")
+	require.LessOrEqual(t, p.ListCalls, int64(4), "300 accounts in pages of 100, and one call to find the end")
+	require.Positive(t, p.WallRatio)
 	require.Equal(t, "billsync sweep peak RSS, 300 accounts", rep.Targets[len(rep.Targets)-1].Name)
 }
 

@@ -21,10 +21,14 @@ import (
 // footprint, without the in-process fake (the fake and PostgreSQL are other
 // processes to it).
 type ProcessSweep struct {
-	Drifted    int     `json:"drifted"`
-	Healed     int     `json:"healed"`
-	Seen       int     `json:"seen"`
+	Drifted int `json:"drifted"`
+	Healed  int `json:"healed"`
+	Seen    int `json:"seen"`
+	// Seconds is the process's whole life (start, database checks,
+	// sweep); WallRatio is it against ListCalls ÷ rate.
 	Seconds    float64 `json:"seconds"`
+	ListCalls  int64   `json:"list_calls"`
+	WallRatio  float64 `json:"wall_ratio"`
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
 }
 

@@ -189,8 +189,8 @@ func (r Report) printSweep(w io.Writer) {
 	fmt.Fprintf(w, "  setup: seeding the fake %.1f s, first sweep creating every account %.1f s (unmetered)\n",
 		sw.SeedSeconds, sw.FirstSweepSeconds)
 	if p := sw.Process; p != nil {
-		fmt.Fprintf(w, "  billsync sweep, a process of its own, after another %d drifted: %d healed in %.2f s, peak RSS %.0f MiB (its own: the fake and PostgreSQL are other processes)\n",
-			p.Drifted, p.Healed, p.Seconds, p.PeakRSSMiB)
+		fmt.Fprintf(w, "  billsync sweep, a process of its own, after another %d drifted: %d healed in %.2f s for %d list calls (%.2f× the minimum), peak RSS %.0f MiB (its own: the fake and PostgreSQL are other processes)\n",
+			p.Drifted, p.Healed, p.Seconds, p.ListCalls, p.WallRatio, p.PeakRSSMiB)
 	}
 	fmt.Fprintln(w)
 }

@@ -184,11 +184,15 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 		p.Drifted++
 	}
 	h.Fake.SetFaults(stripemock.Faults{DropRate: 1, RequestsPerSecond: cfg.RateLimit})
+	reqs0 = counted.requests.Load()
 	ran, err := sweepProcess(ctx, cfg.SweepCommand, st, h.URL, cfg.RateLimit)
 	if err != nil {
 		return res, err
 	}
-	ran.Drifted = p.Drifted
+	ran.Drifted, ran.ListCalls = p.Drifted, counted.requests.Load()-reqs0
+	if ran.ListCalls > 0 {
+		ran.WallRatio = round(ran.Seconds/(float64(ran.ListCalls)/cfg.RateLimit), 3)
+	}
 	if ran.Seen != len(customers) || ran.Healed != ran.Drifted {
 		return res, fmt.Errorf("sweep bench: billsync sweep saw %d of %d customers and healed %d of %d drifted",
 			ran.Seen, len(customers), ran.Healed, ran.Drifted)
