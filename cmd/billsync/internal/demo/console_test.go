@@ -105,7 +105,9 @@ func testConsoleInBrowser(t *testing.T, browser context.Context, provider string
 	require.Equal(t, "free", plan(), "a dry run wrote")
 
 	// Apply it, and the account page shows Pro.
-	do(chromedp.Click(chromedp.ID("apply")), chromedp.WaitVisible(chromedp.ID("outcome")))
+	// The dry run's page has an #outcome too: wait for it to be gone.
+	do(chromedp.Click(chromedp.ID("apply")), chromedp.WaitNotPresent(chromedp.ID("apply")),
+		chromedp.WaitVisible(chromedp.ID("outcome")))
 	outcome := text("outcome")
 	require.True(t, strings.HasPrefix(outcome, "applied: "), outcome)
 	require.Equal(t, "pro", plan())
