@@ -126,6 +126,10 @@ type LogEntry struct {
 
 // AccountDetail is everything billsync holds about one account, newest
 // first: what support staff read before (and after) a resync.
+// DetailLimit bounds each list of an AccountDetail (ledger, events,
+// history): support staff read the newest rows; the tables keep every one.
+const DetailLimit = 100
+
 type AccountDetail struct {
 	Account Account       `json:"account"`
 	Balance int64         `json:"balance"`

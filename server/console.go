@@ -122,14 +122,14 @@ func (c *console) handle(pattern string, h consoleHandler) {
 			return
 		}
 		if session == "" {
-			c.fail(w, r, "", http.StatusForbidden, "You are not signed in, or your session has ended: sign in again, then retry.")
+			c.fail(w, "", http.StatusForbidden, "You are not signed in, or your session has ended: sign in again, then retry.")
 			return
 		}
 		if r.Method == http.MethodPost {
 			r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 			if !c.sessions.validCSRF(session, r.PostFormValue("csrf")) {
 				c.s.log.Warn("console refused a form without its CSRF token", slog.String("path", r.URL.Path))
-				c.fail(w, r, session, http.StatusForbidden, "This form did not come from this console (its CSRF token is missing or wrong), so nothing was done: reload the page and try again.")
+				c.fail(w, session, http.StatusForbidden, "This form did not come from this console (its CSRF token is missing or wrong), so nothing was done: reload the page and try again.")
 				return
 			}
 		}
@@ -175,13 +175,18 @@ func (c *console) render(w http.ResponseWriter, code int, name string, p page) {
 	_, _ = b.WriteTo(w) // the browser went away; nothing to do
 }
 
+// show renders a signed-in page (its forms carry the session's CSRF token).
+func (c *console) show(w http.ResponseWriter, session, name, title string, data any) {
+	c.render(w, http.StatusOK, name, page{Title: title, CSRF: c.sessions.csrf(session), Data: data})
+}
+
 // errorPage is the error template's data.
 type errorPage struct {
 	Code    int
 	Message string
 }
 
-func (c *console) fail(w http.ResponseWriter, r *http.Request, session string, code int, msg string) {
+func (c *console) fail(w http.ResponseWriter, session string, code int, msg string) {
 	p := page{Title: http.StatusText(code), Data: errorPage{code, msg}}
 	if session != "" {
 		p.CSRF = c.sessions.csrf(session)
@@ -205,7 +210,7 @@ func (c *console) failErr(w http.ResponseWriter, r *http.Request, session string
 		c.s.log.Error("console request failed", slog.String("path", r.URL.Path), slog.Any("error", err))
 		msg = "billsync failed to do this; the reason is in its log."
 	}
-	c.fail(w, r, session, code, msg)
+	c.fail(w, session, code, msg)
 }
 
 func (c *console) css(w http.ResponseWriter, r *http.Request) {
@@ -293,7 +298,7 @@ func (c *console) search(w http.ResponseWriter, r *http.Request, session string)
 			return err
 		}
 	}
-	c.render(w, http.StatusOK, "search", page{Title: "Find a customer", CSRF: c.sessions.csrf(session), Data: d})
+	c.show(w, session, "search", "Find a customer", d)
 	return nil
 }
 
@@ -312,14 +317,9 @@ func (c *console) account(w http.ResponseWriter, r *http.Request, session string
 	if err != nil {
 		return err
 	}
-	c.render(w, http.StatusOK, "account", page{Title: "Account " + strconv.FormatInt(id, 10),
-		CSRF: c.sessions.csrf(session), Data: accountData{d, historyShown}})
+	c.show(w, session, "account", "Account "+strconv.FormatInt(id, 10), accountData{d, reconcile.DetailLimit})
 	return nil
 }
-
-// historyShown is how many rows of each list the store returns for an
-// account (store.historyLimit); the page says when a list may be cut.
-const historyShown = 100
 
 // outcomeData is the page after a resync or replay.
 type outcomeData struct {
@@ -374,7 +374,7 @@ func (c *console) showOutcome(w http.ResponseWriter, session string, d outcomeDa
 	case d.EventID != 0:
 		title = fmt.Sprintf("Replayed event %d", d.EventID)
 	}
-	c.render(w, http.StatusOK, "outcome", page{Title: title, CSRF: c.sessions.csrf(session), Data: d})
+	c.show(w, session, "outcome", title, d)
 }
 
 // eventData is the event page's data.
@@ -396,8 +396,7 @@ func (c *console) event(w http.ResponseWriter, r *http.Request, session string) 
 	if err != nil {
 		return err
 	}
-	c.render(w, http.StatusOK, "event", page{Title: fmt.Sprintf("Event %d", id), CSRF: c.sessions.csrf(session),
-		Data: eventData{ev, payload}})
+	c.show(w, session, "event", fmt.Sprintf("Event %d", id), eventData{ev, payload})
 	return nil
 }
 
@@ -428,7 +427,7 @@ func (c *console) events(w http.ResponseWriter, r *http.Request, session string)
 	if d.Events, err = c.s.admin.Store.Events(r.Context(), status, eventsLimit); err != nil {
 		return err
 	}
-	c.render(w, http.StatusOK, "events", page{Title: "Events", CSRF: c.sessions.csrf(session), Data: d})
+	c.show(w, session, "events", "Events", d)
 	return nil
 }
 
@@ -445,7 +444,7 @@ func (c *console) sweeps(w http.ResponseWriter, r *http.Request, session string)
 		return err
 	}
 	d := sweepsData{Runs: runs, Started: r.URL.Query().Get("started") == "1", CanRun: c.s.admin.Sweeper != nil}
-	c.render(w, http.StatusOK, "sweeps", page{Title: "Sweeps", CSRF: c.sessions.csrf(session), Data: d})
+	c.show(w, session, "sweeps", "Sweeps", d)
 	return nil
 }
 

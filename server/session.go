@@ -20,7 +20,6 @@ import (
 // second MAC of it.
 type sessions struct {
 	key []byte
-	ttl time.Duration
 	now func() time.Time
 }
 
@@ -30,7 +29,7 @@ const sessionTTL = 12 * time.Hour
 func newSessions(token string) sessions {
 	m := hmac.New(sha256.New, []byte(token))
 	m.Write([]byte("billsync console session v1"))
-	return sessions{key: m.Sum(nil), ttl: sessionTTL, now: time.Now}
+	return sessions{key: m.Sum(nil), now: time.Now}
 }
 
 var b64 = base64.RawURLEncoding
@@ -46,7 +45,7 @@ func (s sessions) mac(parts ...string) string {
 
 // issue returns a new session.
 func (s sessions) issue() string {
-	payload := strconv.FormatInt(s.now().Add(s.ttl).Unix(), 10) + "." + rand.Text()
+	payload := strconv.FormatInt(s.now().Add(sessionTTL).Unix(), 10) + "." + rand.Text()
 	return payload + "." + s.mac("session", payload)
 }
 

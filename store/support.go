@@ -9,10 +9,6 @@ import (
 	"github.com/billsync/billsync/reconcile"
 )
 
-// historyLimit bounds each list in an account's detail: support staff read
-// the newest rows; the tables keep every one.
-const historyLimit = 100
-
 // AccountByID returns the account with billsync's id; none is
 // reconcile.ErrNotFound.
 func (s *Store) AccountByID(ctx context.Context, id int64) (reconcile.Account, error) {
@@ -42,7 +38,7 @@ func (s *Store) AccountDetail(ctx context.Context, id int64) (reconcile.AccountD
 			return err
 		}
 		rows, _ := tx.Query(ctx, `SELECT entry_key, kind, coalesce(plan, ''), delta, period_start, coalesce(note, ''), created_at
-			FROM ledger WHERE account_id = $1 ORDER BY id DESC LIMIT $2`, id, historyLimit)
+			FROM ledger WHERE account_id = $1 ORDER BY id DESC LIMIT $2`, id, reconcile.DetailLimit)
 		if d.Ledger, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (reconcile.LedgerEntry, error) {
 			var e reconcile.LedgerEntry
 			return e, r.Scan(&e.Key, &e.Kind, &e.Plan, &e.Delta, &e.PeriodStart, &e.Note, &e.CreatedAt)
@@ -50,13 +46,13 @@ func (s *Store) AccountDetail(ctx context.Context, id int64) (reconcile.AccountD
 			return err
 		}
 		rows, _ = tx.Query(ctx, `SELECT `+eventColumns+` FROM inbox_events
-			WHERE provider = $1 AND customer_id = $2 ORDER BY id DESC LIMIT $3`, d.Account.Provider, d.Account.CustomerID, historyLimit)
+			WHERE provider = $1 AND customer_id = $2 ORDER BY id DESC LIMIT $3`, d.Account.Provider, d.Account.CustomerID, reconcile.DetailLimit)
 		if d.Events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (reconcile.StoredEvent, error) { return scanEvent(r) }); err != nil {
 			return err
 		}
 		rows, _ = tx.Query(ctx, `SELECT trigger, coalesce(actor, ''), result, outcome, observed_at, created_at
 			FROM reconcile_log WHERE provider = $1 AND customer_id = $2 ORDER BY id DESC LIMIT $3`,
-			d.Account.Provider, d.Account.CustomerID, historyLimit)
+			d.Account.Provider, d.Account.CustomerID, reconcile.DetailLimit)
 		d.History, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (reconcile.LogEntry, error) {
 			var e reconcile.LogEntry
 			return e, r.Scan(&e.Trigger, &e.Actor, &e.Result, &e.Outcome, &e.ObservedAt, &e.CreatedAt)
