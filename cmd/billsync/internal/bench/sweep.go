@@ -102,14 +102,20 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	}
 	res.FirstSweepSeconds = round(time.Since(t0).Seconds(), 1)
 
-	// Drift: every 100th customer moves between pro and team at Stripe,
-	// its webhook lost.
+	// Drift: every 100th customer from first moves between pro and team
+	// at Stripe, its webhook lost.
 	step := int(math.Round(1 / sweepDrift))
-	for i := 0; i < len(customers); i += step {
-		if err := h.ChangePrice(ctx, customers[i].sub, otherPrice(customers[i].price)); err != nil {
-			return res, fmt.Errorf("sweep bench drift: %w", err)
+	drift := func(first int) (drifted int, err error) {
+		for i := first; i < len(customers); i += step {
+			if err := h.ChangePrice(ctx, customers[i].sub, otherPrice(customers[i].price)); err != nil {
+				return drifted, fmt.Errorf("sweep bench drift: %w", err)
+			}
+			drifted++
 		}
-		res.Drifted++
+		return drifted, nil
+	}
+	if res.Drifted, err = drift(0); err != nil {
+		return res, err
 	}
 
 	// The per-account baseline: what reconciling one account costs.
@@ -157,9 +163,7 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	}
 	res.Seconds = round(took.Seconds(), 2)
 	res.ProviderBoundSeconds = round(float64(res.ListCalls)/cfg.RateLimit, 2)
-	if res.ProviderBoundSeconds > 0 {
-		res.WallRatio = round(took.Seconds()/(float64(res.ListCalls)/cfg.RateLimit), 3)
-	}
+	res.WallRatio = wallRatio(took.Seconds(), res.ListCalls, cfg.RateLimit)
 	if res.ListCalls > 0 {
 		res.CallReduction = round(float64(res.PerAccountCalls)/float64(res.ListCalls), 1)
 	}
@@ -175,13 +179,10 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	// billsync's own footprint: drift another 1% (the customers between
 	// the first drift's) and sweep again with `billsync sweep` in a
 	// process of its own.
-	var p ProcessSweep
 	h.Fake.SetFaults(stripemock.Faults{DropRate: 1}) // the drift is the dashboard's, not metered
-	for i := step / 2; i < len(customers); i += step {
-		if err := h.ChangePrice(ctx, customers[i].sub, otherPrice(customers[i].price)); err != nil {
-			return res, fmt.Errorf("sweep bench drift: %w", err)
-		}
-		p.Drifted++
+	drifted, err := drift(step / 2)
+	if err != nil {
+		return res, err
 	}
 	h.Fake.SetFaults(stripemock.Faults{DropRate: 1, RequestsPerSecond: cfg.RateLimit})
 	reqs0 = counted.requests.Load()
@@ -189,10 +190,8 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	if err != nil {
 		return res, err
 	}
-	ran.Drifted, ran.ListCalls = p.Drifted, counted.requests.Load()-reqs0
-	if ran.ListCalls > 0 {
-		ran.WallRatio = round(ran.Seconds/(float64(ran.ListCalls)/cfg.RateLimit), 3)
-	}
+	ran.Drifted, ran.ListCalls = drifted, counted.requests.Load()-reqs0
+	ran.WallRatio = wallRatio(ran.Seconds, ran.ListCalls, cfg.RateLimit)
 	if ran.Seen != len(customers) || ran.Healed != ran.Drifted {
 		return res, fmt.Errorf("sweep bench: billsync sweep saw %d of %d customers and healed %d of %d drifted",
 			ran.Seen, len(customers), ran.Healed, ran.Drifted)
@@ -200,6 +199,15 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	res.Process = &ran
 	cfg.Logger.Info("bench sweep: billsync sweep done", slog.Float64("seconds", ran.Seconds), slog.Float64("peak_rss_mib", ran.PeakRSSMiB))
 	return res, nil
+}
+
+// wallRatio is seconds against the least time calls take at rate (0 when
+// there were none).
+func wallRatio(seconds float64, calls int64, rate float64) float64 {
+	if calls == 0 {
+		return 0
+	}
+	return round(seconds/(float64(calls)/rate), 3)
 }
 
 // startCPUProfile writes a CPU profile to path until stop is called; with
