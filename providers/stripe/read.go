@@ -312,9 +312,6 @@ func objectOf(raw []byte) object {
 	return o
 }
 
-// itemsOf returns a subscription's embedded items (items.data[]).
-func itemsOf(o object) []object { return o.Items.Data }
-
 // The field types below never fail a decode: a value of another JSON type
 // than theirs is absent. encoding/json hands each its value already
 // validated, so they read it without a second pass where they can.

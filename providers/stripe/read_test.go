@@ -405,3 +405,6 @@ func BenchmarkReadCustomer(b *testing.B) {
 		}
 	}
 }
+
+// itemsOf returns a subscription's embedded items (items.data[]).
+func itemsOf(o object) []object { return o.Items.Data }
