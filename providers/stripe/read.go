@@ -1,13 +1,13 @@
 package stripe
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"time"
-	"unicode/utf8"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/billsync/billsync/reconcile"
 )
@@ -18,12 +18,12 @@ import (
 // Subscription has no current_period_* at all, because API 2025-03-31.basil
 // moved them onto the items). billsync decodes instead into small structs of
 // its own holding every shape seen in the wild for the fields it reads (see
-// object), in one encoding/json pass (a whole list page at once), and one
+// object), in one pass (a whole list page at once) with
+// go-json-experiment/json, the module of Go's encoding/json/v2, and one
 // helper per field that has moved picks the shape that is there. A field
 // of an unexpected type, or null, is absent (a false ok), never a zero
-// value handed out, and never spoils the other fields. (encoding/json
-// matches keys without regard to case, so an "ID" would be read as the id;
-// Stripe's keys are all lower case.)
+// value handed out, and never spoils the other fields. Keys match exactly,
+// as Stripe writes them (all lower case).
 
 // periodOf returns an item's current billing period.
 //
@@ -102,7 +102,7 @@ func customerIDOf(raw []byte) (string, bool) {
 	var o struct {
 		Customer ref `json:"customer"`
 	}
-	_ = json.Unmarshal(raw, &o) // a field of the wrong type is absent
+	decode(raw, &o)
 	return o.Customer.id.s, o.Customer.id.ok
 }
 
@@ -216,7 +216,7 @@ type customerJSON struct {
 // were expanded, in one pass. A customer that has no id is unreadable.
 func customerOfJSON(raw []byte, userRefKey string) (customerJSON, error) {
 	var o customerObject
-	_ = json.Unmarshal(raw, &o) // a field of the wrong type is absent
+	decode(raw, &o)
 	return o.read(userRefKey)
 }
 
@@ -225,41 +225,47 @@ func customerOfJSON(raw []byte, userRefKey string) (customerJSON, error) {
 // has_more a boolean when there); inside data, a field of the wrong type is
 // only absent, as customerOfJSON reads it.
 func customerPageOf(body []byte) (customers []customerObject, hasMore bool, err error) {
-	var list struct {
-		Data    []customerObject `json:"data"`
-		HasMore json.RawMessage  `json:"has_more"` // never fails the decode: checked below
+	var page struct {
+		Data    pageData       `json:"data"`
+		HasMore jsontext.Value `json:"has_more"` // never fails the decode: checked below
 	}
-	err = json.Unmarshal(body, &list)
-	var typeErr *json.UnmarshalTypeError
-	switch {
-	case err != nil && !errors.As(err, &typeErr):
-		return nil, false, err // not JSON
-	case err != nil && list.Data == nil:
-		// Nothing decoded into data: the page, or its data, is not what
-		// a list is (with data an array, a type error is inside it).
+	if err := json.Unmarshal(body, &page, decoding); err != nil {
 		return nil, false, err
 	}
-	switch string(list.HasMore) {
+	switch string(page.HasMore) {
 	case "", "null", "false":
 	case "true":
 		hasMore = true
 	default:
-		return nil, false, fmt.Errorf("has_more is %s, not a boolean", list.HasMore)
+		return nil, false, fmt.Errorf("has_more is %s, not a boolean", page.HasMore)
 	}
-	return list.Data, hasMore, nil
+	return page.Data, hasMore, nil
+}
+
+// pageData is a list page's data: unlike the fields inside it, it must be
+// an array (or null, an empty page), or the page is not a list.
+type pageData []customerObject
+
+func (d *pageData) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	if k := dec.PeekKind(); k != '[' && k != 'n' {
+		return fmt.Errorf("data is a JSON %v, not an array", k)
+	}
+	return json.UnmarshalDecode(dec, (*[]customerObject)(d))
 }
 
 // customerObject is what billsync reads of a customer, as decoded (each
 // field absent when missing, null or of another type).
 type customerObject struct {
-	ID            text            `json:"id"`
-	Deleted       flag            `json:"deleted"`
-	Email         text            `json:"email"`
-	Metadata      map[string]text `json:"metadata"`
-	Subscriptions struct {
-		Data    []object `json:"data"`
-		HasMore flag     `json:"has_more"`
-	} `json:"subscriptions"`
+	ID            text     `json:"id"`
+	Deleted       flag     `json:"deleted"`
+	Email         text     `json:"email"`
+	Metadata      metadata `json:"metadata"`
+	Subscriptions list     `json:"subscriptions"`
+}
+
+func (o *customerObject) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	type fields customerObject // the fields, without this method
+	return decodeObject(dec, (*fields)(o))
 }
 
 func (o customerObject) read(userRefKey string) (customerJSON, error) {
@@ -268,9 +274,9 @@ func (o customerObject) read(userRefKey string) (customerJSON, error) {
 	}
 	c := customerJSON{id: o.ID.s, deleted: o.Deleted.v, userRef: o.Metadata[userRefKey].s, email: o.Email.s}
 	// The embedded list is all of them only when it is a list: data an
-	// array (encoding/json leaves it nil when it is not, and when it is
-	// null: then the subscription list is asked, as when not expanded)
-	// and has_more false.
+	// array (it is nil when it is not, and when it is null: then the
+	// subscription list is asked, as when not expanded) and has_more
+	// false.
 	list := o.Subscriptions
 	c.subs, c.complete = list.Data, list.Data != nil && list.HasMore.ok && !list.HasMore.v
 	return c, nil
@@ -296,25 +302,107 @@ type object struct {
 	Price              ref      `json:"price"`
 	Plan               ref      `json:"plan"` // legacy; the only reference before Prices
 	Quantity           count    `json:"quantity"`
-	Items              struct {
-		Data    []object `json:"data"`
-		HasMore flag     `json:"has_more"`
-	} `json:"items"`
+	Items              list     `json:"items"`
+}
+
+func (o *object) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	type fields object // the fields, without this method
+	return decodeObject(dec, (*fields)(o))
 }
 
 // objectOf decodes a subscription or an item; JSON that is not an object
 // gives an object with every field absent.
 func objectOf(raw []byte) object {
 	var o object
-	// A value of the wrong type only leaves its field absent (encoding/json
-	// skips it and goes on); invalid JSON leaves everything absent.
-	_ = json.Unmarshal(raw, &o)
+	decode(raw, &o)
 	return o
 }
 
-// The field types below never fail a decode: a value of another JSON type
-// than theirs is absent. encoding/json hands each its value already
-// validated, so they read it without a second pass where they can.
+// listOf decodes a list object's data (a subscription's items).
+func listOf(raw []byte) []object {
+	var l list
+	decode(raw, &l)
+	return l.Data
+}
+
+// decoding is how the readers decode: as leniently about the bytes as
+// encoding/json, which billsync used before (a repeated key: the last one
+// counts; invalid UTF-8 in a string: replaced), and matching keys exactly,
+// as Stripe writes them.
+var decoding = json.JoinOptions(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+
+// decode reads raw into v, whose fields are of the types below: only JSON
+// that is not JSON at all fails it, and then v is left with every field
+// absent rather than with the part read before the fault.
+func decode[T any](raw []byte, v *T) {
+	if json.Unmarshal(raw, v, decoding) != nil {
+		var zero T
+		*v = zero
+	}
+}
+
+// decodeObject decodes an object's fields, or skips a value of another
+// type (every field absent).
+func decodeObject(dec *jsontext.Decoder, fields any) error {
+	if dec.PeekKind() != '{' {
+		return dec.SkipValue()
+	}
+	return json.UnmarshalDecode(dec, fields)
+}
+
+// The types below never fail a decode: a value of another JSON type than
+// theirs is absent (skipped, and the decode goes on). They read their
+// value straight from the decoder, in the one pass over the page.
+
+// list is a Stripe list object: data is nil when it is missing, null or
+// not an array, and empty (not nil) when it is [].
+type list struct {
+	Data    objects `json:"data"`
+	HasMore flag    `json:"has_more"`
+}
+
+func (l *list) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	type fields list
+	return decodeObject(dec, (*fields)(l))
+}
+
+// objects is a JSON array of objects; an element of another type is an
+// object with every field absent.
+type objects []object
+
+func (os *objects) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	*os = nil
+	if dec.PeekKind() != '[' {
+		return dec.SkipValue()
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return err
+	}
+	all := objects{}
+	for dec.PeekKind() != ']' {
+		var o object
+		if err := o.UnmarshalJSONFrom(dec); err != nil {
+			return err
+		}
+		all = append(all, o)
+	}
+	if _, err := dec.ReadToken(); err != nil {
+		return err
+	}
+	*os = all
+	return nil
+}
+
+// metadata is a customer's metadata: string values by key.
+type metadata map[string]text
+
+func (m *metadata) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	*m = nil
+	if dec.PeekKind() != '{' {
+		return dec.SkipValue()
+	}
+	return json.UnmarshalDecode(dec, (*map[string]text)(m))
+}
 
 // text is a non-empty JSON string.
 type text struct {
@@ -322,44 +410,33 @@ type text struct {
 	ok bool
 }
 
-func (t *text) UnmarshalJSON(b []byte) error {
+func (t *text) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 	*t = text{}
-	if len(b) < 2 || b[0] != '"' {
-		return nil
+	if dec.PeekKind() != '"' {
+		return dec.SkipValue()
 	}
-	if s := b[1 : len(b)-1]; plainASCII(s) {
-		*t = text{s: string(s), ok: len(s) > 0}
-		return nil
+	tok, err := dec.ReadToken()
+	if err != nil {
+		return err
 	}
-	if json.Unmarshal(b, &t.s) == nil {
-		t.ok = t.s != ""
-	}
+	s := tok.String()
+	*t = text{s: s, ok: s != ""}
 	return nil
-}
-
-// plainASCII reports whether a JSON string's content is itself: no escape,
-// nothing but ASCII.
-func plainASCII(s []byte) bool {
-	for _, c := range s {
-		if c == '\\' || c >= utf8.RuneSelf {
-			return false
-		}
-	}
-	return true
 }
 
 // flag is a JSON boolean.
 type flag struct{ v, ok bool }
 
-func (f *flag) UnmarshalJSON(b []byte) error {
-	switch string(b) {
-	case "true":
-		*f = flag{v: true, ok: true}
-	case "false":
-		*f = flag{ok: true}
-	default:
-		*f = flag{}
+func (f *flag) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	*f = flag{}
+	if k := dec.PeekKind(); k != 't' && k != 'f' {
+		return dec.SkipValue()
 	}
+	tok, err := dec.ReadToken()
+	if err != nil {
+		return err
+	}
+	*f = flag{v: tok.Bool(), ok: true}
 	return nil
 }
 
@@ -369,8 +446,16 @@ type count struct {
 	ok bool
 }
 
-func (c *count) UnmarshalJSON(b []byte) error {
-	n, err := strconv.ParseInt(string(b), 10, 64)
+func (c *count) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	*c = count{}
+	if dec.PeekKind() != '0' {
+		return dec.SkipValue()
+	}
+	v, err := dec.ReadValue()
+	if err != nil {
+		return err
+	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
 	*c = count{n: n, ok: err == nil}
 	return nil
 }
@@ -382,10 +467,13 @@ type unixTime struct {
 	ok bool
 }
 
-func (u *unixTime) UnmarshalJSON(b []byte) error {
+func (u *unixTime) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 	*u = unixTime{}
 	var sec count
-	if _ = sec.UnmarshalJSON(b); sec.ok && sec.n > 0 && sec.n <= maxUnix {
+	if err := sec.UnmarshalJSONFrom(dec); err != nil {
+		return err
+	}
+	if sec.ok && sec.n > 0 && sec.n <= maxUnix {
 		*u = unixTime{t: time.Unix(sec.n, 0).UTC(), ok: true}
 	}
 	return nil
@@ -397,9 +485,9 @@ const maxUnix = 253402300799
 // paused is pause_collection: set when it is an object.
 type paused bool
 
-func (p *paused) UnmarshalJSON(b []byte) error {
-	*p = len(b) > 0 && b[0] == '{'
-	return nil
+func (p *paused) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	*p = dec.PeekKind() == '{'
+	return dec.SkipValue()
 }
 
 // ref is a reference that Stripe renders either as an id string or as the
@@ -410,18 +498,18 @@ type ref struct {
 	lookupKey text
 }
 
-func (r *ref) UnmarshalJSON(b []byte) error {
+func (r *ref) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 	*r = ref{}
-	switch {
-	case len(b) > 0 && b[0] == '"':
-		return r.id.UnmarshalJSON(b)
-	case len(b) > 0 && b[0] == '{':
-		var o struct {
-			ID        text `json:"id"`
-			LookupKey text `json:"lookup_key"`
-		}
-		_ = json.Unmarshal(b, &o)
-		r.id, r.lookupKey = o.ID, o.LookupKey
+	if dec.PeekKind() != '{' {
+		return r.id.UnmarshalJSONFrom(dec)
 	}
+	var o struct {
+		ID        text `json:"id"`
+		LookupKey text `json:"lookup_key"`
+	}
+	if err := json.UnmarshalDecode(dec, &o); err != nil {
+		return err
+	}
+	r.id, r.lookupKey = o.ID, o.LookupKey
 	return nil
 }

@@ -272,6 +272,67 @@ func TestCustomerExpanded(t *testing.T) {
 	})
 }
 
+// TestReadersAreLenient pins what the readers accept of bytes that are
+// JSON but not as Stripe writes it: only JSON that is not JSON at all, or a
+// page that is not a list, fails; anything else leaves the odd field absent
+// and reads the rest.
+func TestReadersAreLenient(t *testing.T) {
+	t.Parallel()
+	customer := func(t *testing.T, raw string) customerJSON {
+		t.Helper()
+		cust, err := customerOfJSON([]byte(raw), "user_id")
+		require.NoError(t, err)
+		return cust
+	}
+	t.Run("RepeatedKeyLastWins", func(t *testing.T) {
+		cust := customer(t, `{"id":"cus_a","id":"cus_b","metadata":{"user_id":"u1","user_id":"u2"}}`)
+		require.Equal(t, "cus_b", cust.id)
+		require.Equal(t, "u2", cust.userRef)
+	})
+	t.Run("InvalidUTF8IsReplaced", func(t *testing.T) {
+		cust := customer(t, "{\"id\":\"cus_\xff\",\"email\":\"a\\ud800@example.com\"}")
+		require.Equal(t, "cus_\uFFFD", cust.id)
+		require.Equal(t, "a\uFFFD@example.com", cust.email)
+	})
+	t.Run("KeysMatchExactly", func(t *testing.T) {
+		cust := customer(t, `{"id":"cus_a","ID":"cus_b","Email":"x@example.com"}`)
+		require.Equal(t, "cus_a", cust.id)
+		require.Empty(t, cust.email)
+	})
+	t.Run("WrongTypedContainersAreAbsent", func(t *testing.T) {
+		cust := customer(t, `{"id":"cus_a","metadata":[1],"subscriptions":{"data":[7,{"id":"sub_1","status":"active","items":"x"}],"has_more":false}}`)
+		require.Empty(t, cust.userRef)
+		require.True(t, cust.complete)
+		require.Len(t, cust.subs, 2)
+		require.False(t, cust.subs[0].ID.ok, "a number where a subscription belongs is one with nothing in it")
+		require.Nil(t, cust.subs[1].Items.Data)
+		_, err := subscriptionsOf(cust.subs)
+		require.ErrorContains(t, err, "no id")
+	})
+	t.Run("NotJSONIsAllAbsent", func(t *testing.T) {
+		_, err := customerOfJSON([]byte(`{"id":"cus_a","email":"a@example.com",`), "user_id")
+		require.True(t, reconcile.IsPermanent(err), "nothing read before the fault is kept")
+		require.Equal(t, object{}, objectOf([]byte(`{"id":"sub_1","status":"active"} trailing`)))
+	})
+	t.Run("Page", func(t *testing.T) {
+		customers, more, err := customerPageOf([]byte(`{"object":"list","data":[{"id":"cus_1"},"x",{"id":"cus_2","deleted":"yes"}],"has_more":true}`))
+		require.NoError(t, err)
+		require.True(t, more)
+		require.Len(t, customers, 3)
+		require.Equal(t, "cus_1", customers[0].ID.s)
+		require.False(t, customers[1].ID.ok)
+		require.False(t, customers[2].Deleted.ok)
+		for _, bad := range []string{`{"data":"x"}`, `{"data":{}}`, `[]`, `{"data":[],"has_more":1}`, `{"data":[`, `<html>`} {
+			_, _, err := customerPageOf([]byte(bad))
+			require.Error(t, err, bad)
+		}
+		customers, more, err = customerPageOf([]byte(`{"data":null}`))
+		require.NoError(t, err)
+		require.False(t, more)
+		require.Empty(t, customers)
+	})
+}
+
 // TestReadersOnStripeMock runs the readers on the subscription Stripe's own
 // OpenAPI mock returns: the current (basil) shape, as Stripe documents it.
 func TestReadersOnStripeMock(t *testing.T) {
@@ -332,7 +393,8 @@ func TestReadersOnStripeMock(t *testing.T) {
 	require.ErrorContains(t, err, "before it starts")
 }
 
-// FuzzReadSubscription feeds arbitrary bytes to the readers: they must
+// FuzzReadSubscription feeds arbitrary bytes to the readers (a
+// subscription, a customer, a page of the customer list): they must
 // never panic, every failure must be permanent with a reason, and what they
 // return holds no made-up data: an id and status, periods that are both
 // set and ordered or both zero, quantities never negative.
@@ -349,6 +411,7 @@ func FuzzReadSubscription(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte(`{"id":"sub_x","status":"active","items":{"data":[{"current_period_start":1,"current_period_end":2,"price":"p"}]}}`))
+	f.Add([]byte(`{"object":"list","data":[{"id":"cus_1","subscriptions":{"data":[{"id":"sub_1","status":"active"}],"has_more":false}},7],"has_more":true}`))
 	f.Add([]byte(`{"id":"sub_x","status":"active","current_period_start":9223372036854775807,"current_period_end":-1,"plan":{"id":1}}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		check := func(sub reconcile.Subscription) {
@@ -369,6 +432,15 @@ func FuzzReadSubscription(f *testing.F) {
 			require.NotEmpty(t, perm.Reason)
 		} else {
 			check(sub)
+		}
+		if customers, _, err := customerPageOf(raw); err == nil {
+			for _, o := range customers {
+				if c, err := o.read("user_id"); err != nil {
+					require.True(t, reconcile.IsPermanent(err))
+				} else {
+					require.NotEmpty(t, c.id)
+				}
+			}
 		}
 		cust, err := customerOfJSON(raw, "user_id")
 		if err != nil {

@@ -325,11 +325,7 @@ func expectationOf(o objectJSON) *reconcile.Expectation {
 		return nil
 	}
 	e := &reconcile.Expectation{SubscriptionID: o.ID, Status: o.Status}
-	var items struct {
-		Data []object `json:"data"`
-	}
-	_ = json.Unmarshal(o.Items, &items) // a field of the wrong type is absent
-	for _, item := range items.Data {
+	for _, item := range listOf(o.Items) {
 		price := item.Price.id
 		if !price.ok {
 			price = item.Plan.id
