@@ -60,11 +60,14 @@ type SweepStore interface {
 	SweepLock(ctx context.Context, provider string) (unlock func(), ok bool, err error)
 	// StartSweep starts a run, or resumes the one a dead sweeper left.
 	StartSweep(ctx context.Context, provider string) (SweepRun, error)
-	SweepProgress(ctx context.Context, run SweepRun) error
+	// SweepPage records a page once it is applied, in one transaction:
+	// its customers as resolved by the run (EnqueueUnswept leaves them
+	// out) and the run's progress (run.Cursor, Healed, Failed). It returns
+	// the customers the run has resolved, each counted once. A page whose
+	// record is lost in a crash is listed and applied again, which writes
+	// nothing where it was applied.
+	SweepPage(ctx context.Context, run SweepRun, customers []string) (seen int, err error)
 	FinishSweep(ctx context.Context, run SweepRun, failure error) error
-	// MarkSwept records customers resolved by the run; it returns the
-	// ones not resolved by it before.
-	MarkSwept(ctx context.Context, runID int64, customers []string) ([]string, error)
 	// ApplySwept is Apply for a swept snapshot, without a queue row, writing
 	// nothing for an account already right.
 	ApplySwept(ctx context.Context, job Job, observedAt time.Time, decide func(cur Account) Change) (Outcome, bool, error)
@@ -189,9 +192,11 @@ func (s *Sweeper) sweep(ctx context.Context, rep *SweepReport) error {
 	}
 	// Pages are applied by one goroutine while the lister fetches the next
 	// one, so a sweep takes about the longer of listing and applying, not
-	// their sum. Progress (the resume cursor) is recorded only once a page
-	// is applied. A stopped sweep (ctx done) still applies the page already
-	// handed over, each store call bounded by the store's own deadline.
+	// their sum. A page is recorded (its customers, the resume cursor after
+	// it) only once it is applied: a sweeper killed half way through a page
+	// leaves the whole page to the run's next sweeper. A stopped sweep (ctx
+	// done) still applies the page already handed over, each store call
+	// bounded by the store's own deadline.
 	listCtx, stopListing := context.WithCancelCause(ctx)
 	defer stopListing(nil)
 	pages := make(chan listedPage, 1)
@@ -255,13 +260,14 @@ func (s *Sweeper) applyPage(ctx context.Context, rep *SweepReport, p listedPage)
 	if p.next != "" {
 		rep.Calls++
 	}
-	if err := s.page(ctx, rep, p.snaps, p.at); err != nil {
+	customers, err := s.page(ctx, rep, p.snaps, p.at)
+	if err != nil {
 		return err
 	}
 	if p.next != "" {
 		rep.Run.Cursor = p.next
 	}
-	if err := s.cfg.Store.SweepProgress(ctx, rep.Run); err != nil {
+	if rep.Run.Seen, err = s.cfg.Store.SweepPage(ctx, rep.Run, customers); err != nil {
 		return err
 	}
 	if s.cfg.OnPage != nil {
@@ -270,31 +276,27 @@ func (s *Sweeper) applyPage(ctx context.Context, rep *SweepReport, p listedPage)
 	return nil
 }
 
-// page applies one page's snapshots, skipping customers this run already
-// resolved (a resumed run meets them again in the older part of the list).
-// Customers whose account is already right are only counted: one read for
-// the whole page finds them, and only the rest are applied, each in its own
+// page applies one page's snapshots and returns its customers. Customers
+// whose account is already right are only counted: one read for the whole
+// page finds them, and only the rest are applied, each in its own
 // transaction under its row lock (where the decision is taken again).
-func (s *Sweeper) page(ctx context.Context, rep *SweepReport, snaps []Snapshot, at time.Time) error {
-	if len(snaps) == 0 {
-		return nil
-	}
+func (s *Sweeper) page(ctx context.Context, rep *SweepReport, snaps []Snapshot, at time.Time) ([]string, error) {
 	byCustomer := make(map[string]Snapshot, len(snaps))
 	ids := make([]string, 0, len(snaps))
 	for _, snap := range snaps {
+		if _, dup := byCustomer[snap.CustomerID]; !dup {
+			ids = append(ids, snap.CustomerID)
+		}
 		byCustomer[snap.CustomerID] = snap
-		ids = append(ids, snap.CustomerID)
 	}
-	fresh, err := s.cfg.Store.MarkSwept(ctx, rep.Run.ID, ids)
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	settled, err := s.settled(ctx, ids, byCustomer, at)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	settled, err := s.settled(ctx, fresh, byCustomer, at)
-	if err != nil {
-		return err
-	}
-	for _, id := range fresh {
-		rep.Run.Seen++
+	for _, id := range ids {
 		if settled[id] {
 			continue
 		}
@@ -304,7 +306,7 @@ func (s *Sweeper) page(ctx context.Context, rep *SweepReport, snaps []Snapshot, 
 			return Decide(cur, snap, s.cfg.Plans, at)
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		switch out.Result {
 		case ResultApplied:
@@ -324,7 +326,7 @@ func (s *Sweeper) page(ctx context.Context, rep *SweepReport, snaps []Snapshot, 
 			alertUnmapped(ctx, s.log.With(slog.String("provider", s.cfg.Provider), slog.String("customer", id)), out)
 		}
 	}
-	return nil
+	return ids, nil
 }
 
 // settled returns the customers for whom applying their snapshot would

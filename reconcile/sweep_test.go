@@ -296,6 +296,50 @@ func TestSweepResumesFromCursor(t *testing.T) {
 	require.Equal(t, 1, runs, "the run was resumed, not started again")
 }
 
+// dyingStore is the real store whose sweeper dies at one ApplySwept: the
+// applies before it are committed, nothing after it runs, and the end of
+// the run is never recorded.
+type dyingStore struct {
+	crashingStore
+	left atomic.Int64 // applies that succeed before the crash
+}
+
+var errKilled = errors.New("killed")
+
+func (s *dyingStore) ApplySwept(ctx context.Context, job reconcile.Job, at time.Time, decide func(reconcile.Account) reconcile.Change) (reconcile.Outcome, bool, error) {
+	if s.left.Add(-1) < 0 {
+		return reconcile.Outcome{}, false, errKilled
+	}
+	return s.Store.ApplySwept(ctx, job, at, decide)
+}
+
+// TestSweepKilledMidPageResumes: a sweeper killed half way through applying
+// a page leaves that page to the next sweep, which applies every customer
+// of it that was not applied, not only those it had not met.
+func TestSweepKilledMidPageResumes(t *testing.T) {
+	t.Parallel()
+	h, _ := newSweepHarness(t, stripemock.Options{}, false)
+	customers, _ := h.subscribeMany(150, func(int) string { return "price_team" }) // two pages, all new to billsync
+	st := &dyingStore{crashingStore: crashingStore{h.st}}
+	st.left.Store(130) // the first page, then 30 of the second
+	_, err := h.sweeper(nil, st).Run(context.Background())
+	require.ErrorIs(t, err, errKilled)
+	status, seen, changed, _ := h.sweepRun()
+	require.Equal(t, "running", status)
+	require.Equal(t, 100, seen, "only the finished page is recorded")
+	require.Equal(t, 100, changed)
+	require.Len(t, h.wrongAccounts(customers), 20)
+
+	rep, err := h.sweeper(nil, nil).Run(context.Background())
+	require.NoError(t, err)
+	require.True(t, rep.Run.Resumed)
+	require.Equal(t, 150, rep.Run.Seen, "each customer counted once")
+	require.Empty(t, h.wrongAccounts(customers))
+	status, seen, _, _ = h.sweepRun()
+	require.Equal(t, "succeeded", status)
+	require.Equal(t, 150, seen)
+}
+
 func TestSweepNeverOverwritesAFresherReconcile(t *testing.T) {
 	t.Parallel()
 	h, _ := newSweepHarness(t, stripemock.Options{}, true)

@@ -97,18 +97,38 @@ func (s *Store) StartSweep(ctx context.Context, provider string) (reconcile.Swee
 	return run, nil
 }
 
-// SweepProgress records the run's heartbeat, counts and cursor (the last
-// page it finished), so a run that dies resumes after that page.
-func (s *Store) SweepProgress(ctx context.Context, run reconcile.SweepRun) error {
+// SweepPage records a page the run has applied, in one transaction: its
+// customers as resolved by the run (EnqueueUnswept leaves them out) and the
+// run's heartbeat, counts and cursor (the last page it finished), so a run
+// that dies resumes after that page. It returns how many customers the run
+// has resolved, each counted once.
+//
+// Its commit does not wait for the disk (synchronous_commit off, for this
+// transaction only): a crash can lose only the last such records, never a
+// later one (the WAL is replayed in order, and every account write after
+// it waits for the disk, flushing it too), and losing one only means its
+// page is listed and applied again, which writes nothing where it was
+// applied.
+func (s *Store) SweepPage(ctx context.Context, run reconcile.SweepRun, customers []string) (seen int, err error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	_, err := s.pool.Exec(ctx, `
-		UPDATE sweep_runs SET heartbeat_at = now(), seen = $2, changed = $3, failed = $4, cursor = NULLIF($5, '')
-		WHERE id = $1`, run.ID, run.Seen, run.Healed, run.Failed, run.Cursor)
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `
+			WITH fresh AS (
+				INSERT INTO sweep_seen (run_id, customer_id) SELECT $1, unnest($2::text[])
+				ON CONFLICT DO NOTHING RETURNING 1)
+			UPDATE sweep_runs SET heartbeat_at = now(), seen = seen + (SELECT count(*) FROM fresh),
+				changed = $3, failed = $4, cursor = NULLIF($5, '')
+			WHERE id = $1
+			RETURNING seen`, run.ID, customers, run.Healed, run.Failed, run.Cursor).Scan(&seen)
+	})
 	if err != nil {
-		return fmt.Errorf("record sweep %d progress: %w", run.ID, classify(err))
+		return 0, fmt.Errorf("record sweep %d page: %w", run.ID, classify(err))
 	}
-	return nil
+	return seen, nil
 }
 
 // FinishSweep ends the run: succeeded, or failed with failure's text when
@@ -134,25 +154,6 @@ func (s *Store) FinishSweep(ctx context.Context, run reconcile.SweepRun, failure
 		return fmt.Errorf("finish sweep %d: %w", run.ID, classify(err))
 	}
 	return nil
-}
-
-// MarkSwept records that the run resolved customers and returns those it
-// had not resolved before (a resumed run can meet a customer again in the
-// older part of the listing; only the first, newer, resolution counts).
-func (s *Store) MarkSwept(ctx context.Context, runID int64, customers []string) ([]string, error) {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	rows, err := s.pool.Query(ctx, `
-		INSERT INTO sweep_seen (run_id, customer_id) SELECT $1, unnest($2::text[])
-		ON CONFLICT DO NOTHING RETURNING customer_id`, runID, customers)
-	if err != nil {
-		return nil, fmt.Errorf("mark swept customers: %w", classify(err))
-	}
-	fresh, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("mark swept customers: %w", classify(err))
-	}
-	return fresh, nil
 }
 
 // EnqueueUnswept makes every account of provider that the run did not
