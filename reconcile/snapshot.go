@@ -84,9 +84,25 @@ type Provider interface {
 }
 
 // Lister is the optional bulk read the nightly sweep uses where a provider
-// allows it: every customer's snapshot, a page at a time from cursor.
+// allows it: every customer's snapshot, a page at a time.
 type Lister interface {
-	List(ctx context.Context, cursor string, page func(snaps []Snapshot, next string) error) error
+	// ListPage reads the page of the listing at cursor ("" its start):
+	// the snapshots of its customers, the cursor after it, and whether a
+	// page follows. next is a place to resume even when more is false
+	// (resuming there lists nothing); it holds no newline.
+	ListPage(ctx context.Context, cursor string) (snaps []Snapshot, next string, more bool, err error)
+}
+
+// Splitter is a Lister whose listing divides into parts listed at the same
+// time: one request at a time, at a provider's latency, uses a small share
+// of the sweep's rate budget.
+type Splitter interface {
+	// Split divides what remains of a listing after a page (next, with
+	// more true) into the part the caller keeps listing and a part given
+	// to another lister; between them they list each remaining customer
+	// once. kept is "" when the rest is too small to divide. It may ask
+	// the provider (a few small requests).
+	Split(ctx context.Context, next string) (kept, given string, err error)
 }
 
 // ErrCustomerUnknown means the provider has no such customer: permanent.

@@ -45,6 +45,11 @@ type SweepReport struct {
 	Took     time.Duration
 }
 
+// DefaultSweepParallel is how many parts of a listing a sweep lists at
+// once by default: enough to keep a provider with a few hundred
+// milliseconds of latency busy at a sweep's share of its rate limit.
+const DefaultSweepParallel = 8
+
 // MaxHealedReported caps SweepReport.Healed; every healed account is
 // logged regardless.
 const MaxHealedReported = 100
@@ -94,14 +99,19 @@ type SweeperConfig struct {
 	// so the worker's fetches for the sweep keep within a rate budget of
 	// their own and webhook-triggered work (due now) goes first; default
 	// one account a second.
-	Pace   time.Duration
-	Plans  *Plans // required
-	Logger *slog.Logger
+	Pace time.Duration
+	// Parallel is how many parts of the listing are listed at once when
+	// the Lister is a Splitter; default DefaultSweepParallel. Each part's
+	// requests still wait for the Lister's rate limit.
+	Parallel int
+	Plans    *Plans // required
+	Logger   *slog.Logger
 	// OnPage, when set, sees the run after each page (progress output).
 	OnPage func(SweepRun)
 }
 
-// Sweeper heals drift: it lists every customer of a provider in bulk and
+// Sweeper heals drift: it lists every customer of a provider in bulk (in
+// parts listed at once, where the Lister can split its listing) and
 // applies each snapshot with the same decision and guarded write as the
 // worker. Each page is applied as observed at the database time taken
 // before its list call, so a webhook-triggered reconcile that lands during
@@ -123,6 +133,9 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 	if cfg.Pace < 0 {
 		errs = append(errs, errors.New("negative pace"))
 	}
+	if cfg.Parallel < 0 {
+		errs = append(errs, errors.New("negative parallel"))
+	}
 	if cfg.Plans == nil {
 		errs = append(errs, errors.New("no plans"))
 	}
@@ -131,6 +144,7 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 	}
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)).With("provider", cfg.Provider, "component", "sweep")
 	cfg.Pace = cmp.Or(cfg.Pace, time.Second)
+	cfg.Parallel = cmp.Or(cfg.Parallel, DefaultSweepParallel)
 	return &Sweeper{cfg: cfg, log: log}, nil
 }
 
@@ -183,42 +197,22 @@ func (s *Sweeper) sweep(ctx context.Context, rep *SweepReport) error {
 		rep.Enqueued = n
 		return err
 	}
-	// Customers resolved only at the end of the listing were met on several
-	// pages; the first page's time is older than any of them, so it is the
-	// safe observation to apply them with.
-	first, err := s.cfg.Store.Now(ctx)
-	if err != nil {
-		return err
-	}
-	// Pages are applied by one goroutine while the lister fetches the next
-	// one, so a sweep takes about the longer of listing and applying, not
+	// Pages are applied by one goroutine while the listers fetch the next
+	// ones, so a sweep takes about the longer of listing and applying, not
 	// their sum. A page is recorded (its customers, the resume cursor after
 	// it) only once it is applied: a sweeper killed half way through a page
 	// leaves the whole page to the run's next sweeper. A stopped sweep (ctx
-	// done) still applies the page already handed over, each store call
+	// done) still applies the pages already handed over, each store call
 	// bounded by the store's own deadline.
 	listCtx, stopListing := context.WithCancelCause(ctx)
 	defer stopListing(nil)
-	pages := make(chan listedPage, 1)
+	cursor := parseRunCursor(rep.Run.Cursor)
+	pages := make(chan listedPage, s.cfg.Parallel)
 	applied := make(chan error, 1)
 	go func() {
-		applied <- s.applyPages(context.WithoutCancel(ctx), stopListing, rep, pages)
+		applied <- s.applyPages(context.WithoutCancel(ctx), stopListing, rep, cursor, pages)
 	}()
-	observed := first
-	err = s.cfg.Lister.List(listCtx, rep.Run.Cursor, func(snaps []Snapshot, next string) error {
-		at := observed
-		if next == "" {
-			at = first
-		}
-		select {
-		case pages <- listedPage{snaps: snaps, next: next, at: at}:
-		case <-listCtx.Done():
-			return context.Cause(listCtx)
-		}
-		// The next page's time, taken before its list call.
-		observed, err = s.cfg.Store.Now(listCtx)
-		return err
-	})
+	err := s.list(listCtx, cursor.parts(), pages)
 	close(pages)
 	if aerr := <-applied; aerr != nil {
 		return aerr
@@ -234,39 +228,40 @@ func (s *Sweeper) sweep(ctx context.Context, rep *SweepReport) error {
 	return nil
 }
 
-// listedPage is one page of the listing on its way to being applied.
-type listedPage struct {
-	snaps []Snapshot
-	next  string    // the cursor after it; "" for the listing's final call
-	at    time.Time // observed: the database time taken before its list call
-}
-
 // applyPages applies pages in order and records progress after each. On
 // failure it stops the listing and drains what was sent.
-func (s *Sweeper) applyPages(ctx context.Context, stop context.CancelCauseFunc, rep *SweepReport, pages <-chan listedPage) error {
+func (s *Sweeper) applyPages(ctx context.Context, stop context.CancelCauseFunc, rep *SweepReport, cursor *runCursor, pages <-chan listedPage) error {
 	var failed error
 	for p := range pages {
 		if failed != nil {
 			continue
 		}
-		if failed = s.applyPage(ctx, rep, p); failed != nil {
+		if failed = s.applyPage(ctx, rep, cursor, p); failed != nil {
 			stop(failed)
 		}
 	}
 	return failed
 }
 
-func (s *Sweeper) applyPage(ctx context.Context, rep *SweepReport, p listedPage) error {
-	if p.next != "" {
-		rep.Calls++
+func (s *Sweeper) applyPage(ctx context.Context, rep *SweepReport, cursor *runCursor, p listedPage) error {
+	if p.split {
+		// Recorded with the next page: until then the cursor before the
+		// split covers both parts.
+		cursor.set(p.part, p.next)
+		cursor.set(p.given, p.givenCursor)
+		return nil
 	}
+	rep.Calls++
 	customers, err := s.page(ctx, rep, p.snaps, p.at)
 	if err != nil {
 		return err
 	}
-	if p.next != "" {
-		rep.Run.Cursor = p.next
+	if p.more {
+		cursor.set(p.part, p.next)
+	} else {
+		cursor.finish(p.part, p.next)
 	}
+	rep.Run.Cursor = cursor.String()
 	if rep.Run.Seen, err = s.cfg.Store.SweepPage(ctx, rep.Run, customers); err != nil {
 		return err
 	}

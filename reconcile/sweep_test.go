@@ -179,14 +179,29 @@ func TestSweepListsInBulk(t *testing.T) {
 		n = 300
 	}
 	h.subscribeMany(n, func(int) string { return "price_pro" })
+	pages := (n + 99) / 100 // ceil(n/100)
+
+	// One page at a time: the pages, and at most one empty page after a
+	// full last one.
 	calls.n.Store(0)
-	rep, err := h.sweeper(nil, nil).Run(context.Background())
+	s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: h.st, Provider: stripe.Provider, Lister: h.client, Parallel: 1, Plans: h.plans})
+	require.NoError(t, err)
+	rep, err := s.Run(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, n, rep.Run.Seen)
 	require.Equal(t, n, rep.Run.Healed, "every account created by the sweep")
-	pages := (n + 99) / 100 // ceil(n/100)
-	require.LessOrEqual(t, int(calls.n.Load()), pages+1, "list calls for %d accounts", n)
-	t.Logf("list calls for %d accounts: %d (sweep %s)", n, calls.n.Load(), rep.Took)
+	require.LessOrEqual(t, int(calls.n.Load()), pages+1, "list calls for %d accounts, one page at a time", n)
+	t.Logf("list calls for %d accounts one page at a time: %d (sweep %s)", n, calls.n.Load(), rep.Took)
+
+	// In parts (the default): a handful more, for finding the oldest
+	// customer (about ten one-customer requests) and for each part's
+	// last, partial page (a few parts per lister).
+	calls.n.Store(0)
+	rep, err = h.sweeper(nil, nil).Run(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, n, rep.Run.Seen)
+	require.LessOrEqual(t, int(calls.n.Load()), pages+10+2*reconcile.DefaultSweepParallel, "list calls for %d accounts, in parts", n)
+	t.Logf("list calls for %d accounts in parts: %d (sweep %s)", n, calls.n.Load(), rep.Took)
 }
 
 // subscribeMany creates n customers (user refs u0…) at the fake, each
@@ -215,11 +230,12 @@ func (h *harness) subscribeMany(n int, price func(i int) string) ([]string, []*s
 	return customers, subs
 }
 
-// listerFunc adapts a function to reconcile.Lister.
-type listerFunc func(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error
+// listerFunc adapts a function to reconcile.Lister (not a Splitter: its
+// sweep lists one page at a time).
+type listerFunc func(ctx context.Context, cursor string) ([]reconcile.Snapshot, string, bool, error)
 
-func (f listerFunc) List(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error {
-	return f(ctx, cursor, page)
+func (f listerFunc) ListPage(ctx context.Context, cursor string) ([]reconcile.Snapshot, string, bool, error) {
+	return f(ctx, cursor)
 }
 
 func TestSweepFailsWhileProviderDownThenSucceeds(t *testing.T) {
@@ -263,16 +279,11 @@ func TestSweepResumesFromCursor(t *testing.T) {
 	customers, _ := h.subscribeMany(n, func(int) string { return "price_pro" })
 	crash := errors.New("killed")
 	pages := 0
-	dying := listerFunc(func(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error {
-		return h.client.List(ctx, cursor, func(snaps []reconcile.Snapshot, next string) error {
-			if err := page(snaps, next); err != nil {
-				return err
-			}
-			if pages++; pages == 2 {
-				return crash
-			}
-			return nil
-		})
+	dying := listerFunc(func(ctx context.Context, cursor string) ([]reconcile.Snapshot, string, bool, error) {
+		if pages++; pages == 3 {
+			return nil, "", false, crash // after two pages were handed over
+		}
+		return h.client.ListPage(ctx, cursor)
 	})
 	calls.n.Store(0)
 	_, err := h.sweeper(dying, crashingStore{h.st}).Run(context.Background())
@@ -352,17 +363,16 @@ func TestSweepNeverOverwritesAFresherReconcile(t *testing.T) {
 
 	// The page is listed (pro); before the sweep applies it, the customer
 	// upgrades and the webhook-triggered reconcile applies team.
-	racing := listerFunc(func(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error {
-		return h.client.List(ctx, cursor, func(snaps []reconcile.Snapshot, next string) error {
-			if len(snaps) > 0 {
-				require.Equal(t, "pro", snaps[0].Subscriptions[0].Items[0].PriceRefs[0])
-				h.changePrice(sub, "price_team")
-				h.delivered()
-				drainAll(t, h, w, 0)
-				require.Equal(t, "team", h.state(cus).Plan)
-			}
-			return page(snaps, next)
-		})
+	racing := listerFunc(func(ctx context.Context, cursor string) ([]reconcile.Snapshot, string, bool, error) {
+		snaps, next, more, err := h.client.ListPage(ctx, cursor)
+		if len(snaps) > 0 {
+			require.Equal(t, "pro", snaps[0].Subscriptions[0].Items[0].PriceRefs[0])
+			h.changePrice(sub, "price_team")
+			h.delivered()
+			drainAll(t, h, w, 0)
+			require.Equal(t, "team", h.state(cus).Plan)
+		}
+		return snaps, next, more, err
 	})
 	rep, err := h.sweeper(racing, nil).Run(context.Background())
 	require.NoError(t, err)
@@ -384,10 +394,13 @@ func TestSweepOneAtATime(t *testing.T) {
 	t.Cleanup(other.Close)
 
 	inside, release := make(chan struct{}), make(chan struct{})
-	blocking := listerFunc(func(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error {
-		close(inside)
-		<-release
-		return h.client.List(ctx, cursor, page)
+	var once sync.Once
+	blocking := listerFunc(func(ctx context.Context, cursor string) ([]reconcile.Snapshot, string, bool, error) {
+		once.Do(func() {
+			close(inside)
+			<-release
+		})
+		return h.client.ListPage(ctx, cursor)
 	})
 	done := make(chan error, 1)
 	go func() {
@@ -461,12 +474,13 @@ func TestSweepInterruptedResumes(t *testing.T) {
 	h, calls := newSweepHarness(t, stripemock.Options{}, false)
 	customers, _ := h.subscribeMany(150, func(int) string { return "price_team" })
 	ctx, cancel := context.WithCancel(context.Background())
-	stopping := listerFunc(func(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error {
-		return h.client.List(ctx, cursor, func(snaps []reconcile.Snapshot, next string) error {
-			err := page(snaps, next)
-			cancel() // SIGTERM after the first page
-			return err
-		})
+	listed := 0
+	stopping := listerFunc(func(ctx context.Context, cursor string) ([]reconcile.Snapshot, string, bool, error) {
+		if listed++; listed == 2 {
+			cancel() // SIGTERM once the first page is handed over
+			return nil, "", false, ctx.Err()
+		}
+		return h.client.ListPage(ctx, cursor)
 	})
 	calls.n.Store(0)
 	_, err := h.sweeper(stopping, nil).Run(ctx)

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/billsync/billsync/cmd/billsync/internal/bench"
+	"github.com/billsync/billsync/reconcile"
 )
 
 // benchSenders is the comma-separated -senders flag.
@@ -42,7 +43,7 @@ func (s *benchSenders) Set(v string) error {
 var benchHidden = map[string]bool{
 	"senders": true, "intake-deliveries": true, "rounds": true, "drain-events": true,
 	"customers": true, "workers": true, "batch": true, "latency": true, "rate": true, "pool-conns": true,
-	"sweep-accounts": true, "only": true, "cpuprofile": true,
+	"sweep-accounts": true, "only": true, "cpuprofile": true, "sweep-parallel": true,
 }
 
 func runBench(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) error {
@@ -60,10 +61,11 @@ operator's tables are never touched) and with an in-process fake Stripe:
           fake with 50 ms latency through a client limited to 100 req/s;
           then a second burst posted through the intake while the
           workers run
-  sweep   every account re-read in bulk from the fake at 100 req/s, 1%
-          of them drifted (plan changed, webhook lost); compared with the
-          time its list calls need at that limit, and with the requests
-          of reconciling each account one by one
+  sweep   every account re-read in bulk from the fake at 100 req/s and
+          50 ms latency, 1% of them drifted (plan changed, webhook
+          lost); compared with the time its list calls need at that
+          limit, and with the requests of reconciling each account one
+          by one
 
 It prints each figure, its target and PASS or MISS, and exits 0 either way.
 
@@ -92,10 +94,11 @@ flags:`)
 	fs.IntVar(&bc.SweepAccounts, "sweep-accounts", 0, "sweep: accounts at the fake, 1% of them drifted")
 	fs.StringVar(&bc.Only, "only", "", "run one part alone: intake, drain or sweep")
 	fs.StringVar(&bc.CPUProfile, "cpuprofile", "", "write the measured sweep's CPU profile to this file")
+	fs.IntVar(&bc.SweepParallel, "sweep-parallel", reconcile.DefaultSweepParallel, "sweep: list requests in flight (1: one page at a time)")
 	fs.IntVar(&bc.Workers, "workers", 0, "drain: reconcile loops")
 	fs.IntVar(&bc.Batch, "batch", 0, "drain: jobs claimed at once per loop (default: the worker's, reconcile.DefaultBatch)")
 	fs.IntVar(&bc.PoolConns, "pool-conns", 0, "database connections of the bench pools (default: as serve gets them)")
-	fs.DurationVar(&bc.Latency, "latency", 0, "drain: latency the fake adds to every API request")
+	fs.DurationVar(&bc.Latency, "latency", 0, "drain and sweep: latency the fake adds to every API request")
 	fs.Float64Var(&bc.RateLimit, "rate", 0, "drain: the Stripe client's requests per second")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/server"
 )
 
@@ -57,6 +58,9 @@ type config struct {
 	// whoever sends it as a Bearer token; empty leaves that API absent.
 	AppToken      string
 	SweepSchedule string
+	// SweepParallel is how many parts of the Stripe customer list a sweep
+	// lists at once.
+	SweepParallel int
 }
 
 // bindCommon registers the flags every database-using command shares,
@@ -101,6 +105,7 @@ func (c *config) bindReconcile(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.UserRefKey, "user-ref-key", "user_id", "Stripe customer metadata key holding the app's user reference")
 	fs.StringVar(&c.KindeDomain, "kinde-domain", getenv("KINDE_DOMAIN"), "Kinde business domain, e.g. https://yourbusiness.kinde.com (env KINDE_DOMAIN; Kinde is on when it and KINDE_CLIENT_ID/KINDE_CLIENT_SECRET are set)")
 	fs.Float64Var(&c.KindeRateLimit, "kinde-rate", 10, "Kinde Management API requests per second of this process (token requests, fetches and retries of every worker count; Kinde publishes no number, it answers 429 with RateLimit-Reset)")
+	fs.IntVar(&c.SweepParallel, "sweep-parallel", reconcile.DefaultSweepParallel, "Stripe list requests a sweep keeps in flight (parts of the customer list, by creation time), all within its half of -stripe-rate: at Stripe's latency one at a time uses a small share of it; 1 lists one page at a time, 0 the default")
 	fs.DurationVar(&c.KindeSweepPace, "kinde-sweep-pace", 0, "how far apart the sweep queues Kinde accounts (Kinde has no bulk listing, so a sweep reconciles each account); default 2/-kinde-rate, half of the budget, so webhook work goes first")
 	fs.StringVar(&c.PlansPath, "plans", getenv("BILLSYNC_PLANS"), "plans file (YAML; env BILLSYNC_PLANS; default: the built-in plans.example.yaml)")
 }
@@ -208,6 +213,9 @@ func (c *config) validateStripe() []error {
 	}
 	if c.StripeRateLimit <= 0 {
 		errs = append(errs, errors.New("-stripe-rate must be positive"))
+	}
+	if c.SweepParallel < 0 {
+		errs = append(errs, errors.New("-sweep-parallel must not be negative (0: the default)"))
 	}
 	if c.StripeTolerance <= 0 {
 		errs = append(errs, errors.New("-stripe-tolerance must be positive"))

@@ -77,7 +77,7 @@ func (p providers) sweepers(st *store.Store, plans *reconcile.Plans, logger *slo
 	onPage func(reconcile.SweepRun)) (sweepAll, error) {
 	var out sweepAll
 	if p.stripe != nil && (only == "" || only == stripe.Provider) {
-		s, err := newSweeper(st, p.stripe, plans, logger, onPage)
+		s, err := newSweeper(st, p.stripe, plans, logger, cfg.SweepParallel, onPage)
 		if err != nil {
 			return nil, err
 		}

@@ -79,9 +79,10 @@ func newStripeClient(cfg config, logger *slog.Logger, onAttempt func(status stri
 	})
 }
 
-func newSweeper(st *store.Store, client *stripe.Client, plans *reconcile.Plans, logger *slog.Logger, onPage func(reconcile.SweepRun)) (*reconcile.Sweeper, error) {
+func newSweeper(st *store.Store, client *stripe.Client, plans *reconcile.Plans, logger *slog.Logger, parallel int,
+	onPage func(reconcile.SweepRun)) (*reconcile.Sweeper, error) {
 	return reconcile.NewSweeper(reconcile.SweeperConfig{
-		Store: st, Provider: client.Name(), Lister: client, Plans: plans, Logger: logger, OnPage: onPage,
+		Store: st, Provider: client.Name(), Lister: client, Parallel: parallel, Plans: plans, Logger: logger, OnPage: onPage,
 	})
 }
 

@@ -79,7 +79,7 @@ func TestScheduledSweepRuns(t *testing.T) {
 	st := storetest.NewStore(t)
 	plans, err := loadPlans("")
 	require.NoError(t, err)
-	sweeper, err := newSweeper(st, h.Client, plans, slog.New(slog.DiscardHandler), nil)
+	sweeper, err := newSweeper(st, h.Client, plans, slog.New(slog.DiscardHandler), 0, nil)
 	require.NoError(t, err)
 	sched, err := parseSweepSchedule("@every 50ms")
 	require.NoError(t, err)

@@ -162,11 +162,17 @@ func (s *Server) renderCustomerExpanded(cust *customer, version string, ex expan
 }
 
 func (s *Server) listCustomers(c *call) (obj, error) {
-	if err := c.form.allow(append(listParams, "email")...); err != nil {
+	if err := c.form.allow(append(listParams, "email", "created")...); err != nil {
+		return nil, err
+	}
+	inRange, err := createdFilter(c.form)
+	if err != nil {
 		return nil, err
 	}
 	email, byEmail := c.form.str("email")
-	keep := func(cu *customer) bool { return !cu.Deleted && (!byEmail || cu.Email == email) }
+	keep := func(cu *customer) bool {
+		return !cu.Deleted && (!byEmail || cu.Email == email) && inRange(cu.Created)
+	}
 	ex := c.expand.inList()
 	return listTable(c, &s.customers, keep, "customer", func(cu *customer) obj {
 		return s.renderCustomerExpanded(cu, c.version, ex)

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -112,8 +111,9 @@ func (cfg Config) validate() error {
 }
 
 // Client reads customers' current state from the Stripe API through
-// stripe-go. It implements reconcile.Provider, reconcile.Lister and
-// Resolver (thin events' customers) and is safe for concurrent use.
+// stripe-go. It implements reconcile.Provider, reconcile.Lister,
+// reconcile.Splitter and Resolver (thin events' customers) and is safe for
+// concurrent use.
 //
 // The layers of one call, outermost first:
 //
@@ -127,7 +127,7 @@ func (cfg Config) validate() error {
 //	http.Transport
 type Client struct {
 	api         *stripeapi.Client
-	http        *http.Client // the same retrying, limited client, for List's pages read as raw JSON
+	http        *http.Client // the same retrying, limited client, for the list's pages read as raw JSON
 	baseURL     string
 	apiKey      string // never logged
 	userRefKey  string
@@ -138,6 +138,7 @@ type Client struct {
 var (
 	_ reconcile.Provider = (*Client)(nil)
 	_ reconcile.Lister   = (*Client)(nil)
+	_ reconcile.Splitter = (*Client)(nil)
 	_ Resolver           = (*Client)(nil)
 )
 
@@ -315,79 +316,13 @@ func (c *Client) listSubscriptions(ctx context.Context, customerID string) ([]ob
 	return subs, nil
 }
 
-// List pages through every customer of the account (GET /v1/customers, 100
-// a page, newest first, starting after cursor, subscriptions expanded) and
-// hands page, after each page, the snapshots of that page's customers with
-// the cursor to resume after it (the page's last customer id), then a final
-// call with no snapshots and next == "". Each customer is resolved on its
-// page by the rule Fetch uses (resolve): a customer with more than 10
-// current subscriptions costs one subscription list more, made in place so
-// the snapshot is the one Fetch would give. Memory is one page.
-//
-// A customer whose data is unreadable (a permanent error) is left out and
-// logged: the sweep enqueues uncovered accounts, and the worker's Fetch
-// records the reason. Stripe's customer list leaves out deleted customers;
-// their accounts are enqueued the same way.
-//
-// Its requests wait for a rate limiter of their own (Config.ListRateLimit)
-// before the client's shared one, so a sweep never takes the whole rate
-// from webhook-triggered fetches.
-func (c *Client) List(ctx context.Context, cursor string, page func([]reconcile.Snapshot, string) error) error {
-	ctx = context.WithValue(ctx, listLimiterKey{}, c.listLimiter)
-	for {
-		body, err := c.customerPage(ctx, cursor)
-		if err != nil {
-			return err
-		}
-		customers, hasMore, err := customerPageOf(body)
-		if err != nil {
-			return fmt.Errorf("stripe list customers after %s: unreadable page: %w", cmp.Or(cursor, "the start"), err)
-		}
-		snaps := make([]reconcile.Snapshot, 0, len(customers)) // the caller may keep each page's slice
-		for _, o := range customers {
-			cust, err := o.read(c.userRefKey)
-			snap := reconcile.Snapshot{}
-			if err == nil {
-				snap, err = c.resolve(ctx, cust)
-			}
-			switch {
-			case err == nil:
-				cursor = snap.CustomerID
-				snaps = append(snaps, snap)
-			case reconcile.IsPermanent(err):
-				id, ok := o.ID.s, o.ID.ok
-				if !ok {
-					return reconcile.Permanent("stripe customer list: an entry has no id")
-				}
-				cursor = id
-				c.log.WarnContext(ctx, "stripe customer left out of the sweep listing", "customer", id, slog.Any("error", err))
-			default:
-				return err
-			}
-		}
-		if len(customers) > 0 {
-			if err := page(snaps, cursor); err != nil {
-				return err
-			}
-		}
-		if !hasMore || len(customers) == 0 {
-			return page(nil, "")
-		}
-	}
-}
-
-// customerPage requests one page of customers with their subscriptions
-// expanded and returns its raw JSON. It goes through the client's own HTTP
+// customerPage requests a page of the customer list (GET /v1/customers
+// with the query q) and returns its raw JSON. It goes through the client's own HTTP
 // stack (limits, retries, attempt deadline) but not through stripe-go's
 // typed decode, which cost about a third of a sweep's CPU for structs
 // billsync never reads. A refusal is decoded into Stripe's error, so it is
 // classified like any other call's.
-func (c *Client) customerPage(ctx context.Context, cursor string) ([]byte, error) {
-	op := "list customers after " + cmp.Or(cursor, "the start")
-	q := url.Values{"limit": {strconv.Itoa(listPageSize)}, "expand[0]": {"data.subscriptions"}}
-	if cursor != "" {
-		q.Set("starting_after", cursor)
-	}
+func (c *Client) customerPage(ctx context.Context, op string, q url.Values) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL+"/v1/customers?"+q.Encode(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("stripe %s: %w", op, err)

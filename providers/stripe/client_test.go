@@ -2,8 +2,8 @@ package stripe_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -669,27 +669,47 @@ func TestEndpointRateLimit(t *testing.T) {
 	})
 }
 
+// afterOf returns the customer a list cursor resumes after.
+func afterOf(cursor string) string {
+	if v, err := url.ParseQuery(cursor); err == nil && v.Has("after") {
+		return v.Get("after")
+	}
+	return cursor
+}
+
 func TestList(t *testing.T) {
 	t.Parallel()
 
-	// collect runs List from cursor and returns its calls and snapshots.
+	// collect lists from cursor to the end and returns its pages and
+	// snapshots.
 	type call struct {
-		n    int
-		next string
+		n     int
+		after string // the customer the cursor after the page resumes after
+		more  bool
 	}
-	collect := func(t *testing.T, c *stripe.Client, cursor string) ([]call, map[string]reconcile.Snapshot) {
+	// collectCursors is collect with the cursor after each page.
+	collectCursors := func(t *testing.T, c *stripe.Client, cursor string) ([]call, map[string]reconcile.Snapshot, []string) {
 		t.Helper()
 		var calls []call
+		var cursors []string
 		got := map[string]reconcile.Snapshot{}
-		err := c.List(context.Background(), cursor, func(snaps []reconcile.Snapshot, next string) error {
-			calls = append(calls, call{len(snaps), next})
+		for more := true; more; {
+			var snaps []reconcile.Snapshot
+			var err error
+			snaps, cursor, more, err = c.ListPage(context.Background(), cursor)
+			require.NoError(t, err)
+			calls = append(calls, call{len(snaps), afterOf(cursor), more})
+			cursors = append(cursors, cursor)
 			for _, s := range snaps {
 				require.NotContains(t, got, s.CustomerID, "one snapshot per customer")
 				got[s.CustomerID] = s
 			}
-			return nil
-		})
-		require.NoError(t, err)
+		}
+		return calls, got, cursors
+	}
+	collect := func(t *testing.T, c *stripe.Client, cursor string) ([]call, map[string]reconcile.Snapshot) {
+		t.Helper()
+		calls, got, _ := collectCursors(t, c, cursor)
 		return calls, got
 	}
 
@@ -722,7 +742,7 @@ func TestList(t *testing.T) {
 		c := newTestClient(t, testConfig(f.URL))
 
 		calls, got := collect(t, c, "")
-		require.Equal(t, []call{{100, customers[150]}, {100, customers[50]}, {50, customers[0]}, {0, ""}}, calls)
+		require.Equal(t, []call{{100, customers[150], true}, {100, customers[50], true}, {50, customers[0], false}}, calls)
 		listReqs := f.seen()
 		lists, fallbacks := 0, 0
 		for _, r := range listReqs {
@@ -760,8 +780,8 @@ func TestList(t *testing.T) {
 		f.seen()
 		calls, got := collect(t, newTestClient(t, testConfig(f.URL)), "")
 		require.Len(t, got, 100)
-		require.Len(t, calls, 2)
-		require.Equal(t, call{0, ""}, calls[1])
+		require.Len(t, calls, 1)
+		require.False(t, calls[0].more)
 		require.Len(t, f.seen(), 1, "has_more false on a full page: no second request")
 	})
 
@@ -772,21 +792,27 @@ func TestList(t *testing.T) {
 			f.subscribe(t, f.customer(t, nil), "price_pro")
 		}
 		c := newTestClient(t, testConfig(f.URL))
-		calls, _ := collect(t, c, "")
-		require.Len(t, calls, 3)
-		require.True(t, strings.HasPrefix(calls[0].next, "cus_"))
+		calls, _, cursors := collectCursors(t, c, "")
+		require.Len(t, calls, 2)
+		require.True(t, strings.HasPrefix(calls[0].after, "cus_"))
+		first, last := cursors[0], cursors[1]
 
 		// A sweep that stopped after the first page resumes from its cursor.
-		calls, got := collect(t, c, calls[0].next)
-		require.Equal(t, []call{{3, calls[0].next}, {0, ""}}, calls)
+		again, got, cursors := collectCursors(t, c, first)
+		require.Equal(t, []call{{3, calls[1].after, false}}, again)
 		require.Len(t, got, 3)
+		require.Equal(t, []string{last}, cursors)
+
+		// One that stopped after the last lists nothing more.
+		again, _ = collect(t, c, last)
+		require.Equal(t, []call{{0, calls[1].after, false}}, again)
 	})
 
 	t.Run("EmptyAccount", func(t *testing.T) {
 		t.Parallel()
 		f := newFake(t, stripemock.Options{}, nil)
 		calls, _ := collect(t, newTestClient(t, testConfig(f.URL)), "")
-		require.Equal(t, []call{{0, ""}}, calls)
+		require.Equal(t, []call{{0, "", false}}, calls)
 	})
 
 	t.Run("OwnRateLimit", func(t *testing.T) {
@@ -799,7 +825,7 @@ func TestList(t *testing.T) {
 		cfg.ListRateLimit = 5 // three list calls: at least 2/5 s after the first
 		begin := time.Now()
 		calls, _ := collect(t, newTestClient(t, cfg), "")
-		require.Len(t, calls, 4)
+		require.Len(t, calls, 3)
 		require.GreaterOrEqual(t, time.Since(begin), 390*time.Millisecond)
 	})
 
@@ -820,18 +846,9 @@ func TestList(t *testing.T) {
 		}))
 		t.Cleanup(hs.Close)
 		calls, got := collect(t, newTestClient(t, testConfig(hs.URL)), "")
-		require.Equal(t, []call{{1, "cus_bad"}, {0, ""}}, calls)
+		require.Equal(t, []call{{1, "cus_bad", false}}, calls)
 		require.Contains(t, got, "cus_ok")
 		require.NotContains(t, got, "cus_bad")
-	})
-
-	t.Run("PageErrorStops", func(t *testing.T) {
-		t.Parallel()
-		f := newFake(t, stripemock.Options{}, nil)
-		f.subscribe(t, f.customer(t, nil), "price_pro")
-		stop := errors.New("store down")
-		err := newTestClient(t, testConfig(f.URL)).List(context.Background(), "", func([]reconcile.Snapshot, string) error { return stop })
-		require.ErrorIs(t, err, stop)
 	})
 
 	t.Run("FallbackFailureStops", func(t *testing.T) {
@@ -842,7 +859,103 @@ func TestList(t *testing.T) {
 			}
 		})
 		f.subscribeN(t, f.customer(t, nil), "price_pro", 11)
-		err := newTestClient(t, testConfig(f.URL)).List(context.Background(), "", func([]reconcile.Snapshot, string) error { return nil })
+		_, _, _, err := newTestClient(t, testConfig(f.URL)).ListPage(context.Background(), "")
 		require.Error(t, err, "a customer whose subscriptions cannot be read is not handed over half read")
+	})
+}
+
+// TestListInParts lists an account split into parts by creation time, at
+// random points, and checks the parts list each customer exactly once.
+func TestListInParts(t *testing.T) {
+	t.Parallel()
+	clock := stripemock.NewStoppedClock(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC))
+	f := newFake(t, stripemock.Options{Clock: clock}, nil)
+	var customers []string
+	for i := range 1250 {
+		customers = append(customers, f.customer(t, nil))
+		// Some customers share a second (a burst of sign-ups), most are
+		// minutes apart, and a few are months older than the rest.
+		switch {
+		case i < 10:
+			clock.Advance(90 * 24 * time.Hour)
+		case i%7 != 0:
+			clock.Advance(time.Duration(1+i%13) * time.Minute)
+		}
+	}
+	c := newTestClient(t, testConfig(f.URL))
+	ctx := context.Background()
+
+	for seed := range uint64(6) {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		listed := map[string]int{}
+		f.seen()
+		parts, splits := []string{""}, 0
+		for len(parts) > 0 {
+			cursor := parts[0]
+			parts = parts[1:]
+			for more := true; more; {
+				var snaps []reconcile.Snapshot
+				var err error
+				snaps, cursor, more, err = c.ListPage(ctx, cursor)
+				require.NoError(t, err)
+				for _, s := range snaps {
+					listed[s.CustomerID]++
+				}
+				if !more || rng.IntN(2) > 0 {
+					continue
+				}
+				kept, given, err := c.Split(ctx, cursor)
+				require.NoError(t, err)
+				require.NotEmpty(t, kept)
+				cursor = kept
+				if given != "" {
+					parts = append(parts, given)
+					splits++
+				}
+			}
+		}
+		require.Len(t, listed, len(customers), "seed %d: every customer listed", seed)
+		for cus, n := range listed {
+			require.Equal(t, 1, n, "seed %d: %s listed once", seed, cus)
+		}
+		require.Positive(t, splits, "seed %d", seed)
+		reqs := f.seen()
+		pages := (len(customers) + 99) / 100
+		t.Logf("seed %d: %d splits, %d requests for %d pages", seed, splits, len(reqs), pages)
+		require.LessOrEqual(t, len(reqs), pages+2*splits+16, "a split costs a partial page and, once, a few one-customer requests")
+	}
+
+	t.Run("NotWithinOneSecond", func(t *testing.T) {
+		t.Parallel()
+		f := newFake(t, stripemock.Options{Clock: stripemock.NewStoppedClock(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC))}, nil)
+		for range 450 {
+			f.customer(t, nil)
+		}
+		c := newTestClient(t, testConfig(f.URL))
+		next := ""
+		for range 3 {
+			_, cursor, more, err := c.ListPage(ctx, next)
+			require.NoError(t, err)
+			require.True(t, more)
+			next = cursor
+		}
+		kept, given, err := c.Split(ctx, next)
+		require.NoError(t, err)
+		require.Empty(t, given, "every customer was created in one second: nothing to split by")
+		snaps, _, more, err := c.ListPage(ctx, kept)
+		require.NoError(t, err)
+		require.True(t, more)
+		require.Len(t, snaps, 100, "the part goes on where it was")
+		_, given, err = c.Split(ctx, "cus_legacy")
+		require.NoError(t, err)
+		require.Empty(t, given, "a cursor of an older version is not split")
+	})
+
+	t.Run("UnreadableCursor", func(t *testing.T) {
+		t.Parallel()
+		for _, bad := range []string{"after=cus_1&at=x", "after=cus_1&top=-5", "after=cus_1&colour=red", "after=%zz"} {
+			_, _, _, err := c.ListPage(ctx, bad)
+			require.ErrorContains(t, err, "unreadable cursor", bad)
+		}
 	})
 }

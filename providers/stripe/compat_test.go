@@ -188,17 +188,13 @@ func TestCompatStripeMock(t *testing.T) {
 		require.Equal(t, url.Values{"customer": {"cus_compat"}, "limit": {"100"}}, q)
 	})
 
-	t.Run("List", func(t *testing.T) {
-		var calls int
-		err := c.List(context.Background(), "cus_cursor", func(snaps []reconcile.Snapshot, next string) error {
-			calls++
-			// The fixture's one customer has the subscription with the
-			// inverted period above, so it is left out for Fetch to report.
-			require.Empty(t, snaps)
-			return nil
-		})
+	t.Run("ListPage", func(t *testing.T) {
+		snaps, _, more, err := c.ListPage(context.Background(), "cus_cursor")
 		require.NoError(t, err)
-		require.Equal(t, 2, calls, "the page, then the final call")
+		// The fixture's one customer has the subscription with the
+		// inverted period above, so it is left out for Fetch to report.
+		require.Empty(t, snaps)
+		require.False(t, more)
 		reqs := m.seen()
 		require.Len(t, reqs, 1)
 		require.Equal(t, http.StatusOK, reqs[0].status, "stripe-mock refused %s?%s", reqs[0].path, reqs[0].query)
@@ -207,6 +203,17 @@ func TestCompatStripeMock(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, url.Values{"limit": {"100"}, "starting_after": {"cus_cursor"},
 			"expand[0]": {"data.subscriptions"}}, q)
+
+		// A part of the list, by creation time, as Split makes them.
+		_, _, _, err = c.ListPage(context.Background(), "after=cus_cursor&at=1700000500&top=1700000900&from=1700000000&to=1700001000&pages=1")
+		require.NoError(t, err)
+		reqs = m.seen()
+		require.Len(t, reqs, 1)
+		require.Equal(t, http.StatusOK, reqs[0].status, "stripe-mock refused %s?%s", reqs[0].path, reqs[0].query)
+		q, err = url.ParseQuery(reqs[0].query)
+		require.NoError(t, err)
+		require.Equal(t, url.Values{"limit": {"100"}, "starting_after": {"cus_cursor"}, "expand[0]": {"data.subscriptions"},
+			"created[gte]": {"1700000000"}, "created[lt]": {"1700001000"}}, q)
 	})
 
 	t.Run("PricesAndThinEventLookups", func(t *testing.T) {

@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
-	"github.com/billsync/billsync/reconcile"
 )
 
 // TestEmail: Fetch and List both carry the customer's email, which support
@@ -23,11 +22,8 @@ func TestEmail(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "ada@example.com", snap.Email)
 
-	var listed []reconcile.Snapshot
-	require.NoError(t, c.List(context.Background(), "", func(snaps []reconcile.Snapshot, _ string) error {
-		listed = append(listed, snaps...)
-		return nil
-	}))
+	listed, _, _, err := c.ListPage(context.Background(), "")
+	require.NoError(t, err)
 	require.Len(t, listed, 1)
 	require.Equal(t, "ada@example.com", listed[0].Email)
 }

@@ -257,6 +257,7 @@ func (d *pageData) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 // field absent when missing, null or of another type).
 type customerObject struct {
 	ID            text     `json:"id"`
+	Created       unixTime `json:"created"`
 	Deleted       flag     `json:"deleted"`
 	Email         text     `json:"email"`
 	Metadata      metadata `json:"metadata"`

@@ -59,6 +59,9 @@ type Config struct {
 	PoolConns int
 	// Only, when set (intake, drain or sweep), runs that part alone.
 	Only string
+	// SweepParallel is how many list requests the sweeps keep in flight;
+	// default reconcile.DefaultSweepParallel.
+	SweepParallel int
 	// CPUProfile, when set, is the file the measured sweep's CPU profile
 	// is written to (pprof format): the sweep alone, not its setup.
 	CPUProfile string
@@ -95,6 +98,7 @@ func (c Config) withDefaults() Config {
 	c.Workers = cmp.Or(c.Workers, 16)
 	c.Batch = cmp.Or(c.Batch, reconcile.DefaultBatch) // as serve runs it
 	c.Latency = cmp.Or(c.Latency, 50*time.Millisecond)
+	c.SweepParallel = cmp.Or(c.SweepParallel, reconcile.DefaultSweepParallel)
 	c.RateLimit = cmp.Or(c.RateLimit, 100)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

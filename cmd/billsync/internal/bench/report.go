@@ -178,8 +178,8 @@ func (r Report) printDrain(w io.Writer) {
 
 func (r Report) printSweep(w io.Writer) {
 	sw := r.Sweep
-	fmt.Fprintf(w, "SWEEP: %d accounts at the fake (%d drifted: plan changed at Stripe, webhook lost), client and fake limit %.0f req/s\n",
-		sw.Accounts, sw.Drifted, sw.RateLimit)
+	fmt.Fprintf(w, "SWEEP: %d accounts at the fake (%d drifted: plan changed at Stripe, webhook lost), client and fake limit %.0f req/s, %.0f ms latency, %d list requests in flight\n",
+		sw.Accounts, sw.Drifted, sw.RateLimit, sw.LatencyMs, sw.Parallel)
 	fmt.Fprintf(w, "  %.2f s for %d list calls (%d answered 429); at the limit they need %.2f s, so wall time is %.2f× that\n",
 		sw.Seconds, sw.ListCalls, sw.RateLimited, sw.ProviderBoundSeconds, sw.WallRatio)
 	fmt.Fprintf(w, "  %.0f accounts/s; %d healed of %d drifted; one by one would cost %d requests (%.2f per fetch): %.1f× more\n",

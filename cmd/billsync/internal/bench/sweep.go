@@ -26,6 +26,11 @@ type SweepResult struct {
 	Drifted   int     `json:"drifted"`
 	Healed    int     `json:"healed"`
 	RateLimit float64 `json:"rate_limit"`
+	// LatencyMs is what the fake adds to each answer of the measured
+	// sweeps; Parallel is how many list requests the sweep keeps in
+	// flight (parts of the customer list).
+	LatencyMs float64 `json:"provider_latency_ms"`
+	Parallel  int     `json:"parallel"`
 	// ListCalls are the API requests of the measured sweep, counted at the
 	// fake (429 answers included).
 	ListCalls   int64 `json:"list_calls"`
@@ -66,7 +71,8 @@ const sweepDrift = 0.01
 const fetchSample = 100
 
 func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, error) {
-	res := SweepResult{Accounts: cfg.SweepAccounts, RateLimit: cfg.RateLimit}
+	res := SweepResult{Accounts: cfg.SweepAccounts, RateLimit: cfg.RateLimit,
+		LatencyMs: float64(cfg.Latency) / float64(time.Millisecond), Parallel: cfg.SweepParallel}
 	plans, err := reconcile.ParsePlans(reconcile.ExamplePlans)
 	if err != nil {
 		return res, err
@@ -93,7 +99,7 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 
 	// Every account as billsync would hold it after a night without drift.
 	t0 = time.Now()
-	first, err := sweepOnce(ctx, st, h.Client, plans)
+	first, err := sweepOnce(ctx, st, h.Client, plans, cfg.SweepParallel)
 	if err != nil {
 		return res, err
 	}
@@ -129,8 +135,10 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	res.PerAccountCalls = int64(math.Round(res.RequestsPerFetch * float64(len(customers))))
 
 	// The measured sweep: Stripe's limit enforced at the fake (429 over
-	// it), billsync's client at the same rate, all of it for the sweep.
-	h.Fake.SetFaults(stripemock.Faults{DropRate: 1, RequestsPerSecond: cfg.RateLimit})
+	// it) and the provider's latency, billsync's client at the same rate,
+	// all of it for the sweep.
+	metered := stripemock.Faults{DropRate: 1, RequestsPerSecond: cfg.RateLimit, Latency: cfg.Latency}
+	h.Fake.SetFaults(metered)
 	client, err := h.NewClient(stripe.Config{RateLimit: cfg.RateLimit, ListRateLimit: cfg.RateLimit})
 	if err != nil {
 		return res, err
@@ -146,7 +154,7 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	}
 	reqs0, limited0 := counted.requests.Load(), counted.limited.Load()
 	t0 = time.Now()
-	rep, err := sweepOnce(ctx, st, client, plans)
+	rep, err := sweepOnce(ctx, st, client, plans, cfg.SweepParallel)
 	took := time.Since(t0)
 	stopSampling()
 	if perr := stopProfile(); perr != nil {
@@ -184,9 +192,9 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	if err != nil {
 		return res, err
 	}
-	h.Fake.SetFaults(stripemock.Faults{DropRate: 1, RequestsPerSecond: cfg.RateLimit})
+	h.Fake.SetFaults(metered)
 	reqs0 = counted.requests.Load()
-	ran, err := sweepProcess(ctx, cfg.SweepCommand, st, h.URL, cfg.RateLimit)
+	ran, err := sweepProcess(ctx, cfg.SweepCommand, st, h.URL, cfg.RateLimit, cfg.SweepParallel)
 	if err != nil {
 		return res, err
 	}
@@ -234,8 +242,8 @@ func startCPUProfile(path string) (stop func() error, err error) {
 }
 
 // sweepOnce runs one sweep of every Stripe account.
-func sweepOnce(ctx context.Context, st *store.Store, client *stripe.Client, plans *reconcile.Plans) (reconcile.SweepReport, error) {
-	s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: st, Provider: stripe.Provider, Lister: client, Plans: plans})
+func sweepOnce(ctx context.Context, st *store.Store, client *stripe.Client, plans *reconcile.Plans, parallel int) (reconcile.SweepReport, error) {
+	s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: st, Provider: stripe.Provider, Lister: client, Parallel: parallel, Plans: plans})
 	if err != nil {
 		return reconcile.SweepReport{}, err
 	}

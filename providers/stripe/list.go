@@ -1,0 +1,263 @@
+package stripe
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/billsync/billsync/reconcile"
+)
+
+// ListPage reads a page of the customer list (GET /v1/customers, 100 a
+// page, newest first, subscriptions expanded) at cursor, and returns the
+// snapshots of its customers. Each customer is resolved on its page by the
+// rule Fetch uses (resolve): a customer with more than 10 current
+// subscriptions costs one subscription list more, made in place so the
+// snapshot is the one Fetch would give. Memory is one page.
+//
+// A cursor is a part of the list: the customers created in a range of
+// seconds, after a customer (see listCursor); "" is the whole list, and a
+// bare customer id the whole list after it. Split divides a part in two.
+//
+// A customer whose data is unreadable (a permanent error) is left out and
+// logged: the sweep enqueues uncovered accounts, and the worker's Fetch
+// records the reason. Stripe's customer list leaves out deleted customers;
+// their accounts are enqueued the same way.
+//
+// Its requests wait for a rate limiter of their own (Config.ListRateLimit)
+// before the client's shared one, so a sweep never takes the whole rate
+// from webhook-triggered fetches.
+func (c *Client) ListPage(ctx context.Context, cursor string) (snaps []reconcile.Snapshot, next string, more bool, err error) {
+	cur, err := parseListCursor(cursor)
+	if err != nil {
+		return nil, "", false, err
+	}
+	ctx = context.WithValue(ctx, listLimiterKey{}, c.listLimiter)
+	op := "list customers " + cur.String()
+	q := cur.query(listPageSize)
+	q.Set("expand[0]", "data.subscriptions")
+	body, err := c.customerPage(ctx, op, q)
+	if err != nil {
+		return nil, "", false, err
+	}
+	customers, hasMore, err := customerPageOf(body)
+	if err != nil {
+		return nil, "", false, fmt.Errorf("stripe %s: unreadable page: %w", op, err)
+	}
+	snaps = make([]reconcile.Snapshot, 0, len(customers)) // the caller may keep each page's slice
+	for _, o := range customers {
+		cust, err := o.read(c.userRefKey)
+		snap := reconcile.Snapshot{}
+		if err == nil {
+			snap, err = c.resolve(ctx, cust)
+		}
+		switch {
+		case err == nil:
+			snaps = append(snaps, snap)
+		case reconcile.IsPermanent(err):
+			if !o.ID.ok {
+				return nil, "", false, reconcile.Permanent("stripe customer list: an entry has no id")
+			}
+			c.log.WarnContext(ctx, "stripe customer left out of the sweep listing", "customer", o.ID.s, slog.Any("error", err))
+		default:
+			return nil, "", false, err
+		}
+		cur.passed(o)
+	}
+	if len(customers) > 0 {
+		cur.Pages++
+	}
+	return snaps, cur.encode(), hasMore && len(customers) > 0, nil
+}
+
+// Split divides the part of the list that remains after a page in two by
+// creation time: the part keeps the newer half and gives away the older
+// one. A part that reaches back to the list's beginning (no lower bound)
+// first learns where the oldest customer is, with a few one-customer
+// requests; that bound only places the split (the part given keeps no
+// lower bound, so a customer created later with an older date is still
+// listed). A part is not divided before it has listed splitAfterPages
+// pages (a small account is listed one page at a time, without the
+// requests a split costs), nor when what remains of it is, at the density
+// it has listed, under two pages, or within one second.
+func (c *Client) Split(ctx context.Context, next string) (kept, given string, err error) {
+	cur, err := parseListCursor(next)
+	if err != nil || cur.After == "" || cur.At <= 0 || cur.Top < cur.At || cur.Pages < splitAfterPages {
+		return next, "", err // too little listed to judge, or nothing known to split by
+	}
+	low := cmp.Or(cur.From, cur.Floor)
+	if low == 0 {
+		if low, err = c.oldest(ctx, cur); err != nil {
+			return "", "", err
+		}
+		cur.Floor = low
+	}
+	// What remains is [low, At]; the part listed Pages pages over [At, Top].
+	remaining := float64(cur.At-low+1) * float64(cur.Pages) / float64(cur.Top-cur.At+1)
+	mid := low + (cur.At-low+1)/2
+	if remaining < 2 || mid <= low || mid > cur.At {
+		return cur.encode(), "", nil
+	}
+	g := listCursor{From: cur.From, To: mid, Floor: cur.Floor}
+	k := cur
+	k.From = mid
+	return k.encode(), g.encode(), nil
+}
+
+// splitAfterPages is how many pages a part lists before Split divides it.
+const splitAfterPages = 3
+
+// oldest returns a second no later than the creation of the oldest
+// customer the part has yet to list: the last one's second when none is
+// older; else it looks further back by doubling steps (from the span the
+// part listed) until nothing is older, then narrows the last step down to
+// an eighth. Each look is one request of one customer; there are about
+// log2 of the part's remaining pages, plus four.
+func (c *Client) oldest(ctx context.Context, cur listCursor) (int64, error) {
+	ctx = context.WithValue(ctx, listLimiterKey{}, c.listLimiter)
+	// none reports whether no customer was created before second to.
+	none := func(to int64) (bool, error) {
+		probe := listCursor{To: to}
+		body, err := c.customerPage(ctx, "find the oldest customer "+probe.String(), probe.query(1))
+		if err != nil {
+			return false, err
+		}
+		customers, _, err := customerPageOf(body)
+		if err != nil {
+			return false, fmt.Errorf("stripe find the oldest customer: unreadable page: %w", err)
+		}
+		return len(customers) == 0, nil
+	}
+	// The oldest is in [low, high): nothing before low, something before high.
+	low, high := cur.At, cur.At
+	for step := cur.Top - cur.At + 1; ; step *= 2 {
+		empty, err := none(low)
+		if err != nil || empty {
+			if low == cur.At || err != nil {
+				return low, err
+			}
+			break
+		}
+		if high, low = low, cur.At-step; low <= 1 {
+			return 1, nil
+		}
+	}
+	for range 3 {
+		mid := low + (high-low)/2
+		empty, err := none(mid)
+		if err != nil {
+			return 0, err
+		}
+		if empty {
+			low = mid
+		} else {
+			high = mid
+		}
+	}
+	return low, nil
+}
+
+// listCursor is where a part of the customer list stands: the customers
+// created in [From, To) (0: unbounded), newest first, after the customer
+// After. What Split needs rides along: At is After's creation, Top the
+// newest creation the part listed and Pages how many pages it listed (its
+// density), Floor where the oldest customer was found.
+type listCursor struct {
+	After        string
+	At, Top      int64
+	From, To     int64
+	Pages, Floor int64
+}
+
+// passed moves the cursor past a listed customer.
+func (cur *listCursor) passed(o customerObject) {
+	cur.After = o.ID.s
+	cur.At = 0
+	if o.Created.ok {
+		cur.At = o.Created.t.Unix()
+	}
+	if cur.Top == 0 {
+		cur.Top = cur.At
+	}
+}
+
+// query is the list request's paging and range.
+func (cur listCursor) query(limit int) url.Values {
+	q := url.Values{"limit": {strconv.Itoa(limit)}}
+	if cur.After != "" {
+		q.Set("starting_after", cur.After)
+	}
+	if cur.From > 0 {
+		q.Set("created[gte]", strconv.FormatInt(cur.From, 10))
+	}
+	if cur.To > 0 {
+		q.Set("created[lt]", strconv.FormatInt(cur.To, 10))
+	}
+	return q
+}
+
+// String describes the cursor for errors and logs.
+func (cur listCursor) String() string {
+	s := "after " + cmp.Or(cur.After, "the start")
+	if cur.From > 0 || cur.To > 0 {
+		s += fmt.Sprintf(" created in [%d, %d)", cur.From, cur.To)
+	}
+	return s
+}
+
+// cursorFields are listCursor's fields in its encoding.
+var cursorFields = []string{"after", "at", "top", "from", "to", "pages", "floor"}
+
+// encode writes the cursor as a query string ("after=cus_…&at=…"); a
+// cursor of the whole list after a customer, known nothing else of, is
+// the customer id alone, as earlier versions wrote it.
+func (cur listCursor) encode() string {
+	if cur == (listCursor{After: cur.After}) {
+		return cur.After
+	}
+	nums := []int64{cur.At, cur.Top, cur.From, cur.To, cur.Pages, cur.Floor}
+	var b strings.Builder
+	if cur.After != "" {
+		b.WriteString("after=" + url.QueryEscape(cur.After))
+	}
+	for i, n := range nums {
+		if n != 0 {
+			if b.Len() > 0 {
+				b.WriteByte('&')
+			}
+			b.WriteString(cursorFields[i+1] + "=" + strconv.FormatInt(n, 10))
+		}
+	}
+	return b.String()
+}
+
+// parseListCursor reads what encode wrote.
+func parseListCursor(s string) (listCursor, error) {
+	if !strings.Contains(s, "=") {
+		return listCursor{After: s}, nil
+	}
+	v, err := url.ParseQuery(s)
+	if err != nil {
+		return listCursor{}, fmt.Errorf("stripe list: unreadable cursor %q: %w", s, err)
+	}
+	cur := listCursor{After: v.Get("after")}
+	nums := []*int64{&cur.At, &cur.Top, &cur.From, &cur.To, &cur.Pages, &cur.Floor}
+	for i, p := range nums {
+		if f := v.Get(cursorFields[i+1]); f != "" {
+			if *p, err = strconv.ParseInt(f, 10, 64); err != nil || *p < 0 {
+				return listCursor{}, fmt.Errorf("stripe list: unreadable cursor %q: %s is not a count", s, cursorFields[i+1])
+			}
+		}
+	}
+	for k := range v {
+		if !slices.Contains(cursorFields, k) {
+			return listCursor{}, fmt.Errorf("stripe list: unreadable cursor %q: unknown %q", s, k)
+		}
+	}
+	return cur, nil
+}
