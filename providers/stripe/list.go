@@ -3,12 +3,14 @@ package stripe
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/billsync/billsync/reconcile"
 )
@@ -110,56 +112,92 @@ func (c *Client) Split(ctx context.Context, next string) (kept, given string, er
 }
 
 // splitAfterPages is how many pages a part lists before Split divides it.
-const splitAfterPages = 3
+const splitAfterPages = 2
 
 // oldest returns a second no later than the creation of the oldest
-// customer the part has yet to list: the last one's second when none is
-// older; else it looks further back by doubling steps (from the span the
-// part listed) until nothing is older, then narrows the last step down to
-// an eighth. Each look is one request of one customer; there are about
-// log2 of the part's remaining pages, plus four.
+// customer the part has yet to list, and near it: the last customer's
+// second when none is older; else it looks further back by doubling
+// steps (from the span the part listed) until nothing is older, then
+// places the oldest within an eighth of the last step. Each look is one
+// request of one customer, sent probeRound at a time: a few rounds.
 func (c *Client) oldest(ctx context.Context, cur listCursor) (int64, error) {
 	ctx = context.WithValue(ctx, listLimiterKey{}, c.listLimiter)
-	// none reports whether no customer was created before second to.
-	none := func(to int64) (bool, error) {
-		probe := listCursor{To: to}
-		body, err := c.customerPage(ctx, "find the oldest customer "+probe.String(), probe.query(1))
-		if err != nil {
-			return false, err
+	span := cur.Top - cur.At + 1
+	back := func(j int) int64 { // the j-th point looked at, going back
+		if j == 0 {
+			return cur.At
 		}
-		customers, _, err := customerPageOf(body)
-		if err != nil {
-			return false, fmt.Errorf("stripe find the oldest customer: unreadable page: %w", err)
-		}
-		return len(customers) == 0, nil
+		return cur.At - span<<(j-1)
 	}
-	// The oldest is in [low, high): nothing before low, something before high.
-	low, high := cur.At, cur.At
-	for step := cur.Top - cur.At + 1; ; step *= 2 {
-		empty, err := none(low)
-		if err != nil || empty {
-			if low == cur.At || err != nil {
-				return low, err
-			}
-			break
+	for first := 0; ; first += probeRound {
+		points := make([]int64, 0, probeRound)
+		for j := first; j < first+probeRound && (j < 2 || back(j-1) > 1); j++ {
+			points = append(points, max(back(j), 1))
 		}
-		if high, low = low, cur.At-step; low <= 1 {
-			return 1, nil
-		}
-	}
-	for range 3 {
-		mid := low + (high-low)/2
-		empty, err := none(mid)
+		empty, err := c.noneBefore(ctx, points)
 		if err != nil {
 			return 0, err
 		}
-		if empty {
-			low = mid
-		} else {
-			high = mid
+		for i, e := range empty {
+			switch {
+			case e && first+i == 0:
+				return cur.At, nil
+			case e:
+				return c.narrow(ctx, points[i], back(first+i-1))
+			case points[i] == 1:
+				return 1, nil
+			}
+		}
+	}
+}
+
+// narrow returns the latest of seven points evenly between low and high
+// (and low) before which no customer was created: low is such a point,
+// high is not.
+func (c *Client) narrow(ctx context.Context, low, high int64) (int64, error) {
+	points := make([]int64, 7)
+	for k := range points {
+		points[k] = low + (high-low)*int64(k+1)/8
+	}
+	empty, err := c.noneBefore(ctx, points)
+	if err != nil {
+		return 0, err
+	}
+	for k, e := range empty {
+		if e {
+			low = points[k]
 		}
 	}
 	return low, nil
+}
+
+// probeRound is how many one-customer requests oldest sends at once.
+const probeRound = 4
+
+// noneBefore reports, for each second, whether no customer was created
+// before it, asking for them all at once.
+func (c *Client) noneBefore(ctx context.Context, seconds []int64) ([]bool, error) {
+	empty := make([]bool, len(seconds))
+	errs := make([]error, len(seconds))
+	var wg sync.WaitGroup
+	for i, sec := range seconds {
+		wg.Go(func() {
+			probe := listCursor{To: sec}
+			body, err := c.customerPage(ctx, "find the oldest customer "+probe.String(), probe.query(1))
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			customers, _, err := customerPageOf(body)
+			if err != nil {
+				errs[i] = fmt.Errorf("stripe find the oldest customer: unreadable page: %w", err)
+				return
+			}
+			empty[i] = len(customers) == 0
+		})
+	}
+	wg.Wait()
+	return empty, errors.Join(errs...)
 }
 
 // listCursor is where a part of the customer list stands: the customers

@@ -302,7 +302,7 @@ func (d *drain) waitEmpty(ctx context.Context, start time.Time, cfg Config) (tim
 
 // seed creates n customers at the fake for the drain.
 func (d *drain) seed(ctx context.Context, n int) error {
-	seeded, err := seedCustomers(ctx, d.h, n)
+	seeded, err := seedCustomers(ctx, d.h, n, nil)
 	d.customers = make([]string, len(seeded))
 	d.subjects = make([]subject, len(seeded))
 	for i, c := range seeded {
@@ -322,10 +322,14 @@ type seededCustomer struct {
 }
 
 // seedCustomers creates n customers at the fake, each with a subscription
-// to pro or team (every third), through stripe-go as the app would.
-func seedCustomers(ctx context.Context, h *stripetest.Harness, n int) ([]seededCustomer, error) {
+// to pro or team (every third), through stripe-go as the app would; after
+// each, seeded (when set) is told its number.
+func seedCustomers(ctx context.Context, h *stripetest.Harness, n int, seeded func(i int)) ([]seededCustomer, error) {
 	customers := make([]seededCustomer, n)
 	_, _, err := sendAll(ctx, time.Now, 8, n, func(ctx context.Context, i int) error {
+		if seeded != nil {
+			defer seeded(i)
+		}
 		id, err := h.Customer(ctx, fmt.Sprintf("user_%06d", i))
 		if err != nil {
 			return fmt.Errorf("seed fake: %w", err)

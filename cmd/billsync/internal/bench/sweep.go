@@ -82,10 +82,22 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 		return res, err
 	}
 	counted := &countingHandler{}
+	// A real account's customers were created over months; seeded in one
+	// burst, some 2,000 would share each second, and the sweep splits its
+	// listing by creation second. So the fake's clock stands still and
+	// moves a minute after every hundredth customer: each page of the
+	// list spans about a minute, as at a business signing up a hundred
+	// customers a minute.
+	clock := stripemock.NewStoppedClock(time.Now().Add(-48 * time.Hour).Truncate(time.Second))
+	spread := func(i int) {
+		if i%100 == 99 {
+			clock.Advance(time.Minute)
+		}
+	}
 	h, err := stripetest.New(stripetest.Options{
 		Wrap: counted.wrap, ConnState: counted.connState,
-		Fake:   stripemock.Options{Faults: stripemock.Faults{DropRate: 1}}, // drift: no webhook reaches billsync
-		Client: stripe.Config{RateLimit: 1e6, ListRateLimit: 1e6},          // the first sweep, unmetered
+		Fake:   stripemock.Options{Clock: clock, Faults: stripemock.Faults{DropRate: 1}}, // drift: no webhook reaches billsync
+		Client: stripe.Config{RateLimit: 1e6, ListRateLimit: 1e6},                        // the first sweep, unmetered
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
@@ -94,7 +106,7 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	defer h.Close()
 
 	t0 := time.Now()
-	customers, err := seedCustomers(ctx, h, cfg.SweepAccounts)
+	customers, err := seedCustomers(ctx, h, cfg.SweepAccounts, spread)
 	if err != nil {
 		return res, err
 	}
