@@ -84,23 +84,29 @@ func (c *Client) ListPage(ctx context.Context, cursor string) (snaps []reconcile
 // requests; that bound only places the split (the part given keeps no
 // lower bound, so a customer created later with an older date is still
 // listed). A part is not divided before it has listed splitAfterPages
-// pages (a small account is listed one page at a time, without the
-// requests a split costs), nor when what remains of it is, at the density
-// it has listed, under two pages, or within one second.
+// pages, nor when what remains of it is under two pages at the density it
+// has listed, or within one second; and the list is not divided at all
+// when, at its first split, no more is left of it than was listed (an
+// account of a few pages is listed one page at a time, for one request
+// more).
 func (c *Client) Split(ctx context.Context, next string) (kept, given string, err error) {
 	cur, err := parseListCursor(next)
 	if err != nil || cur.After == "" || cur.At <= 0 || cur.Top < cur.At || cur.Pages < splitAfterPages {
 		return next, "", err // too little listed to judge, or nothing known to split by
 	}
+	// What remains is [low, At]; the part listed Pages pages over [At, Top].
+	listed := cur.Top - cur.At + 1
 	low := cmp.Or(cur.From, cur.Floor)
 	if low == 0 {
 		if low, err = c.oldest(ctx, cur); err != nil {
 			return "", "", err
 		}
 		cur.Floor = low
+		if cur.At-low <= listed {
+			return cur.encode(), "", nil // no more left than listed: a small account, listed whole
+		}
 	}
-	// What remains is [low, At]; the part listed Pages pages over [At, Top].
-	remaining := float64(cur.At-low+1) * float64(cur.Pages) / float64(cur.Top-cur.At+1)
+	remaining := float64(cur.At-low+1) * float64(cur.Pages) / float64(listed)
 	mid := low + (cur.At-low+1)/2
 	if remaining < 2 || mid <= low || mid > cur.At {
 		return cur.encode(), "", nil
@@ -115,24 +121,20 @@ func (c *Client) Split(ctx context.Context, next string) (kept, given string, er
 const splitAfterPages = 2
 
 // oldest returns a second no later than the creation of the oldest
-// customer the part has yet to list, and near it: the last customer's
-// second when none is older; else it looks further back by doubling
-// steps (from the span the part listed) until nothing is older, then
-// places the oldest within an eighth of the last step. Each look is one
-// request of one customer, sent probeRound at a time: a few rounds.
+// customer the part has yet to list. It first asks whether any customer
+// is older than the span the part has listed (if not, that is the answer,
+// and Split leaves the list whole); else it
+// looks further back by doubling steps until nothing is older, then places
+// the oldest within an eighth of the last step. Each look is one request
+// of one customer; after the first they go probeRound at a time.
 func (c *Client) oldest(ctx context.Context, cur listCursor) (int64, error) {
 	ctx = context.WithValue(ctx, listLimiterKey{}, c.listLimiter)
 	span := cur.Top - cur.At + 1
-	back := func(j int) int64 { // the j-th point looked at, going back
-		if j == 0 {
-			return cur.At
-		}
-		return cur.At - span<<(j-1)
-	}
-	for first := 0; ; first += probeRound {
-		points := make([]int64, 0, probeRound)
-		for j := first; j < first+probeRound && (j < 2 || back(j-1) > 1); j++ {
-			points = append(points, max(back(j), 1))
+	back := func(j int) int64 { return max(cur.At-span<<(j-1), 1) } // the j-th point looked at, going back
+	for first, n := 1, 1; ; first, n = first+n, probeRound {
+		points := make([]int64, 0, n)
+		for j := first; j < first+n && (j == first || points[len(points)-1] > 1); j++ {
+			points = append(points, back(j))
 		}
 		empty, err := c.noneBefore(ctx, points)
 		if err != nil {
@@ -140,8 +142,8 @@ func (c *Client) oldest(ctx context.Context, cur listCursor) (int64, error) {
 		}
 		for i, e := range empty {
 			switch {
-			case e && first+i == 0:
-				return cur.At, nil
+			case e && first+i == 1:
+				return points[i], nil
 			case e:
 				return c.narrow(ctx, points[i], back(first+i-1))
 			case points[i] == 1:
