@@ -41,8 +41,9 @@ type Config struct {
 	// limiter's bucket size; default 1 (evenly spaced requests).
 	RateLimit float64
 	Burst     int
-	// ListRateLimit is requests per second List may take of RateLimit;
-	// default half of it, so webhook-triggered fetches keep the rest.
+	// ListRateLimit is requests per second the sweep's listing (ListPage,
+	// Split) may take of RateLimit; default half of it, so
+	// webhook-triggered fetches keep the rest.
 	ListRateLimit float64
 	// EndpointRateLimit is requests per second each endpoint family
 	// (/v1/customers…, /v1/subscriptions…, /v1/prices…, /v1/invoices…)
@@ -117,11 +118,11 @@ func (cfg Config) validate() error {
 //
 // The layers of one call, outermost first:
 //
-//	ctx (caller's deadline for the whole Fetch/List)
+//	ctx (caller's deadline for the whole Fetch/ListPage)
 //	stripe-go (MaxNetworkRetries 0: it never retries by itself)
 //	go-retryablehttp (RetryMax retries of network errors, timeouts, 429 and
 //	  5xx, backoff honouring Retry-After, Stripe-Should-Retry obeyed)
-//	attempt.Transport (per attempt: wait for List's limiter when List
+//	attempt.Transport (per attempt: wait for the listing's limiter when it
 //	  calls, the endpoint family's limiter when configured, and the shared
 //	  rate limiter; then run the attempt under its own Timeout)
 //	http.Transport
@@ -154,7 +155,7 @@ func NewClient(cfg Config) (*Client, error) {
 	endpoints := newEndpointLimiters(cfg.EndpointRateLimit, cfg.Burst)
 	rc.HTTPClient = &http.Client{Transport: &attempt.Transport{
 		Base: base,
-		// List's own limiter (a sweep's share), the endpoint family's,
+		// the listing's own limiter (a sweep's share), the endpoint family's,
 		// then the client's shared one.
 		Limits: func(req *http.Request) []attempt.Limit {
 			return []attempt.Limit{
@@ -237,8 +238,8 @@ func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapsh
 	return snap, nil
 }
 
-// resolve turns one customer object (retrieved, or listed by List) into its
-// snapshot: the one rule Fetch and List share, so both give the same
+// resolve turns one customer object (retrieved, or listed by ListPage) into
+// its snapshot: the one rule Fetch and ListPage share, so both give the same
 // snapshot of a customer. The embedded subscriptions are used when they are
 // all of them; otherwise (has_more, or not expanded) the customer's
 // subscriptions are listed: GET /v1/subscriptions?customer=…, whose default
