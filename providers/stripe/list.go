@@ -83,15 +83,15 @@ func (c *Client) ListPage(ctx context.Context, cursor string) (snaps []reconcile
 // first learns where the oldest customer is, with a few one-customer
 // requests; that bound only places the split (the part given keeps no
 // lower bound, so a customer created later with an older date is still
-// listed). A part is not divided before it has listed splitAfterPages
-// pages, nor when what remains of it is under two pages at the density it
+// listed). A part is not divided before it has listed a page
+// (splitAfterPages for the list itself), nor when what remains of it is under two pages at the density it
 // has listed, or within one second; and the list is not divided at all
 // when, at its first split, no more is left of it than was listed (an
 // account of a few pages is listed one page at a time, for one request
 // more).
 func (c *Client) Split(ctx context.Context, next string) (kept, given string, err error) {
 	cur, err := parseListCursor(next)
-	if err != nil || cur.After == "" || cur.At <= 0 || cur.Top < cur.At || cur.Pages < splitAfterPages {
+	if err != nil || cur.After == "" || cur.At <= 0 || cur.Top < cur.At || cur.Pages < cur.splitAfter() {
 		return next, "", err // too little listed to judge, or nothing known to split by
 	}
 	// What remains is [low, At]; the part listed Pages pages over [At, Top].
@@ -117,8 +117,19 @@ func (c *Client) Split(ctx context.Context, next string) (kept, given string, er
 	return k.encode(), g.encode(), nil
 }
 
-// splitAfterPages is how many pages a part lists before Split divides it.
+// splitAfterPages is how many pages the list lists before Split first
+// divides it.
 const splitAfterPages = 2
+
+// splitAfter is how many pages the part lists before Split divides it: a
+// part split off the list (its bounds known) once it has one page to
+// judge its density by, the list itself after splitAfterPages.
+func (cur listCursor) splitAfter() int64 {
+	if cur.From > 0 || cur.Floor > 0 {
+		return 1
+	}
+	return splitAfterPages
+}
 
 // oldest returns a second no later than the creation of the oldest
 // customer the part has yet to list. It first asks whether any customer
