@@ -100,8 +100,9 @@ type Splitter interface {
 	// Split divides what remains of a listing after a page (next, with
 	// more true) into the part the caller keeps listing and a part given
 	// to another lister; between them they list each remaining customer
-	// once. kept is "" when the rest is too small to divide. It may ask
-	// the provider (a few small requests).
+	// once. given is "" when the rest is not divided; kept is then where
+	// the caller goes on (next, or next with what Split learnt). It may
+	// ask the provider (a few small requests).
 	Split(ctx context.Context, next string) (kept, given string, err error)
 }
 

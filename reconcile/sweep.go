@@ -15,7 +15,7 @@ type SweepRun struct {
 	Provider  string
 	StartedAt time.Time
 	Resumed   bool   // a run a dead sweeper left running, picked up again
-	Cursor    string // where the listing resumes: after the last finished page
+	Cursor    string // where the listing resumes: each part after its last applied page, one a line
 	Seen      int    // customers the listing resolved
 	Healed    int    // accounts the sweep changed (sweep_runs.changed)
 	Failed    int    // customers whose snapshot maps to no plan (ignored)

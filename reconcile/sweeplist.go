@@ -83,10 +83,7 @@ func (s *Sweeper) listPart(ctx context.Context, q *partQueue, splitter Splitter,
 		if err != nil {
 			return err
 		}
-		if kept != "" {
-			cursor = kept
-		}
-		if given == "" {
+		if cursor = kept; given == "" {
 			continue
 		}
 		id := q.newID()

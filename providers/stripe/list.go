@@ -83,12 +83,12 @@ func (c *Client) ListPage(ctx context.Context, cursor string) (snaps []reconcile
 // first learns where the oldest customer is, with a few one-customer
 // requests; that bound only places the split (the part given keeps no
 // lower bound, so a customer created later with an older date is still
-// listed). A part is not divided before it has listed a page
-// (splitAfterPages for the list itself), nor when what remains of it is under two pages at the density it
-// has listed, or within one second; and the list is not divided at all
-// when, at its first split, no more is left of it than was listed (an
-// account of a few pages is listed one page at a time, for one request
-// more).
+// listed). A part is not divided before it has listed a page (the list
+// itself, splitAfterPages), nor when what remains of it is under two pages
+// at the density it has listed, or within one second; and the list is not
+// divided at all when, at its first split, no more is left of it than was
+// listed (an account of a few pages is listed one page at a time, for one
+// request more). kept is never empty: next, or next with the bound learnt.
 func (c *Client) Split(ctx context.Context, next string) (kept, given string, err error) {
 	cur, err := parseListCursor(next)
 	if err != nil || cur.After == "" || cur.At <= 0 || cur.Top < cur.At || cur.Pages < cur.splitAfter() {
@@ -134,10 +134,10 @@ func (cur listCursor) splitAfter() int64 {
 // oldest returns a second no later than the creation of the oldest
 // customer the part has yet to list. It first asks whether any customer
 // is older than the span the part has listed (if not, that is the answer,
-// and Split leaves the list whole); else it
-// looks further back by doubling steps until nothing is older, then places
-// the oldest within an eighth of the last step. Each look is one request
-// of one customer; after the first they go probeRound at a time.
+// and Split leaves the list whole); else it looks further back by doubling
+// steps until nothing is older, then places the oldest within an eighth of
+// the last step. Each look is one request of one customer; after the first
+// they go probeRound at a time.
 func (c *Client) oldest(ctx context.Context, cur listCursor) (int64, error) {
 	ctx = context.WithValue(ctx, listLimiterKey{}, c.listLimiter)
 	span := cur.Top - cur.At + 1
@@ -261,8 +261,13 @@ func (cur listCursor) String() string {
 	return s
 }
 
-// cursorFields are listCursor's fields in its encoding.
-var cursorFields = []string{"after", "at", "top", "from", "to", "pages", "floor"}
+// countFields name listCursor's counts in its encoding, in counts' order.
+var countFields = []string{"at", "top", "from", "to", "pages", "floor"}
+
+// counts are the cursor's numbers, in countFields' order.
+func (cur *listCursor) counts() []*int64 {
+	return []*int64{&cur.At, &cur.Top, &cur.From, &cur.To, &cur.Pages, &cur.Floor}
+}
 
 // encode writes the cursor as a query string ("after=cus_…&at=…"); a
 // cursor of the whole list after a customer, known nothing else of, is
@@ -271,20 +276,16 @@ func (cur listCursor) encode() string {
 	if cur == (listCursor{After: cur.After}) {
 		return cur.After
 	}
-	nums := []int64{cur.At, cur.Top, cur.From, cur.To, cur.Pages, cur.Floor}
-	var b strings.Builder
+	v := url.Values{}
 	if cur.After != "" {
-		b.WriteString("after=" + url.QueryEscape(cur.After))
+		v.Set("after", cur.After)
 	}
-	for i, n := range nums {
-		if n != 0 {
-			if b.Len() > 0 {
-				b.WriteByte('&')
-			}
-			b.WriteString(cursorFields[i+1] + "=" + strconv.FormatInt(n, 10))
+	for i, n := range cur.counts() {
+		if *n != 0 {
+			v.Set(countFields[i], strconv.FormatInt(*n, 10))
 		}
 	}
-	return b.String()
+	return v.Encode()
 }
 
 // parseListCursor reads what encode wrote.
@@ -297,16 +298,15 @@ func parseListCursor(s string) (listCursor, error) {
 		return listCursor{}, fmt.Errorf("stripe list: unreadable cursor %q: %w", s, err)
 	}
 	cur := listCursor{After: v.Get("after")}
-	nums := []*int64{&cur.At, &cur.Top, &cur.From, &cur.To, &cur.Pages, &cur.Floor}
-	for i, p := range nums {
-		if f := v.Get(cursorFields[i+1]); f != "" {
+	for i, p := range cur.counts() {
+		if f := v.Get(countFields[i]); f != "" {
 			if *p, err = strconv.ParseInt(f, 10, 64); err != nil || *p < 0 {
-				return listCursor{}, fmt.Errorf("stripe list: unreadable cursor %q: %s is not a count", s, cursorFields[i+1])
+				return listCursor{}, fmt.Errorf("stripe list: unreadable cursor %q: %s is not a count", s, countFields[i])
 			}
 		}
 	}
 	for k := range v {
-		if !slices.Contains(cursorFields, k) {
+		if k != "after" && !slices.Contains(countFields, k) {
 			return listCursor{}, fmt.Errorf("stripe list: unreadable cursor %q: unknown %q", s, k)
 		}
 	}

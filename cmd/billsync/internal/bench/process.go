@@ -33,8 +33,8 @@ type ProcessSweep struct {
 }
 
 // sweepProcess runs argv (billsync sweep) on the bench's database and the
-// fake at fakeURL, with list calls at rate and parallel in flight, and reads its run from the
-// database and its peak RSS from the kernel.
+// fake at fakeURL, with list calls at rate and parallel in flight, and
+// reads its run from the database and its peak RSS from the kernel.
 func sweepProcess(ctx context.Context, argv []string, st *store.Store, fakeURL string, rate float64, parallel int) (ProcessSweep, error) {
 	args := append(argv[1:len(argv):len(argv)], "-provider", "stripe", "-sweep-parallel", strconv.Itoa(parallel),
 		"-stripe-rate", strconv.FormatFloat(2*rate, 'f', -1, 64)) // the sweep lists at half of -stripe-rate
