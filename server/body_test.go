@@ -129,9 +129,9 @@ func TestIntakeClientFailuresAreNotServerErrors(t *testing.T) {
 		code int // 0: the client is gone
 		send func(c *net.TCPConn)
 	}{
-		{"HalfBodyThenClose", 0, func(c *net.TCPConn) { c.Write(half); c.Close() }},
-		{"ShorterThanContentLength", http.StatusBadRequest, func(c *net.TCPConn) { c.Write(half); c.CloseWrite() }},
-		{"TooSlow", http.StatusRequestTimeout, func(c *net.TCPConn) { c.Write(half) }},
+		{"HalfBodyThenClose", 0, func(c *net.TCPConn) { _, _ = c.Write(half); c.Close() }},
+		{"ShorterThanContentLength", http.StatusBadRequest, func(c *net.TCPConn) { _, _ = c.Write(half); _ = c.CloseWrite() }},
+		{"TooSlow", http.StatusRequestTimeout, func(c *net.TCPConn) { _, _ = c.Write(half) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -439,7 +439,7 @@ func (c *Cluster) createDatabase(ctx context.Context, name string) error {
 	}
 	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
 	var pgErr *pgconn.PgError
-	if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "42P04") { // duplicate_database: someone beat us to it
+	if err != nil && (!errors.As(err, &pgErr) || pgErr.Code != "42P04") { // duplicate_database: someone beat us to it
 		return fmt.Errorf("pgembed: create database %s: %w", name, err)
 	}
 	return nil

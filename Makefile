@@ -1,0 +1,40 @@
+# The everyday commands. `make test` is the README's test command and what
+# .ci/run runs (after `make lint`); the others are for a developer's machine.
+GOLANGCI_LINT_VERSION := v2.15.0
+GOBIN := $(shell go env GOPATH)/bin
+GOLANGCI_LINT := $(GOBIN)/golangci-lint
+FUZZTIME ?= 30s
+
+.PHONY: test lint fuzz bench demo tools
+
+test:
+	go test -race -count=1 -timeout 30m ./...
+
+# gofmt, go vet, staticcheck, errcheck and the import rules (depguard) of
+# .golangci.yaml.
+lint: tools
+	$(GOLANGCI_LINT) run ./...
+
+tools:
+	@if ! $(GOLANGCI_LINT) version 2>/dev/null | grep -q "version $(GOLANGCI_LINT_VERSION:v%=%) "; then \
+		echo "installing golangci-lint $(GOLANGCI_LINT_VERSION)"; \
+		go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION); \
+	fi
+
+# Every fuzz target for FUZZTIME each (go test -fuzz takes one target a run).
+# The seed corpora run as plain tests in `make test`; new finds land in each
+# package's testdata/fuzz and become seeds.
+fuzz:
+	@set -e; for pkg in $$(go list ./...); do \
+		for f in $$(go test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo "== $$pkg $$f"; \
+			go test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done
+
+# Throughput against baselines measured in the same run; see BENCHMARKS.md.
+bench:
+	go run ./cmd/billsync bench
+
+demo:
+	go run ./cmd/billsync demo
