@@ -50,7 +50,7 @@ func (s *Store) Claim(ctx context.Context, worker string, limit int, lease time.
 
 // newestUserRef is a queue row q's Job.UserRef: the app's reference named
 // by the customer's newest stored event that names one, whatever that
-// event's status, ” only when none ever did. Not only pending events: the
+// event's status; empty only when none ever did. Not only pending events: the
 // event naming the user may have been answered already by a reconcile that
 // wrote nothing (ignored: a plan code no plan maps), and the reconcile that
 // next writes the account (a payment naming no user, a sweep, a resync)
