@@ -1,7 +1,11 @@
 package reconcile_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"io"
+	"net/http"
 	"testing"
 	"time"
 
@@ -51,7 +55,7 @@ func TestKindeUserRefSurvivesAnIgnoredReconcile(t *testing.T) {
 			k.kh.SetPlan(k.customer, "customer_plan_nobody_maps")
 			assigned := k.send(t, "customer.plan_assigned", map[string]any{"user_id": "kp_a"})
 			k.drain(t)
-			ev, err := k.st.EventByKey(ctx, kinde.Provider, reconcile.DedupeKeyOf(assigned.WebhookID))
+			ev, err := k.st.EventByKey(ctx, kinde.Provider, reconcile.DedupeKeyOf(assigned.EventID))
 			require.NoError(t, err)
 			require.Equal(t, reconcile.EventIgnored, ev.Status, "the plan code maps to no plan: %s", ev.Outcome)
 
@@ -98,6 +102,35 @@ func TestKindeUserRefSurvivesAnIgnoredReconcile(t *testing.T) {
 		require.Equal(t, "pro", a.Plan)
 		require.Empty(t, a.UserRef, "no event ever named one")
 	})
+}
+
+// TestKindeCapturedTokenUnderFreshWebhookIDsIsOneEvent: the webhook-id
+// header is not signed; a token sent again under new webhook-ids (a replay
+// by whoever captured it) is a copy of the one event its signed event_id
+// names, not a new event each time.
+func TestKindeCapturedTokenUnderFreshWebhookIDsIsOneEvent(t *testing.T) {
+	t.Parallel()
+	k := newUserRefCase(t)
+	ctx := context.Background()
+	token, err := k.kh.Fake.Keys().Sign(map[string]any{"type": "customer.plan_changed", "event_id": "event_captured",
+		"timestamp": time.Now().UTC().Format(time.RFC3339), "data": map[string]any{"customer_id": k.customer}})
+	require.NoError(t, err)
+	for _, id := range []string{"msg_1", "msg_2", "msg_3"} {
+		req, err := http.NewRequest(http.MethodPost, k.kh.IntakeURL+"/webhooks/kinde", bytes.NewReader(token))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/jwt")
+		req.Header.Set("webhook-id", id)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	ev, err := k.st.EventByKey(ctx, kinde.Provider, "event_captured")
+	require.NoError(t, err)
+	require.Equal(t, 3, ev.SeenCount, "one event seen three times")
+	_, err = k.st.EventByKey(ctx, kinde.Provider, "msg_2")
+	require.True(t, errors.Is(err, reconcile.ErrNotFound), "no event keyed by a webhook-id: %v", err)
 }
 
 // userRefCase is one customer of the fake Kinde, billsync's intake storing
