@@ -273,8 +273,8 @@ func TestKindeIntakeRefusesForgeries(t *testing.T) {
 	require.Equal(t, before, storetest.Tables(t, h.st), "a refused delivery stores nothing in any table")
 }
 
-// TestKindeCopiesDeduplicate: copies carrying one webhook-id are one event;
-// so are copies without webhook-id, by the signed event_id.
+// TestKindeCopiesDeduplicate: copies of one token are one event, by its
+// signed event_id, with or without a webhook-id.
 func TestKindeCopiesDeduplicate(t *testing.T) {
 	t.Parallel()
 	h := newKindeHarness(t, t.Cleanup, kindeOptions{fake: kindemock.Options{Faults: stripemock.Faults{DuplicateCopies: 2}}})
@@ -285,8 +285,8 @@ func TestKindeCopiesDeduplicate(t *testing.T) {
 	tally := h.tally("customer_copies")
 	require.Equal(t, 1, tally.Events, "three copies of webhook-id %s are one event", sent.WebhookID)
 	require.Equal(t, 3, tally.Receipts)
-	status, _, err := h.st.EventOutcome(ctx, kinde.Provider, reconcile.DedupeKeyOf(sent.WebhookID))
-	require.NoError(t, err, "deduplicated on webhook-id")
+	status, _, err := h.st.EventOutcome(ctx, kinde.Provider, reconcile.DedupeKeyOf(sent.EventID))
+	require.NoError(t, err, "deduplicated on the signed event_id")
 	require.Equal(t, reconcile.EventPending, status)
 
 	// Without webhook-id (a proxy that drops the header): the signed

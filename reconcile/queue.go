@@ -27,8 +27,9 @@ type Job struct {
 	// Expect is the newest pending event's expectation for the customer
 	// (by the provider's event time), nil when none carries one.
 	Expect *Expectation
-	// UserRef is the newest pending event's app reference for the
-	// customer, for a provider whose reads do not carry one.
+	// UserRef is the app reference named by the customer's newest stored
+	// event that names one, whatever its status ('' when none ever did),
+	// for a provider whose reads do not carry one.
 	UserRef string
 }
 

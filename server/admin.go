@@ -250,9 +250,12 @@ func (s *Server) adminEvents(r *http.Request) (any, error) {
 	return map[string]any{"events": events}, err
 }
 
+// pathID reads the {id} of a path: billsync's id in its one spelling, so
+// "+5" or "05" is not account 5 (one resource, one URL; a cache or a log
+// search keyed by path sees every request for it).
 func pathID(r *http.Request) (int64, error) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil || id <= 0 {
+	if err != nil || id <= 0 || strconv.FormatInt(id, 10) != r.PathValue("id") {
 		return 0, fmt.Errorf("%w: id %q: want billsync's numeric id", errBadRequest, r.PathValue("id"))
 	}
 	return id, nil

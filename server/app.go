@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/billsync/billsync/reconcile"
 )
 
@@ -110,8 +112,12 @@ func userJSON(u reconcile.UserAccount) userAnswer {
 // not be read).
 func parseUsage(body io.Reader, userRef, provider string) (reconcile.Debit, error) {
 	var req struct {
-		IdempotencyKey *string `json:"idempotency_key"`
-		Amount         *int64  `json:"amount"`
+		// Raw: encoding/json decodes invalid UTF-8 and a lone surrogate
+		// (\ud800) to U+FFFD, so different keys would read as one key and
+		// a later debit would be answered as the first one's replay. The
+		// raw string is checked before it is decoded.
+		IdempotencyKey json.RawMessage `json:"idempotency_key"`
+		Amount         *int64          `json:"amount"`
 	}
 	// The whole body is read first: a body over the limit is refused even
 	// when its first bytes are a valid request.
@@ -133,12 +139,18 @@ func parseUsage(body io.Reader, userRef, provider string) (reconcile.Debit, erro
 	switch {
 	case err != nil:
 		return reconcile.Debit{}, fmt.Errorf(`%w: body is not {"idempotency_key": "<1-255 bytes>", "amount": <whole number above 0>}: %s`, reconcile.ErrInvalid, err)
-	case req.IdempotencyKey == nil:
+	case req.IdempotencyKey == nil || string(req.IdempotencyKey) == "null":
 		return reconcile.Debit{}, fmt.Errorf("%w: idempotency_key is missing", reconcile.ErrInvalid)
 	case req.Amount == nil:
 		return reconcile.Debit{}, fmt.Errorf("%w: amount is missing", reconcile.ErrInvalid)
+	case !jsontext.Value(req.IdempotencyKey).IsValid():
+		return reconcile.Debit{}, fmt.Errorf("%w: idempotency_key is not valid UTF-8 (an invalid byte, or an escape of half a surrogate pair)", reconcile.ErrInvalid)
 	}
-	d := reconcile.Debit{UserRef: userRef, Provider: provider, Key: *req.IdempotencyKey, Amount: *req.Amount}
+	var key string
+	if err := json.Unmarshal(req.IdempotencyKey, &key); err != nil {
+		return reconcile.Debit{}, fmt.Errorf(`%w: body is not {"idempotency_key": "<1-255 bytes>", "amount": <whole number above 0>}: idempotency_key: %s`, reconcile.ErrInvalid, err)
+	}
+	d := reconcile.Debit{UserRef: userRef, Provider: provider, Key: key, Amount: *req.Amount}
 	if err := d.Validate(); err != nil {
 		return reconcile.Debit{}, err
 	}

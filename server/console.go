@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/billsync/billsync/reconcile"
 )
@@ -275,10 +276,12 @@ func overTLS(r *http.Request) bool {
 }
 
 // safeNext returns where to go after signing in: a console path, never
-// another site.
+// another site, and nothing http.Redirect would put raw into Location (it
+// escapes only non-ASCII bytes): no control character, no space.
 func safeNext(next string) string {
 	if !strings.HasPrefix(next, "/admin/") || strings.HasPrefix(next, "/admin/signin") ||
-		strings.ContainsAny(next, "\\\r\n") || strings.Contains(next, "//") {
+		strings.ContainsAny(next, "\\ ") || strings.Contains(next, "//") ||
+		strings.ContainsFunc(next, unicode.IsControl) {
 		return "/admin/"
 	}
 	return next

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -133,8 +134,16 @@ func New(cfg Config) *Server {
 	return s
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. Every answer under /admin (the
+// console's pages, the admin API's JSON, and the mux's own 404 and 405 for
+// a path or method no route has) carries the console's headers: never
+// cached, never framed, no script, no sniffing.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/admin" || strings.HasPrefix(r.URL.Path, "/admin/") {
+		secureHeaders(w)
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	if s.ready != nil {
@@ -217,9 +226,12 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case code == http.StatusRequestEntityTooLarge:
 		msg = "body larger than 1 MiB"
 	case code == http.StatusServiceUnavailable && providerUnavailable(err):
-		s.log.Warn("refused delivery: provider API unavailable", slog.String("path", r.URL.Path), slog.Any("error", err))
+		// The error says what could not be reached (Stripe's API for a thin
+		// event, Kinde's key set); the answer names the provider only.
+		provider := cmp.Or(r.PathValue("provider"), "the provider")
+		s.log.Warn("refused delivery: provider unavailable", slog.String("provider", provider), slog.Any("error", err))
 		w.Header().Set("Retry-After", "5")
-		msg = "not stored: the provider's API is unavailable, retry later"
+		msg = "not stored: " + provider + " is unavailable, retry later"
 	case code == http.StatusServiceUnavailable:
 		s.log.Error("store unavailable", slog.String("path", r.URL.Path), slog.Any("error", err))
 		w.Header().Set("Retry-After", "5")

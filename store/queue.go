@@ -32,10 +32,7 @@ func (s *Store) Claim(ctx context.Context, worker string, limit int, lease time.
 			 WHERE e.provider = q.provider AND e.customer_id = q.customer_id
 			   AND e.status = 'pending' AND e.expect IS NOT NULL
 			 ORDER BY e.event_time DESC NULLS LAST, e.id DESC LIMIT 1),
-			coalesce((SELECT e.user_ref FROM inbox_events e
-			 WHERE e.provider = q.provider AND e.customer_id = q.customer_id
-			   AND e.status = 'pending' AND e.user_ref IS NOT NULL
-			 ORDER BY e.event_time DESC NULLS LAST, e.id DESC LIMIT 1), '')`,
+			`+newestUserRef,
 		worker, limit, lease.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs: %w", classify(err))
@@ -50,6 +47,18 @@ func (s *Store) Claim(ctx context.Context, worker string, limit int, lease time.
 	}
 	return jobs, nil
 }
+
+// newestUserRef is a queue row q's Job.UserRef: the app's reference named
+// by the customer's newest stored event that names one, whatever that
+// event's status; empty only when none ever did. Not only pending events: the
+// event naming the user may have been answered already by a reconcile that
+// wrote nothing (ignored: a plan code no plan maps), and the reconcile that
+// next writes the account (a payment naming no user, a sweep, a resync)
+// must still give the account its reference. Served by the partial index
+// inbox_events_user_ref.
+const newestUserRef = `coalesce((SELECT e.user_ref FROM inbox_events e
+	WHERE e.provider = q.provider AND e.customer_id = q.customer_id AND e.user_ref IS NOT NULL
+	ORDER BY e.event_time DESC NULLS LAST, e.id DESC LIMIT 1), '')`
 
 // Now returns the database's clock.
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
@@ -179,9 +188,10 @@ func (s *Store) Hold(ctx context.Context, provider, customerID, trigger, holder 
 			      FROM reconcile_queue WHERE provider = $1 AND customer_id = $2 FOR UPDATE) f
 			WHERE q.id = f.id
 			RETURNING q.id, q.provider, q.customer_id, q.trigger, q.requested_at, q.attempts,
-			          CASE WHEN f.free THEN '' ELSE coalesce(q.locked_by, '') END, q.locked_until`,
+			          CASE WHEN f.free THEN '' ELSE coalesce(q.locked_by, '') END, q.locked_until,
+			          `+newestUserRef,
 			provider, customerID, holder, lease.Seconds()).Scan(&job.ID, &job.Provider, &job.CustomerID,
-			&job.Trigger, &job.RequestedAt, &job.Attempts, &heldBy, &heldUntil)
+			&job.Trigger, &job.RequestedAt, &job.Attempts, &heldBy, &heldUntil, &job.UserRef)
 	})
 	if err != nil {
 		return reconcile.Job{}, fmt.Errorf("hold %s/%s: %w", provider, customerID, classify(err))

@@ -232,7 +232,7 @@ func TestSupportCommandsForKinde(t *testing.T) {
 	sent, err := h.Send("customer.plan_changed", customer)
 	require.NoError(t, err)
 	require.NoError(t, h.WaitDelivered(ctx))
-	out, err = billsync("replay", "--provider", "kinde", sent.WebhookID)
+	out, err = billsync("replay", "--provider", "kinde", sent.EventID)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "plan     free → pro")
 	require.Contains(t, out, "balance  10 → 500")

@@ -68,7 +68,7 @@ func TestSentWebhooksVerify(t *testing.T) {
 		require.Equal(t, sent.WebhookID, rc.ids[i])
 		d, err := v.Verify(http.Header{"Webhook-Id": {rc.ids[i]}}, body)
 		require.NoError(t, err)
-		require.Equal(t, sent.WebhookID, d.Event.DedupeKey)
+		require.Equal(t, sent.EventID, d.Event.DedupeKey, "the signed event_id")
 		require.Equal(t, sent.EventID, d.Event.EventID)
 		require.Equal(t, "customer_1", d.Event.CustomerID)
 		require.Equal(t, "customer.plan_changed", d.Event.Type)

@@ -7,11 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lestrrat-go/jwx/v2/jwa"
@@ -35,10 +36,10 @@ type VerifierConfig struct {
 	// ids costs at most one fetch per interval.
 	RefetchInterval time.Duration
 	// RefreshInterval is how often the key set is refreshed regardless;
-	// default 1 h.
+	// default 1 h. The refresh runs in the background: deliveries go on
+	// with the cached set meanwhile.
 	RefreshInterval time.Duration
-	// HTTPClient fetches the key set; default a client with a 10 s timeout
-	// (the cache's own fetches have no deadline otherwise).
+	// HTTPClient fetches the key set; default a client with a 10 s timeout.
 	HTTPClient *http.Client
 	Logger     *slog.Logger     // default discards
 	Now        func() time.Time // default time.Now
@@ -47,26 +48,64 @@ type VerifierConfig struct {
 // DefaultReplayWindow is the default ReplayWindow.
 const DefaultReplayWindow = 72 * time.Hour
 
+// MaxKeySetBytes is the largest key-set answer read (256 KiB). Kinde
+// publishes one or two RSA keys, about 1.5 KiB each as JWKs (6 KiB with an
+// x5c certificate chain): 256 KiB holds forty such keys, and a broken or
+// hostile endpoint cannot make billsync hold more.
+const MaxKeySetBytes = 256 << 10
+
 // maxFutureSkew is how far in the future a token's timestamp may be
 // (clocks differ); further is refused like a token too old.
 const maxFutureSkew = 5 * time.Minute
 
+// ErrKeySetUnavailable means the Kinde key set could not be fetched or
+// read, so a token that may be genuine cannot be checked. Errors wrapping
+// it have an Unavailable method returning true: the intake answers 503 and
+// Kinde delivers again.
+var ErrKeySetUnavailable = errors.New("kinde key set unavailable")
+
+// unavailableError marks a key-set failure as the provider's outage for the
+// intake (see server.ContextVerifier).
+type unavailableError struct{ err error }
+
+func (e unavailableError) Error() string     { return e.err.Error() }
+func (e unavailableError) Unwrap() error     { return e.err }
+func (e unavailableError) Unavailable() bool { return true }
+
 // Verifier checks Kinde webhook deliveries: the body is a JWT signed RS256
 // by a key of the domain's key set. It is safe for concurrent use.
+//
+// The key set is held here rather than in jwx's jwk.Cache: that cache
+// makes every reader wait while any fetch of the set is under way, so one
+// hung refetch for an unknown kid held up every delivery. Here a token
+// whose kid the cached set holds never waits for a fetch.
 type Verifier struct {
 	jwksURL string
-	cache   *jwk.Cache
+	http    *http.Client
+	life    context.Context // background refreshes end with it
 	window  time.Duration
+	every   time.Duration // RefreshInterval
+	spacing time.Duration // RefetchInterval
 	now     func() time.Time
 	log     *slog.Logger
 
-	refetchMu sync.Mutex // one forced refetch at a time
-	refetch   *rate.Limiter
+	keys       atomic.Pointer[keySet] // the newest set fetched; nil until one is
+	fetching   chan struct{}          // a one-slot lock: one fetch at a time
+	refreshing atomic.Bool            // a background refresh is under way
+	refetch    *rate.Limiter          // forced refetches for unknown kids
+	retry      *rate.Limiter          // first fetches while none has succeeded
 }
 
-// NewVerifier returns a Verifier whose key-set cache lives as long as ctx.
-// It fetches nothing yet: serve starts even when Kinde cannot be reached,
-// and the first delivery that needs the keys fetches them.
+// keySet is a fetched key set and when it is due for a refresh (by the
+// process's clock, not Now: it is about fetches, not token times).
+type keySet struct {
+	set       jwk.Set
+	refreshAt time.Time
+}
+
+// NewVerifier returns a Verifier whose key set's background refreshes end
+// with ctx. It fetches nothing yet: serve starts even when Kinde cannot be
+// reached, and the first delivery that needs the keys fetches them.
 func NewVerifier(ctx context.Context, cfg VerifierConfig) (*Verifier, error) {
 	domain, err := domainURL(cfg.Domain)
 	if err != nil {
@@ -77,20 +116,20 @@ func NewVerifier(ctx context.Context, cfg VerifierConfig) (*Verifier, error) {
 		hc = &http.Client{Timeout: 10 * time.Second}
 	}
 	v := &Verifier{
-		jwksURL: domain + "/.well-known/jwks",
-		cache:   jwk.NewCache(ctx),
-		window:  cmp.Or(cfg.ReplayWindow, DefaultReplayWindow),
-		now:     cfg.Now,
-		log:     cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
-		refetch: rate.NewLimiter(rate.Every(cmp.Or(cfg.RefetchInterval, 30*time.Second)), 1),
+		jwksURL:  domain + "/.well-known/jwks",
+		http:     hc,
+		life:     ctx,
+		window:   cmp.Or(cfg.ReplayWindow, DefaultReplayWindow),
+		every:    cmp.Or(cfg.RefreshInterval, time.Hour),
+		spacing:  cmp.Or(cfg.RefetchInterval, 30*time.Second),
+		now:      cfg.Now,
+		log:      cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
+		fetching: make(chan struct{}, 1),
 	}
+	v.refetch = rate.NewLimiter(rate.Every(v.spacing), 1)
+	v.retry = rate.NewLimiter(rate.Every(v.spacing), 1)
 	if cfg.Now == nil {
 		v.now = time.Now
-	}
-	err = v.cache.Register(v.jwksURL, jwk.WithHTTPClient(hc),
-		jwk.WithRefreshInterval(cmp.Or(cfg.RefreshInterval, time.Hour)))
-	if err != nil {
-		return nil, fmt.Errorf("kinde: register key set %s: %w", v.jwksURL, err)
 	}
 	return v, nil
 }
@@ -109,10 +148,10 @@ func domainURL(domain string) (string, error) {
 func (v *Verifier) Provider() string { return Provider }
 
 // Verify checks the delivery's token and reads the event from its claims.
-// A token refused on its face (not a JWT, alg other than RS256, no key id)
-// is ErrBadSignature without any key fetch. A key set that cannot be
-// fetched is ErrUnavailable (503: Kinde retries), never a 200. Errors wrap
-// one of those two.
+// A token refused on its face (not a compact JWS, alg other than RS256, no
+// key id, a JWS extension) is ErrBadSignature without any key fetch. A key
+// set that cannot be fetched is ErrKeySetUnavailable (503: Kinde retries),
+// never a 200. Errors wrap one of those two.
 func (v *Verifier) Verify(header http.Header, body []byte) (reconcile.Delivery, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -129,7 +168,7 @@ func (v *Verifier) Verify(header http.Header, body []byte) (reconcile.Delivery, 
 	if err != nil {
 		return reconcile.Delivery{}, fmt.Errorf("%w: kinde token signature: %w", reconcile.ErrBadSignature, err)
 	}
-	ev, err := parseClaims(claims, header.Get("webhook-id"), v.now(), v.window)
+	ev, err := parseClaims(claims, v.now(), v.window)
 	if err != nil {
 		return reconcile.Delivery{}, fmt.Errorf("%w: %w", reconcile.ErrBadSignature, err)
 	}
@@ -139,11 +178,11 @@ func (v *Verifier) Verify(header http.Header, body []byte) (reconcile.Delivery, 
 
 // unverifiedKeyID reads the token's protected header and refuses, before
 // any key is looked up, what can never be valid: anything but a compact JWS
-// with one RS256 signature and a key id. (An HMAC token keyed with the
-// public key, alg none, RS384 and PS256 all end here.)
+// with one RS256 signature, a key id and no extension. (An HMAC token
+// keyed with the public key, alg none, RS384 and PS256 all end here.)
 func unverifiedKeyID(token []byte) (string, error) {
-	if bytes.Count(token, []byte(".")) != 2 {
-		return "", errors.New("body is not a compact JWT (want three dot-separated parts)")
+	if err := compactJWS(token); err != nil {
+		return "", err
 	}
 	msg, err := jws.Parse(token)
 	if err != nil {
@@ -157,25 +196,57 @@ func unverifiedKeyID(token []byte) (string, error) {
 	if alg := h.Algorithm(); alg != jwa.RS256 {
 		return "", fmt.Errorf("kinde token alg %q refused: only RS256 is accepted", alg)
 	}
+	// RFC 7515 §4.1.11: a JWS whose crit names an extension the recipient
+	// does not implement is invalid, and billsync implements none; b64
+	// (RFC 7797, an unencoded payload) is one, never used by Kinde.
+	if crit, ok := h.Get(jws.CriticalKey); ok {
+		return "", fmt.Errorf("kinde token header crit %v refused: no JWS extension is supported", crit)
+	}
+	if _, ok := h.Get("b64"); ok {
+		return "", errors.New("kinde token header b64 refused: the payload must be base64url-encoded")
+	}
 	if h.KeyID() == "" {
 		return "", errors.New("kinde token has no kid")
 	}
 	return h.KeyID(), nil
 }
 
-// key returns the RS256 public key with id kid. An id the cached set lacks
-// forces one refetch (a key rotation), at most one per RefetchInterval
-// however many such tokens arrive.
+// compactJWS checks that token is in the JWS compact serialization (RFC
+// 7515 §7.1): three non-empty base64url parts. jws.Parse also reads the
+// JSON serializations and unencoded payloads; Kinde sends neither.
+func compactJWS(token []byte) error {
+	parts := bytes.Split(token, []byte("."))
+	if len(parts) != 3 {
+		return errors.New("body is not a compact JWT (want three dot-separated parts)")
+	}
+	for i, part := range parts {
+		if len(part) == 0 {
+			return fmt.Errorf("body is not a compact JWT: part %d is empty", i+1)
+		}
+		for _, c := range part {
+			if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return fmt.Errorf("body is not a compact JWT: part %d is not base64url", i+1)
+			}
+		}
+	}
+	return nil
+}
+
+// key returns the RS256 public key with id kid. A kid the cached set holds
+// is answered from it at once, whatever fetch is under way (a set due for
+// its refresh is refreshed in the background). A kid the set lacks, or no
+// set yet, waits for one refetch (a key rotation), at most one per
+// RefetchInterval however many such tokens arrive.
 func (v *Verifier) key(ctx context.Context, kid string) (jwk.Key, error) {
 	var key jwk.Key
 	var ok bool
-	set, err := v.cache.Get(ctx, v.jwksURL)
-	if err == nil {
-		key, ok = set.LookupKeyID(kid)
+	if ks := v.keys.Load(); ks != nil {
+		if key, ok = ks.set.LookupKeyID(kid); ok && !time.Now().Before(ks.refreshAt) {
+			v.refreshInBackground()
+		}
 	}
 	if !ok {
-		// A set never fetched (Kinde was down) is fetched again the same
-		// way, within the same limit.
+		var err error
 		if key, ok, err = v.refetchFor(ctx, kid); err != nil {
 			return nil, err
 		}
@@ -195,28 +266,108 @@ func (v *Verifier) key(ctx context.Context, kid string) (jwk.Key, error) {
 	return key, nil
 }
 
+// refetchFor fetches the key set for a kid the cached set lacks.
 func (v *Verifier) refetchFor(ctx context.Context, kid string) (jwk.Key, bool, error) {
-	v.refetchMu.Lock()
-	defer v.refetchMu.Unlock()
+	select {
+	case v.fetching <- struct{}{}:
+		defer func() { <-v.fetching }()
+	case <-ctx.Done():
+		return nil, false, v.unavailable(fmt.Errorf("wait for a fetch under way: %w", ctx.Err()))
+	}
 	// Another delivery may have refetched while this one waited.
-	set, err := v.cache.Get(ctx, v.jwksURL)
-	if err == nil {
-		if key, ok := set.LookupKeyID(kid); ok {
+	ks := v.keys.Load()
+	if ks != nil {
+		if key, ok := ks.set.LookupKeyID(kid); ok {
 			return key, true, nil
 		}
 	}
-	if !v.refetch.Allow() {
-		if err != nil {
-			return nil, false, fmt.Errorf("%w: kinde key set %s: %w", reconcile.ErrUnavailable, v.jwksURL, err)
+	// Apart from the refetches, so that a rotation right after the first
+	// fetch is found at once.
+	limit := v.refetch
+	if ks == nil {
+		limit = v.retry
+	}
+	if !limit.Allow() {
+		if ks == nil {
+			return nil, false, v.unavailable(fmt.Errorf("not fetched yet; the next try within %s", v.spacing))
 		}
 		return nil, false, nil
 	}
 	v.log.InfoContext(ctx, "kinde key set refetched: unknown key id or no set yet", "kid", kid)
-	if set, err = v.cache.Refresh(ctx, v.jwksURL); err != nil {
-		return nil, false, fmt.Errorf("%w: kinde key set %s: %w", reconcile.ErrUnavailable, v.jwksURL, err)
+	set, err := v.fetch(ctx)
+	if err != nil {
+		return nil, false, err
 	}
 	key, ok := set.LookupKeyID(kid)
 	return key, ok, nil
+}
+
+// refreshInBackground refreshes a set due for it, once at a time, without
+// making the delivery that noticed wait. A failed refresh keeps the cached
+// set and is tried again after RefetchInterval.
+func (v *Verifier) refreshInBackground() {
+	if !v.refreshing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer v.refreshing.Store(false)
+		select {
+		case v.fetching <- struct{}{}:
+			defer func() { <-v.fetching }()
+		case <-v.life.Done():
+			return
+		}
+		ks := v.keys.Load()
+		if ks != nil && time.Now().Before(ks.refreshAt) {
+			return // a refetch did it meanwhile
+		}
+		if _, err := v.fetch(v.life); err != nil {
+			v.log.Warn("kinde key set refresh failed; the cached set stays in use", slog.Any("error", err))
+			if ks != nil {
+				v.keys.CompareAndSwap(ks, &keySet{set: ks.set, refreshAt: time.Now().Add(v.spacing)})
+			}
+		}
+	}()
+}
+
+// fetch reads the key set (at most MaxKeySetBytes of it) and caches it. It
+// is called holding the fetching slot.
+func (v *Verifier) fetch(ctx context.Context) (jwk.Set, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, v.jwksURL, nil)
+	if err != nil {
+		return nil, v.unavailable(err)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := v.http.Do(req)
+	if err != nil {
+		return nil, v.unavailable(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, v.unavailable(fmt.Errorf("answered %s", resp.Status))
+	}
+	tooLarge := fmt.Errorf("answer larger than %d KiB", MaxKeySetBytes>>10)
+	if resp.ContentLength > MaxKeySetBytes {
+		return nil, v.unavailable(tooLarge)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxKeySetBytes+1))
+	if err != nil {
+		return nil, v.unavailable(fmt.Errorf("read the answer: %w", err))
+	}
+	if len(body) > MaxKeySetBytes {
+		return nil, v.unavailable(tooLarge)
+	}
+	set, err := jwk.Parse(body)
+	if err != nil {
+		return nil, v.unavailable(fmt.Errorf("parse: %w", err))
+	}
+	v.keys.Store(&keySet{set: set, refreshAt: time.Now().Add(v.every)})
+	return set, nil
+}
+
+// unavailable wraps a failure to get the key set.
+func (v *Verifier) unavailable(err error) error {
+	return unavailableError{fmt.Errorf("%w: %s: %w", ErrKeySetUnavailable, v.jwksURL, err)}
 }
 
 // claimsJSON is what billsync reads of a Kinde webhook's claims. Kinde
@@ -244,7 +395,7 @@ type dataJSON struct {
 // outside the replay window (or without the signed time that window is
 // measured on) is an error: everything else that is wrong is stored as an
 // ignored event with the reason, so nothing Kinde signed is lost.
-func parseClaims(claims []byte, webhookID string, now time.Time, window time.Duration) (reconcile.Event, error) {
+func parseClaims(claims []byte, now time.Time, window time.Duration) (reconcile.Event, error) {
 	var c claimsJSON
 	err := json.Unmarshal(claims, &c)
 	var typeErr *json.UnmarshalTypeError
@@ -264,12 +415,13 @@ func parseClaims(claims []byte, webhookID string, now time.Time, window time.Dur
 	ev := reconcile.Event{Provider: Provider}
 	var fields reconcile.Fields
 	field := fields.Clean
-	switch {
-	case webhookID != "":
-		ev.DedupeKey = reconcile.DedupeKeyOf(webhookID)
-	case c.EventID != "":
+	// The event's identity is what Kinde signed: its event_id, else a hash
+	// of its claims. The webhook-id header is not signed, so a captured
+	// token sent again under fresh webhook-ids is still one event (the
+	// header is kept as each receipt's delivery id).
+	if c.EventID != "" {
 		ev.DedupeKey = reconcile.DedupeKeyOf(c.EventID)
-	default:
+	} else {
 		ev.DedupeKey = "claims:" + reconcile.SHA256Hex(claims)
 	}
 	ev.EventID = cmp.Or(field("event_id", c.EventID), ev.DedupeKey)

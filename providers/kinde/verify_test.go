@@ -105,8 +105,9 @@ func TestVerifyAcceptsAKindeToken(t *testing.T) {
 	require.NoError(t, err)
 	ev := d.Event
 	require.Equal(t, "kinde", ev.Provider)
-	require.Equal(t, "msg_1", ev.DedupeKey, "webhook-id is the dedupe key")
-	require.Equal(t, "event_1", ev.EventID, "and the signed event_id is recorded too")
+	require.Equal(t, "event_1", ev.DedupeKey, "the signed event_id is the dedupe key")
+	require.Equal(t, "event_1", ev.EventID)
+	require.Equal(t, "msg_1", d.DeliveryID, "webhook-id is the receipt's delivery id")
 	require.Equal(t, "customer.plan_changed", ev.Type)
 	require.Equal(t, "customer_1", ev.CustomerID)
 	require.Equal(t, "kp_1", ev.UserRef, "the app's reference, which Kinde's agreements do not carry")
@@ -116,7 +117,7 @@ func TestVerifyAcceptsAKindeToken(t *testing.T) {
 
 	d, err = v.Verify(header(""), token)
 	require.NoError(t, err)
-	require.Equal(t, "event_1", d.Event.DedupeKey, "without webhook-id, the signed event_id")
+	require.Equal(t, "event_1", d.Event.DedupeKey, "without webhook-id too")
 	require.EqualValues(t, 1, s.keys.Fetches(), "the key set is cached")
 }
 
@@ -284,14 +285,14 @@ func TestVerifyKeyRotation(t *testing.T) {
 }
 
 // TestVerifyWhenKindeIsDown: a token that may be valid but whose keys
-// cannot be fetched is ErrUnavailable (503, Kinde retries), never accepted
+// cannot be fetched is ErrKeySetUnavailable (503, Kinde retries), never accepted
 // and never refused as forged; a token refused on its face is still 401.
 func TestVerifyWhenKindeIsDown(t *testing.T) {
 	s := newJWKS(t)
 	s.setDown(true)
 	v := newVerifier(t, s, 50*time.Millisecond)
 	_, err := v.Verify(header(""), sign(t, s, claims("e_1", now)))
-	require.ErrorIs(t, err, reconcile.ErrUnavailable)
+	require.ErrorIs(t, err, kinde.ErrKeySetUnavailable)
 	require.NotErrorIs(t, err, reconcile.ErrBadSignature)
 	kid, _ := s.keys.Current()
 	_, err = v.Verify(header(""), rawToken(t, map[string]any{"alg": "none", "kid": kid}, claims("e_2", now), nil))
@@ -338,7 +339,7 @@ func FuzzVerify(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, webhookID string) {
 		d, err := v.Verify(header(webhookID), body)
 		if err != nil {
-			require.True(t, errorsIsAny(err, reconcile.ErrBadSignature, reconcile.ErrUnavailable), err)
+			require.True(t, errorsIsAny(err, reconcile.ErrBadSignature, kinde.ErrKeySetUnavailable), err)
 			return
 		}
 		ev := d.Event

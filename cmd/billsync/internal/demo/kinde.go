@@ -43,8 +43,9 @@ func (w *kindeWorld) waitDelivered(ctx context.Context) error { return w.h.WaitD
 // kindeClaims is what the demo reads of a Kinde token it carries, without
 // verifying it (billsync's intake does that).
 type kindeClaims struct {
-	Type string `json:"type"`
-	Data struct {
+	Type    string `json:"type"`
+	EventID string `json:"event_id"`
+	Data    struct {
 		PlanCode string `json:"plan_code"`
 	} `json:"data"`
 }
@@ -62,9 +63,10 @@ func readClaims(token []byte) kindeClaims {
 	return c
 }
 
-// identify: Kinde's webhook-id is billsync's dedupe key.
-func (w *kindeWorld) identify(body []byte, header http.Header) (id, typ string) {
-	return reconcile.DedupeKeyOf(header.Get("webhook-id")), readClaims(body).Type
+// identify: the token's signed event_id is billsync's dedupe key.
+func (w *kindeWorld) identify(body []byte, _ http.Header) (id, typ string) {
+	c := readClaims(body)
+	return reconcile.DedupeKeyOf(c.EventID), c.Type
 }
 
 func (w *kindeWorld) scenarioTypes() (change, payment, cancellation string) {
