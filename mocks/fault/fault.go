@@ -52,18 +52,18 @@ type Faults struct {
 // faultsJSON is Faults on the wire of /_mock/faults: snake_case names and
 // durations as Go duration strings ("250ms") or numbers of seconds.
 type faultsJSON struct {
-	DuplicateCopies   int          `json:"duplicate_copies"`
-	RandomCopies      int          `json:"random_copies,omitempty"`
+	DuplicateCopies   int      `json:"duplicate_copies"`
+	RandomCopies      int      `json:"random_copies,omitempty"`
 	ReorderDelay      Duration `json:"reorder_delay"`
-	DropRate          float64      `json:"drop_rate"`
-	Error5xxRate      float64      `json:"error_5xx_rate"`
-	RateLimitRate     float64      `json:"rate_limit_rate"`
+	DropRate          float64  `json:"drop_rate"`
+	Error5xxRate      float64  `json:"error_5xx_rate"`
+	RateLimitRate     float64  `json:"rate_limit_rate"`
 	RetryAfter        Duration `json:"retry_after"`
 	Latency           Duration `json:"latency"`
-	RequestsPerSecond float64      `json:"requests_per_second"`
+	RequestsPerSecond float64  `json:"requests_per_second"`
 	StaleReads        Duration `json:"stale_reads,omitempty"`
-	TargetKey         string       `json:"target_key,omitempty"`
-	Seed              int64        `json:"seed"`
+	TargetKey         string   `json:"target_key,omitempty"`
+	Seed              int64    `json:"seed"`
 }
 
 // MarshalJSON writes the /_mock/faults shape.

@@ -97,7 +97,7 @@ func (s *Server) controlRoutes() {
 	m.HandleFunc("POST /_mock/dunning", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
 			Retries []fault.Duration `json:"retries"`
-			Final   string         `json:"final"`
+			Final   string           `json:"final"`
 		}
 		if err := decodeBody(r, &req); err != nil {
 			controlError(w, err)
