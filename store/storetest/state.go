@@ -19,6 +19,13 @@ import (
 // whose SQL lives here, so a schema change is mended here and nowhere else.
 func pool(st *store.Store) *pgxpool.Pool { return st.Pool() }
 
+// TB is what the state reads fail: a test's *testing.T, or a property
+// check's *rapid.T (so that a failure inside a property is shrunk).
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
 // CustomerState is what matters about one customer after reconciling.
 type CustomerState struct {
 	Plan    string // the account's plan; empty when billsync holds no account
@@ -32,7 +39,7 @@ type CustomerState struct {
 // Customer reads what matters about one customer of provider: its
 // account's plan, status, balance and grants, its events by status and
 // its queue row.
-func Customer(t testing.TB, st *store.Store, provider, customer string) CustomerState {
+func Customer(t TB, st *store.Store, provider, customer string) CustomerState {
 	t.Helper()
 	ctx := context.Background()
 	s := CustomerState{Events: map[string]int{}}
@@ -69,7 +76,7 @@ type Event struct {
 
 // Events returns the events stored for one customer of provider, oldest
 // first.
-func Events(t testing.TB, st *store.Store, provider, customer string) []Event {
+func Events(t TB, st *store.Store, provider, customer string) []Event {
 	t.Helper()
 	rows, err := pool(st).Query(context.Background(), `
 		SELECT e.dedupe_key, e.type, e.status, coalesce(e.outcome, ''),
@@ -83,7 +90,7 @@ func Events(t testing.TB, st *store.Store, provider, customer string) []Event {
 
 // EventStatuses returns the status of each event stored for one customer
 // of provider, by dedupe key.
-func EventStatuses(t testing.TB, st *store.Store, provider, customer string) map[string]string {
+func EventStatuses(t TB, st *store.Store, provider, customer string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for _, e := range Events(t, st, provider, customer) {
@@ -102,7 +109,7 @@ type Grant struct {
 
 // Grants returns the grant entries of one customer of provider's account,
 // oldest first.
-func Grants(t testing.TB, st *store.Store, provider, customer string) []Grant {
+func Grants(t TB, st *store.Store, provider, customer string) []Grant {
 	t.Helper()
 	rows, err := pool(st).Query(context.Background(), `
 		SELECT coalesce(l.plan, ''), l.period_start, l.delta, l.period_start IS NOT DISTINCT FROM a.period_start
@@ -127,7 +134,7 @@ type QueueRow struct {
 }
 
 // Queue returns every row of the reconcile queue, soonest due first.
-func Queue(t testing.TB, st *store.Store) []QueueRow {
+func Queue(t TB, st *store.Store) []QueueRow {
 	t.Helper()
 	rows, err := pool(st).Query(context.Background(), `
 		SELECT provider, customer_id, trigger, status, attempts, coalesce(locked_by, ''), locked_until IS NOT NULL,
@@ -149,7 +156,7 @@ type Reconcile struct {
 }
 
 // Reconciles returns the whole reconcile log, oldest first.
-func Reconciles(t testing.TB, st *store.Store) []Reconcile {
+func Reconciles(t TB, st *store.Store) []Reconcile {
 	t.Helper()
 	rows, err := pool(st).Query(context.Background(),
 		`SELECT provider, customer_id, trigger, result, outcome FROM reconcile_log ORDER BY id`)
@@ -162,7 +169,7 @@ func Reconciles(t testing.TB, st *store.Store) []Reconcile {
 // SweepProgress returns what a sweep run recorded of its way through the
 // listing: its cursor (one line per part under way) and the customers of
 // the pages it applied.
-func SweepProgress(t testing.TB, st *store.Store, runID int64) (cursor string, seen []string) {
+func SweepProgress(t TB, st *store.Store, runID int64) (cursor string, seen []string) {
 	t.Helper()
 	ctx := context.Background()
 	if err := pool(st).QueryRow(ctx, `SELECT coalesce(cursor, '') FROM sweep_runs WHERE id = $1`, runID).Scan(&cursor); err != nil {
@@ -192,7 +199,7 @@ func Counts(t testing.TB, st *store.Store) map[string]int {
 
 // KillQueueRow marks one customer's queue row dead after attempts, as the
 // worker leaves a customer it gave up on.
-func KillQueueRow(t testing.TB, st *store.Store, provider, customer string, attempts int) {
+func KillQueueRow(t TB, st *store.Store, provider, customer string, attempts int) {
 	t.Helper()
 	execSetup(t, st, `UPDATE reconcile_queue SET status = 'dead', attempts = $3 WHERE provider = $1 AND customer_id = $2`,
 		provider, customer, attempts)
@@ -200,14 +207,14 @@ func KillQueueRow(t testing.TB, st *store.Store, provider, customer string, atte
 
 // LoseLedger deletes every ledger entry of an account, as a crash between
 // writes or a bad manual fix would leave it.
-func LoseLedger(t testing.TB, st *store.Store, accountID int64) {
+func LoseLedger(t TB, st *store.Store, accountID int64) {
 	t.Helper()
 	execSetup(t, st, `DELETE FROM ledger WHERE account_id = $1`, accountID)
 }
 
 // BareAccount inserts an account holding nothing but its customer, as one
 // billsync knows of and never reconciled.
-func BareAccount(t testing.TB, st *store.Store, provider, customer string) {
+func BareAccount(t TB, st *store.Store, provider, customer string) {
 	t.Helper()
 	execSetup(t, st, `INSERT INTO accounts (provider, customer_id) VALUES ($1, $2)`, provider, customer)
 }
@@ -230,7 +237,7 @@ func CutConnections(t testing.TB, url string) func(context.Context) error {
 	}
 }
 
-func execSetup(t testing.TB, st *store.Store, sql string, args ...any) {
+func execSetup(t TB, st *store.Store, sql string, args ...any) {
 	t.Helper()
 	if _, err := pool(st).Exec(context.Background(), sql, args...); err != nil {
 		t.Fatalf("storetest: %s: %v", sql, err)
@@ -238,7 +245,7 @@ func execSetup(t testing.TB, st *store.Store, sql string, args ...any) {
 }
 
 // collect reads rows (or fails t with the query's err) into a slice.
-func collect[T any](t testing.TB, what string, rows pgx.Rows, err error, fn pgx.RowToFunc[T]) []T {
+func collect[T any](t TB, what string, rows pgx.Rows, err error, fn pgx.RowToFunc[T]) []T {
 	t.Helper()
 	if err != nil {
 		t.Fatalf("storetest: %s: %v", what, err)
