@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store/storetest"
@@ -19,7 +20,7 @@ import (
 //	go test -bench Apply -run '^$' ./reconcile
 func BenchmarkApply(b *testing.B) {
 	ctx := context.Background()
-	plans := examplePlans(b)
+	plans := testenv.Plans()
 
 	// NewAccount: each iteration is a first reconcile of a customer with
 	// one stored event: the account is created and the allowance granted.

@@ -19,6 +19,7 @@ import (
 	stripeapi "github.com/stripe/stripe-go/v82"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
@@ -53,11 +54,7 @@ func runWorkerProcess() int {
 		return 1
 	}
 	defer st.Close()
-	plans, err := reconcile.ParsePlans(reconcile.ExamplePlans)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "worker process:", err)
-		return 1
-	}
+	plans := testenv.Plans()
 	client, err := stripe.NewClient(stripe.Config{APIKey: stripemock.DefaultAPIKey, BaseURL: fakeURL, RateLimit: 1000, Burst: 100})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker process:", err)
@@ -84,25 +81,25 @@ func TestConcurrentWorkers(t *testing.T) {
 	ctx := context.Background()
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	h := newHarness(t)
-	h.fake.SetFaults(stripemock.Faults{DuplicateCopies: 1, ReorderDelay: 5 * time.Millisecond, Seed: 11})
+	h := newHarness(t, testenv.Stripe, testenv.Options{})
+	h.Stripe.Fake.SetFaults(stripemock.Faults{DuplicateCopies: 1, ReorderDelay: 5 * time.Millisecond, Seed: 11})
 
 	proc := exec.Command(os.Args[0], "-test.run=^$")
-	proc.Env = append(os.Environ(), workerProcEnv+"="+h.dbURL+" "+h.fakeURL)
+	proc.Env = append(os.Environ(), workerProcEnv+"="+h.dbURL+" "+h.URL)
 	var procLog bytes.Buffer
 	proc.Stdout, proc.Stderr = &procLog, &procLog
 	require.NoError(t, proc.Start())
 	t.Cleanup(func() { _ = proc.Process.Kill() })
 
-	local := h.worker(reconcile.WorkerConfig{Name: "proc1", Concurrency: 4, Batch: 5, Poll: 10 * time.Millisecond})
+	local := h.Worker(reconcile.WorkerConfig{Name: "proc1", Concurrency: 4, Batch: 5, Poll: 10 * time.Millisecond})
 	done := make(chan struct{})
 	go func() { local.Run(runCtx); close(done) }()
 
 	ids := make([]string, customers)
 	subs := make([]*stripeapi.Subscription, customers)
 	for i := range ids {
-		ids[i] = h.customer(fmt.Sprintf("user_%d", i))
-		subs[i] = h.subscribe(ids[i], "price_free")
+		ids[i] = h.Customer(fmt.Sprintf("user_%d", i))
+		subs[i] = h.Subscribe(ids[i], "price_free")
 	}
 	// Random plan changes from 4 concurrent "apps"; the last change per
 	// customer decides its final plan.
@@ -123,7 +120,7 @@ func TestConcurrentWorkers(t *testing.T) {
 				for p == cmp.Or(final[c], "price_free") { // an unchanged price emits no event
 					p = prices[rng.IntN(len(prices))]
 				}
-				_, err := h.sc.V1Subscriptions.Update(ctx, subs[c].ID, &stripeapi.SubscriptionUpdateParams{
+				_, err := h.Stripe.API.V1Subscriptions.Update(ctx, subs[c].ID, &stripeapi.SubscriptionUpdateParams{
 					Items: []*stripeapi.SubscriptionUpdateItemParams{{ID: stripeapi.String(subs[c].Items.Data[0].ID), Price: stripeapi.String(p)}},
 				})
 				if err != nil {
@@ -141,17 +138,17 @@ func TestConcurrentWorkers(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	h.delivered()
+	h.Delivered()
 
 	// Wait until the queue is empty and nothing is pending.
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		var queued, pending int
-		require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM reconcile_queue), (SELECT count(*) FROM inbox_events WHERE status = 'pending')`).Scan(&queued, &pending))
-		if queued == 0 && pending == 0 {
+		stats, err := h.Store.Stats(ctx)
+		require.NoError(t, err)
+		if stats.Queued == 0 && stats.Pending == 0 {
 			break
 		}
-		require.True(t, time.Now().Before(deadline), "not drained: %d queued, %d pending events\nsecond process:\n%s", queued, pending, procLog.String())
+		require.True(t, time.Now().Before(deadline), "not drained: %d queued, %d pending events\nsecond process:\n%s", stats.Queued, stats.Pending, procLog.String())
 		time.Sleep(50 * time.Millisecond)
 	}
 	cancel()
@@ -159,8 +156,9 @@ func TestConcurrentWorkers(t *testing.T) {
 	require.NoError(t, proc.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, proc.Wait(), "second process:\n%s", procLog.String())
 
-	var events, applied, receipts int
-	require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status = 'applied'), (SELECT count(*) FROM receipts) FROM inbox_events`).Scan(&events, &applied, &receipts))
+	stats, err := h.Store.Stats(ctx)
+	require.NoError(t, err)
+	events, applied, receipts := stats.Events, stats.Applied, stats.Receipts
 	require.Equal(t, changes+customers, events, "every event stored once (customer.created, created and invoice.paid per customer, one update per change)")
 	require.Equal(t, events, applied, "every event applied")
 	require.Equal(t, 2*events, receipts, "every copy has its receipt")
@@ -173,13 +171,10 @@ func TestConcurrentWorkers(t *testing.T) {
 		require.Equal(t, h.largestGrant(cus), s.Balance, "customer %d: balance must equal the largest plan granted", i)
 		require.GreaterOrEqual(t, s.Balance, allowance[want], "customer %d", i)
 	}
-	reconciles := 0
-	for len(h.outcomes) > 0 {
-		<-h.outcomes
-		reconciles++
-	}
-	var logged int
-	require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT count(*) FROM reconcile_log`).Scan(&logged))
+	reconciles := len(h.TakeOutcomes())
+	stats, err = h.Store.Stats(ctx)
+	require.NoError(t, err)
+	logged := stats.Reconciles
 	require.Greater(t, logged, reconciles, "the second process must have taken part")
 	require.Less(t, logged, events, "copies and bursts must coalesce")
 	t.Logf("%d events (%d deliveries) → %d reconciles, %d in this process", events, receipts, logged, reconciles)

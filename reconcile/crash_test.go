@@ -7,13 +7,16 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store/storetest"
 )
 
 // TestKilledWorkerProcessStrandsNothing: a worker process is killed with
@@ -31,46 +34,53 @@ func TestKilledWorkerProcessStrandsNothing(t *testing.T) {
 	const customers = 12
 	ctx := context.Background()
 	lease := cmp.Or(os.Getenv("BILLSYNC_TEST_CRASH_LEASE"), "2s")
-	h := newHarness(t)
+	h := newHarness(t, testenv.Stripe, testenv.Options{})
 	ids := make([]string, customers)
 	for i := range ids {
-		ids[i] = h.customer(fmt.Sprintf("user_%d", i))
-		sub := h.subscribe(ids[i], "price_free")
-		h.changePrice(sub, []string{"price_pro", "price_team"}[i%2])
+		ids[i] = h.Customer(fmt.Sprintf("user_%d", i))
+		sub := h.Subscribe(ids[i], "price_free")
+		h.ChangePrice(sub, []string{"price_pro", "price_team"}[i%2])
 	}
-	h.delivered()
+	h.Delivered()
 
 	// Every read is slow, so the doomed process holds its claims mid-fetch.
-	h.fake.SetFaults(stripemock.Faults{Latency: time.Minute})
+	h.Stripe.Fake.SetFaults(stripemock.Faults{Latency: time.Minute})
 	proc := exec.Command(os.Args[0], "-test.run=^$")
-	proc.Env = append(os.Environ(), workerProcEnv+"="+h.dbURL+" "+h.fakeURL+" "+lease)
+	proc.Env = append(os.Environ(), workerProcEnv+"="+h.dbURL+" "+h.URL+" "+lease)
 	var procLog bytes.Buffer
 	proc.Stdout, proc.Stderr = &procLog, &procLog
 	require.NoError(t, proc.Start())
 	t.Cleanup(func() { _ = proc.Process.Kill() })
 
-	var held int
+	// heldByProc2 counts the queue rows the second process's loops hold.
+	heldByProc2 := func() int {
+		held := 0
+		for _, q := range storetest.Queue(t, h.Store) {
+			if strings.HasPrefix(q.LockedBy, "proc2-") {
+				held++
+			}
+		}
+		return held
+	}
 	require.Eventually(t, func() bool {
-		err := h.st.Pool().QueryRow(ctx, `SELECT count(*) FROM reconcile_queue WHERE locked_by LIKE 'proc2-%'`).Scan(&held)
-		return err == nil && held >= 4 // 4 loops, each fetching its first job
+		return heldByProc2() >= 4 // 4 loops, each fetching its first job
 	}, time.Minute, 5*time.Millisecond, "the second process never claimed:\n%s", &procLog)
 	require.NoError(t, proc.Process.Kill())
 	killed := time.Now()
 	_ = proc.Wait()
-	require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT count(*) FROM reconcile_queue WHERE locked_by LIKE 'proc2-%'`).Scan(&held))
+	held := heldByProc2()
 
-	h.fake.SetFaults(stripemock.Faults{})
+	h.Stripe.Fake.SetFaults(stripemock.Faults{})
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	local := h.worker(reconcile.WorkerConfig{Name: "survivor", Concurrency: 2, Poll: 20 * time.Millisecond})
+	local := h.Worker(reconcile.WorkerConfig{Name: "survivor", Concurrency: 2, Poll: 20 * time.Millisecond})
 	done := make(chan struct{})
 	go func() { local.Run(runCtx); close(done) }()
 	defer func() { stop(); <-done }()
 
-	var queued, pending int
 	require.Eventually(t, func() bool {
-		err := h.st.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM reconcile_queue), (SELECT count(*) FROM inbox_events WHERE status = 'pending')`).Scan(&queued, &pending)
-		return err == nil && queued == 0 && pending == 0
+		stats, err := h.Store.Stats(ctx)
+		return err == nil && stats.Queued == 0 && stats.Pending == 0
 	}, 5*time.Minute, 10*time.Millisecond, "stranded customers never reconciled")
 	t.Logf("lease %s: %d customers stranded by kill -9, all reconciled %s after the kill", lease, held, time.Since(killed).Round(10*time.Millisecond))
 

@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -22,24 +23,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	kindemock "github.com/billsync/billsync/mocks/kinde"
-	"github.com/billsync/billsync/mocks/kinde/kindetest"
-	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/kinde"
 	"github.com/billsync/billsync/reconcile"
-	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
 )
 
-// kindeHarness is billsync end to end with Kinde: the fake Kinde sends
-// signed JWT webhooks over HTTP to billsync's real intake (kinde.Verifier
-// on the fake's key set), which stores them in a fresh database; workers
-// fetch through billsync's Kinde client on the fake's Management API.
+// kindeHarness is the harness on Kinde: the fake Kinde sends signed JWT
+// webhooks over HTTP to billsync's real intake (kinde.Verifier on the
+// fake's key set); workers fetch through billsync's Kinde client on the
+// fake's Management API. It counts the fake's requests by path.
 type kindeHarness struct {
-	t     testingT
-	kh    *kindetest.Harness
-	st    *store.Store
-	plans *reconcile.Plans
-	// requests counts the fake's requests by path.
+	*harness
 	mu       sync.Mutex
 	requests map[string]int
 }
@@ -55,13 +50,10 @@ type kindeOptions struct {
 
 func newKindeHarness(t *testing.T, cleanup func(func()), opts kindeOptions) *kindeHarness {
 	t.Helper()
-	h := &kindeHarness{t: t, plans: examplePlans(t), requests: map[string]int{}}
-	st, err := store.Open(context.Background(), storetest.URL(t), store.Options{})
-	require.NoError(t, err)
-	cleanup(st.Close)
-	h.st = st
-	h.kh, err = kindetest.New(kindetest.Options{
-		Store: st, Network: opts.network, Fake: opts.fake, Client: kindetest.Fast(opts.client), Verifier: opts.verifier,
+	h := &kindeHarness{requests: map[string]int{}}
+	h.harness = newHarnessWith(t, cleanup, testenv.Kinde, testenv.Options{
+		Network: opts.network,
+		Kinde:   testenv.KindeOptions{Fake: opts.fake, Client: opts.client, Verifier: opts.verifier},
 		Wrap: func(fake http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				h.mu.Lock()
@@ -74,8 +66,6 @@ func newKindeHarness(t *testing.T, cleanup func(func()), opts kindeOptions) *kin
 			})
 		},
 	})
-	require.NoError(t, err)
-	cleanup(h.kh.Close)
 	return h
 }
 
@@ -86,29 +76,15 @@ func (h *kindeHarness) count(path string) int {
 }
 
 func (h *kindeHarness) worker() *reconcile.Worker {
-	w, err := reconcile.NewWorker(reconcile.WorkerConfig{Name: "kinde-test", Store: h.st, Plans: h.plans,
-		Providers: []reconcile.Provider{h.kh.Client}, Lease: time.Second})
-	require.NoError(h.t, err)
-	return w
-}
-
-func (h *kindeHarness) send(typ, customer string) kindemock.Sent {
 	h.t.Helper()
-	sent, err := h.kh.Send(typ, customer)
-	require.NoError(h.t, err)
-	return sent
-}
-
-func (h *kindeHarness) delivered() {
-	h.t.Helper()
-	require.NoError(h.t, h.kh.WaitDelivered(context.Background()))
+	return h.Worker(reconcile.WorkerConfig{Name: "kinde-test", Lease: time.Second})
 }
 
 // post sends body to the intake as Kinde would (webhook-id optional) and
 // returns the status.
 func (h *kindeHarness) post(body []byte, webhookID string) int {
 	h.t.Helper()
-	req, err := http.NewRequest(http.MethodPost, h.kh.IntakeURL+"/webhooks/kinde", bytes.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, h.IntakeURL+"/webhooks/kinde", bytes.NewReader(body))
 	require.NoError(h.t, err)
 	req.Header.Set("Content-Type", "application/jwt")
 	if webhookID != "" {
@@ -121,16 +97,25 @@ func (h *kindeHarness) post(body []byte, webhookID string) int {
 	return resp.StatusCode
 }
 
-func (h *kindeHarness) state(customer string) customerState {
+// tally counts the customer's stored events and their deliveries (copies
+// included).
+func (h *kindeHarness) tally(customer string) (events, receipts int) {
 	h.t.Helper()
-	return stateOf(h.t, h.st, kinde.Provider, customer)
+	for _, e := range storetest.Events(h.t, h.Store, kinde.Provider, customer) {
+		events++
+		receipts += e.Receipts
+	}
+	return events, receipts
 }
 
-func (h *kindeHarness) tally(customer string) store.CustomerTally {
+// grantDeltas returns the customer's grants as "plan +delta", oldest first.
+func (h *kindeHarness) grantDeltas(customer string) []string {
 	h.t.Helper()
-	tally, err := h.st.Tally(context.Background(), kinde.Provider, customer)
-	require.NoError(h.t, err)
-	return tally
+	var out []string
+	for _, g := range storetest.Grants(h.t, h.Store, kinde.Provider, customer) {
+		out = append(out, fmt.Sprintf("%s %+d", g.Plan, g.Delta))
+	}
+	return out
 }
 
 // claimsAt are a Kinde billing webhook's claims about customer, sent at
@@ -166,21 +151,21 @@ func TestKindeSeedLikeScenario(t *testing.T) {
 	w := h.worker()
 	ctx := context.Background()
 	const customer = "customer_seed"
-	h.kh.SetPlan(customer, kindetest.FreePlan)
-	require.NoError(t, h.st.Enqueue(ctx, kinde.Provider, customer, reconcile.TriggerResync))
+	h.SetPlan(customer, testenv.FreePlan)
+	require.NoError(t, h.Store.Enqueue(ctx, kinde.Provider, customer, reconcile.TriggerResync))
 	_, err := w.Drain(ctx)
 	require.NoError(t, err)
-	require.Equal(t, customerState{Plan: "free", Status: "active", Balance: 10, Grants: 1, Events: map[string]int{}}, h.state(customer))
+	require.Equal(t, storetest.CustomerState{Plan: "free", Status: "active", Balance: 10, Grants: 1, Events: map[string]int{}}, h.state(customer))
 
 	before := time.Now().Add(-time.Minute)
-	h.kh.SetPlan(customer, kindetest.ProPlan)
-	change := h.send("customer.plan_changed", customer)
-	payment := h.send("customer.payment_succeeded", customer)
+	h.SetPlan(customer, testenv.ProPlan)
+	change := h.Send("customer.plan_changed", customer)
+	payment := h.Send("customer.payment_succeeded", customer)
 	// The cancellation happened before the change (event_timestamp) and
 	// arrives last.
-	_, err = h.kh.Fake.SendEvent(kindemock.Event{Type: "customer.agreement_cancelled", CustomerID: customer, At: before})
+	_, err = h.Kinde.Fake.SendEvent(kindemock.Event{Type: "customer.agreement_cancelled", CustomerID: customer, At: before})
 	require.NoError(t, err)
-	h.delivered()
+	h.Delivered()
 	held.Lock()
 	byID := map[string][]byte{}
 	for i, id := range held.ids {
@@ -205,10 +190,10 @@ func TestKindeSeedLikeScenario(t *testing.T) {
 	got := h.state(customer)
 	require.Equal(t, "pro", got.Plan)
 	require.EqualValues(t, 500, got.Balance, "Free 10 topped up to Pro 500, once")
-	tally := h.tally(customer)
-	require.Equal(t, 3, tally.Events)
-	require.Equal(t, 9, tally.Receipts)
-	require.Equal(t, []store.GrantRow{{Plan: "free", Delta: 10}, {Plan: "pro", Delta: 490}}, tally.Grants)
+	events, receipts := h.tally(customer)
+	require.Equal(t, 3, events)
+	require.Equal(t, 9, receipts)
+	require.Equal(t, []string{"free +10", "pro +490"}, h.grantDeltas(customer))
 	require.Zero(t, got.Events[string(reconcile.EventPending)], "every event answered")
 }
 
@@ -220,12 +205,12 @@ func TestKindeIntakeRefusesForgeries(t *testing.T) {
 	h := newKindeHarness(t, t.Cleanup, kindeOptions{})
 	// A genuine delivery first, so the key set is fetched and the test
 	// shows that refusals store nothing next to something stored.
-	h.kh.SetPlan("customer_real", kindetest.ProPlan)
-	h.send("customer.plan_changed", "customer_real")
-	h.delivered()
-	before := storetest.Tables(t, h.st)
+	h.SetPlan("customer_real", testenv.ProPlan)
+	h.Send("customer.plan_changed", "customer_real")
+	h.Delivered()
+	before := storetest.Tables(t, h.Store)
 
-	kid, key := h.kh.Fake.Keys().Current()
+	kid, key := h.Kinde.Fake.Keys().Current()
 	now := time.Now()
 	good := claimsAt("event_forged", "customer_victim", now)
 	signWith := func(alg jwa.SignatureAlgorithm, k any, kid string, c map[string]any) []byte {
@@ -249,7 +234,7 @@ func TestKindeIntakeRefusesForgeries(t *testing.T) {
 	require.NoError(t, err)
 	forged := signWith(jwa.RS256, other, kid, good) // right kid, wrong key
 	old := claimsAt("event_old", "customer_victim", now.Add(-kinde.DefaultReplayWindow-time.Hour))
-	expired, err := h.kh.Fake.Keys().Sign(old)
+	expired, err := h.Kinde.Fake.Keys().Sign(old)
 	require.NoError(t, err)
 	huge := append([]byte(enc(map[string]any{"alg": "RS256", "kid": kid})+"."), bytes.Repeat([]byte("A"), 2<<20)...)
 
@@ -270,36 +255,36 @@ func TestKindeIntakeRefusesForgeries(t *testing.T) {
 			require.Equal(t, tc.want, h.post(tc.body, "msg_forged"))
 		})
 	}
-	require.Equal(t, before, storetest.Tables(t, h.st), "a refused delivery stores nothing in any table")
+	require.Equal(t, before, storetest.Tables(t, h.Store), "a refused delivery stores nothing in any table")
 }
 
 // TestKindeCopiesDeduplicate: copies of one token are one event, by its
 // signed event_id, with or without a webhook-id.
 func TestKindeCopiesDeduplicate(t *testing.T) {
 	t.Parallel()
-	h := newKindeHarness(t, t.Cleanup, kindeOptions{fake: kindemock.Options{Faults: stripemock.Faults{DuplicateCopies: 2}}})
+	h := newKindeHarness(t, t.Cleanup, kindeOptions{fake: kindemock.Options{Faults: kindemock.Faults{DuplicateCopies: 2}}})
 	ctx := context.Background()
-	h.kh.SetPlan("customer_copies", kindetest.TeamPlan)
-	sent := h.send("customer.plan_changed", "customer_copies")
-	h.delivered()
-	tally := h.tally("customer_copies")
-	require.Equal(t, 1, tally.Events, "three copies of webhook-id %s are one event", sent.WebhookID)
-	require.Equal(t, 3, tally.Receipts)
-	status, _, err := h.st.EventOutcome(ctx, kinde.Provider, reconcile.DedupeKeyOf(sent.EventID))
+	h.SetPlan("customer_copies", testenv.TeamPlan)
+	sent := h.Send("customer.plan_changed", "customer_copies")
+	h.Delivered()
+	events, receipts := h.tally("customer_copies")
+	require.Equal(t, 1, events, "three copies of webhook-id %s are one event", sent.WebhookID)
+	require.Equal(t, 3, receipts)
+	ev, err := h.Store.EventByKey(ctx, kinde.Provider, reconcile.DedupeKeyOf(sent.EventID))
 	require.NoError(t, err, "deduplicated on the signed event_id")
-	require.Equal(t, reconcile.EventPending, status)
+	require.Equal(t, reconcile.EventPending, ev.Status)
 
 	// Without webhook-id (a proxy that drops the header): the signed
 	// event_id is the key.
-	token, err := h.kh.Fake.Keys().Sign(claimsAt("event_no_header", "customer_noheader", time.Now()))
+	token, err := h.Kinde.Fake.Keys().Sign(claimsAt("event_no_header", "customer_noheader", time.Now()))
 	require.NoError(t, err)
 	for range 3 {
 		require.Equal(t, http.StatusOK, h.post(token, ""))
 	}
-	tally = h.tally("customer_noheader")
-	require.Equal(t, 1, tally.Events)
-	require.Equal(t, 3, tally.Receipts)
-	_, _, err = h.st.EventOutcome(ctx, kinde.Provider, reconcile.DedupeKeyOf("event_no_header"))
+	events, receipts = h.tally("customer_noheader")
+	require.Equal(t, 1, events)
+	require.Equal(t, 3, receipts)
+	_, err = h.Store.EventByKey(ctx, kinde.Provider, reconcile.DedupeKeyOf("event_no_header"))
 	require.NoError(t, err, "deduplicated on event_id")
 
 	w := h.worker()
@@ -318,18 +303,18 @@ func TestKindeCopiesDeduplicate(t *testing.T) {
 func TestKindeKeyRotation(t *testing.T) {
 	t.Parallel()
 	h := newKindeHarness(t, t.Cleanup, kindeOptions{})
-	h.kh.SetPlan("customer_rot", kindetest.ProPlan)
-	h.send("customer.plan_changed", "customer_rot")
-	h.delivered()
-	fetches := h.kh.Fake.Keys().Fetches()
+	h.SetPlan("customer_rot", testenv.ProPlan)
+	h.Send("customer.plan_changed", "customer_rot")
+	h.Delivered()
+	fetches := h.Kinde.Fake.Keys().Fetches()
 	require.EqualValues(t, 1, fetches, "the first delivery fetched the key set once")
 
-	newKid, err := h.kh.Fake.Keys().Rotate()
+	newKid, err := h.Kinde.Fake.Keys().Rotate()
 	require.NoError(t, err)
-	token, err := h.kh.Fake.Keys().Sign(claimsAt("event_rotated", "customer_rot", time.Now()))
+	token, err := h.Kinde.Fake.Keys().Sign(claimsAt("event_rotated", "customer_rot", time.Now()))
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, h.post(token, "msg_rotated"), "signed with the new key %s", newKid)
-	require.EqualValues(t, fetches+1, h.kh.Fake.Keys().Fetches(), "one refetch for the new kid")
+	require.EqualValues(t, fetches+1, h.Kinde.Fake.Keys().Fetches(), "one refetch for the new kid")
 
 	other, err := rsa.GenerateKey(rand.Reader, 2048)
 	require.NoError(t, err)
@@ -342,8 +327,9 @@ func TestKindeKeyRotation(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, http.StatusUnauthorized, h.post(tok, "msg_flood"))
 	}
-	require.EqualValues(t, fetches+1, h.kh.Fake.Keys().Fetches(), "unknown kids within the refetch interval fetch nothing")
-	require.Equal(t, 2, h.tally("customer_rot").Events, "the first and the rotated events stored; none of the flood")
+	require.EqualValues(t, fetches+1, h.Kinde.Fake.Keys().Fetches(), "unknown kids within the refetch interval fetch nothing")
+	events, _ := h.tally("customer_rot")
+	require.Equal(t, 2, events, "the first and the rotated events stored; none of the flood")
 }
 
 // TestKindeTokenExpiryAndRateLimit: the M2M token expires between two
@@ -370,27 +356,27 @@ func TestKindeTokenExpiryAndRateLimit(t *testing.T) {
 	w := h.worker()
 	ctx := context.Background()
 	const customer = "customer_token"
-	h.kh.SetPlan(customer, kindetest.FreePlan)
-	h.send("customer.plan_created", customer)
-	h.delivered()
+	h.SetPlan(customer, testenv.FreePlan)
+	h.Send("customer.plan_created", customer)
+	h.Delivered()
 	_, err := w.Drain(ctx)
 	require.NoError(t, err)
 	require.Equal(t, "free", h.state(customer).Plan)
 	require.Equal(t, 1, h.count("/oauth2/token"))
 
 	offset.Add(int64(11 * time.Minute)) // the token has expired at the fake and the client
-	h.kh.SetPlan(customer, kindetest.ProPlan)
-	h.send("customer.plan_changed", customer)
-	h.delivered()
+	h.SetPlan(customer, testenv.ProPlan)
+	h.Send("customer.plan_changed", customer)
+	h.Delivered()
 	_, err = w.Drain(ctx)
 	require.NoError(t, err)
 	require.Equal(t, "pro", h.state(customer).Plan)
 	require.Equal(t, 2, h.count("/oauth2/token"), "renewed once")
 
 	throttle.Store(1)
-	h.kh.SetPlan(customer, kindetest.TeamPlan)
-	h.send("customer.plan_changed", customer)
-	h.delivered()
+	h.SetPlan(customer, testenv.TeamPlan)
+	h.Send("customer.plan_changed", customer)
+	h.Delivered()
 	agreementsBefore := h.count("/api/v1/billing/agreements")
 	start := time.Now()
 	_, err = w.Drain(ctx)
@@ -412,22 +398,22 @@ func TestKindeAccountTakesTheUserRefFromEvents(t *testing.T) {
 	w := h.worker()
 	ctx := context.Background()
 	const customer = "customer_ref"
-	h.kh.SetPlan(customer, kindetest.ProPlan)
-	_, err := h.kh.Fake.SendEvent(kindemock.Event{Type: "customer.plan_changed", CustomerID: customer,
+	h.SetPlan(customer, testenv.ProPlan)
+	_, err := h.Kinde.Fake.SendEvent(kindemock.Event{Type: "customer.plan_changed", CustomerID: customer,
 		Data: map[string]any{"user_id": "kp_ada"}})
 	require.NoError(t, err)
-	h.delivered()
+	h.Delivered()
 	_, err = w.Drain(ctx)
 	require.NoError(t, err)
-	a, err := h.st.Account(ctx, kinde.Provider, customer)
+	a, err := h.Store.Account(ctx, kinde.Provider, customer)
 	require.NoError(t, err)
 	require.Equal(t, "pro", a.Plan)
 	require.Equal(t, "kp_ada", a.UserRef)
 
-	require.NoError(t, h.st.Enqueue(ctx, kinde.Provider, customer, reconcile.TriggerResync))
+	require.NoError(t, h.Store.Enqueue(ctx, kinde.Provider, customer, reconcile.TriggerResync))
 	_, err = w.Drain(ctx)
 	require.NoError(t, err)
-	a, err = h.st.Account(ctx, kinde.Provider, customer)
+	a, err = h.Store.Account(ctx, kinde.Provider, customer)
 	require.NoError(t, err)
 	require.Equal(t, "kp_ada", a.UserRef, "a reconcile without an event keeps the reference")
 }

@@ -12,11 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	kindemock "github.com/billsync/billsync/mocks/kinde"
-	"github.com/billsync/billsync/mocks/kinde/kindetest"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/kinde"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
-	"github.com/billsync/billsync/store/storetest"
 )
 
 // TestKindeUserRefSurvivesAnIgnoredReconcile: the only event naming the
@@ -52,14 +51,14 @@ func TestKindeUserRefSurvivesAnIgnoredReconcile(t *testing.T) {
 			t.Parallel()
 			k := newUserRefCase(t)
 			ctx := context.Background()
-			k.kh.SetPlan(k.customer, "customer_plan_nobody_maps")
+			k.SetPlan(k.customer, "customer_plan_nobody_maps")
 			assigned := k.send(t, "customer.plan_assigned", map[string]any{"user_id": "kp_a"})
 			k.drain(t)
 			ev, err := k.st.EventByKey(ctx, kinde.Provider, reconcile.DedupeKeyOf(assigned.EventID))
 			require.NoError(t, err)
 			require.Equal(t, reconcile.EventIgnored, ev.Status, "the plan code maps to no plan: %s", ev.Outcome)
 
-			k.kh.SetPlan(k.customer, kindetest.ProPlan)
+			k.SetPlan(k.customer, testenv.ProPlan)
 			next(t, k)
 			a, err := k.st.Account(ctx, kinde.Provider, k.customer)
 			require.NoError(t, err)
@@ -76,12 +75,12 @@ func TestKindeUserRefSurvivesAnIgnoredReconcile(t *testing.T) {
 		t.Parallel()
 		k := newUserRefCase(t)
 		ctx := context.Background()
-		k.kh.SetPlan(k.customer, kindetest.FreePlan)
+		k.SetPlan(k.customer, testenv.FreePlan)
 		k.send(t, "customer.plan_assigned", map[string]any{"user_id": "kp_old"})
 		k.drain(t)
 		k.send(t, "customer.plan_changed", map[string]any{"org_code": "org_new"})
 		k.drain(t)
-		k.kh.SetPlan(k.customer, kindetest.ProPlan)
+		k.SetPlan(k.customer, testenv.ProPlan)
 		k.send(t, "customer.payment_succeeded", nil)
 		k.drain(t)
 		a, err := k.st.Account(ctx, kinde.Provider, k.customer)
@@ -94,7 +93,7 @@ func TestKindeUserRefSurvivesAnIgnoredReconcile(t *testing.T) {
 		t.Parallel()
 		k := newUserRefCase(t)
 		ctx := context.Background()
-		k.kh.SetPlan(k.customer, kindetest.ProPlan)
+		k.SetPlan(k.customer, testenv.ProPlan)
 		k.send(t, "customer.plan_assigned", nil)
 		k.drain(t)
 		a, err := k.st.Account(ctx, kinde.Provider, k.customer)
@@ -112,11 +111,11 @@ func TestKindeCapturedTokenUnderFreshWebhookIDsIsOneEvent(t *testing.T) {
 	t.Parallel()
 	k := newUserRefCase(t)
 	ctx := context.Background()
-	token, err := k.kh.Fake.Keys().Sign(map[string]any{"type": "customer.plan_changed", "event_id": "event_captured",
+	token, err := k.Kinde.Fake.Keys().Sign(map[string]any{"type": "customer.plan_changed", "event_id": "event_captured",
 		"timestamp": time.Now().UTC().Format(time.RFC3339), "data": map[string]any{"customer_id": k.customer}})
 	require.NoError(t, err)
 	for _, id := range []string{"msg_1", "msg_2", "msg_3"} {
-		req, err := http.NewRequest(http.MethodPost, k.kh.IntakeURL+"/webhooks/kinde", bytes.NewReader(token))
+		req, err := http.NewRequest(http.MethodPost, k.IntakeURL+"/webhooks/kinde", bytes.NewReader(token))
 		require.NoError(t, err)
 		req.Header.Set("Content-Type", "application/jwt")
 		req.Header.Set("webhook-id", id)
@@ -136,7 +135,7 @@ func TestKindeCapturedTokenUnderFreshWebhookIDsIsOneEvent(t *testing.T) {
 // userRefCase is one customer of the fake Kinde, billsync's intake storing
 // its webhooks in a fresh database and a worker on billsync's Kinde client.
 type userRefCase struct {
-	kh       *kindetest.Harness
+	*kindeHarness
 	st       *store.Store
 	plans    *reconcile.Plans
 	worker   *reconcile.Worker
@@ -145,24 +144,17 @@ type userRefCase struct {
 
 func newUserRefCase(t *testing.T) *userRefCase {
 	t.Helper()
-	st, err := store.Open(context.Background(), storetest.URL(t), store.Options{})
-	require.NoError(t, err)
-	t.Cleanup(st.Close)
-	k := &userRefCase{st: st, plans: examplePlans(t), customer: "customer_userref",
-		kh: kindetest.ForTest(t, kindetest.Options{Store: st})}
-	k.worker, err = reconcile.NewWorker(reconcile.WorkerConfig{Name: "userref-test", Store: st, Plans: k.plans,
-		Providers: []reconcile.Provider{k.kh.Client}, Lease: time.Second})
-	require.NoError(t, err)
-	return k
+	h := newKindeHarness(t, t.Cleanup, kindeOptions{})
+	return &userRefCase{kindeHarness: h, st: h.Store, plans: h.Plans, worker: h.worker(), customer: "customer_userref"}
 }
 
 // send has the fake Kinde send a webhook about the customer with data's
 // extra fields and waits until the intake has stored it.
 func (k *userRefCase) send(t *testing.T, typ string, data map[string]any) kindemock.Sent {
 	t.Helper()
-	sent, err := k.kh.Fake.SendEvent(kindemock.Event{Type: typ, CustomerID: k.customer, Data: data})
+	sent, err := k.Kinde.Fake.SendEvent(kindemock.Event{Type: typ, CustomerID: k.customer, Data: data})
 	require.NoError(t, err)
-	require.NoError(t, k.kh.WaitDelivered(context.Background()))
+	k.Delivered()
 	return sent
 }
 

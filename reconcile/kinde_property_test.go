@@ -11,8 +11,7 @@ import (
 	"pgregory.net/rapid"
 
 	kindemock "github.com/billsync/billsync/mocks/kinde"
-	"github.com/billsync/billsync/mocks/kinde/kindetest"
-	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/kinde"
 	"github.com/billsync/billsync/reconcile"
 )
@@ -39,13 +38,11 @@ func TestPropertyConvergesToKinde(t *testing.T) {
 		h := newKindeHarness(t, func(f func()) { teardown = append(teardown, f) }, kindeOptions{
 			client: kinde.Config{RetryMax: 3},
 		})
-		h.t = rt // from here on a failure belongs to this check: rapid shrinks it
-		w, err := reconcile.NewWorker(reconcile.WorkerConfig{Name: "kinde-property", Store: h.st, Plans: h.plans,
-			Providers: []reconcile.Provider{h.kh.Client},
-			Backoff:   []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond, time.Millisecond, time.Millisecond}})
-		require.NoError(rt, err)
+		h.harness = h.in(rt) // from here on a failure belongs to this check: rapid shrinks it
+		w := h.Worker(reconcile.WorkerConfig{Name: "kinde-property",
+			Backoff: []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond, time.Millisecond, time.Millisecond}})
 		failRate := rapid.Float64Range(0, 0.3).Draw(rt, "error5xx")
-		faults := stripemock.Faults{
+		faults := kindemock.Faults{
 			DuplicateCopies: rapid.IntRange(0, 2).Draw(rt, "copies"),
 			ReorderDelay:    time.Duration(rapid.IntRange(0, 20).Draw(rt, "reorderMs")) * time.Millisecond,
 			DropRate:        rapid.Float64Range(0, 0.6).Draw(rt, "drop"),
@@ -60,13 +57,13 @@ func TestPropertyConvergesToKinde(t *testing.T) {
 		// sweep, since Kinde cannot list its customers.
 		for i := range ids {
 			ids[i] = fmt.Sprintf("customer_prop_%d", i)
-			h.kh.SetPlan(ids[i], kindetest.FreePlan)
-			h.send("customer.plan_assigned", ids[i])
+			h.SetPlan(ids[i], testenv.FreePlan)
+			h.Send("customer.plan_assigned", ids[i])
 		}
-		h.delivered()
-		h.kh.Fake.SetFaults(faults)
+		h.Delivered()
+		h.Kinde.Fake.SetFaults(faults)
 
-		codes := []string{kindetest.FreePlan, kindetest.ProPlan, kindetest.TeamPlan}
+		codes := []string{testenv.FreePlan, testenv.ProPlan, testenv.TeamPlan}
 		types := []string{"customer.plan_changed", "customer.plan_assigned", "customer.agreement_created",
 			"customer.agreement_cancelled", "customer.payment_succeeded", "customer.payment_failed"}
 		steps := rapid.IntRange(4, 24).Draw(rt, "steps")
@@ -76,60 +73,46 @@ func TestPropertyConvergesToKinde(t *testing.T) {
 			for range rapid.IntRange(0, 2).Draw(rt, "agreements") {
 				agreements = append(agreements, kindemock.Agreement{PlanCode: rapid.SampledFrom(codes).Draw(rt, "plan")})
 			}
-			h.kh.Fake.SetAgreements(c, agreements)
-			h.send(rapid.SampledFrom(types).Draw(rt, "type"), c)
+			h.Kinde.Fake.SetAgreements(c, agreements)
+			h.Send(rapid.SampledFrom(types).Draw(rt, "type"), c)
 			if rapid.Bool().Draw(rt, "drainNow") {
-				h.delivered()
-				kindeDrainAll(rt, h, w, failRate)
+				h.Delivered()
+				h.DrainAll(w, failRate)
 			}
 		}
-		h.delivered()
-		kindeDrainAll(rt, h, w, failRate)
+		h.Delivered()
+		h.DrainAll(w, failRate)
 
-		sweeper, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: h.st, Provider: kinde.Provider,
-			Pace: time.Millisecond, Plans: h.plans})
+		sweeper, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: h.Store, Provider: kinde.Provider,
+			Pace: time.Millisecond, Plans: h.Plans})
 		require.NoError(rt, err)
 		rep, err := sweeper.Run(context.Background())
 		require.NoError(rt, err)
 		require.Equal(rt, n, rep.Enqueued, "the sweep queues every Kinde account")
-		kindeDrainAll(rt, h, w, failRate)
+		h.DrainAll(w, failRate)
 
 		for i, cus := range ids {
 			want := kindeExpectedPlan(h, cus)
 			s := h.state(cus)
 			require.Equal(rt, want, s.Plan, "customer %d", i)
 			require.Zero(rt, s.Events[string(reconcile.EventPending)], "customer %d: events left pending", i)
-			require.Equal(rt, kindeLargestGrant(rt, h, cus), s.Balance, "customer %d: grants must top up, never add up", i)
-			plan, _ := h.plans.Named(want)
+			require.Equal(rt, h.largestGrant(cus), s.Balance, "customer %d: grants must top up, never add up", i)
+			plan, _ := h.Plans.Named(want)
 			require.GreaterOrEqual(rt, s.Balance, plan.Allowance, "customer %d: the current plan's allowance is granted", i)
 		}
 	})
-}
-
-// kindeDrainAll drains until no customer is queued while the fake's
-// Management API fails at failRate (only while draining).
-func kindeDrainAll(t testingT, h *kindeHarness, w *reconcile.Worker, failRate float64) {
-	t.Helper()
-	drainQueue(t, h.st, w, h.kh.Fake, failRate)
 }
 
 // kindeExpectedPlan asks the fake, not billsync: the best plan (the
 // example plans have no rank: the larger allowance) among the customer's
 // agreements, else the default.
 func kindeExpectedPlan(h *kindeHarness, customer string) string {
-	best := h.plans.Default()
+	best := h.Plans.Default()
 	found := false
-	for _, a := range h.kh.Fake.Agreements(customer) {
-		if p, ok := h.plans.ForPrice(kinde.Provider, []string{a.PlanCode}); ok && (!found || p.Allowance > best.Allowance) {
+	for _, a := range h.Kinde.Fake.Agreements(customer) {
+		if p, ok := h.Plans.ForPrice(kinde.Provider, []string{a.PlanCode}); ok && (!found || p.Allowance > best.Allowance) {
 			best, found = p, true
 		}
 	}
 	return best.Name
-}
-
-// kindeLargestGrant is the largest allowance among the plans granted in
-// the account's current period.
-func kindeLargestGrant(t testingT, h *kindeHarness, customer string) int64 {
-	t.Helper()
-	return largestGrantOf(t, h.st, h.plans, kinde.Provider, customer)
 }

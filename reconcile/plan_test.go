@@ -5,18 +5,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
 )
 
-func examplePlans(t testing.TB) *reconcile.Plans {
-	t.Helper()
+func TestParsePlans(t *testing.T) {
 	plans, err := reconcile.ParsePlans(reconcile.ExamplePlans)
 	require.NoError(t, err)
-	return plans
-}
-
-func TestParsePlans(t *testing.T) {
-	plans := examplePlans(t)
 	require.Equal(t, "free", plans.Default().Name)
 	require.EqualValues(t, 10, plans.Default().Allowance)
 	for _, refs := range [][]string{{"pro"}, {"nope", "price_pro"}} {
@@ -34,7 +29,7 @@ func TestParsePlans(t *testing.T) {
 // TestPlansKeeps: which subscriptions keep their plan, by the default
 // policy and by one the plans file sets.
 func TestPlansKeeps(t *testing.T) {
-	defaults := examplePlans(t)
+	defaults := testenv.Plans()
 	custom, err := reconcile.ParsePlans([]byte("default: free\n" +
 		"policy: {keep_plan: [active, unpaid], paused_collection_keeps_plan: false}\nplans:\n  - name: free\n"))
 	require.NoError(t, err)

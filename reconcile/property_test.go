@@ -14,9 +14,9 @@ import (
 	"pgregory.net/rapid"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
-	"github.com/billsync/billsync/store"
 )
 
 // TestPropertyConvergesToStripe: random changes at the fake Stripe (plan
@@ -47,15 +47,16 @@ func TestPropertyConvergesToStripe(t *testing.T) {
 		clock := stripemock.NewStoppedClock(time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC))
 		dunning := stripemock.Dunning{Retries: []time.Duration{3 * day, 5 * day},
 			Final: rapid.SampledFrom([]string{"canceled", "unpaid"}).Draw(rt, "dunningFinal")}
-		h := newHarnessWith(t, func(f func()) { teardown = append(teardown, f) }, stripemock.Options{Clock: clock, Dunning: dunning})
-		h.t = rt // from here on a failure belongs to this check: rapid shrinks it
+		h := newHarnessWith(t, func(f func()) { teardown = append(teardown, f) }, testenv.Stripe,
+			testenv.Options{Stripe: testenv.StripeOptions{Fake: stripemock.Options{Clock: clock, Dunning: dunning}}})
+		h = h.in(rt) // from here on a failure belongs to this check: rapid shrinks it
 		// The provider fails too: the client retries at once, and a fetch
 		// that still fails is retried by the worker after 1 ms.
-		flaky := h.newClient(stripe.Config{RetryMax: 3})
-		w := h.worker(reconcile.WorkerConfig{Providers: []reconcile.Provider{flaky},
+		flaky := h.NewStripeClient(stripe.Config{RetryMax: 3})
+		w := h.Worker(reconcile.WorkerConfig{Providers: []reconcile.Provider{flaky},
 			Backoff: []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond, time.Millisecond, time.Millisecond}})
 		failRate := rapid.Float64Range(0, 0.3).Draw(rt, "error5xx")
-		h.fake.SetFaults(stripemock.Faults{
+		h.Stripe.Fake.SetFaults(stripemock.Faults{
 			DuplicateCopies: rapid.IntRange(0, 2).Draw(rt, "copies"),
 			ReorderDelay:    time.Duration(rapid.IntRange(0, 20).Draw(rt, "reorderMs")) * time.Millisecond,
 			DropRate:        rapid.Float64Range(0, 0.6).Draw(rt, "drop"),
@@ -65,7 +66,7 @@ func TestPropertyConvergesToStripe(t *testing.T) {
 		ids := make([]string, n)
 		deleted := make([]bool, n)
 		for i := range ids {
-			ids[i] = h.customer(fmt.Sprintf("u%d", i))
+			ids[i] = h.Customer(fmt.Sprintf("u%d", i))
 		}
 		// price_legacy maps to no plan: an add-on, ignored while another
 		// current subscription maps, and an ignored reconcile while none does.
@@ -93,16 +94,16 @@ func TestPropertyConvergesToStripe(t *testing.T) {
 				if rapid.IntRange(0, 3).Draw(rt, "trial") == 0 {
 					params.TrialPeriodDays = stripeapi.Int64(int64(rapid.IntRange(1, 20).Draw(rt, "trialDays")))
 				}
-				_, err := h.sc.V1Subscriptions.Create(ctx, params)
+				_, err := h.Stripe.API.V1Subscriptions.Create(ctx, params)
 				require.NoError(rt, err)
 			case op == "cancel":
-				h.cancel(live[rapid.IntRange(0, len(live)-1).Draw(rt, "cancel")])
+				h.Cancel(live[rapid.IntRange(0, len(live)-1).Draw(rt, "cancel")])
 			case op == "change":
-				h.changePrice(live[rapid.IntRange(0, len(live)-1).Draw(rt, "change")], rapid.SampledFrom(prices).Draw(rt, "to"))
+				h.ChangePrice(live[rapid.IntRange(0, len(live)-1).Draw(rt, "change")], rapid.SampledFrom(prices).Draw(rt, "to"))
 			case op == "renewalFails":
 				// The card declines and the clock crosses a renewal: every
 				// subscription of this customer that renews goes past_due.
-				require.NoError(rt, h.fake.SetCardFails(ids[c], true))
+				require.NoError(rt, h.Stripe.Fake.SetCardFails(ids[c], true))
 				clock.Advance(31 * day)
 			case op == "addOn":
 				// An add-on item (a price no plan maps) on a current
@@ -111,27 +112,27 @@ func TestPropertyConvergesToStripe(t *testing.T) {
 				if slices.ContainsFunc(sub.Items.Data, func(it *stripeapi.SubscriptionItem) bool { return it.Price.ID == "price_legacy" }) {
 					break // Stripe refuses a price twice on one subscription
 				}
-				_, err := h.sc.V1Subscriptions.Update(ctx, sub.ID, &stripeapi.SubscriptionUpdateParams{
+				_, err := h.Stripe.API.V1Subscriptions.Update(ctx, sub.ID, &stripeapi.SubscriptionUpdateParams{
 					Items: []*stripeapi.SubscriptionUpdateItemParams{{Price: stripeapi.String("price_legacy")}}})
 				require.NoError(rt, err)
 			case op == "card":
-				require.NoError(rt, h.fake.SetCardFails(ids[c], rapid.Bool().Draw(rt, "cardFails")))
+				require.NoError(rt, h.Stripe.Fake.SetCardFails(ids[c], rapid.Bool().Draw(rt, "cardFails")))
 			case op == "pay":
 				// The customer fixes the card (or not) and pays an open
 				// invoice by hand (declined while the card fails).
-				require.NoError(rt, h.fake.SetCardFails(ids[c], rapid.IntRange(0, 3).Draw(rt, "stillFails") == 0))
+				require.NoError(rt, h.Stripe.Fake.SetCardFails(ids[c], rapid.IntRange(0, 3).Draw(rt, "stillFails") == 0))
 				sub := live[rapid.IntRange(0, len(live)-1).Draw(rt, "pay")]
 				if sub.LatestInvoice != nil && sub.LatestInvoice.Status == stripeapi.InvoiceStatusOpen {
-					_, _ = h.sc.V1Invoices.Pay(ctx, sub.LatestInvoice.ID, nil) // a decline is an answer too
+					_, _ = h.Stripe.API.V1Invoices.Pay(ctx, sub.LatestInvoice.ID, nil) // a decline is an answer too
 				}
 			case op == "delete":
-				_, err := h.sc.V1Customers.Delete(ctx, ids[c], nil)
+				_, err := h.Stripe.API.V1Customers.Delete(ctx, ids[c], nil)
 				require.NoError(rt, err)
 				deleted[c] = true
 			}
 			if rapid.Bool().Draw(rt, "drainNow") {
-				h.delivered()
-				drainAll(rt, h, w, failRate)
+				h.Delivered()
+				h.DrainAll(w, failRate)
 			}
 		}
 		// Each customer's last change is never dropped. A customer left
@@ -140,23 +141,23 @@ func TestPropertyConvergesToStripe(t *testing.T) {
 		// no model of Stripe's state can say. A deleted customer cannot be
 		// changed any more; the sweep queues it (it is no longer in
 		// Stripe's customer list), as the sweep tests check.
-		f := h.fake.Faults()
+		f := h.Stripe.Fake.Faults()
 		f.DropRate = 0
-		h.fake.SetFaults(f)
+		h.Stripe.Fake.SetFaults(f)
 		for c, cus := range ids {
 			switch want := expectedState(rt, h, cus); {
 			case deleted[c]:
-				require.NoError(rt, h.st.Enqueue(ctx, "stripe", cus, reconcile.TriggerSweep))
+				require.NoError(rt, h.Store.Enqueue(ctx, "stripe", cus, reconcile.TriggerSweep))
 			case want.sub != nil && want.plan != "":
-				_, err := h.sc.V1Subscriptions.Update(ctx, want.sub.ID,
+				_, err := h.Stripe.API.V1Subscriptions.Update(ctx, want.sub.ID,
 					&stripeapi.SubscriptionUpdateParams{Metadata: map[string]string{"touched": "yes"}})
 				require.NoError(rt, err)
 			default:
-				h.subscribe(cus, "price_free")
+				h.Subscribe(cus, "price_free")
 			}
 		}
-		h.delivered()
-		drainAll(rt, h, w, failRate)
+		h.Delivered()
+		h.DrainAll(w, failRate)
 
 		for c, cus := range ids {
 			want := expectedState(rt, h, cus)
@@ -166,7 +167,7 @@ func TestPropertyConvergesToStripe(t *testing.T) {
 			require.Zero(rt, s.Events["pending"], "customer %d: events left pending", c)
 			require.Equal(rt, h.largestGrant(cus), s.Balance, "customer %d: grants must top up, never add up", c)
 			h.requireTopUpsOnly(cus)
-			plan, _ := h.plans.Named(want.plan)
+			plan, _ := h.Plans.Named(want.plan)
 			if want.waiting() {
 				require.NotContains(rt, h.grantedPeriods(cus), want.itemStart(),
 					"customer %d: a period whose renewal is not paid is granted nothing", c)
@@ -176,9 +177,9 @@ func TestPropertyConvergesToStripe(t *testing.T) {
 			// Decide, given the account and Stripe's final state, finds
 			// nothing left to write or grant.
 			cur := h.account(cus)
-			snap, err := h.client.Fetch(ctx, cus)
+			snap, err := h.Stripe.Client.Fetch(ctx, cus)
 			require.NoError(rt, err)
-			ch := reconcile.Decide(cur, snap, h.plans, cur.ObservedAt.Add(time.Millisecond))
+			ch := reconcile.Decide(cur, snap, h.Plans, cur.ObservedAt.Add(time.Millisecond))
 			require.Equal(rt, reconcile.ResultUnchanged, ch.Result, "customer %d: %s", c, ch.Outcome)
 			if ch.Grant != nil {
 				require.Zero(rt, ch.Grant.TopUp(s.Balance), "customer %d: a grant is missing", c)
@@ -197,46 +198,6 @@ func setDefaultChecks(n int) {
 	}
 }
 
-// drainAll drains until no customer is queued while the provider's API
-// fails at failRate (only while draining: the test's own calls must land),
-// riding out jobs that a failed fetch put into (short) backoff.
-func drainAll(t testingT, h *harness, w *reconcile.Worker, failRate float64) {
-	t.Helper()
-	drainQueue(t, h.st, w, h.fake, failRate)
-}
-
-// faultKnobs is a fake provider's fault settings (both fakes share them).
-type faultKnobs interface {
-	Faults() stripemock.Faults
-	SetFaults(stripemock.Faults)
-}
-
-// drainQueue drains until no customer is queued while fake's API fails at
-// failRate (only while draining: the test's own calls must land), riding
-// out jobs that a failed fetch put into (short) backoff.
-func drainQueue(t testingT, st *store.Store, w *reconcile.Worker, fake faultKnobs, failRate float64) {
-	t.Helper()
-	f := fake.Faults()
-	f.Error5xxRate = failRate
-	fake.SetFaults(f)
-	defer func() {
-		f.Error5xxRate = 0
-		fake.SetFaults(f)
-	}()
-	for range 1000 {
-		drain(t, w)
-		var queued int
-		require.NoError(t, st.Pool().QueryRow(context.Background(),
-			`SELECT count(*) FROM reconcile_queue WHERE status = 'pending'`).Scan(&queued))
-		if queued == 0 {
-			return
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	t.Errorf("the queue never drained")
-	t.FailNow()
-}
-
 // currentSubs returns the customer's subscriptions that have not ended
 // (canceled, incomplete_expired) at the fake, newest first, with their
 // latest invoice.
@@ -245,7 +206,7 @@ func currentSubs(t testingT, h *harness, customerID string) []*stripeapi.Subscri
 	params := &stripeapi.SubscriptionListParams{Customer: stripeapi.String(customerID), Status: stripeapi.String("all")}
 	params.AddExpand("data.latest_invoice")
 	var out []*stripeapi.Subscription
-	for sub, err := range h.sc.V1Subscriptions.List(context.Background(), params) {
+	for sub, err := range h.Stripe.API.V1Subscriptions.List(context.Background(), params) {
 		require.NoError(t, err)
 		if sub.Status != stripeapi.SubscriptionStatusCanceled && sub.Status != stripeapi.SubscriptionStatusIncompleteExpired {
 			out = append(out, sub)
@@ -282,9 +243,9 @@ func (m modelState) itemStart() time.Time { return time.Unix(m.item.CurrentPerio
 func expectedState(t testingT, h *harness, customerID string) modelState {
 	t.Helper()
 	ctx := context.Background()
-	cust, err := h.sc.V1Customers.Retrieve(ctx, customerID, nil)
+	cust, err := h.Stripe.API.V1Customers.Retrieve(ctx, customerID, nil)
 	require.NoError(t, err)
-	def := modelState{plan: h.plans.Default().Name}
+	def := modelState{plan: h.Plans.Default().Name}
 	if cust.Deleted {
 		def.status = reconcile.StatusDeleted
 		return def
@@ -301,7 +262,7 @@ func expectedState(t testingT, h *harness, customerID string) modelState {
 		}
 		keeping = true
 		for _, it := range sub.Items.Data {
-			p, ok := h.plans.ForPrice("stripe", []string{it.Price.LookupKey, it.Price.ID})
+			p, ok := h.Plans.ForPrice("stripe", []string{it.Price.LookupKey, it.Price.ID})
 			if !ok {
 				continue
 			}
@@ -350,7 +311,7 @@ func (h *harness) requireTopUpsOnly(customerID string) {
 	sum := map[time.Time]int64{}
 	largest := map[time.Time]int64{}
 	for _, g := range h.grants(customerID) {
-		p, ok := h.plans.Named(g.Plan)
+		p, ok := h.Plans.Named(g.Plan)
 		require.True(h.t, ok, g.Plan)
 		sum[g.PeriodStart] += g.Delta
 		largest[g.PeriodStart] = max(largest[g.PeriodStart], p.Allowance)

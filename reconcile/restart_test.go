@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/billsync/billsync/mocks/mock"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
@@ -27,21 +27,17 @@ func TestDatabaseRestartMidReconcileKeepsNoLease(t *testing.T) {
 		Type: "customer.subscription.updated", CustomerID: "cus_1", Payload: []byte(`{}`)}})
 	require.NoError(t, err)
 
-	killer, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	defer killer.Close(ctx)
+	restart := storetest.CutConnections(t, url)
 	fetches := 0
 	provider := &mock.Provider{ProviderName: "stripe", FetchFn: func(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
 		if fetches++; fetches == 1 {
-			_, err := killer.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-				WHERE datname = current_database() AND pid <> pg_backend_pid()`)
-			if err != nil {
+			if err := restart(ctx); err != nil {
 				return reconcile.Snapshot{}, err
 			}
 		}
 		return oneSub(customerID, "active", time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), "pro"), nil
 	}}
-	w, err := reconcile.NewWorker(reconcile.WorkerConfig{Store: st, Providers: []reconcile.Provider{provider}, Plans: examplePlans(t),
+	w, err := reconcile.NewWorker(reconcile.WorkerConfig{Store: st, Providers: []reconcile.Provider{provider}, Plans: testenv.Plans(),
 		Backoff: []time.Duration{time.Millisecond}})
 	require.NoError(t, err)
 
@@ -55,15 +51,16 @@ func TestDatabaseRestartMidReconcileKeepsNoLease(t *testing.T) {
 	}, time.Minute, 10*time.Millisecond, "the job was not claimable again: its lease was left behind")
 
 	var results []string
-	rows, err := killer.Query(ctx, `SELECT result FROM reconcile_log WHERE customer_id = 'cus_1' ORDER BY id`)
-	require.NoError(t, err)
-	results, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
+	for _, l := range storetest.Reconciles(t, st) {
+		if l.CustomerID == "cus_1" {
+			results = append(results, l.Result)
+		}
+	}
 	require.Equal(t, []string{"retry", "applied"}, results)
 	a, err := st.Account(ctx, "stripe", "cus_1")
 	require.NoError(t, err)
 	require.Equal(t, "pro", a.Plan)
-	status, _, err := st.EventOutcome(ctx, "stripe", "evt_1")
+	ev, err := st.EventByKey(ctx, "stripe", "evt_1")
 	require.NoError(t, err)
-	require.Equal(t, reconcile.EventApplied, status)
+	require.Equal(t, reconcile.EventApplied, ev.Status)
 }

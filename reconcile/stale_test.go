@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
 )
 
@@ -56,25 +57,23 @@ func TestStaleReadIsReadAgain(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			h := newHarness(t)
-			cus := h.customer("user_stale")
-			sub := h.subscribe(cus, "price_pro")
-			h.delivered()
-			w := h.worker(reconcile.WorkerConfig{RecheckDelay: tc.delay})
+			h := newHarness(t, testenv.Stripe, testenv.Options{})
+			cus := h.Customer("user_stale")
+			sub := h.Subscribe(cus, "price_pro")
+			h.Delivered()
+			w := h.Worker(reconcile.WorkerConfig{RecheckDelay: tc.delay})
 			drain(t, w)
 			require.Equal(t, "pro", h.state(cus).Plan)
-			for len(h.outcomes) > 0 {
-				<-h.outcomes
-			}
+			h.TakeOutcomes()
 
-			h.fake.SetFaults(stripemock.Faults{StaleReads: lag})
-			h.changePrice(sub, "price_team")
-			h.delivered()
+			h.Stripe.Fake.SetFaults(stripemock.Faults{StaleReads: lag})
+			h.ChangePrice(sub, "price_team")
+			h.Delivered()
 			drain(t, w)
 			require.Equal(t, tc.plan, h.state(cus).Plan)
 			var rechecks []string
-			for len(h.outcomes) > 0 {
-				rechecks = append(rechecks, (<-h.outcomes).Recheck)
+			for _, o := range h.TakeOutcomes() {
+				rechecks = append(rechecks, o.Recheck)
 			}
 			require.Equal(t, []string{tc.recheck}, rechecks)
 		})

@@ -4,8 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"net"
-	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,10 +13,9 @@ import (
 	stripeapi "github.com/stripe/stripe-go/v82"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
-	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
-	"github.com/billsync/billsync/server"
 	"github.com/billsync/billsync/store/storetest"
 )
 
@@ -39,20 +37,20 @@ func newCaseHarness(t *testing.T, opts stripemock.Options) (*harness, *stripemoc
 	t.Helper()
 	clock := stripemock.NewStoppedClock(caseStart)
 	opts.Clock = clock
-	return newHarnessWith(t, t.Cleanup, opts), clock
+	return newHarness(t, testenv.Stripe, testenv.Options{Stripe: testenv.StripeOptions{Fake: opts}}), clock
 }
 
 // settle delivers every webhook the fake owes and drains the queue.
 func (h *harness) settle(w *reconcile.Worker) {
 	h.t.Helper()
-	h.delivered()
-	drainAll(h.t, h, w, 0)
+	h.Delivered()
+	h.DrainAll(w, 0)
 }
 
 // account returns the customer's account row.
 func (h *harness) account(customerID string) reconcile.Account {
 	h.t.Helper()
-	a, err := h.st.Account(context.Background(), "stripe", customerID)
+	a, err := h.Store.Account(context.Background(), "stripe", customerID)
 	require.NoError(h.t, err)
 	return a
 }
@@ -67,19 +65,10 @@ type grant struct {
 // grants returns the customer's grant rows, oldest first.
 func (h *harness) grants(customerID string) []grant {
 	h.t.Helper()
-	rows, err := h.st.Pool().Query(context.Background(), `
-		SELECT l.plan, l.period_start, l.delta FROM ledger l JOIN accounts a ON a.id = l.account_id
-		WHERE a.customer_id = $1 AND l.kind = 'grant' ORDER BY l.id`, customerID)
-	require.NoError(h.t, err)
-	defer rows.Close()
 	var out []grant
-	for rows.Next() {
-		var g grant
-		require.NoError(h.t, rows.Scan(&g.Plan, &g.PeriodStart, &g.Delta))
-		g.PeriodStart = g.PeriodStart.UTC()
-		out = append(out, g)
+	for _, g := range storetest.Grants(h.t, h.Store, h.Provider, customerID) {
+		out = append(out, grant{Plan: g.Plan, PeriodStart: g.PeriodStart, Delta: g.Delta})
 	}
-	require.NoError(h.t, rows.Err())
 	return out
 }
 
@@ -87,15 +76,15 @@ func (h *harness) grants(customerID string) []grant {
 // that no webhook asked for must not change what is already right.
 func (h *harness) resync(w *reconcile.Worker, customerID string) {
 	h.t.Helper()
-	require.NoError(h.t, h.st.Enqueue(context.Background(), "stripe", customerID, reconcile.TriggerResync))
-	drainAll(h.t, h, w, 0)
+	require.NoError(h.t, h.Store.Enqueue(context.Background(), "stripe", customerID, reconcile.TriggerResync))
+	h.DrainAll(w, 0)
 }
 
 // itemStart returns the current period start of sub's item on price, as
 // the fake says now.
 func (h *harness) itemStart(subID, price string) time.Time {
 	h.t.Helper()
-	sub, err := h.sc.V1Subscriptions.Retrieve(context.Background(), subID, nil)
+	sub, err := h.Stripe.API.V1Subscriptions.Retrieve(context.Background(), subID, nil)
 	require.NoError(h.t, err)
 	for _, it := range sub.Items.Data {
 		if it.Price.ID == price {
@@ -110,7 +99,7 @@ func (h *harness) itemStart(subID, price string) time.Time {
 // calendarMonth is the default plan's period: the database's month now.
 func (h *harness) calendarMonth() time.Time {
 	h.t.Helper()
-	now, err := h.st.Now(context.Background())
+	now, err := h.Store.Now(context.Background())
 	require.NoError(h.t, err)
 	y, m, _ := now.UTC().Date()
 	return time.Date(y, m, 1, 0, 0, 0, 0, time.UTC)
@@ -119,21 +108,21 @@ func (h *harness) calendarMonth() time.Time {
 func TestStripeDeletedCustomer(t *testing.T) {
 	t.Parallel()
 	h, _ := newCaseHarness(t, stripemock.Options{})
-	w := h.worker(reconcile.WorkerConfig{})
-	cus := h.customer("u_del")
-	sub := h.subscribe(cus, "price_pro")
+	w := h.Worker(reconcile.WorkerConfig{})
+	cus := h.Customer("u_del")
+	sub := h.Subscribe(cus, "price_pro")
 	h.settle(w)
-	require.Equal(t, customerState{Plan: "pro", Status: "active", Balance: 500, Grants: 1, Events: map[string]int{"applied": 3}}, h.state(cus))
+	require.Equal(t, storetest.CustomerState{Plan: "pro", Status: "active", Balance: 500, Grants: 1, Events: map[string]int{"applied": 3}}, h.state(cus))
 	proStart := h.account(cus).PeriodStart
 
-	_, err := h.sc.V1Customers.Delete(context.Background(), cus, nil)
+	_, err := h.Stripe.API.V1Customers.Delete(context.Background(), cus, nil)
 	require.NoError(t, err)
 	h.settle(w)
 
 	// The default plan on the calendar month, granted its allowance there;
 	// the Pro period's grant stays in the ledger, nothing is clawed back.
 	s := h.state(cus)
-	require.Equal(t, customerState{Plan: "free", Status: reconcile.StatusDeleted, Balance: 10, Grants: 2,
+	require.Equal(t, storetest.CustomerState{Plan: "free", Status: reconcile.StatusDeleted, Balance: 10, Grants: 2,
 		Events: map[string]int{"applied": 5}}, s, "customer.deleted and customer.subscription.deleted applied too")
 	a := h.account(cus)
 	require.Empty(t, a.SubscriptionID, "no subscription is current")
@@ -141,7 +130,7 @@ func TestStripeDeletedCustomer(t *testing.T) {
 	require.Equal(t, []grant{{"pro", proStart.UTC(), 500}, {"free", h.calendarMonth(), 10}}, h.grants(cus))
 	texts := h.outcomeTexts(cus)
 	require.Regexp(t, `^applied: customer deleted at stripe: plan set to free, status active → deleted`, texts[len(texts)-1])
-	sub, err = h.sc.V1Subscriptions.Retrieve(context.Background(), sub.ID, nil)
+	sub, err = h.Stripe.API.V1Subscriptions.Retrieve(context.Background(), sub.ID, nil)
 	require.NoError(t, err)
 	require.Equal(t, stripeapi.SubscriptionStatusCanceled, sub.Status, "the fake canceled it, as Stripe does")
 
@@ -152,9 +141,9 @@ func TestStripeDeletedCustomer(t *testing.T) {
 	require.Equal(t, "unchanged: no change: stripe says plan free (deleted) now, as already applied", texts[len(texts)-1])
 
 	t.Run("NeverExisted", func(t *testing.T) {
-		require.NoError(t, h.st.Enqueue(context.Background(), "stripe", "cus_never_was", reconcile.TriggerResync))
-		drainAll(t, h, w, 0)
-		_, err := h.st.Account(context.Background(), "stripe", "cus_never_was")
+		require.NoError(t, h.Store.Enqueue(context.Background(), "stripe", "cus_never_was", reconcile.TriggerResync))
+		h.DrainAll(w, 0)
+		_, err := h.Store.Account(context.Background(), "stripe", "cus_never_was")
 		require.ErrorIs(t, err, reconcile.ErrNotFound, "no account is made for a customer Stripe never had")
 		require.Equal(t, []string{"ignored: ignored: customer cus_never_was is unknown to stripe"}, h.outcomeTexts("cus_never_was"))
 	})
@@ -166,13 +155,13 @@ func TestStripeDeletedCustomer(t *testing.T) {
 // past_due.
 func renewalFails(t *testing.T, h *harness, clock *stripemock.Clock, w *reconcile.Worker) (cus string, sub *stripeapi.Subscription, paid time.Time) {
 	t.Helper()
-	cus = h.customer("u_renew")
-	sub = h.subscribe(cus, "price_pro")
+	cus = h.Customer("u_renew")
+	sub = h.Subscribe(cus, "price_pro")
 	h.settle(w)
 	paid = h.account(cus).PeriodStart.UTC()
 	require.Equal(t, []grant{{"pro", paid, 500}}, h.grants(cus))
 
-	require.NoError(t, h.fake.SetCardFails(cus, true))
+	require.NoError(t, h.Stripe.Fake.SetCardFails(cus, true))
 	end := time.Unix(sub.Items.Data[0].CurrentPeriodEnd, 0)
 	clock.Advance(end.Sub(clock.Now()) + time.Hour)
 	h.settle(w)
@@ -184,7 +173,7 @@ func TestStripeFailedRenewal(t *testing.T) {
 	t.Run("PaidLater", func(t *testing.T) {
 		t.Parallel()
 		h, clock := newCaseHarness(t, stripemock.Options{})
-		w := h.worker(reconcile.WorkerConfig{})
+		w := h.Worker(reconcile.WorkerConfig{})
 		cus, sub, paid := renewalFails(t, h, clock, w)
 
 		// past_due: the plan is kept with what it was granted, and the
@@ -201,10 +190,10 @@ func TestStripeFailedRenewal(t *testing.T) {
 
 		// The card is fixed and the open invoice paid: the new period is
 		// granted, once, however often the customer is reconciled.
-		require.NoError(t, h.fake.SetCardFails(cus, false))
-		got, err := h.sc.V1Subscriptions.Retrieve(context.Background(), sub.ID, nil)
+		require.NoError(t, h.Stripe.Fake.SetCardFails(cus, false))
+		got, err := h.Stripe.API.V1Subscriptions.Retrieve(context.Background(), sub.ID, nil)
 		require.NoError(t, err)
-		inv, err := h.sc.V1Invoices.Pay(context.Background(), got.LatestInvoice.ID, nil)
+		inv, err := h.Stripe.API.V1Invoices.Pay(context.Background(), got.LatestInvoice.ID, nil)
 		require.NoError(t, err)
 		require.Equal(t, stripeapi.InvoiceStatusPaid, inv.Status)
 		h.settle(w)
@@ -223,7 +212,7 @@ func TestStripeFailedRenewal(t *testing.T) {
 	t.Run("UnpaidThenPaid", func(t *testing.T) {
 		t.Parallel()
 		h, clock := newCaseHarness(t, stripemock.Options{Dunning: stripemock.Dunning{Retries: []time.Duration{}, Final: "unpaid"}})
-		w := h.worker(reconcile.WorkerConfig{})
+		w := h.Worker(reconcile.WorkerConfig{})
 		cus, sub, paid := renewalFails(t, h, clock, w)
 
 		// No retries: unpaid at once, which does not keep the plan.
@@ -233,10 +222,10 @@ func TestStripeFailedRenewal(t *testing.T) {
 		require.EqualValues(t, 10, s.Balance)
 		require.Equal(t, []grant{{"pro", paid, 500}, {"free", h.calendarMonth(), 10}}, h.grants(cus))
 
-		require.NoError(t, h.fake.SetCardFails(cus, false))
-		got, err := h.sc.V1Subscriptions.Retrieve(context.Background(), sub.ID, nil)
+		require.NoError(t, h.Stripe.Fake.SetCardFails(cus, false))
+		got, err := h.Stripe.API.V1Subscriptions.Retrieve(context.Background(), sub.ID, nil)
 		require.NoError(t, err)
-		_, err = h.sc.V1Invoices.Pay(context.Background(), got.LatestInvoice.ID, nil)
+		_, err = h.Stripe.API.V1Invoices.Pay(context.Background(), got.LatestInvoice.ID, nil)
 		require.NoError(t, err)
 		h.settle(w)
 		h.resync(w, cus)
@@ -253,7 +242,7 @@ func TestStripeFailedRenewal(t *testing.T) {
 	t.Run("CanceledAfterTheRetries", func(t *testing.T) {
 		t.Parallel()
 		h, clock := newCaseHarness(t, stripemock.Options{Dunning: stripemock.Dunning{Retries: []time.Duration{3 * day, 5 * day}, Final: "canceled"}})
-		w := h.worker(reconcile.WorkerConfig{})
+		w := h.Worker(reconcile.WorkerConfig{})
 		cus, sub, paid := renewalFails(t, h, clock, w)
 		require.Equal(t, "past_due", h.state(cus).Status)
 
@@ -266,7 +255,7 @@ func TestStripeFailedRenewal(t *testing.T) {
 
 		clock.Advance(5 * day)
 		h.settle(w)
-		got, err := h.sc.V1Subscriptions.Retrieve(context.Background(), sub.ID, nil)
+		got, err := h.Stripe.API.V1Subscriptions.Retrieve(context.Background(), sub.ID, nil)
 		require.NoError(t, err)
 		require.Equal(t, stripeapi.SubscriptionStatusCanceled, got.Status)
 		s = h.state(cus)
@@ -296,7 +285,7 @@ func (h *harness) subscribeItems(customerID string, quantity, trialDays int64, p
 	if trialDays > 0 {
 		params.TrialPeriodDays = stripeapi.Int64(trialDays)
 	}
-	sub, err := h.sc.V1Subscriptions.Create(context.Background(), params)
+	sub, err := h.Stripe.API.V1Subscriptions.Create(context.Background(), params)
 	require.NoError(h.t, err)
 	return sub
 }
@@ -304,7 +293,7 @@ func (h *harness) subscribeItems(customerID string, quantity, trialDays int64, p
 // addOnPrice is a monthly price no plan maps (storage, say), loaded into
 // the fake.
 func (h *harness) addOnPrice() string {
-	h.fake.AddPrice("price_addon", "addon_storage", 300)
+	h.Stripe.Fake.AddPrice("price_addon", "addon_storage", 300)
 	return "price_addon"
 }
 
@@ -329,16 +318,16 @@ func TestStripeSeveralSubscriptions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h, clock := newCaseHarness(t, stripemock.Options{})
-			w := h.worker(reconcile.WorkerConfig{})
+			w := h.Worker(reconcile.WorkerConfig{})
 			then := tc.then
 			if then == "addon" {
 				then = h.addOnPrice()
 			}
-			cus := h.customer("u_several")
-			subs := []*stripeapi.Subscription{h.subscribe(cus, tc.first)}
+			cus := h.Customer("u_several")
+			subs := []*stripeapi.Subscription{h.Subscribe(cus, tc.first)}
 			h.settle(w)
 			clock.Advance(time.Second)
-			subs = append(subs, h.subscribe(cus, then))
+			subs = append(subs, h.Subscribe(cus, then))
 			h.settle(w)
 
 			s := h.state(cus)
@@ -360,12 +349,12 @@ func TestStripeSeveralSubscriptions(t *testing.T) {
 func TestStripeMixedIntervals(t *testing.T) {
 	t.Parallel()
 	h, clock := newCaseHarness(t, stripemock.Options{})
-	w := h.worker(reconcile.WorkerConfig{})
-	yearly, err := h.sc.V1Prices.Create(context.Background(), &stripeapi.PriceCreateParams{
+	w := h.Worker(reconcile.WorkerConfig{})
+	yearly, err := h.Stripe.API.V1Prices.Create(context.Background(), &stripeapi.PriceCreateParams{
 		Currency: stripeapi.String("usd"), UnitAmount: stripeapi.Int64(12000), Product: stripeapi.String("prod_support"),
 		Recurring: &stripeapi.PriceCreateRecurringParams{Interval: stripeapi.String("year")}})
 	require.NoError(t, err)
-	cus := h.customer("u_mixed")
+	cus := h.Customer("u_mixed")
 	sub := h.subscribeItems(cus, 0, 0, yearly.ID, "price_pro")
 	require.Equal(t, caseStart.AddDate(1, 0, 0).Unix(), sub.Items.Data[0].CurrentPeriodEnd, "the add-on is yearly")
 	h.settle(w)
@@ -412,16 +401,17 @@ func TestStripeUnmappedPrice(t *testing.T) {
 	t.Parallel()
 	h, _ := newCaseHarness(t, stripemock.Options{})
 	var logs syncBuffer
-	w := h.worker(reconcile.WorkerConfig{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	cus := h.customer("u_unmapped")
-	h.subscribe(cus, "price_legacy")
+	w := h.Worker(reconcile.WorkerConfig{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	cus := h.Customer("u_unmapped")
+	h.Subscribe(cus, "price_legacy")
 	h.settle(w)
 
 	s := h.state(cus)
 	require.Empty(t, s.Plan, "no account is written from an unmapped price")
 	require.Equal(t, map[string]int{"ignored": 3}, s.Events, "customer.created, the subscription and its invoice")
-	require.Len(t, h.outcomes, 1)
-	out := <-h.outcomes
+	outcomes := h.TakeOutcomes()
+	require.Len(t, outcomes, 1)
+	out := outcomes[0]
 	require.Equal(t, reconcile.ResultIgnored, out.Result)
 	require.Equal(t, []string{"legacy_gold"}, out.Unmapped)
 	require.Equal(t, "ignored: price legacy_gold / price_legacy maps to no plan", out.Text)
@@ -457,10 +447,10 @@ plans:
 			t.Parallel()
 			h, clock := newCaseHarness(t, stripemock.Options{})
 			if tc.plans != "" {
-				h.plans = parsePlans(t, tc.plans)
+				h.Plans = parsePlans(t, tc.plans)
 			}
-			w := h.worker(reconcile.WorkerConfig{})
-			cus := h.customer("u_trial")
+			w := h.Worker(reconcile.WorkerConfig{})
+			cus := h.Customer("u_trial")
 			sub := h.subscribeItems(cus, 0, 14, "price_pro")
 			require.Equal(t, stripeapi.SubscriptionStatusTrialing, sub.Status)
 			h.settle(w)
@@ -494,16 +484,16 @@ plans:
 func TestStripePausedCollection(t *testing.T) {
 	t.Parallel()
 	h, clock := newCaseHarness(t, stripemock.Options{})
-	w := h.worker(reconcile.WorkerConfig{})
-	cus := h.customer("u_pause")
-	sub := h.subscribe(cus, "price_pro")
+	w := h.Worker(reconcile.WorkerConfig{})
+	cus := h.Customer("u_pause")
+	sub := h.Subscribe(cus, "price_pro")
 	h.settle(w)
-	_, err := h.sc.V1Subscriptions.Update(context.Background(), sub.ID, &stripeapi.SubscriptionUpdateParams{
+	_, err := h.Stripe.API.V1Subscriptions.Update(context.Background(), sub.ID, &stripeapi.SubscriptionUpdateParams{
 		PauseCollection: &stripeapi.SubscriptionUpdatePauseCollectionParams{Behavior: stripeapi.String("void")}})
 	require.NoError(t, err)
 	h.settle(w)
 	s := h.state(cus)
-	require.Equal(t, customerState{Plan: "pro", Status: "active", Balance: 500, Grants: 1, Events: s.Events}, s)
+	require.Equal(t, storetest.CustomerState{Plan: "pro", Status: "active", Balance: 500, Grants: 1, Events: s.Events}, s)
 
 	clock.Advance(32 * day) // the renewal's invoice is voided, the period moves on
 	h.settle(w)
@@ -517,7 +507,7 @@ func TestStripePausedCollection(t *testing.T) {
 
 	params := &stripeapi.SubscriptionUpdateParams{}
 	params.AddExtra("pause_collection", "")
-	_, err = h.sc.V1Subscriptions.Update(context.Background(), sub.ID, params)
+	_, err = h.Stripe.API.V1Subscriptions.Update(context.Background(), sub.ID, params)
 	require.NoError(t, err)
 	h.settle(w)
 	h.resync(w, cus)
@@ -533,21 +523,21 @@ func TestStripePausedCollection(t *testing.T) {
 func TestStripeSeats(t *testing.T) {
 	t.Parallel()
 	h, _ := newCaseHarness(t, stripemock.Options{})
-	h.plans = parsePlans(t, `
+	h.Plans = parsePlans(t, `
 default: free
 plans:
   - {name: free, allowance: 10, stripe_prices: [price_free]}
   - {name: team, allowance: 2000, seat_allowance: 20, stripe_prices: [team, price_team]}
 `)
-	w := h.worker(reconcile.WorkerConfig{})
-	cus := h.customer("u_seats")
+	w := h.Worker(reconcile.WorkerConfig{})
+	cus := h.Customer("u_seats")
 	sub := h.subscribeItems(cus, 50, 0, "price_team")
 	h.settle(w)
 	s := h.state(cus)
 	require.Equal(t, "team", s.Plan)
 	require.EqualValues(t, 2000+50*20, s.Balance)
 
-	_, err := h.sc.V1Subscriptions.Update(context.Background(), sub.ID, &stripeapi.SubscriptionUpdateParams{
+	_, err := h.Stripe.API.V1Subscriptions.Update(context.Background(), sub.ID, &stripeapi.SubscriptionUpdateParams{
 		Items: []*stripeapi.SubscriptionUpdateItemParams{{ID: stripeapi.String(sub.Items.Data[0].ID), Quantity: stripeapi.Int64(60)}}})
 	require.NoError(t, err)
 	h.settle(w)
@@ -560,44 +550,31 @@ plans:
 // and still applies what Stripe says, as with snapshot events.
 func TestStripeThinEvents(t *testing.T) {
 	t.Parallel()
-	st := storetest.NewStore(t)
-	// No snapshot webhook endpoint: the fake's only listener is the thin
-	// destination below.
-	sh, err := stripetest.New(stripetest.Options{Client: stripetest.Fast(stripe.Config{}),
-		Fake: stripemock.Options{Clock: stripemock.NewStoppedClock(caseStart)}})
-	require.NoError(t, err)
-	t.Cleanup(sh.Close)
-	h := &harness{t: t, sh: sh, fake: sh.Fake, fakeURL: sh.URL, sc: sh.API, st: st, client: sh.Client,
-		plans: examplePlans(t), outcomes: make(chan reconcile.Outcome, 1000)}
+	// No snapshot webhook endpoint: the intake, as serve wires it
+	// (verifying with the destination's secret, resolving customers
+	// through billsync's client), is the fake's thin event destination.
+	h := newHarness(t, testenv.Stripe, testenv.Options{Stripe: testenv.StripeOptions{
+		Fake:       stripemock.Options{Clock: stripemock.NewStoppedClock(caseStart)},
+		ThinEvents: []string{"v1.customer.subscription.created", "v1.customer.subscription.updated", "v1.invoice.paid"},
+	}})
 
-	// billsync's intake as serve wires it, verifying with the
-	// destination's secret and resolving customers through its client.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	secret := sh.Fake.AddEventDestination("http://"+ln.Addr().String()+"/webhooks/stripe",
-		"v1.customer.subscription.created", "v1.customer.subscription.updated", "v1.invoice.paid")
-	v, err := stripe.NewVerifier([]string{secret}, 0)
-	require.NoError(t, err)
-	v.SetResolver(sh.Client)
-	intake := &http.Server{Handler: server.New(server.Config{Inbox: st, Verifiers: []server.Verifier{v}, Ready: st.Ping}),
-		ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = intake.Serve(ln) }()
-	t.Cleanup(func() { _ = intake.Close() })
-
-	w := h.worker(reconcile.WorkerConfig{})
-	cus := h.customer("u_thin")
-	sub := h.subscribe(cus, "price_free")
-	h.changePrice(sub, "price_pro")
+	w := h.Worker(reconcile.WorkerConfig{})
+	cus := h.Customer("u_thin")
+	sub := h.Subscribe(cus, "price_free")
+	h.ChangePrice(sub, "price_pro")
 	h.settle(w)
 	s := h.state(cus)
-	require.Equal(t, customerState{Plan: "pro", Status: "active", Balance: 500, Grants: 1,
+	require.Equal(t, storetest.CustomerState{Plan: "pro", Status: "active", Balance: 500, Grants: 1,
 		Events: map[string]int{"applied": 3}}, s, "created, its invoice.paid and updated, each resolved to the customer")
-	var thin int
-	require.NoError(t, st.Pool().QueryRow(context.Background(),
-		`SELECT count(*) FROM inbox_events WHERE customer_id = $1 AND type LIKE 'v1.%'`, cus).Scan(&thin))
+	thin := 0
+	for _, e := range storetest.Events(t, h.Store, stripe.Provider, cus) {
+		if strings.HasPrefix(e.Type, "v1.") {
+			thin++
+		}
+	}
 	require.Equal(t, 3, thin, "the events stored are the thin ones")
 
-	h.changePrice(sub, "price_team")
+	h.ChangePrice(sub, "price_team")
 	h.settle(w)
 	s = h.state(cus)
 	require.Equal(t, "team", s.Plan)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -15,7 +16,7 @@ import (
 	stripeapi "github.com/stripe/stripe-go/v82"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
-	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
@@ -35,51 +36,60 @@ func (c *listCounter) wrap(next http.Handler) http.Handler {
 	})
 }
 
-// newSweepHarness is newHarnessWith with list calls counted; intake false
+// newSweepHarness is newHarness with list calls counted; intake false
 // leaves webhooks undelivered (no intake), for tests that need none.
 func newSweepHarness(t *testing.T, fakeOpts stripemock.Options, intake bool) (*harness, *listCounter) {
 	t.Helper()
-	h := &harness{t: t, plans: examplePlans(t), outcomes: make(chan reconcile.Outcome, 100000)}
-	h.dbURL = storetest.URL(t)
-	st, err := store.Open(context.Background(), h.dbURL, store.Options{})
-	require.NoError(t, err)
-	t.Cleanup(st.Close)
-	h.st = st
 	counter := &listCounter{}
-	opts := stripetest.Options{Fake: fakeOpts, Client: stripetest.Fast(stripe.Config{}), Wrap: counter.wrap}
-	if intake {
-		opts.Store = st
-	}
-	h.sh, err = stripetest.New(opts)
-	require.NoError(t, err)
-	t.Cleanup(h.sh.Close)
-	h.fake, h.fakeURL, h.sc, h.client = h.sh.Fake, h.sh.URL, h.sh.API, h.sh.Client
+	h := newHarness(t, testenv.Stripe, testenv.Options{NoIntake: !intake, Wrap: counter.wrap,
+		Stripe: testenv.StripeOptions{Fake: fakeOpts}})
 	return h, counter
 }
 
 func (h *harness) sweeper(lister reconcile.Lister, st reconcile.SweepStore) *reconcile.Sweeper {
 	h.t.Helper()
 	if lister == nil {
-		lister = h.client
+		lister = h.Stripe.Client
 	}
 	if st == nil {
-		st = h.st
+		st = h.Store
 	}
-	s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: st, Provider: stripe.Provider, Lister: lister, Plans: h.plans})
+	s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: st, Provider: stripe.Provider, Lister: lister, Plans: h.Plans})
 	require.NoError(h.t, err)
 	return s
 }
 
-// sweepRun reads the newest sweep_runs row.
+// sweepRun reads the newest sweep run.
 func (h *harness) sweepRun() (status string, seen, changed int, errText string) {
 	h.t.Helper()
-	var e *string
-	require.NoError(h.t, h.st.Pool().QueryRow(context.Background(),
-		`SELECT status, seen, changed, error FROM sweep_runs ORDER BY id DESC LIMIT 1`).Scan(&status, &seen, &changed, &e))
-	if e != nil {
-		errText = *e
+	runs, err := h.Store.SweepRuns(context.Background(), 1)
+	require.NoError(h.t, err)
+	require.Len(h.t, runs, 1)
+	return runs[0].Status, runs[0].Seen, runs[0].Healed, runs[0].Error
+}
+
+// sweepRuns counts the sweep runs by status.
+func (h *harness) sweepRuns() map[string]int {
+	h.t.Helper()
+	runs, err := h.Store.SweepRuns(context.Background(), 1000)
+	require.NoError(h.t, err)
+	byStatus := map[string]int{}
+	for _, r := range runs {
+		byStatus[r.Status]++
 	}
-	return status, seen, changed, errText
+	return byStatus
+}
+
+// sweepApplies counts the reconcile log's entries the sweep wrote.
+func (h *harness) sweepApplies() int {
+	h.t.Helper()
+	n := 0
+	for _, l := range storetest.Reconciles(h.t, h.Store) {
+		if l.Trigger == reconcile.TriggerSweep {
+			n++
+		}
+	}
+	return n
 }
 
 // wrongAccounts asks the fake (through Fetch, the per-customer truth) what
@@ -90,9 +100,9 @@ func (h *harness) wrongAccounts(customers []string) map[string]bool {
 	ctx := context.Background()
 	wrong := map[string]bool{}
 	for _, c := range customers {
-		snap, err := h.client.Fetch(ctx, c)
+		snap, err := h.Stripe.Client.Fetch(ctx, c)
 		require.NoError(h.t, err)
-		a, err := h.st.Account(ctx, stripe.Provider, c)
+		a, err := h.Store.Account(ctx, stripe.Provider, c)
 		if errors.Is(err, reconcile.ErrNotFound) {
 			wrong[c] = true
 			continue
@@ -101,7 +111,7 @@ func (h *harness) wrongAccounts(customers []string) map[string]bool {
 		// The account is right when applying the truth to it again would
 		// change nothing (a default plan's calendar month is the one it
 		// was observed in).
-		ch := reconcile.Decide(a, snap, h.plans, a.ObservedAt.Add(time.Nanosecond))
+		ch := reconcile.Decide(a, snap, h.Plans, a.ObservedAt.Add(time.Nanosecond))
 		require.NotEqual(h.t, reconcile.ResultIgnored, ch.Result, ch.Outcome)
 		if ch.Result != reconcile.ResultUnchanged {
 			wrong[c] = true
@@ -121,8 +131,8 @@ func TestSweepHealsDrift(t *testing.T) {
 		first[i] = prices[rng.IntN(len(prices))]
 	}
 	customers, subs := h.subscribeMany(n, func(i int) string { return first[i] })
-	h.delivered()
-	drainAll(t, h, h.worker(reconcile.WorkerConfig{}), 0)
+	h.Delivered()
+	h.DrainAll(h.Worker(reconcile.WorkerConfig{}), 0)
 	// Random plan changes and cancellations. Every fifth change loses all
 	// its webhooks (a drift the test can count on), the others each
 	// webhook with a 20% chance. The drop dice are thrown when an event is
@@ -132,16 +142,16 @@ func TestSweepHealsDrift(t *testing.T) {
 		if i%5 == 0 {
 			lost.DropRate = 1
 		}
-		h.fake.SetFaults(lost)
+		h.Stripe.Fake.SetFaults(lost)
 		switch rng.IntN(4) {
 		case 0:
-			h.changePrice(sub, prices[rng.IntN(len(prices))])
+			h.ChangePrice(sub, prices[rng.IntN(len(prices))])
 		case 1:
-			h.cancel(sub)
+			h.Cancel(sub)
 		}
 	}
-	h.delivered()
-	drainAll(t, h, h.worker(reconcile.WorkerConfig{}), 0)
+	h.Delivered()
+	h.DrainAll(h.Worker(reconcile.WorkerConfig{}), 0)
 	wrong := h.wrongAccounts(customers)
 	require.NotEmpty(t, wrong, "dropped webhooks leave drift for the sweep")
 
@@ -159,10 +169,7 @@ func TestSweepHealsDrift(t *testing.T) {
 	require.Equal(t, "succeeded", status)
 	require.Equal(t, n, seen)
 	require.Equal(t, len(wrong), changed)
-	var logged int
-	require.NoError(t, h.st.Pool().QueryRow(context.Background(),
-		`SELECT count(*) FROM reconcile_log WHERE trigger = 'sweep'`).Scan(&logged))
-	require.Equal(t, len(wrong), logged, "accounts already right are not written")
+	require.Equal(t, len(wrong), h.sweepApplies(), "accounts already right are not written")
 
 	// A second sweep finds nothing to heal.
 	rep, err = h.sweeper(nil, nil).Run(context.Background())
@@ -184,7 +191,7 @@ func TestSweepListsInBulk(t *testing.T) {
 	// One page at a time: the pages, and at most one empty page after a
 	// full last one.
 	calls.n.Store(0)
-	s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: h.st, Provider: stripe.Provider, Lister: h.client, Parallel: 1, Plans: h.plans})
+	s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: h.Store, Provider: stripe.Provider, Lister: h.Stripe.Client, Parallel: 1, Plans: h.Plans})
 	require.NoError(t, err)
 	rep, err := s.Run(context.Background())
 	require.NoError(t, err)
@@ -219,8 +226,8 @@ func (h *harness) subscribeMany(n int, price func(i int) string) ([]string, []*s
 			defer wg.Done()
 			for i := w; i < n; i += workers {
 				ctx := context.Background()
-				if customers[i], errs[i] = h.sh.Customer(ctx, fmt.Sprint("u", i)); errs[i] == nil {
-					subs[i], errs[i] = h.sh.Subscribe(ctx, customers[i], price(i))
+				if customers[i], errs[i] = h.Stripe.Customer(ctx, fmt.Sprint("u", i)); errs[i] == nil {
+					subs[i], errs[i] = h.Stripe.Subscribe(ctx, customers[i], price(i))
 				}
 			}
 		}()
@@ -241,21 +248,21 @@ func (f listerFunc) ListPage(ctx context.Context, cursor string) ([]reconcile.Sn
 func TestSweepFailsWhileProviderDownThenSucceeds(t *testing.T) {
 	t.Parallel()
 	h, _ := newSweepHarness(t, stripemock.Options{}, false)
-	cus := h.customer("u1")
-	h.subscribe(cus, "price_team")
-	f := h.fake.Faults()
+	cus := h.Customer("u1")
+	h.Subscribe(cus, "price_team")
+	f := h.Stripe.Fake.Faults()
 	f.Error5xxRate = 1
-	h.fake.SetFaults(f)
+	h.Stripe.Fake.SetFaults(f)
 	_, err := h.sweeper(nil, nil).Run(context.Background())
 	require.Error(t, err)
 	status, _, _, text := h.sweepRun()
 	require.Equal(t, "failed", status)
 	require.Contains(t, text, "500")
-	_, err = h.st.Account(context.Background(), stripe.Provider, cus)
+	_, err = h.Store.Account(context.Background(), stripe.Provider, cus)
 	require.ErrorIs(t, err, reconcile.ErrNotFound)
 
 	f.Error5xxRate = 0
-	h.fake.SetFaults(f)
+	h.Stripe.Fake.SetFaults(f)
 	rep, err := h.sweeper(nil, nil).Run(context.Background())
 	require.NoError(t, err)
 	require.False(t, rep.Run.Resumed, "a failed run is finished, not resumed")
@@ -283,10 +290,10 @@ func TestSweepResumesFromCursor(t *testing.T) {
 		if pages++; pages == 3 {
 			return nil, "", false, crash // after two pages were handed over
 		}
-		return h.client.ListPage(ctx, cursor)
+		return h.Stripe.Client.ListPage(ctx, cursor)
 	})
 	calls.n.Store(0)
-	_, err := h.sweeper(dying, crashingStore{h.st}).Run(context.Background())
+	_, err := h.sweeper(dying, crashingStore{h.Store}).Run(context.Background())
 	require.ErrorIs(t, err, crash)
 	require.EqualValues(t, 2, calls.n.Load())
 	status, seen, _, _ := h.sweepRun()
@@ -302,9 +309,7 @@ func TestSweepResumesFromCursor(t *testing.T) {
 	require.Equal(t, n, rep.Run.Healed)
 	require.Zero(t, rep.Enqueued, "every account was covered, before or after the crash")
 	require.Empty(t, h.wrongAccounts(customers))
-	var runs int
-	require.NoError(t, h.st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM sweep_runs`).Scan(&runs))
-	require.Equal(t, 1, runs, "the run was resumed, not started again")
+	require.Equal(t, map[string]int{"succeeded": 1}, h.sweepRuns(), "the run was resumed, not started again")
 }
 
 // dyingStore is the real store whose sweeper dies at one ApplySwept: the
@@ -331,7 +336,7 @@ func TestSweepKilledMidPageResumes(t *testing.T) {
 	t.Parallel()
 	h, _ := newSweepHarness(t, stripemock.Options{}, false)
 	customers, _ := h.subscribeMany(150, func(int) string { return "price_team" }) // two pages, all new to billsync
-	st := &dyingStore{crashingStore: crashingStore{h.st}}
+	st := &dyingStore{crashingStore: crashingStore{h.Store}}
 	st.left.Store(130) // the first page, then 30 of the second
 	_, err := h.sweeper(nil, st).Run(context.Background())
 	require.ErrorIs(t, err, errKilled)
@@ -354,22 +359,22 @@ func TestSweepKilledMidPageResumes(t *testing.T) {
 func TestSweepNeverOverwritesAFresherReconcile(t *testing.T) {
 	t.Parallel()
 	h, _ := newSweepHarness(t, stripemock.Options{}, true)
-	cus := h.customer("u1")
-	sub := h.subscribe(cus, "price_pro")
-	h.delivered()
-	w := h.worker(reconcile.WorkerConfig{})
-	drainAll(t, h, w, 0)
+	cus := h.Customer("u1")
+	sub := h.Subscribe(cus, "price_pro")
+	h.Delivered()
+	w := h.Worker(reconcile.WorkerConfig{})
+	h.DrainAll(w, 0)
 	require.Equal(t, "pro", h.state(cus).Plan)
 
 	// The page is listed (pro); before the sweep applies it, the customer
 	// upgrades and the webhook-triggered reconcile applies team.
 	racing := listerFunc(func(ctx context.Context, cursor string) ([]reconcile.Snapshot, string, bool, error) {
-		snaps, next, more, err := h.client.ListPage(ctx, cursor)
+		snaps, next, more, err := h.Stripe.Client.ListPage(ctx, cursor)
 		if len(snaps) > 0 {
 			require.Equal(t, "pro", snaps[0].Subscriptions[0].Items[0].PriceRefs[0])
-			h.changePrice(sub, "price_team")
-			h.delivered()
-			drainAll(t, h, w, 0)
+			h.ChangePrice(sub, "price_team")
+			h.Delivered()
+			h.DrainAll(w, 0)
 			require.Equal(t, "team", h.state(cus).Plan)
 		}
 		return snaps, next, more, err
@@ -387,7 +392,7 @@ func TestSweepNeverOverwritesAFresherReconcile(t *testing.T) {
 func TestSweepOneAtATime(t *testing.T) {
 	t.Parallel()
 	h, _ := newSweepHarness(t, stripemock.Options{}, false)
-	h.subscribe(h.customer("u1"), "price_pro")
+	h.Subscribe(h.Customer("u1"), "price_pro")
 	// A second store is a second replica: its own pool on the same database.
 	other, err := store.Open(context.Background(), h.dbURL, store.Options{})
 	require.NoError(t, err)
@@ -400,7 +405,7 @@ func TestSweepOneAtATime(t *testing.T) {
 			close(inside)
 			<-release
 		})
-		return h.client.ListPage(ctx, cursor)
+		return h.Stripe.Client.ListPage(ctx, cursor)
 	})
 	done := make(chan error, 1)
 	go func() {
@@ -417,9 +422,7 @@ func TestSweepOneAtATime(t *testing.T) {
 	rep, err := h.sweeper(nil, other).Run(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.Run.Seen)
-	var runs int
-	require.NoError(t, h.st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM sweep_runs WHERE status = 'succeeded'`).Scan(&runs))
-	require.Equal(t, 2, runs)
+	require.Equal(t, 2, h.sweepRuns()["succeeded"])
 }
 
 // TestSweepEnqueuesWhatTheListingDidNotCover: a deleted customer is not
@@ -430,40 +433,33 @@ func TestSweepEnqueuesWhatTheListingDidNotCover(t *testing.T) {
 	t.Parallel()
 	h, _ := newSweepHarness(t, stripemock.Options{}, false)
 	ctx := context.Background()
-	gone := h.customer("u_gone")
-	h.subscribe(gone, "price_team")
-	listed := h.customer("u_listed")
-	h.subscribe(listed, "price_pro")
+	gone := h.Customer("u_gone")
+	h.Subscribe(gone, "price_team")
+	listed := h.Customer("u_listed")
+	h.Subscribe(listed, "price_pro")
 	for _, c := range []string{gone, listed} {
-		require.NoError(t, h.st.Enqueue(ctx, stripe.Provider, c, reconcile.TriggerWebhook))
+		require.NoError(t, h.Store.Enqueue(ctx, stripe.Provider, c, reconcile.TriggerWebhook))
 	}
-	drainAll(t, h, h.worker(reconcile.WorkerConfig{}), 0)
+	h.DrainAll(h.Worker(reconcile.WorkerConfig{}), 0)
 	require.Equal(t, "team", h.state(gone).Plan)
-	_, err := h.sc.V1Customers.Delete(ctx, gone, nil) // its webhooks are never delivered: no intake
+	_, err := h.Stripe.API.V1Customers.Delete(ctx, gone, nil) // its webhooks are never delivered: no intake
 	require.NoError(t, err)
 	// One more customer whose queue row is dead.
-	dead := h.customer("u_dead")
-	require.NoError(t, h.st.Enqueue(ctx, stripe.Provider, dead, reconcile.TriggerWebhook))
-	_, err = h.st.Pool().Exec(ctx, `UPDATE reconcile_queue SET status = 'dead', attempts = 5 WHERE customer_id = $1`, dead)
-	require.NoError(t, err)
+	dead := h.Customer("u_dead")
+	require.NoError(t, h.Store.Enqueue(ctx, stripe.Provider, dead, reconcile.TriggerWebhook))
+	storetest.KillQueueRow(t, h.Store, stripe.Provider, dead, 5)
 
 	rep, err := h.sweeper(nil, nil).Run(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 2, rep.Run.Seen, "the listed customer and the one with the dead row")
-	rows, err := h.st.Pool().Query(ctx, `SELECT customer_id, trigger, status, attempts FROM reconcile_queue ORDER BY customer_id`)
-	require.NoError(t, err)
 	got := map[string]string{}
-	for rows.Next() {
-		var c, trig, status string
-		var attempts int
-		require.NoError(t, rows.Scan(&c, &trig, &status, &attempts))
-		got[c] = fmt.Sprint(trig, " ", status, " ", attempts)
+	for _, q := range storetest.Queue(t, h.Store) {
+		got[q.CustomerID] = fmt.Sprint(q.Trigger, " ", q.Status, " ", q.Attempts)
 	}
-	require.NoError(t, rows.Err())
 	require.Equal(t, map[string]string{gone: "sweep pending 0", dead: "sweep pending 0"}, got)
 	require.Equal(t, 2, rep.Enqueued)
 
-	drainAll(t, h, h.worker(reconcile.WorkerConfig{}), 0)
+	h.DrainAll(h.Worker(reconcile.WorkerConfig{}), 0)
 	a := h.state(gone)
 	require.Equal(t, "free", a.Plan, "a deleted customer falls to the default plan")
 	require.Equal(t, "deleted", a.Status)
@@ -480,7 +476,7 @@ func TestSweepInterruptedResumes(t *testing.T) {
 			cancel() // SIGTERM once the first page is handed over
 			return nil, "", false, ctx.Err()
 		}
-		return h.client.ListPage(ctx, cursor)
+		return h.Stripe.Client.ListPage(ctx, cursor)
 	})
 	calls.n.Store(0)
 	_, err := h.sweeper(stopping, nil).Run(ctx)
@@ -507,10 +503,9 @@ func TestSweepRestoresALostGrant(t *testing.T) {
 	ctx := context.Background()
 	_, err := h.sweeper(nil, nil).Run(ctx)
 	require.NoError(t, err)
-	lost, err := h.st.Account(ctx, stripe.Provider, customers[0])
+	lost, err := h.Store.Account(ctx, stripe.Provider, customers[0])
 	require.NoError(t, err)
-	_, err = h.st.Pool().Exec(ctx, `DELETE FROM ledger WHERE account_id = $1`, lost.ID)
-	require.NoError(t, err)
+	storetest.LoseLedger(t, h.Store, lost.ID)
 
 	rep, err := h.sweeper(nil, nil).Run(ctx)
 	require.NoError(t, err)
@@ -518,9 +513,9 @@ func TestSweepRestoresALostGrant(t *testing.T) {
 	require.Len(t, rep.Healed, 1)
 	require.Equal(t, customers[0], rep.Healed[0].CustomerID)
 	for _, c := range customers {
-		a, err := h.st.Account(ctx, stripe.Provider, c)
+		a, err := h.Store.Account(ctx, stripe.Provider, c)
 		require.NoError(t, err)
-		balance, err := h.st.Balance(ctx, a.ID)
+		balance, err := h.Store.Balance(ctx, a.ID)
 		require.NoError(t, err)
 		require.EqualValues(t, 500, balance, c)
 	}
@@ -536,12 +531,10 @@ func TestSweepWithoutAListerQueuesEveryAccountPaced(t *testing.T) {
 	h, _ := newSweepHarness(t, stripemock.Options{}, false)
 	ctx := context.Background()
 	for _, c := range []string{"kinde_a", "kinde_b", "kinde_c"} {
-		_, err := h.st.Pool().Exec(ctx, `INSERT INTO accounts (provider, customer_id) VALUES ('kinde', $1)`, c)
-		require.NoError(t, err)
+		storetest.BareAccount(t, h.Store, "kinde", c)
 	}
-	_, err := h.st.Pool().Exec(ctx, `INSERT INTO accounts (provider, customer_id) VALUES ('stripe', 'cus_other')`)
-	require.NoError(t, err)
-	s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: h.st, Provider: "kinde", Plans: h.plans, Pace: time.Minute})
+	storetest.BareAccount(t, h.Store, "stripe", "cus_other")
+	s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: h.Store, Provider: "kinde", Plans: h.Plans, Pace: time.Minute})
 	require.NoError(t, err)
 	rep, err := s.Run(ctx)
 	require.NoError(t, err)
@@ -549,16 +542,9 @@ func TestSweepWithoutAListerQueuesEveryAccountPaced(t *testing.T) {
 	status, _, _, _ := h.sweepRun()
 	require.Equal(t, "succeeded", status)
 
-	rows, err := h.st.Pool().Query(ctx, `SELECT customer_id, trigger, round(extract(epoch FROM due_at - requested_at) / 60)
-		FROM reconcile_queue ORDER BY due_at`)
-	require.NoError(t, err)
 	var got []string
-	for rows.Next() {
-		var c, trigger string
-		var minutes float64
-		require.NoError(t, rows.Scan(&c, &trigger, &minutes))
-		got = append(got, fmt.Sprintf("%s %s +%.0fm", c, trigger, minutes))
+	for _, q := range storetest.Queue(t, h.Store) {
+		got = append(got, fmt.Sprintf("%s %s +%.0fm", q.CustomerID, q.Trigger, math.Round(q.Delay.Minutes())))
 	}
-	require.NoError(t, rows.Err())
 	require.Equal(t, []string{"kinde_a sweep +0m", "kinde_b sweep +1m", "kinde_c sweep +2m"}, got)
 }

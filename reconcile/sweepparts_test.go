@@ -14,6 +14,7 @@ import (
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store/storetest"
 )
 
 // partLister is the Stripe client's listing, split into parts as the
@@ -74,8 +75,8 @@ func newSpreadHarness(t *testing.T, n int, intake bool) (*harness, *listCounter,
 	h, calls := newSweepHarness(t, stripemock.Options{Clock: clock}, intake)
 	customers, subs := make([]string, n), make([]*stripeapi.Subscription, n)
 	for i := range n {
-		customers[i] = h.customer(fmt.Sprint("u", i))
-		subs[i] = h.subscribe(customers[i], "price_pro")
+		customers[i] = h.Customer(fmt.Sprint("u", i))
+		subs[i] = h.Subscribe(customers[i], "price_pro")
 		clock.Advance(time.Duration(1+i%3) * time.Minute)
 	}
 	return h, calls, customers, subs
@@ -88,7 +89,7 @@ func TestSweepListsInParts(t *testing.T) {
 	t.Parallel()
 	const n = 700
 	h, calls, customers, _ := newSpreadHarness(t, n, false)
-	l := newPartLister(h.client)
+	l := newPartLister(h.Stripe.Client)
 	calls.n.Store(0)
 	rep, err := h.sweeper(l, nil).Run(context.Background())
 	require.NoError(t, err)
@@ -105,10 +106,7 @@ func TestSweepListsInParts(t *testing.T) {
 	// A split costs one partial page more, and the first split a few
 	// one-customer requests to find the oldest customer.
 	require.LessOrEqual(t, int(calls.n.Load()), 2*pages+12)
-	var applied int
-	require.NoError(t, h.st.Pool().QueryRow(context.Background(),
-		`SELECT count(*) FROM reconcile_log WHERE trigger = 'sweep'`).Scan(&applied))
-	require.Equal(t, n, applied, "one apply per customer")
+	require.Equal(t, n, h.sweepApplies(), "one apply per customer")
 }
 
 // TestSweepInPartsKilledResumes: a sweeper killed with several parts under
@@ -119,32 +117,28 @@ func TestSweepInPartsKilledResumes(t *testing.T) {
 	const n = 900
 	h, _, customers, _ := newSpreadHarness(t, n, false)
 	ctx := context.Background()
-	dying := newPartLister(h.client)
+	dying := newPartLister(h.Stripe.Client)
 	dying.fail = func(call int) error {
 		if call > 6 {
 			return errKilled
 		}
 		return nil
 	}
-	_, err := h.sweeper(dying, crashingStore{h.st}).Run(ctx)
+	_, err := h.sweeper(dying, crashingStore{h.Store}).Run(ctx)
 	require.ErrorIs(t, err, errKilled)
-	var runID int64
-	var status, cursor string
-	require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT id, status, cursor FROM sweep_runs`).Scan(&runID, &status, &cursor))
-	require.Equal(t, "running", status)
-	require.Contains(t, cursor, "\n", "several parts were under way")
-	rows, err := h.st.Pool().Query(ctx, `SELECT customer_id FROM sweep_seen WHERE run_id = $1`, runID)
+	runs, err := h.Store.SweepRuns(ctx, 10)
 	require.NoError(t, err)
+	require.Len(t, runs, 1)
+	require.Equal(t, "running", runs[0].Status)
+	cursor, seen := storetest.SweepProgress(t, h.Store, runs[0].ID)
+	require.Contains(t, cursor, "\n", "several parts were under way")
 	recorded := map[string]bool{}
-	for rows.Next() {
-		var c string
-		require.NoError(t, rows.Scan(&c))
+	for _, c := range seen {
 		recorded[c] = true
 	}
-	require.NoError(t, rows.Err())
 	require.NotEmpty(t, recorded)
 
-	resumed := newPartLister(h.client)
+	resumed := newPartLister(h.Stripe.Client)
 	rep, err := h.sweeper(resumed, nil).Run(ctx)
 	require.NoError(t, err)
 	require.True(t, rep.Run.Resumed)
@@ -166,13 +160,13 @@ func TestSweepInPartsNeverOverwritesAFresherReconcile(t *testing.T) {
 	t.Parallel()
 	const n = 600
 	h, _, customers, subs := newSpreadHarness(t, n, true)
-	h.delivered()
-	w := h.worker(reconcile.WorkerConfig{})
-	drainAll(t, h, w, 0)
+	h.Delivered()
+	w := h.Worker(reconcile.WorkerConfig{})
+	h.DrainAll(w, 0)
 	target, sub := customers[n/3], subs[n/3]
 	require.Equal(t, "pro", h.state(target).Plan)
 
-	l := newPartLister(h.client)
+	l := newPartLister(h.Stripe.Client)
 	var once sync.Once
 	l.read = func(snaps []reconcile.Snapshot) {
 		for _, s := range snaps {
@@ -181,9 +175,9 @@ func TestSweepInPartsNeverOverwritesAFresherReconcile(t *testing.T) {
 			}
 			once.Do(func() {
 				require.Equal(t, "pro", s.Subscriptions[0].Items[0].PriceRefs[0])
-				h.changePrice(sub, "price_team")
-				h.delivered()
-				drainAll(t, h, w, 0)
+				h.ChangePrice(sub, "price_team")
+				h.Delivered()
+				h.DrainAll(w, 0)
 				require.Equal(t, "team", h.state(target).Plan)
 			})
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/billsync/billsync/mocks/mock"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
 )
 
@@ -74,7 +75,7 @@ func liveSnapshot(ctx context.Context, customerID string) (reconcile.Snapshot, e
 
 func newUnitWorker(t *testing.T, cfg reconcile.WorkerConfig) *reconcile.Worker {
 	t.Helper()
-	cfg.Plans = cmpOr(cfg.Plans, examplePlans(t))
+	cfg.Plans = cmpOr(cfg.Plans, testenv.Plans())
 	w, err := reconcile.NewWorker(cfg)
 	require.NoError(t, err)
 	return w
@@ -295,7 +296,7 @@ func TestWorkerIgnoresPermanentFailures(t *testing.T) {
 }
 
 func TestNewWorkerRefusesBadConfig(t *testing.T) {
-	plans := examplePlans(t)
+	plans := testenv.Plans()
 	st := &mock.Store{}
 	p := stripeFake(liveSnapshot)
 	for name, tc := range map[string]struct {

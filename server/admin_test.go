@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	stripeapi "github.com/stripe/stripe-go/v82"
 
-	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/server"
 	"github.com/billsync/billsync/store"
@@ -31,7 +31,7 @@ type adminEnv struct {
 	t    *testing.T
 	st   *store.Store
 	pool *pgxpool.Pool
-	sh   *stripetest.Harness
+	sh   *testenv.Test
 	url  string
 	w    *reconcile.Worker
 }
@@ -40,12 +40,12 @@ func newAdminEnv(t *testing.T, token string) *adminEnv {
 	t.Helper()
 	e := &adminEnv{t: t, st: storetest.NewStore(t)}
 	e.pool = e.st.Pool()
-	e.sh = stripetest.ForTest(t, stripetest.Options{Store: e.st})
-	plans, err := reconcile.ParsePlans(reconcile.ExamplePlans)
+	e.sh = testenv.ForTest(t, testenv.Stripe, testenv.Options{Store: e.st})
+	plans := testenv.Plans()
+	var err error
+	e.w, err = reconcile.NewWorker(reconcile.WorkerConfig{Store: e.st, Providers: []reconcile.Provider{e.sh.Stripe.Client}, Plans: plans})
 	require.NoError(t, err)
-	e.w, err = reconcile.NewWorker(reconcile.WorkerConfig{Store: e.st, Providers: []reconcile.Provider{e.sh.Client}, Plans: plans})
-	require.NoError(t, err)
-	sweeper, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: e.st, Provider: "stripe", Lister: e.sh.Client, Plans: plans})
+	sweeper, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: e.st, Provider: "stripe", Lister: e.sh.Stripe.Client, Plans: plans})
 	require.NoError(t, err)
 	srv := httptest.NewServer(server.New(server.Config{Inbox: e.st,
 		Admin: server.Admin{Token: token, Store: e.st, Reconciler: e.w, Sweeper: sweeper}}))
@@ -59,10 +59,10 @@ func newAdminEnv(t *testing.T, token string) *adminEnv {
 func (e *adminEnv) customer(userRef, email, price string) int64 {
 	e.t.Helper()
 	ctx := context.Background()
-	c, err := e.sh.API.V1Customers.Create(ctx, &stripeapi.CustomerCreateParams{
+	c, err := e.sh.Stripe.API.V1Customers.Create(ctx, &stripeapi.CustomerCreateParams{
 		Email: stripeapi.String(email), Metadata: map[string]string{"user_id": userRef}})
 	require.NoError(e.t, err)
-	_, err = e.sh.Subscribe(ctx, c.ID, price)
+	_, err = e.sh.Stripe.Subscribe(ctx, c.ID, price)
 	require.NoError(e.t, err)
 	require.NoError(e.t, e.sh.WaitDelivered(ctx))
 	_, err = e.w.Drain(ctx)

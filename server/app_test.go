@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/server"
 	"github.com/billsync/billsync/store"
@@ -38,9 +39,7 @@ type appEnv struct {
 func newAppEnv(t *testing.T, token string) *appEnv {
 	t.Helper()
 	e := &appEnv{t: t, st: storetest.NewStore(t)}
-	var err error
-	e.plans, err = reconcile.ParsePlans(reconcile.ExamplePlans)
-	require.NoError(t, err)
+	e.plans = testenv.Plans()
 	srv := httptest.NewServer(server.New(server.Config{Inbox: e.st,
 		Admin: server.Admin{Token: adminToken, Store: e.st},
 		App:   server.App{Token: token, Store: e.st}}))

@@ -29,7 +29,6 @@ import (
 func TestIntakeLyingClients(t *testing.T) {
 	const liars = 200
 	st := storetest.NewStore(t)
-	pool := st.Pool()
 	cfg := intakeConfig(t, st)
 	cfg.BodyTimeout = time.Hour // they must still be connected when measured
 	srv, s := startIntake(t, cfg)
@@ -62,7 +61,7 @@ func TestIntakeLyingClients(t *testing.T) {
 	a := deliver(t, srv.URL, body, sign(body, secretA, time.Now()))
 	require.Equal(t, http.StatusOK, a.code, a.body)
 	require.Equal(t, "stored", a.body["status"])
-	counts := rowCounts(t, pool)
+	counts := storetest.Counts(t, st)
 	require.Equal(t, 1, counts["inbox_events"])
 	require.Equal(t, 1, counts["receipts"])
 }
@@ -74,7 +73,6 @@ func TestIntakeLyingClients(t *testing.T) {
 // stored too.
 func TestIntakeBodyMemoryBudget(t *testing.T) {
 	st := storetest.NewStore(t)
-	pool := st.Pool()
 	cfg := intakeConfig(t, st)
 	cfg.BodyMemory = server.MaxBodyBytes // one maximum-size body at a time
 	cfg.BodyTimeout = time.Hour
@@ -95,14 +93,14 @@ func TestIntakeBodyMemoryBudget(t *testing.T) {
 	small := eventBody("evt_small", "invoice.paid", "cus_small", "2025-08-27.basil")
 	a = deliver(t, srv.URL, small, sign(small, secretA, time.Now()))
 	require.Equal(t, http.StatusOK, a.code, a.body)
-	require.Equal(t, 1, rowCounts(t, pool)["inbox_events"])
+	require.Equal(t, 1, storetest.Counts(t, st)["inbox_events"])
 
 	slow.Close()
 	waitFor(t, func() bool { return server.BodyMemoryInUse(s) == 0 })
 	a = deliver(t, srv.URL, large, sign(large, secretA, time.Now()))
 	require.Equal(t, http.StatusOK, a.code, a.body)
 	require.Equal(t, "stored", a.body["status"])
-	require.Equal(t, 2, rowCounts(t, pool)["inbox_events"])
+	require.Equal(t, 2, storetest.Counts(t, st)["inbox_events"])
 	require.Zero(t, server.BodyMemoryInUse(s), "every reservation is returned")
 }
 
@@ -112,7 +110,6 @@ func TestIntakeBodyMemoryBudget(t *testing.T) {
 // anyone could otherwise trip a 5xx alert.
 func TestIntakeClientFailuresAreNotServerErrors(t *testing.T) {
 	st := storetest.NewStore(t)
-	pool := st.Pool()
 	logs := &recordingHandler{}
 	cfg := intakeConfig(t, st)
 	cfg.Logger = slog.New(logs)
@@ -154,7 +151,7 @@ func TestIntakeClientFailuresAreNotServerErrors(t *testing.T) {
 	require.Equal(t, len(tests), metricValue(t, srv.URL, `billsync_webhook_deliveries_total{answer="client_error",provider="stripe"}`))
 	require.Equal(t, 0, metricValue(t, srv.URL, `billsync_webhook_deliveries_total{answer="500",provider="stripe"}`))
 	require.Empty(t, logs.atLeast(slog.LevelError))
-	for table, n := range rowCounts(t, pool) {
+	for table, n := range storetest.Counts(t, st) {
 		require.Zero(t, n, "table %s", table)
 	}
 }

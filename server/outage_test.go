@@ -43,7 +43,7 @@ func TestIntakeDatabaseOutage(t *testing.T) {
 	a = deliver(t, srv.URL, body, sign(body, secretA, time.Now()))
 	require.Equal(t, http.StatusOK, a.code)
 	require.Equal(t, "stored", a.body["status"])
-	counts := rowCounts(t, st.Pool())
+	counts := storetest.Counts(t, st)
 	require.Equal(t, 1, counts["inbox_events"])
 	require.Equal(t, 1, counts["receipts"])
 	require.Equal(t, 1, counts["reconcile_queue"])
@@ -93,7 +93,7 @@ func TestIntakeDatabaseCrash(t *testing.T) {
 	}
 	require.Equal(t, http.StatusOK, a.code)
 	require.Equal(t, "stored", a.body["status"], "nothing was committed before the crash")
-	counts := rowCounts(t, pool)
+	counts := storetest.Counts(t, st)
 	require.Equal(t, 1, counts["inbox_events"])
 	require.Equal(t, 1, counts["receipts"])
 	require.Equal(t, 1, counts["reconcile_queue"])
@@ -193,7 +193,7 @@ func TestIntakeDatabaseHangs(t *testing.T) {
 	a = deliver(t, srv.URL, body, sign(body, secretA, time.Now()))
 	require.Equal(t, http.StatusOK, a.code, a.body)
 	require.Equal(t, "stored", a.body["status"], "the statement answered 503 must not have committed")
-	counts := rowCounts(t, pool)
+	counts := storetest.Counts(t, st)
 	require.Equal(t, 2, counts["inbox_events"])
 	require.Equal(t, 2, counts["receipts"])
 	require.Equal(t, 2, counts["reconcile_queue"])
@@ -205,7 +205,6 @@ func TestIntakeDatabaseHangs(t *testing.T) {
 // long as it is frozen; after SIGCONT the delivery is stored once.
 func TestIntakeDatabaseFrozen(t *testing.T) {
 	st, cluster, _ := storetest.PrivateStore(t)
-	pool := st.Pool()
 	cfg := intakeConfig(t, st)
 	cfg.StoreTimeout = 300 * time.Millisecond
 	srv, _ := startIntake(t, cfg)
@@ -231,7 +230,7 @@ func TestIntakeDatabaseFrozen(t *testing.T) {
 	}
 	require.Equal(t, http.StatusOK, a.code)
 	require.Contains(t, []any{"stored", "duplicate"}, a.body["status"])
-	counts := rowCounts(t, pool)
+	counts := storetest.Counts(t, st)
 	require.Equal(t, 1, counts["inbox_events"])
 	require.Equal(t, 1, counts["reconcile_queue"])
 }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/store/storetest"
 )
 
@@ -17,16 +17,16 @@ func TestFakeStripeDeliversToIntake(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.NewStore(t)
 	pool := st.Pool()
-	h := stripetest.ForTest(t, stripetest.Options{Store: st})
+	h := testenv.ForTest(t, testenv.Stripe, testenv.Options{Store: st})
 
-	cus, err := h.Customer(ctx, "u1")
+	cus, err := h.Stripe.Customer(ctx, "u1")
 	require.NoError(t, err)
-	sub, err := h.Subscribe(ctx, cus, "price_free")
+	sub, err := h.Stripe.Subscribe(ctx, cus, "price_free")
 	require.NoError(t, err)
-	require.NoError(t, h.ChangePrice(ctx, sub, "price_pro"))
+	require.NoError(t, h.Stripe.ChangePrice(ctx, sub, "price_pro"))
 	require.NoError(t, h.WaitDelivered(ctx))
 
-	for _, d := range h.Fake.Deliveries() {
+	for _, d := range h.Stripe.Fake.Deliveries() {
 		require.Equal(t, 200, d.StatusCode, "delivery of %s %s", d.EventType, d.EventID)
 	}
 	rows, err := pool.Query(ctx, `SELECT type FROM inbox_events WHERE customer_id = $1 ORDER BY type`, cus)
@@ -40,5 +40,5 @@ func TestFakeStripeDeliversToIntake(t *testing.T) {
 	require.NoError(t, rows.Err())
 	// Stripe sends customer.created too, and the fake does since it learned customer.* events.
 	require.Equal(t, []string{"customer.created", "customer.subscription.created", "customer.subscription.updated", "invoice.paid"}, types)
-	require.Equal(t, 1, rowCounts(t, pool)["reconcile_queue"])
+	require.Equal(t, 1, storetest.Counts(t, st)["reconcile_queue"])
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
-	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/server"
 	"github.com/billsync/billsync/store/storetest"
@@ -24,16 +24,16 @@ func TestIntakeThinAndConnectEvents(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.NewStore(t)
 	pool := st.Pool()
-	h := stripetest.ForTest(t, stripetest.Options{})
-	cus, err := h.Customer(ctx, "u_thin")
+	h := testenv.ForTest(t, testenv.Stripe, testenv.Options{})
+	cus, err := h.Stripe.Customer(ctx, "u_thin")
 	require.NoError(t, err)
-	sub, err := h.Subscribe(ctx, cus, "price_pro")
+	sub, err := h.Stripe.Subscribe(ctx, cus, "price_pro")
 	require.NoError(t, err)
 
 	metrics := server.NewMetrics(nil, nil)
 	v, err := stripe.NewVerifier([]string{secretA}, stripe.DefaultTolerance)
 	require.NoError(t, err)
-	v.SetResolver(h.Client)
+	v.SetResolver(h.Stripe.Client)
 	v.SetOnConnect(func() { metrics.ObserveConnectEvent(stripe.Provider) })
 	cfg := server.Config{Inbox: st, Verifiers: []server.Verifier{v}, Ready: st.Ping, Metrics: metrics, StoreTimeout: 2 * time.Second}
 	srv, _ := startIntake(t, cfg)
@@ -45,22 +45,22 @@ func TestIntakeThinAndConnectEvents(t *testing.T) {
 	}
 
 	t.Run("StripeDown_503NothingStored", func(t *testing.T) {
-		h.Fake.SetFaults(stripemock.Faults{Error5xxRate: 1})
-		defer h.Fake.SetFaults(stripemock.Faults{})
-		before := rowCounts(t, pool)
+		h.Stripe.Fake.SetFaults(stripemock.Faults{Error5xxRate: 1})
+		defer h.Stripe.Fake.SetFaults(stripemock.Faults{})
+		before := storetest.Counts(t, st)
 		body := thin("evt_thin_down", "subscription", sub.ID, "null")
 		a := deliver(t, srv.URL, body, sign(body, secretA, time.Now()))
 		require.Equal(t, http.StatusServiceUnavailable, a.code)
 		require.NotEmpty(t, a.header.Get("Retry-After"))
-		require.Equal(t, before, rowCounts(t, pool), "nothing stored: Stripe delivers again")
+		require.Equal(t, before, storetest.Counts(t, st), "nothing stored: Stripe delivers again")
 	})
 
 	t.Run("BadSignature_401NothingStored", func(t *testing.T) {
-		before := rowCounts(t, pool)
+		before := storetest.Counts(t, st)
 		body := thin("evt_thin_forged", "subscription", sub.ID, "null")
 		a := deliver(t, srv.URL, body, sign(body, "whsec_wrong", time.Now()))
 		require.Equal(t, http.StatusUnauthorized, a.code)
-		require.Equal(t, before, rowCounts(t, pool))
+		require.Equal(t, before, storetest.Counts(t, st))
 	})
 
 	t.Run("Resolved_StoredAndQueued", func(t *testing.T) {

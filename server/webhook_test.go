@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v82/webhook"
 
@@ -89,18 +88,6 @@ func sign(body []byte, secret string, at time.Time) string {
 	return webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: secret, Timestamp: at}).Header
 }
 
-// rowCounts counts the rows of every table the intake may write.
-func rowCounts(t *testing.T, pool *pgxpool.Pool) map[string]int {
-	t.Helper()
-	counts := map[string]int{}
-	for _, table := range []string{"inbox_events", "receipts", "reconcile_queue", "accounts", "ledger", "reconcile_log", "sweep_runs"} {
-		var n int
-		require.NoError(t, pool.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n))
-		counts[table] = n
-	}
-	return counts
-}
-
 func TestIntakeConcurrentCopies(t *testing.T) {
 	st := storetest.NewStore(t)
 	pool := st.Pool()
@@ -134,7 +121,7 @@ func TestIntakeConcurrentCopies(t *testing.T) {
 		`SELECT seen_count, status FROM inbox_events WHERE provider = 'stripe' AND dedupe_key = 'evt_copy'`).Scan(&seen, &status))
 	require.Equal(t, 3, seen)
 	require.Equal(t, "pending", status)
-	counts := rowCounts(t, pool)
+	counts := storetest.Counts(t, st)
 	require.Equal(t, 1, counts["inbox_events"])
 	require.Equal(t, 3, counts["receipts"])
 	require.Equal(t, 1, counts["reconcile_queue"])
@@ -177,7 +164,6 @@ func TestIntakeKeepsEachPayload(t *testing.T) {
 
 func TestIntakeRefusesAndStoresNothing(t *testing.T) {
 	st := storetest.NewStore(t)
-	pool := st.Pool()
 	srv := newIntake(t, st)
 	body := eventBody("evt_bad", "customer.subscription.updated", "cus_1", "2025-08-27.basil")
 	huge := append(eventBody("evt_huge", "invoice.paid", "cus_1", "2025-08-27.basil"), bytes.Repeat([]byte(" "), server.MaxBodyBytes)...)
@@ -201,14 +187,13 @@ func TestIntakeRefusesAndStoresNothing(t *testing.T) {
 			require.NotEmpty(t, a.body["error"])
 		})
 	}
-	for table, n := range rowCounts(t, pool) {
+	for table, n := range storetest.Counts(t, st) {
 		require.Zero(t, n, "table %s", table)
 	}
 }
 
 func TestIntakeAcceptsEitherRotatedSecret(t *testing.T) {
 	st := storetest.NewStore(t)
-	pool := st.Pool()
 	srv := newIntake(t, st)
 	for i, secret := range []string{secretA, secretB} {
 		body := eventBody(fmt.Sprintf("evt_rot_%d", i), "invoice.paid", "cus_rot", "2025-08-27.basil")
@@ -216,7 +201,7 @@ func TestIntakeAcceptsEitherRotatedSecret(t *testing.T) {
 		require.Equal(t, http.StatusOK, a.code, secret)
 		require.Equal(t, "stored", a.body["status"])
 	}
-	require.Equal(t, 2, rowCounts(t, pool)["inbox_events"])
+	require.Equal(t, 2, storetest.Counts(t, st)["inbox_events"])
 }
 
 func TestIntakeAcceptsOlderAPIVersion(t *testing.T) {
@@ -234,7 +219,7 @@ func TestIntakeAcceptsOlderAPIVersion(t *testing.T) {
 		`SELECT api_version, payload FROM inbox_events WHERE dedupe_key = 'evt_old'`).Scan(&version, &payload))
 	require.Equal(t, "2024-06-20", version)
 	require.Equal(t, body, payload, "the raw body is kept byte for byte")
-	require.Equal(t, 1, rowCounts(t, pool)["reconcile_queue"])
+	require.Equal(t, 1, storetest.Counts(t, st)["reconcile_queue"])
 }
 
 func TestIntakeStoresIgnoredEventsWithReason(t *testing.T) {
@@ -258,7 +243,7 @@ func TestIntakeStoresIgnoredEventsWithReason(t *testing.T) {
 		require.Equal(t, "ignored", status)
 		require.Equal(t, tt.reason, outcome)
 	}
-	counts := rowCounts(t, pool)
+	counts := storetest.Counts(t, st)
 	require.Equal(t, 2, counts["inbox_events"])
 	require.Equal(t, 2, counts["receipts"])
 	require.Zero(t, counts["reconcile_queue"], "an ignored event queues nothing")
@@ -325,7 +310,7 @@ func TestIntakeStoresHostileContentAsIgnored(t *testing.T) {
 			}
 		})
 	}
-	counts := rowCounts(t, pool)
+	counts := storetest.Counts(t, st)
 	require.Equal(t, len(tests), counts["inbox_events"])
 	require.Equal(t, 2*len(tests), counts["receipts"])
 	require.Zero(t, counts["reconcile_queue"], "an ignored event queues nothing")

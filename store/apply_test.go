@@ -9,17 +9,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
 )
-
-func testPlans(t testing.TB) *reconcile.Plans {
-	t.Helper()
-	plans, err := reconcile.ParsePlans(reconcile.ExamplePlans)
-	require.NoError(t, err)
-	return plans
-}
 
 var (
 	periodStart = time.Date(2026, 11, 3, 0, 0, 0, 0, time.UTC)
@@ -77,56 +71,23 @@ func claimOne(t *testing.T, st *store.Store) reconcile.Job {
 	return jobs[0]
 }
 
-type state struct {
-	plan         string
-	balance      int64
-	grants       int
-	eventStatus  map[string]string
-	queued       bool
-	observedNull bool
-}
-
-func stateOf(t *testing.T, st *store.Store, customer string) state {
-	t.Helper()
-	ctx := context.Background()
-	s := state{eventStatus: map[string]string{}}
-	var accountID int64
-	err := st.Pool().QueryRow(ctx, `SELECT id, coalesce(plan, ''), observed_at IS NULL FROM accounts WHERE customer_id = $1`, customer).
-		Scan(&accountID, &s.plan, &s.observedNull)
-	if err == nil {
-		s.balance, err = st.Balance(ctx, accountID)
-		require.NoError(t, err)
-		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM ledger WHERE account_id = $1 AND kind = 'grant'`, accountID).Scan(&s.grants))
-	}
-	rows, err := st.Pool().Query(ctx, `SELECT dedupe_key, status FROM inbox_events WHERE customer_id = $1`, customer)
-	require.NoError(t, err)
-	for rows.Next() {
-		var k, v string
-		require.NoError(t, rows.Scan(&k, &v))
-		s.eventStatus[k] = v
-	}
-	require.NoError(t, rows.Err())
-	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) > 0 FROM reconcile_queue WHERE customer_id = $1`, customer).Scan(&s.queued))
-	return s
-}
-
 // TestApplyCrashBetweenWrites injects a crash after the plan write and
 // before the ledger write: nothing may be half-applied, and the re-run
 // (after the lease) must end correct.
 func TestApplyCrashBetweenWrites(t *testing.T) {
 	ctx := context.Background()
 	st, job := claimedJob(t)
-	plans := testPlans(t)
+	plans := testenv.Plans()
 
 	st.CrashAfterAccountWrite(func() error { return errors.New("killed") })
 	_, err := applySnap(ctx, st, job, dbNow(t, st), liveSnap("cus_1", "pro"), plans)
 	require.ErrorContains(t, err, "killed")
 
-	s := stateOf(t, st, "cus_1")
-	require.Empty(t, s.plan, "the plan write must roll back with the ledger write")
-	require.Zero(t, s.grants)
-	require.Equal(t, map[string]string{"evt_1": "pending"}, s.eventStatus)
-	require.True(t, s.queued, "the job must survive the crash")
+	s := storetest.Customer(t, st, "stripe", "cus_1")
+	require.Empty(t, s.Plan, "the plan write must roll back with the ledger write")
+	require.Zero(t, s.Grants)
+	require.Equal(t, map[string]string{"evt_1": "pending"}, storetest.EventStatuses(t, st, "stripe", "cus_1"))
+	require.NotEmpty(t, s.Queue.Status, "the job must survive the crash")
 
 	st.CrashAfterAccountWrite(nil)
 	out, err := applySnap(ctx, st, job, dbNow(t, st), liveSnap("cus_1", "pro"), plans)
@@ -134,8 +95,13 @@ func TestApplyCrashBetweenWrites(t *testing.T) {
 	require.Equal(t, reconcile.ResultApplied, out.Result)
 	require.Equal(t, "account created on plan pro (active), Pro allowance granted (+500)", out.Text)
 	require.Equal(t, 1, out.Events)
-	s = stateOf(t, st, "cus_1")
-	require.Equal(t, state{plan: "pro", balance: 500, grants: 1, eventStatus: map[string]string{"evt_1": "applied"}}, s)
+	s = storetest.Customer(t, st, "stripe", "cus_1")
+	require.Equal(t, storetest.CustomerState{Plan: "pro", Status: "active", Balance: 500, Grants: 1,
+		Events: map[string]int{"applied": 1}}, s, "nothing queued")
+	require.Equal(t, map[string]string{"evt_1": "applied"}, storetest.EventStatuses(t, st, "stripe", "cus_1"))
+	a, err := st.Account(ctx, "stripe", "cus_1")
+	require.NoError(t, err)
+	require.False(t, a.ObservedAt.IsZero(), "the account records when its snapshot was observed")
 }
 
 // TestApplyOutOfOrder applies a newer snapshot, then an older one: the
@@ -143,7 +109,7 @@ func TestApplyCrashBetweenWrites(t *testing.T) {
 func TestApplyOutOfOrder(t *testing.T) {
 	ctx := context.Background()
 	st, job := claimedJob(t)
-	plans := testPlans(t)
+	plans := testenv.Plans()
 	older := dbNow(t, st)
 	newer := older.Add(time.Millisecond)
 
@@ -157,10 +123,10 @@ func TestApplyOutOfOrder(t *testing.T) {
 		require.Equal(t, reconcile.ResultStale, out.Result)
 		require.Contains(t, out.Text, "stale: a newer snapshot")
 	}
-	s := stateOf(t, st, "cus_1")
-	require.Equal(t, "pro", s.plan)
-	require.EqualValues(t, 500, s.balance)
-	require.Equal(t, 1, s.grants)
+	s := storetest.Customer(t, st, "stripe", "cus_1")
+	require.Equal(t, "pro", s.Plan)
+	require.EqualValues(t, 500, s.Balance)
+	require.Equal(t, 1, s.Grants)
 }
 
 // TestApplyGrantsOncePerPeriodAndPlan: repeats grant nothing; free → pro
@@ -169,7 +135,7 @@ func TestApplyOutOfOrder(t *testing.T) {
 func TestApplyGrantsOncePerPeriodAndPlan(t *testing.T) {
 	ctx := context.Background()
 	st, job := claimedJob(t)
-	plans := testPlans(t)
+	plans := testenv.Plans()
 	at := dbNow(t, st)
 	steps := []struct {
 		snap    reconcile.Snapshot
@@ -187,18 +153,18 @@ func TestApplyGrantsOncePerPeriodAndPlan(t *testing.T) {
 		at = at.Add(time.Second)
 		_, err := applySnap(ctx, st, job, at, step.snap, plans)
 		require.NoError(t, err)
-		s := stateOf(t, st, "cus_1")
-		require.Equal(t, step.balance, s.balance, "step %d", i)
-		require.Equal(t, step.grants, s.grants, "step %d", i)
+		s := storetest.Customer(t, st, "stripe", "cus_1")
+		require.Equal(t, step.balance, s.Balance, "step %d", i)
+		require.Equal(t, step.grants, s.Grants, "step %d", i)
 	}
 	next := liveSnap("cus_1", "pro")
 	next.Subscriptions[0].Items[0].PeriodStart, next.Subscriptions[0].Items[0].PeriodEnd = periodEnd, periodEnd.AddDate(0, 1, 0)
 	out, err := applySnap(ctx, st, job, at.Add(time.Second), next, plans)
 	require.NoError(t, err)
 	require.Equal(t, "period now starts 2026-12-03, Pro allowance granted (+500)", out.Text)
-	s := stateOf(t, st, "cus_1")
-	require.EqualValues(t, 500, s.balance, "the balance is the current period's")
-	require.Equal(t, 3, s.grants)
+	s := storetest.Customer(t, st, "stripe", "cus_1")
+	require.EqualValues(t, 500, s.Balance, "the balance is the current period's")
+	require.Equal(t, 3, s.Grants)
 }
 
 // TestApplyPastDueWaitsForPayment: a failed renewal (past_due on the next
@@ -207,7 +173,7 @@ func TestApplyGrantsOncePerPeriodAndPlan(t *testing.T) {
 func TestApplyPastDueWaitsForPayment(t *testing.T) {
 	ctx := context.Background()
 	st, job := claimedJob(t)
-	plans := testPlans(t)
+	plans := testenv.Plans()
 	at := dbNow(t, st)
 	inPeriod := func(status string, start time.Time) reconcile.Snapshot {
 		s := liveSnap("cus_1", "pro")
@@ -237,9 +203,9 @@ func TestApplyPastDueWaitsForPayment(t *testing.T) {
 		require.Equal(t, "pro", a.Plan, "step %d", i)
 		require.Equal(t, step.status, a.Status, "step %d", i)
 		require.Equal(t, step.periodStart, a.PeriodStart.UTC(), "step %d", i)
-		s := stateOf(t, st, "cus_1")
-		require.Equal(t, step.balance, s.balance, "step %d", i)
-		require.Equal(t, step.grants, s.grants, "step %d", i)
+		s := storetest.Customer(t, st, "stripe", "cus_1")
+		require.Equal(t, step.balance, s.Balance, "step %d", i)
+		require.Equal(t, step.grants, s.Grants, "step %d", i)
 	}
 }
 
@@ -251,11 +217,10 @@ func TestApplyKeepsJobWhenAnEventArrivesDuringTheFetch(t *testing.T) {
 	obs := dbNow(t, st)
 	receive(t, st, "evt_2", "cus_1") // arrives while the fetch is in flight
 
-	_, err := applySnap(ctx, st, job, obs, liveSnap("cus_1", "pro"), testPlans(t))
+	_, err := applySnap(ctx, st, job, obs, liveSnap("cus_1", "pro"), testenv.Plans())
 	require.NoError(t, err)
-	s := stateOf(t, st, "cus_1")
-	require.Equal(t, map[string]string{"evt_1": "applied", "evt_2": "pending"}, s.eventStatus)
-	require.True(t, s.queued)
+	require.Equal(t, map[string]string{"evt_1": "applied", "evt_2": "pending"}, storetest.EventStatuses(t, st, "stripe", "cus_1"))
+	require.NotEmpty(t, storetest.Customer(t, st, "stripe", "cus_1").Queue.Status, "queued")
 	again := claimOne(t, st)
 	require.Equal(t, job.ID, again.ID, "the kept row is due now and claimable")
 }
@@ -275,8 +240,7 @@ func TestRetryThenDeadThenRevived(t *testing.T) {
 	out, err = st.Retry(ctx, job, obs, reconcile.Outcome{Result: reconcile.ResultDead, Text: "stripe: 503"}, time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, reconcile.ResultDead, out.Result)
-	s := stateOf(t, st, "cus_1")
-	require.Equal(t, map[string]string{"evt_1": "dead"}, s.eventStatus)
+	require.Equal(t, map[string]string{"evt_1": "dead"}, storetest.EventStatuses(t, st, "stripe", "cus_1"))
 	var status, lastErr string
 	var attempts int
 	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT status, attempts, last_error FROM reconcile_queue`).Scan(&status, &attempts, &lastErr))
@@ -289,11 +253,10 @@ func TestRetryThenDeadThenRevived(t *testing.T) {
 	job = claimOne(t, st)
 	require.Zero(t, job.Attempts)
 	obs = dbNow(t, st)
-	_, err = applySnap(ctx, st, job, obs, liveSnap("cus_1", "pro"), testPlans(t))
+	_, err = applySnap(ctx, st, job, obs, liveSnap("cus_1", "pro"), testenv.Plans())
 	require.NoError(t, err)
-	s = stateOf(t, st, "cus_1")
-	require.Equal(t, map[string]string{"evt_1": "applied", "evt_2": "applied"}, s.eventStatus)
-	require.False(t, s.queued)
+	require.Equal(t, map[string]string{"evt_1": "applied", "evt_2": "applied"}, storetest.EventStatuses(t, st, "stripe", "cus_1"))
+	require.Empty(t, storetest.Customer(t, st, "stripe", "cus_1").Queue.Status, "nothing queued")
 }
 
 func TestClaimSkipsLockedAndReclaimsExpiredLeases(t *testing.T) {
@@ -346,7 +309,7 @@ func TestApplyWaitsForAnIntakeInFlight(t *testing.T) {
 	obs, err := st.Now(ctx) // after the intake's now(): its event counts as received before
 	require.NoError(t, err)
 
-	plans := testPlans(t)
+	plans := testenv.Plans()
 	applied := make(chan error, 1)
 	go func() {
 		_, err := applySnap(ctx, st, job, obs, liveSnap("cus_1", "pro"), plans)
@@ -363,8 +326,8 @@ func TestApplyWaitsForAnIntakeInFlight(t *testing.T) {
 	require.NoError(t, intake.Commit(ctx))
 	require.NoError(t, <-applied)
 
-	s := stateOf(t, st, "cus_1")
-	lost := s.eventStatus["evt_2"] == "pending" && !s.queued
-	require.False(t, lost, "evt_2 left pending with nothing queued to answer it: %+v", s)
-	require.Equal(t, map[string]string{"evt_1": "applied", "evt_2": "applied"}, s.eventStatus)
+	s, keys := storetest.Customer(t, st, "stripe", "cus_1"), storetest.EventStatuses(t, st, "stripe", "cus_1")
+	lost := keys["evt_2"] == "pending" && s.Queue.Status == ""
+	require.False(t, lost, "evt_2 left pending with nothing queued to answer it: %+v %v", s, keys)
+	require.Equal(t, map[string]string{"evt_1": "applied", "evt_2": "applied"}, keys)
 }

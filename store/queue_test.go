@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
@@ -29,12 +30,12 @@ func TestStoreCallsHaveADeadline(t *testing.T) {
 	_, err = blocker.Exec(ctx, `SELECT 1 FROM reconcile_queue WHERE id = $1 FOR UPDATE`, job.ID)
 	require.NoError(t, err)
 
-	_, err = applySnap(context.WithoutCancel(ctx), st, job, dbNow(t, st), liveSnap("cus_1", "pro"), testPlans(t))
+	_, err = applySnap(context.WithoutCancel(ctx), st, job, dbNow(t, st), liveSnap("cus_1", "pro"), testenv.Plans())
 	require.ErrorIs(t, err, reconcile.ErrUnavailable)
 	_, err = st.Retry(ctx, job, time.Time{}, reconcile.Outcome{Result: reconcile.ResultRetry, Text: "x"}, time.Second)
 	require.ErrorIs(t, err, reconcile.ErrUnavailable)
 	require.NoError(t, blocker.Rollback(ctx))
-	require.Equal(t, "pending", stateOf(t, st, "cus_1").eventStatus["evt_1"], "nothing was written")
+	require.Equal(t, "pending", storetest.EventStatuses(t, st, "stripe", "cus_1")["evt_1"], "nothing was written")
 }
 
 // TestExtendRenewsOnlyLeasesStillHeld: the heartbeat moves locked_until
@@ -80,7 +81,7 @@ func TestRetryBeforeTheClockWasRead(t *testing.T) {
 	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT observed_at, result FROM reconcile_log`).Scan(&observed, &result))
 	require.False(t, observed.IsZero())
 	require.Equal(t, "dead", result)
-	require.Equal(t, map[string]string{"evt_1": "dead"}, stateOf(t, st, "cus_1").eventStatus)
+	require.Equal(t, map[string]string{"evt_1": "dead"}, storetest.EventStatuses(t, st, "stripe", "cus_1"))
 }
 
 // TestClaimCarriesTheNewestExpectation: a claimed job carries what the

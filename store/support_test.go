@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store/storetest"
 )
@@ -52,7 +53,7 @@ func TestFindAccounts(t *testing.T) {
 		require.NoError(t, err)
 		snap := liveSnap(c.cus, "pro")
 		snap.UserRef, snap.Email = c.ref, c.email
-		_, err = applySnap(ctx, st, job, dbNow(t, st), snap, testPlans(t))
+		_, err = applySnap(ctx, st, job, dbNow(t, st), snap, testenv.Plans())
 		require.NoError(t, err)
 	}
 	for q, want := range map[string]string{"1": "cus_a", "2": "cus_b", "cus_b": "cus_b", "u_a": "cus_a", "ann@EXAMPLE.COM": "cus_a"} {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
@@ -23,7 +24,7 @@ func grantedAccount(t *testing.T, st *store.Store, customer, userRef, price stri
 	job := claimOne(t, st)
 	snap := liveSnap(customer, price)
 	snap.UserRef = userRef
-	out, err := applySnap(ctx, st, job, dbNow(t, st), snap, testPlans(t))
+	out, err := applySnap(ctx, st, job, dbNow(t, st), snap, testenv.Plans())
 	require.NoError(t, err)
 	require.Equal(t, reconcile.ResultApplied, out.Result, out.Text)
 	a, err := st.Account(ctx, "stripe", customer)

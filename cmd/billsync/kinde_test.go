@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	kindemock "github.com/billsync/billsync/mocks/kinde"
-	"github.com/billsync/billsync/mocks/kinde/kindetest"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
 )
@@ -33,9 +33,9 @@ func kindeEnv(domain string) []string {
 // JWT webhook, and the worker applies what Kinde's API says.
 func TestServeReconcilesAgainstKinde(t *testing.T) {
 	ctx := context.Background()
-	h := kindetest.ForTest(t, kindetest.Options{})
+	h := testenv.ForTest(t, testenv.Kinde, testenv.Options{})
 	addr := freeAddr(t)
-	h.Fake.AddWebhookEndpoint("http://" + addr + "/webhooks/kinde")
+	h.Kinde.Fake.AddWebhookEndpoint("http://" + addr + "/webhooks/kinde")
 	dbURL := storetest.URL(t)
 	const adminToken = "kinde_admin_token_0123456789"
 	p := startBillsync(t, "", addr, append(kindeEnv(h.URL), "DATABASE_URL="+dbURL, "BILLSYNC_ADMIN_TOKEN="+adminToken,
@@ -44,8 +44,8 @@ func TestServeReconcilesAgainstKinde(t *testing.T) {
 	require.Regexp(t, `providers on.*intake=kinde fetch=kinde`, p.logs.String())
 
 	const customer = "customer_serve"
-	h.SetPlan(customer, kindetest.TeamPlan)
-	_, err := h.Send("customer.plan_changed", customer)
+	h.Kinde.SetPlan(customer, testenv.TeamPlan)
+	_, err := h.Kinde.Send("customer.plan_changed", customer)
 	require.NoError(t, err)
 	st, err := store.Open(ctx, dbURL, store.Options{})
 	require.NoError(t, err)
@@ -74,7 +74,7 @@ func TestServeReconcilesAgainstKinde(t *testing.T) {
 		require.NoError(t, err)
 		return resp.StatusCode, string(b)
 	}
-	h.SetPlan(customer, kindetest.ProPlan)
+	h.Kinde.SetPlan(customer, testenv.ProPlan)
 	status, body := admin(fmt.Sprintf("/admin/api/accounts/%d/resync", a.ID))
 	require.Equal(t, http.StatusOK, status, body)
 	a, err = st.Account(ctx, "kinde", customer)
@@ -209,7 +209,7 @@ func TestSupportCommandsForKinde(t *testing.T) {
 	ctx := context.Background()
 	url := storetest.URL(t)
 	st := storetest.OpenStore(t, url, store.Options{})
-	h := kindetest.ForTest(t, kindetest.Options{Store: st})
+	h := testenv.ForTest(t, testenv.Kinde, testenv.Options{Store: st})
 	for _, kv := range append(kindeEnv(h.URL), "DATABASE_URL="+url, "BILLSYNC_PLANS=") {
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
@@ -220,7 +220,7 @@ func TestSupportCommandsForKinde(t *testing.T) {
 		return out.String(), err
 	}
 	const customer = "customer_support"
-	h.SetPlan(customer, kindetest.FreePlan)
+	h.Kinde.SetPlan(customer, testenv.FreePlan)
 	out, err := billsync("resync", "--provider", "kinde", "--customer", customer)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "reconciled kinde customer "+customer)
@@ -228,8 +228,8 @@ func TestSupportCommandsForKinde(t *testing.T) {
 
 	// Drift: Kinde moved the customer to Pro and its webhook was stored
 	// but never applied (no worker ran).
-	h.SetPlan(customer, kindetest.ProPlan)
-	sent, err := h.Send("customer.plan_changed", customer)
+	h.Kinde.SetPlan(customer, testenv.ProPlan)
+	sent, err := h.Kinde.Send("customer.plan_changed", customer)
 	require.NoError(t, err)
 	require.NoError(t, h.WaitDelivered(ctx))
 	out, err = billsync("replay", "--provider", "kinde", sent.EventID)
@@ -237,7 +237,7 @@ func TestSupportCommandsForKinde(t *testing.T) {
 	require.Contains(t, out, "plan     free → pro")
 	require.Contains(t, out, "balance  10 → 500")
 
-	h.SetPlan("customer_other", kindetest.TeamPlan)
+	h.Kinde.SetPlan("customer_other", testenv.TeamPlan)
 	_, err = billsync("resync", "--provider", "kinde", "--customer", "customer_other")
 	require.NoError(t, err)
 	out, err = billsync("sweep", "-kinde-sweep-pace", "1h")

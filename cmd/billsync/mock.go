@@ -16,12 +16,12 @@ import (
 
 	kindemock "github.com/billsync/billsync/mocks/kinde"
 	stripemock "github.com/billsync/billsync/mocks/stripe"
-	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/mocks/testenv"
 )
 
 // mockPrices is the repeatable -price id:lookup_key:amount flag; it adds
-// to or overrides stripetest.Prices, which are always loaded.
-type mockPrices []stripetest.Price
+// to or overrides testenv.Prices, which are always loaded.
+type mockPrices []testenv.Price
 
 func (p *mockPrices) String() string {
 	parts := make([]string, 0, len(*p))
@@ -40,7 +40,7 @@ func (p *mockPrices) Set(v string) error {
 	if err != nil || amount < 0 {
 		return fmt.Errorf("amount %q: want a non-negative integer in cents", fields[2])
 	}
-	*p = append(*p, stripetest.Price{ID: fields[0], LookupKey: fields[1], Amount: amount})
+	*p = append(*p, testenv.Price{ID: fields[0], LookupKey: fields[1], Amount: amount})
 	return nil
 }
 
@@ -93,7 +93,7 @@ fault flags apply to both.`)
 
 	fake := stripemock.New(stripemock.Options{APIKey: *apiKey, Faults: f, Logger: logger.With("component", "stripemock")})
 	defer fake.Close()
-	for _, p := range slices.Concat(stripetest.Prices(), prices) {
+	for _, p := range slices.Concat(testenv.Prices(), prices) {
 		fake.AddPrice(p.ID, p.LookupKey, p.Amount)
 	}
 

@@ -14,13 +14,13 @@ import (
 	stripeapi "github.com/stripe/stripe-go/v82"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
-	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/mocks/testenv"
 )
 
 func TestPlansCheck(t *testing.T) {
 	// Not parallel: the command reads its configuration from the environment.
 	var priceLists atomic.Int32
-	h := stripetest.ForTest(t, stripetest.Options{Wrap: func(next http.Handler) http.Handler {
+	h := testenv.ForTest(t, testenv.Stripe, testenv.Options{Wrap: func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Method == http.MethodGet && r.URL.Path == "/v1/prices" {
 				priceLists.Add(1)
@@ -37,7 +37,7 @@ func TestPlansCheck(t *testing.T) {
 		if lookupKey != "" {
 			p.LookupKey = stripeapi.String(lookupKey)
 		}
-		created, err := h.API.V1Prices.Create(ctx, p)
+		created, err := h.Stripe.API.V1Prices.Create(ctx, p)
 		require.NoError(t, err)
 		return created.ID
 	}

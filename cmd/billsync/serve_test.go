@@ -22,7 +22,7 @@ import (
 	"github.com/stripe/stripe-go/v82/webhook"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
-	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/pgembed"
 	"github.com/billsync/billsync/store/storetest"
@@ -226,17 +226,17 @@ func (s *syncBuffer) String() string {
 // as webhooks, and the account ends as Stripe says, through LISTEN/NOTIFY.
 func TestServeReconcilesAgainstStripe(t *testing.T) {
 	ctx := context.Background()
-	h := stripetest.ForTest(t, stripetest.Options{})
+	h := testenv.ForTest(t, testenv.Stripe, testenv.Options{})
 	addr := freeAddr(t)
-	secret := h.Fake.AddWebhookEndpoint("http://" + addr + "/webhooks/stripe")
+	secret := h.Stripe.Fake.AddWebhookEndpoint("http://" + addr + "/webhooks/stripe")
 	dataDir := filepath.Join(reachableDir(t), "data")
 	cmd := startBillsync(t, dataDir, addr,
 		"BILLSYNC_TEST_ARGS=serve -workers 2 -addr "+addr+" -data-dir "+dataDir,
 		"STRIPE_WEBHOOK_SECRET="+secret, "STRIPE_API_KEY="+stripemock.DefaultAPIKey, "STRIPE_API_URL="+h.URL)
 
-	customer, err := h.Customer(ctx, "user_serve")
+	customer, err := h.Stripe.Customer(ctx, "user_serve")
 	require.NoError(t, err)
-	_, err = h.Subscribe(ctx, customer, "price_team")
+	_, err = h.Stripe.Subscribe(ctx, customer, "price_team")
 	require.NoError(t, err)
 
 	dbURL, err := pgembed.RunningURL(dataDir, "billsync")
@@ -288,7 +288,7 @@ func TestServeShutdownIsBoundedWhenTheDatabaseHangs(t *testing.T) {
 	// up: the worker is mid-fetch when the database freezes and SIGTERM
 	// comes.
 	fetching := make(chan struct{}, 1)
-	h := stripetest.ForTest(t, stripetest.Options{Wrap: func(fake http.Handler) http.Handler {
+	h := testenv.ForTest(t, testenv.Stripe, testenv.Options{Wrap: func(fake http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Method == http.MethodGet {
 				select {
@@ -302,15 +302,15 @@ func TestServeShutdownIsBoundedWhenTheDatabaseHangs(t *testing.T) {
 		})
 	}})
 	addr := freeAddr(t)
-	secret := h.Fake.AddWebhookEndpoint("http://" + addr + "/webhooks/stripe")
+	secret := h.Stripe.Fake.AddWebhookEndpoint("http://" + addr + "/webhooks/stripe")
 	cmd := startBillsync(t, "", addr,
 		"BILLSYNC_TEST_ARGS=serve -workers 1 -addr "+addr+" -shutdown-timeout 2s -db-timeout 1s",
 		"DATABASE_URL="+cluster.URL("billsync"),
 		"STRIPE_WEBHOOK_SECRET="+secret, "STRIPE_API_KEY="+stripemock.DefaultAPIKey, "STRIPE_API_URL="+h.URL)
 
-	customer, err := h.Customer(context.Background(), "")
+	customer, err := h.Stripe.Customer(context.Background(), "")
 	require.NoError(t, err)
-	_, err = h.Subscribe(context.Background(), customer, "price_pro")
+	_, err = h.Stripe.Subscribe(context.Background(), customer, "price_pro")
 	require.NoError(t, err)
 	select {
 	case <-fetching:

@@ -16,7 +16,7 @@ import (
 	stripeapi "github.com/stripe/stripe-go/v82"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
-	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
@@ -29,7 +29,7 @@ import (
 type supportEnv struct {
 	t   *testing.T
 	st  *store.Store
-	sh  *stripetest.Harness
+	sh  *testenv.Test
 	db  *pgx.Conn // for drifting state behind billsync's back, and for reading it
 	ctx context.Context
 }
@@ -39,7 +39,7 @@ func newSupportEnv(t *testing.T) *supportEnv {
 	ctx := context.Background()
 	url := storetest.URL(t)
 	e := &supportEnv{t: t, ctx: ctx, st: storetest.OpenStore(t, url, store.Options{})}
-	e.sh = stripetest.ForTest(t, stripetest.Options{Store: e.st})
+	e.sh = testenv.ForTest(t, testenv.Stripe, testenv.Options{Store: e.st})
 	db, err := pgx.Connect(ctx, url)
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close(context.Background()) })
@@ -62,10 +62,10 @@ func (e *supportEnv) billsync(args ...string) (string, error) {
 // subscribed to price, and waits for its webhooks to be stored.
 func (e *supportEnv) customer(userRef, email, price string) string {
 	e.t.Helper()
-	c, err := e.sh.API.V1Customers.Create(e.ctx, &stripeapi.CustomerCreateParams{
+	c, err := e.sh.Stripe.API.V1Customers.Create(e.ctx, &stripeapi.CustomerCreateParams{
 		Email: stripeapi.String(email), Metadata: map[string]string{"user_id": userRef}})
 	require.NoError(e.t, err)
-	_, err = e.sh.Subscribe(e.ctx, c.ID, price)
+	_, err = e.sh.Stripe.Subscribe(e.ctx, c.ID, price)
 	require.NoError(e.t, err)
 	require.NoError(e.t, e.sh.WaitDelivered(e.ctx))
 	return c.ID
@@ -126,7 +126,7 @@ func TestResyncHealsDrift(t *testing.T) {
 		t.Run(by, func(t *testing.T) {
 			e := newSupportEnv(t)
 			cus := e.customer("u_ann", "Ann@Example.com", "price_pro")
-			e.drain(e.sh.Client)
+			e.drain(e.sh.Stripe.Client)
 			healthy := e.state(cus)
 			require.Contains(t, healthy, "plan=pro status=active balance=500")
 			id := e.query(`SELECT id::text FROM accounts WHERE customer_id = $1`, cus)
@@ -169,7 +169,7 @@ func TestResyncWithoutWebhook(t *testing.T) {
 func TestResyncDryRunWritesNothing(t *testing.T) {
 	e := newSupportEnv(t)
 	cus := e.customer("u_cy", "cy@example.com", "price_pro")
-	e.drain(e.sh.Client)
+	e.drain(e.sh.Stripe.Client)
 	e.exec(`UPDATE accounts SET plan = 'free', status = 'canceled' WHERE customer_id = $1`, cus)
 	// A second, unreconciled customer: the dry run of a customer with no
 	// account and a pending event must not create either.
@@ -203,7 +203,7 @@ func TestResyncAmbiguousAndUsage(t *testing.T) {
 	e := newSupportEnv(t)
 	a := e.customer("u_same", "a@example.com", "price_pro")
 	b := e.customer("u_same", "b@example.com", "price_free")
-	e.drain(e.sh.Client)
+	e.drain(e.sh.Stripe.Client)
 	_, err := e.billsync("resync", "--user", "u_same")
 	require.ErrorIs(t, err, errAmbiguous)
 	require.ErrorContains(t, err, a)
@@ -220,7 +220,7 @@ func TestResyncAmbiguousAndUsage(t *testing.T) {
 func TestReplay(t *testing.T) {
 	e := newSupportEnv(t)
 	cus := e.customer("u_eve", "eve@example.com", "price_pro")
-	e.drain(e.sh.Client)
+	e.drain(e.sh.Stripe.Client)
 	before := e.state(cus)
 	require.Contains(t, before, "plan=pro status=active balance=500 grants=[{pro 500}]")
 	id := e.query(`SELECT min(id)::text FROM inbox_events WHERE customer_id = $1`, cus)
@@ -278,8 +278,8 @@ func TestSupportHelp(t *testing.T) {
 func TestResyncRevivesDead(t *testing.T) {
 	e := newSupportEnv(t)
 	cus := e.customer("u_fay", "fay@example.com", "price_pro")
-	e.sh.Fake.SetFaults(stripemock.Faults{Error5xxRate: 1})
-	down, err := e.sh.NewClient(stripetest.Fast(stripe.Config{RetryMax: -1}))
+	e.sh.Stripe.Fake.SetFaults(stripemock.Faults{Error5xxRate: 1})
+	down, err := e.sh.Stripe.NewClient(testenv.FastStripe(stripe.Config{RetryMax: -1}))
 	require.NoError(t, err)
 	e.drain(down, 0) // one retry, then dead
 	require.Equal(t, "dead", e.query(`SELECT status FROM reconcile_queue WHERE customer_id = $1`, cus))
@@ -292,7 +292,7 @@ func TestResyncRevivesDead(t *testing.T) {
 	require.Equal(t, "pending", e.query(`SELECT status FROM reconcile_queue WHERE customer_id = $1`, cus))
 	require.Regexp(t, `^resync cli:\S+ retry$`, e.lastLog(cus))
 
-	e.sh.Fake.SetFaults(stripemock.Faults{})
+	e.sh.Stripe.Fake.SetFaults(stripemock.Faults{})
 	out, err = e.billsync("resync", "--customer", cus)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "outcome: applied: account created on plan pro")

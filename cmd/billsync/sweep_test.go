@@ -13,20 +13,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
-	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/server"
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
 )
 
 func TestSweepCommand(t *testing.T) {
-	h, err := stripetest.New(stripetest.Options{})
+	h, err := testenv.New(testenv.Stripe, testenv.Options{})
 	require.NoError(t, err)
 	t.Cleanup(h.Close)
 	ctx := context.Background()
-	cus, err := h.Customer(ctx, "u_1")
+	cus, err := h.Stripe.Customer(ctx, "u_1")
 	require.NoError(t, err)
-	_, err = h.Subscribe(ctx, cus, "price_team")
+	_, err = h.Stripe.Subscribe(ctx, cus, "price_team")
 	require.NoError(t, err)
 	t.Setenv("DATABASE_URL", storetest.URL(t))
 	t.Setenv("STRIPE_API_KEY", stripemock.DefaultAPIKey)
@@ -43,9 +43,9 @@ func TestSweepCommand(t *testing.T) {
 	require.NoError(t, run(ctx, []string{"sweep"}, &out, &logs), logs.String())
 	require.Contains(t, out.String(), "seen 1, healed 0, failed 0", "the second sweep finds nothing to heal")
 
-	f := h.Fake.Faults()
+	f := h.Stripe.Fake.Faults()
 	f.Error5xxRate = 1
-	h.Fake.SetFaults(f)
+	h.Stripe.Fake.SetFaults(f)
 	out.Reset()
 	err = run(ctx, []string{"sweep", "-stripe-rate", "1000"}, &out, &logs)
 	require.Error(t, err, "a failed sweep exits non-zero")
@@ -67,19 +67,19 @@ func TestSweepSchedule(t *testing.T) {
 }
 
 func TestScheduledSweepRuns(t *testing.T) {
-	h, err := stripetest.New(stripetest.Options{})
+	h, err := testenv.New(testenv.Stripe, testenv.Options{})
 	require.NoError(t, err)
 	t.Cleanup(h.Close)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cus, err := h.Customer(ctx, "u_1")
+	cus, err := h.Stripe.Customer(ctx, "u_1")
 	require.NoError(t, err)
-	_, err = h.Subscribe(ctx, cus, "price_pro")
+	_, err = h.Stripe.Subscribe(ctx, cus, "price_pro")
 	require.NoError(t, err)
 	st := storetest.NewStore(t)
 	plans, err := loadPlans("")
 	require.NoError(t, err)
-	sweeper, err := newSweeper(st, h.Client, plans, slog.New(slog.DiscardHandler), 0, nil)
+	sweeper, err := newSweeper(st, h.Stripe.Client, plans, slog.New(slog.DiscardHandler), 0, nil)
 	require.NoError(t, err)
 	sched, err := parseSweepSchedule("@every 50ms")
 	require.NoError(t, err)
@@ -113,16 +113,16 @@ func TestScheduledSweepRuns(t *testing.T) {
 // period: sweeps never overlap, both processes try, and every run succeeds.
 func TestTwoServesSweepOneAtATime(t *testing.T) {
 	ctx := context.Background()
-	h := stripetest.ForTest(t, stripetest.Options{})
+	h := testenv.ForTest(t, testenv.Stripe, testenv.Options{})
 	for i := range 250 {
-		cus, err := h.Customer(ctx, fmt.Sprint("u_", i))
+		cus, err := h.Stripe.Customer(ctx, fmt.Sprint("u_", i))
 		require.NoError(t, err)
-		_, err = h.Subscribe(ctx, cus, "price_pro")
+		_, err = h.Stripe.Subscribe(ctx, cus, "price_pro")
 		require.NoError(t, err)
 	}
 	// Each list call takes 400 ms, so a sweep (3 pages and the end) lasts
 	// longer than the schedule's 1 s period.
-	h.Fake.SetFaults(stripemock.Faults{Latency: 400 * time.Millisecond})
+	h.Stripe.Fake.SetFaults(stripemock.Faults{Latency: 400 * time.Millisecond})
 	dbURL := storetest.URL(t)
 	var procs []*billsyncProc
 	for range 2 {

@@ -1,7 +1,7 @@
-// Package kindemock is a fake Kinde for billsync's tests, demo and bench:
+// Package kinde is a fake Kinde for billsync's tests, demo and bench:
 // a key set that signs webhook tokens and rotates, served as Kinde serves
 // it.
-package kindemock
+package kinde
 
 import (
 	"crypto/rand"

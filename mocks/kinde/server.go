@@ -1,4 +1,4 @@
-package kindemock
+package kinde
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/fault"
 )
 
 // Default credentials of the fake's machine-to-machine application.
@@ -29,6 +29,10 @@ const (
 	DefaultClientID     = "billsync_m2m"
 	DefaultClientSecret = "kinde_fake_secret_0123456789"
 )
+
+// Faults are the fault knobs the fake takes (package fault: the fake
+// Stripe takes the same ones).
+type Faults = fault.Faults
 
 // Options configures a Server. Zero values take the defaults.
 type Options struct {
@@ -42,7 +46,7 @@ type Options struct {
 	TimeFactor    float64
 	// Faults are the same knobs as the fake Stripe's: copies, reordering,
 	// drops, 5xx, 429 (with RateLimit-Reset), latency, a request rate.
-	Faults stripemock.Faults
+	Faults Faults
 	Now    func() time.Time // default time.Now
 	Logger *slog.Logger
 }
@@ -78,7 +82,7 @@ type Server struct {
 	agreements map[string][]Agreement // by customer id
 	tokens     map[string]time.Time   // access token → expiry
 	endpoints  []string
-	faults     stripemock.Faults
+	faults     Faults
 	rng        *mrand.Rand
 	limiter    *rate.Limiter
 	nextID     int
@@ -502,13 +506,13 @@ func (s *Server) WaitIdle(ctx context.Context) error {
 }
 
 // SetFaults replaces the fault knobs.
-func (s *Server) SetFaults(f stripemock.Faults) {
+func (s *Server) SetFaults(f Faults) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.setFaults(f)
 }
 
-func (s *Server) setFaults(f stripemock.Faults) {
+func (s *Server) setFaults(f Faults) {
 	s.faults = f
 	if f.Seed != 0 || s.rng == nil {
 		s.rng = f.Dice()
@@ -517,14 +521,14 @@ func (s *Server) setFaults(f stripemock.Faults) {
 }
 
 // Faults returns the current fault knobs.
-func (s *Server) Faults() stripemock.Faults {
+func (s *Server) Faults() Faults {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.faults
 }
 
 func (s *Server) controlFaults(w http.ResponseWriter, r *http.Request) {
-	var f stripemock.Faults
+	var f Faults
 	if err := decode(r, &f); err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return

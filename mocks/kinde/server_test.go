@@ -1,4 +1,4 @@
-package kindemock_test
+package kinde_test
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	kindemock "github.com/billsync/billsync/mocks/kinde"
-	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/providers/kinde"
 )
 
@@ -51,7 +50,7 @@ func start(t *testing.T, opts kindemock.Options) (*kindemock.Server, *httptest.S
 // verifier accepts, with webhook-id, the customer and the type; copies
 // share the webhook-id.
 func TestSentWebhooksVerify(t *testing.T) {
-	fake, srv := start(t, kindemock.Options{Faults: stripemock.Faults{DuplicateCopies: 2, Seed: 1}})
+	fake, srv := start(t, kindemock.Options{Faults: kindemock.Faults{DuplicateCopies: 2, Seed: 1}})
 	rc := &receiver{}
 	hook := httptest.NewServer(rc)
 	t.Cleanup(hook.Close)
@@ -96,7 +95,7 @@ func TestWebhooksRetryOnKindesSchedule(t *testing.T) {
 }
 
 func TestDroppedWebhooksAreNeverSent(t *testing.T) {
-	fake, _ := start(t, kindemock.Options{Faults: stripemock.Faults{DropRate: 1}})
+	fake, _ := start(t, kindemock.Options{Faults: kindemock.Faults{DropRate: 1}})
 	rc := &receiver{}
 	hook := httptest.NewServer(rc)
 	t.Cleanup(hook.Close)

@@ -1,8 +1,12 @@
-// Package mock holds function-field fakes of reconcile's interfaces, for
-// testing the worker's loop logic in milliseconds without PostgreSQL or a
-// provider (the store's own behaviour is tested against a real database in
-// package store). A method whose function is nil panics: a test states
-// every call it expects.
+// Package mock holds function-field fakes of every interface reconcile
+// defines (Store, OnDemandStore, SweepStore, Inbox, Provider, Lister,
+// Splitter), for testing the worker's, the sweeper's and the on-demand
+// reconcile's loop logic in milliseconds without PostgreSQL or a provider
+// (the store's own behaviour is tested against a real database in package
+// store, and the whole path through mocks/testenv). A method whose
+// function is nil panics: a test states every call it expects.
+//
+// It is for tests only: nothing in billsync's product path may import it.
 package mock
 
 import (
@@ -64,4 +68,114 @@ func (p *Provider) Name() string { return p.ProviderName }
 
 func (p *Provider) Fetch(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
 	return p.FetchFn(ctx, customerID)
+}
+
+var (
+	_ reconcile.Store         = (*OnDemandStore)(nil)
+	_ reconcile.OnDemandStore = (*OnDemandStore)(nil)
+)
+
+// OnDemandStore is a Store that also reconciles one customer on demand
+// (resync, replay): the worker finds OnDemandStore on its Store.
+type OnDemandStore struct {
+	Store
+	HoldFn    func(ctx context.Context, provider, customerID, trigger, holder string, lease time.Duration) (reconcile.Job, error)
+	PreviewFn func(ctx context.Context, job reconcile.Job, observedAt time.Time, decide func(reconcile.Account) reconcile.Change) (reconcile.Outcome, error)
+}
+
+func (s *OnDemandStore) Hold(ctx context.Context, provider, customerID, trigger, holder string, lease time.Duration) (reconcile.Job, error) {
+	return s.HoldFn(ctx, provider, customerID, trigger, holder, lease)
+}
+
+func (s *OnDemandStore) Preview(ctx context.Context, job reconcile.Job, observedAt time.Time, decide func(reconcile.Account) reconcile.Change) (reconcile.Outcome, error) {
+	return s.PreviewFn(ctx, job, observedAt, decide)
+}
+
+var _ reconcile.SweepStore = (*SweepStore)(nil)
+
+// SweepStore is a reconcile.SweepStore whose methods call the matching
+// function.
+type SweepStore struct {
+	NowFn            func(ctx context.Context) (time.Time, error)
+	SweepLockFn      func(ctx context.Context, provider string) (unlock func(), ok bool, err error)
+	StartSweepFn     func(ctx context.Context, provider string) (reconcile.SweepRun, error)
+	SweepPageFn      func(ctx context.Context, run reconcile.SweepRun, customers []string) (int, error)
+	FinishSweepFn    func(ctx context.Context, run reconcile.SweepRun, failure error) error
+	ApplySweptFn     func(ctx context.Context, job reconcile.Job, observedAt time.Time, decide func(reconcile.Account) reconcile.Change) (reconcile.Outcome, bool, error)
+	EnqueueUnsweptFn func(ctx context.Context, runID int64, provider string, pace time.Duration) (int, error)
+	SweptAccountsFn  func(ctx context.Context, provider string, customers []string) (map[string]reconcile.Account, error)
+	GrantedFn        func(ctx context.Context, accountIDs []int64, grants []reconcile.Grant) ([]int64, error)
+}
+
+func (s *SweepStore) Now(ctx context.Context) (time.Time, error) { return s.NowFn(ctx) }
+
+func (s *SweepStore) SweepLock(ctx context.Context, provider string) (func(), bool, error) {
+	return s.SweepLockFn(ctx, provider)
+}
+
+func (s *SweepStore) StartSweep(ctx context.Context, provider string) (reconcile.SweepRun, error) {
+	return s.StartSweepFn(ctx, provider)
+}
+
+func (s *SweepStore) SweepPage(ctx context.Context, run reconcile.SweepRun, customers []string) (int, error) {
+	return s.SweepPageFn(ctx, run, customers)
+}
+
+func (s *SweepStore) FinishSweep(ctx context.Context, run reconcile.SweepRun, failure error) error {
+	return s.FinishSweepFn(ctx, run, failure)
+}
+
+func (s *SweepStore) ApplySwept(ctx context.Context, job reconcile.Job, observedAt time.Time, decide func(reconcile.Account) reconcile.Change) (reconcile.Outcome, bool, error) {
+	return s.ApplySweptFn(ctx, job, observedAt, decide)
+}
+
+func (s *SweepStore) EnqueueUnswept(ctx context.Context, runID int64, provider string, pace time.Duration) (int, error) {
+	return s.EnqueueUnsweptFn(ctx, runID, provider, pace)
+}
+
+func (s *SweepStore) SweptAccounts(ctx context.Context, provider string, customers []string) (map[string]reconcile.Account, error) {
+	return s.SweptAccountsFn(ctx, provider, customers)
+}
+
+func (s *SweepStore) Granted(ctx context.Context, accountIDs []int64, grants []reconcile.Grant) ([]int64, error) {
+	return s.GrantedFn(ctx, accountIDs, grants)
+}
+
+var _ reconcile.Inbox = (*Inbox)(nil)
+
+// Inbox is a reconcile.Inbox whose StoreDelivery calls StoreDeliveryFn.
+type Inbox struct {
+	StoreDeliveryFn func(ctx context.Context, d reconcile.Delivery) (reconcile.Stored, error)
+}
+
+func (i *Inbox) StoreDelivery(ctx context.Context, d reconcile.Delivery) (reconcile.Stored, error) {
+	return i.StoreDeliveryFn(ctx, d)
+}
+
+var _ reconcile.Lister = (*Lister)(nil)
+
+// Lister is a reconcile.Lister (one that does not split: its sweep lists
+// one page at a time) whose ListPage calls ListPageFn.
+type Lister struct {
+	ListPageFn func(ctx context.Context, cursor string) ([]reconcile.Snapshot, string, bool, error)
+}
+
+func (l *Lister) ListPage(ctx context.Context, cursor string) ([]reconcile.Snapshot, string, bool, error) {
+	return l.ListPageFn(ctx, cursor)
+}
+
+var (
+	_ reconcile.Lister   = (*Splitter)(nil)
+	_ reconcile.Splitter = (*Splitter)(nil)
+)
+
+// Splitter is a reconcile.Lister that is a reconcile.Splitter too: the
+// sweep lists its parts at once.
+type Splitter struct {
+	Lister
+	SplitFn func(ctx context.Context, next string) (kept, given string, err error)
+}
+
+func (s *Splitter) Split(ctx context.Context, next string) (string, string, error) {
+	return s.SplitFn(ctx, next)
 }

@@ -1,4 +1,4 @@
-package stripemock_test
+package stripe_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/stripe/stripe-go/v82"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
-	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/mocks/testenv"
 	billstripe "github.com/billsync/billsync/providers/stripe"
 )
 
@@ -22,6 +22,10 @@ import (
 type rawReceiver struct {
 	srv *httptest.Server
 	up  atomic.Bool
+	// answered gets whether each delivery was accepted, once its answer is
+	// decided (a test waits on it instead of guessing when a delivery
+	// comes); deliveries beyond its buffer are not told.
+	answered chan bool
 
 	mu     sync.Mutex
 	bodies [][]byte
@@ -31,19 +35,36 @@ type rawReceiver struct {
 
 func newRawReceiver(t *testing.T, up bool) *rawReceiver {
 	t.Helper()
-	rc := &rawReceiver{}
+	rc := &rawReceiver{answered: make(chan bool, 64)}
 	rc.up.Store(up)
 	rc.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
+		up := rc.up.Load()
 		rc.mu.Lock()
 		rc.bodies, rc.heads, rc.at = append(rc.bodies, body), append(rc.heads, r.Header.Clone()), append(rc.at, time.Now())
 		rc.mu.Unlock()
-		if !rc.up.Load() {
+		if !up {
 			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		select {
+		case rc.answered <- up:
+		default: // nobody is counting this many: never hold a delivery up
 		}
 	}))
 	t.Cleanup(rc.srv.Close)
 	return rc
+}
+
+// nextAnswer waits for the next delivery's answer: whether it was accepted.
+func (rc *rawReceiver) nextAnswer(t *testing.T) bool {
+	t.Helper()
+	select {
+	case up := <-rc.answered:
+		return up
+	case <-time.After(time.Minute):
+		t.Fatal("no delivery came")
+		return false
+	}
 }
 
 func TestThinEventsToADestination(t *testing.T) {
@@ -52,7 +73,7 @@ func TestThinEventsToADestination(t *testing.T) {
 	rc := newRawReceiver(t, true)
 	secret := f.AddEventDestination(rc.srv.URL, "v1.customer.subscription.updated")
 	sub := f.subscribe(t, f.customer(t).ID, "price_free")
-	require.NoError(t, f.h.ChangePrice(context.Background(), sub, "price_pro"))
+	require.NoError(t, f.h.Stripe.ChangePrice(context.Background(), sub, "price_pro"))
 	f.waitIdle(t)
 
 	rc.mu.Lock()
@@ -113,9 +134,9 @@ func TestRetryScheduleCompressed(t *testing.T) {
 	rc := newRawReceiver(t, false)
 	f.AddWebhookEndpoint(rc.srv.URL)
 	f.customer(t)
-	time.Sleep(50 * time.Millisecond) // the first attempt failed; billsync comes back
-	rc.up.Store(true)
-	st, err := f.h.WaitSettled(context.Background(), 10*time.Second)
+	require.False(t, rc.nextAnswer(t), "the first attempt finds billsync down")
+	rc.up.Store(true) // billsync comes back before the retry
+	st, err := f.h.Stripe.WaitSettled(context.Background(), 10*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, stripemock.Settlement{Delivered: 1}, st)
 
@@ -137,7 +158,7 @@ func TestRetryScheduleCompressed(t *testing.T) {
 		rc := newRawReceiver(t, false)
 		f.AddWebhookEndpoint(rc.srv.URL)
 		f.customer(t)
-		st, err := f.h.WaitSettled(context.Background(), 20*time.Second)
+		st, err := f.h.Stripe.WaitSettled(context.Background(), 20*time.Second)
 		require.NoError(t, err)
 		require.Equal(t, stripemock.Settlement{GaveUp: 1}, st)
 		d := f.Deliveries()
@@ -161,7 +182,7 @@ func TestRandomCopiesAreSeeded(t *testing.T) {
 		for range 10 {
 			f.customer(t)
 		}
-		st, err := f.h.WaitSettled(context.Background(), 10*time.Second)
+		st, err := f.h.Stripe.WaitSettled(context.Background(), 10*time.Second)
 		require.NoError(t, err)
 		byEvent := map[string]int{}
 		for _, d := range f.Deliveries() {
@@ -199,7 +220,7 @@ func TestRandomCopiesAreSeeded(t *testing.T) {
 func TestFaultTargetsOneKey(t *testing.T) {
 	t.Parallel()
 	f := newFake(t, stripemock.Options{Faults: stripemock.Faults{Error5xxRate: 1, TargetKey: stripemock.DefaultAPIKey}})
-	// The driver (stripetest's harness client, on its own key) is served.
+	// The driver (testenv's Stripe driver, on its own key) is served.
 	cust := f.customer(t)
 	// billsync's key gets the fault, on every request.
 	for range 3 {
@@ -207,7 +228,7 @@ func TestFaultTargetsOneKey(t *testing.T) {
 		require.Equal(t, http.StatusInternalServerError, resp.StatusCode)
 		require.Equal(t, "api_error", path(body, "error", "type"))
 	}
-	resp, _ := f.do(t, http.MethodGet, "/v1/customers/"+cust.ID, nil, map[string]string{"Authorization": "Bearer " + stripetest.DriverAPIKey})
+	resp, _ := f.do(t, http.MethodGet, "/v1/customers/"+cust.ID, nil, map[string]string{"Authorization": "Bearer " + testenv.DriverAPIKey})
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	// An unknown key is still refused, not faulted.
 	resp, _ = f.do(t, http.MethodGet, "/v1/customers", nil, map[string]string{"Authorization": "Bearer sk_test_other"})
@@ -227,7 +248,7 @@ func TestStaleReadReturnsThePreviousState(t *testing.T) {
 	time.Sleep(lag) // the creation is old enough to be seen
 	f.SetFaults(stripemock.Faults{StaleReads: lag, TargetKey: stripemock.DefaultAPIKey})
 
-	require.NoError(t, f.h.ChangePrice(context.Background(), sub, "price_pro"))
+	require.NoError(t, f.h.Stripe.ChangePrice(context.Background(), sub, "price_pro"))
 	changed := time.Now()
 	priceSeen := func() string {
 		_, body := f.do(t, http.MethodGet, "/v1/subscriptions/"+sub.ID, nil, nil)
@@ -265,7 +286,7 @@ func TestWaitSettled(t *testing.T) {
 	f.AddWebhookEndpoint(ok.srv.URL)
 	f.AddWebhookEndpoint(down.srv.URL)
 	f.subscribe(t, f.customer(t).ID, "price_pro") // 3 events × 2 endpoints × 2 copies
-	st, err := f.h.WaitSettled(context.Background(), 10*time.Second)
+	st, err := f.h.Stripe.WaitSettled(context.Background(), 10*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, stripemock.Settlement{Delivered: 6, GaveUp: 6}, st)
 	down.mu.Lock()
@@ -282,7 +303,7 @@ func TestWaitSettled(t *testing.T) {
 	// Dropped deliveries settle at once.
 	f.SetFaults(stripemock.Faults{DropRate: 1})
 	f.customer(t)
-	st, err = f.h.WaitSettled(context.Background(), time.Second)
+	st, err = f.h.Stripe.WaitSettled(context.Background(), time.Second)
 	require.NoError(t, err)
 	require.Equal(t, 2, st.Dropped, "one event, dropped for each of the two endpoints")
 }

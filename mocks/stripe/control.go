@@ -1,4 +1,4 @@
-package stripemock
+package stripe
 
 import (
 	"encoding/json"
@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/billsync/billsync/mocks/fault"
 )
 
 // The control endpoints under /_mock/ need no API key and speak JSON:
@@ -94,8 +96,8 @@ func (s *Server) controlRoutes() {
 	})
 	m.HandleFunc("POST /_mock/dunning", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
-			Retries []jsonDuration `json:"retries"`
-			Final   string         `json:"final"`
+			Retries []fault.Duration `json:"retries"`
+			Final   string           `json:"final"`
 		}
 		if err := decodeBody(r, &req); err != nil {
 			controlError(w, err)

@@ -1,4 +1,4 @@
-package stripemock_test
+package stripe_test
 
 import (
 	"context"
@@ -16,22 +16,22 @@ import (
 	"github.com/stripe/stripe-go/v82/webhook"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
-	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/mocks/testenv"
 )
 
 type fake struct {
 	*stripemock.Server
 	URL string
 	sc  *stripe.Client
-	h   *stripetest.Harness
+	h   *testenv.Test
 }
 
 // newFake starts the shared harness's fake (with its prices) and a stripe-go
 // client pointed at it (no client retries, no client logging); no intake.
 func newFake(t *testing.T, opts stripemock.Options) *fake {
 	t.Helper()
-	h := stripetest.ForTest(t, stripetest.Options{Fake: opts})
-	return &fake{Server: h.Fake, URL: h.URL, sc: h.API, h: h}
+	h := testenv.ForTest(t, testenv.Stripe, testenv.Options{Stripe: testenv.StripeOptions{Fake: opts}})
+	return &fake{Server: h.Stripe.Fake, URL: h.URL, sc: h.Stripe.API, h: h}
 }
 
 func (f *fake) customer(t *testing.T) *stripe.Customer {
@@ -44,7 +44,7 @@ func (f *fake) customer(t *testing.T) *stripe.Customer {
 
 func (f *fake) subscribe(t *testing.T, customerID, priceID string) *stripe.Subscription {
 	t.Helper()
-	sub, err := f.h.Subscribe(context.Background(), customerID, priceID)
+	sub, err := f.h.Stripe.Subscribe(context.Background(), customerID, priceID)
 	require.NoError(t, err)
 	return sub
 }

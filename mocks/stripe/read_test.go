@@ -1,4 +1,4 @@
-package stripemock_test
+package stripe_test
 
 import (
 	"bytes"

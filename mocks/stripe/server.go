@@ -1,4 +1,4 @@
-// Package stripemock is a stateful, in-memory fake of the part of the Stripe
+// Package stripe is a stateful, in-memory fake of the part of the Stripe
 // REST API billsync uses: customers, prices, subscriptions, invoices, events
 // and webhook endpoints. It speaks the real wire protocol (form-encoded
 // requests, Stripe-shaped JSON and errors, Stripe-Version honoured for the
@@ -14,7 +14,7 @@
 // It is a test double only: it keeps nothing on disk, knows no real money
 // movement (a customer's card pays every invoice unless a test makes it
 // fail), and must never hold real keys.
-package stripemock
+package stripe
 
 import (
 	"cmp"
@@ -244,7 +244,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, h handler) {
 		w.Header().Set("Stripe-Version", v)
 	}
 	key, authErr := s.authenticate(r)
-	if f := s.Faults(); f.targets(key) {
+	if f := s.Faults(); f.Targets(key) {
 		if f.Latency > 0 && !sleep(r.Context(), f.Latency) {
 			return
 		}

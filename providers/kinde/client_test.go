@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	kindemock "github.com/billsync/billsync/mocks/kinde"
-	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/reconcile"
 )
 
@@ -114,7 +113,7 @@ func TestRateLimitResetIsWaited(t *testing.T) {
 	ctx := context.Background()
 	_, err := c.accessToken(ctx, false)
 	require.NoError(t, err)
-	f.SetFaults(stripemock.Faults{RequestsPerSecond: 1, RetryAfter: time.Second})
+	f.SetFaults(kindemock.Faults{RequestsPerSecond: 1, RetryAfter: time.Second})
 	start := time.Now()
 	for range 2 {
 		_, err = c.agreements(ctx, "customer_1")

@@ -20,7 +20,7 @@ import (
 	stripeapi "github.com/stripe/stripe-go/v82"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
-	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 )
@@ -46,7 +46,7 @@ func (rc *recorder) wrap(next http.Handler, rewrite func(*http.Request)) http.Ha
 		if rewrite != nil {
 			rewrite(r)
 		}
-		rec.status = stripetest.AnswerStatus(next, w, r)
+		rec.status = testenv.AnswerStatus(next, w, r)
 		rc.mu.Lock()
 		rc.requests = append(rc.requests, rec)
 		rc.mu.Unlock()
@@ -73,7 +73,7 @@ func (rc *recorder) count() int {
 type fakeStripe struct {
 	*stripemock.Server
 	*recorder
-	h   *stripetest.Harness
+	h   *testenv.Test
 	URL string
 }
 
@@ -82,13 +82,13 @@ type fakeStripe struct {
 func newFake(t *testing.T, opts stripemock.Options, rewrite func(*http.Request)) *fakeStripe {
 	t.Helper()
 	rec := &recorder{}
-	h := stripetest.ForTest(t, stripetest.Options{Fake: opts, Wrap: func(next http.Handler) http.Handler { return rec.wrap(next, rewrite) }})
-	return &fakeStripe{Server: h.Fake, recorder: rec, h: h, URL: h.URL}
+	h := testenv.ForTest(t, testenv.Stripe, testenv.Options{Wrap: func(next http.Handler) http.Handler { return rec.wrap(next, rewrite) }, Stripe: testenv.StripeOptions{Fake: opts}})
+	return &fakeStripe{Server: h.Stripe.Fake, recorder: rec, h: h, URL: h.URL}
 }
 
 func (f *fakeStripe) customer(t *testing.T, metadata map[string]string) string {
 	t.Helper()
-	c, err := f.h.API.V1Customers.Create(context.Background(), &stripeapi.CustomerCreateParams{
+	c, err := f.h.Stripe.API.V1Customers.Create(context.Background(), &stripeapi.CustomerCreateParams{
 		Email: stripeapi.String("ada@example.com"), Metadata: metadata})
 	require.NoError(t, err)
 	return c.ID
@@ -96,20 +96,20 @@ func (f *fakeStripe) customer(t *testing.T, metadata map[string]string) string {
 
 func (f *fakeStripe) subscribe(t *testing.T, customerID, priceID string) *stripeapi.Subscription {
 	t.Helper()
-	sub, err := f.h.Subscribe(context.Background(), customerID, priceID)
+	sub, err := f.h.Stripe.Subscribe(context.Background(), customerID, priceID)
 	require.NoError(t, err)
 	return sub
 }
 
 func (f *fakeStripe) cancel(t *testing.T, subID string) {
 	t.Helper()
-	_, err := f.h.API.V1Subscriptions.Cancel(context.Background(), subID, nil)
+	_, err := f.h.Stripe.API.V1Subscriptions.Cancel(context.Background(), subID, nil)
 	require.NoError(t, err)
 }
 
 // testConfig is a Config for url with short waits and no rate limit to speak of.
 func testConfig(url string) stripe.Config {
-	return stripetest.Fast(stripe.Config{APIKey: stripemock.DefaultAPIKey, BaseURL: url})
+	return testenv.FastStripe(stripe.Config{APIKey: stripemock.DefaultAPIKey, BaseURL: url})
 }
 
 func newTestClient(t *testing.T, cfg stripe.Config) *stripe.Client {
@@ -258,7 +258,7 @@ func TestFetch(t *testing.T) {
 		cus := f.customer(t, nil)
 		older := f.subscribe(t, cus, "price_team")
 		f.Clock().Advance(time.Minute)
-		seats, err := f.h.API.V1Subscriptions.Create(context.Background(), &stripeapi.SubscriptionCreateParams{
+		seats, err := f.h.Stripe.API.V1Subscriptions.Create(context.Background(), &stripeapi.SubscriptionCreateParams{
 			Customer: stripeapi.String(cus),
 			Items: []*stripeapi.SubscriptionCreateItemParams{
 				{Price: stripeapi.String("price_pro"), Quantity: stripeapi.Int64(50)},

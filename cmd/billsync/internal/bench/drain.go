@@ -17,7 +17,7 @@ import (
 	stripeapi "github.com/stripe/stripe-go/v82"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
-	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
@@ -76,7 +76,7 @@ type LiveResult struct {
 type drain struct {
 	st        *store.Store
 	plans     *reconcile.Plans
-	h         *stripetest.Harness
+	h         *testenv.Env
 	counted   *countingHandler
 	customers []string
 	subjects  []subject // what each customer's events name: its subscription and price at the fake
@@ -91,17 +91,17 @@ func runDrain(ctx context.Context, st *store.Store, cfg Config) (DrainResult, er
 		LatencyMs: float64(cfg.Latency) / float64(time.Millisecond), RateLimit: cfg.RateLimit,
 		Workers: cfg.Workers, Batch: cfg.Batch, Outcomes: map[string]int{},
 	}
-	plans, err := reconcile.ParsePlans(reconcile.ExamplePlans)
-	if err != nil {
-		return res, err
-	}
+	plans := testenv.Plans()
 	d := &drain{st: st, plans: plans, counted: &countingHandler{}}
-	d.h, err = stripetest.New(stripetest.Options{
+	var err error
+	d.h, err = testenv.New(testenv.Stripe, testenv.Options{
 		Store: st, Wrap: d.counted.wrap, ConnState: d.counted.connState,
-		// The fake's own webhooks are not the burst: seeding sends none.
-		Fake: stripemock.Options{Faults: stripemock.Faults{DropRate: 1}},
-		// billsync's client as serve runs it, at the bench's limit.
-		Client: stripe.Config{RateLimit: cfg.RateLimit},
+		Stripe: testenv.StripeOptions{
+			// The fake's own webhooks are not the burst: seeding sends none.
+			Fake: stripemock.Options{Faults: stripemock.Faults{DropRate: 1}},
+			// billsync's client as serve runs it, at the bench's limit.
+			Client: stripe.Config{RateLimit: cfg.RateLimit},
+		},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
@@ -142,8 +142,8 @@ func runDrain(ctx context.Context, st *store.Store, cfg Config) (DrainResult, er
 
 	// The provider as Stripe's live mode would be: every request takes the
 	// latency, and the account's rate limit is enforced (429 over it).
-	d.h.Fake.SetFaults(stripemock.Faults{Latency: cfg.Latency, RequestsPerSecond: cfg.RateLimit})
-	provider := &countingProvider{Provider: d.h.Client, fetches: map[string]int{}}
+	d.h.Stripe.Fake.SetFaults(stripemock.Faults{Latency: cfg.Latency, RequestsPerSecond: cfg.RateLimit})
+	provider := &countingProvider{Provider: d.h.Stripe.Client, fetches: map[string]int{}}
 	var outcomesMu sync.Mutex
 	worker, err := d.worker(cfg, provider, func(_ reconcile.Job, out reconcile.Outcome) {
 		outcomesMu.Lock()
@@ -222,11 +222,11 @@ func (d *drain) live(ctx context.Context, cfg Config) (LiveResult, error) {
 		}
 		for range n {
 			body := eventBody(fmt.Sprintf("evt_live_%06d", len(plan)), d.subjects[c], len(plan))
-			plan = append(plan, delivery{body: body, header: sign(body, d.h.Secret, now)})
+			plan = append(plan, delivery{body: body, header: sign(body, d.h.Stripe.Secret, now)})
 		}
 	}
 
-	provider := &countingProvider{Provider: d.h.Client, fetches: map[string]int{}}
+	provider := &countingProvider{Provider: d.h.Stripe.Client, fetches: map[string]int{}}
 	worker, err := d.worker(cfg, provider, nil)
 	if err != nil {
 		return res, err
@@ -324,13 +324,13 @@ type seededCustomer struct {
 // seedCustomers creates n customers at the fake, each with a subscription
 // to pro or team (every third), through stripe-go as the app would; after
 // each, seeded (when set) is told its number.
-func seedCustomers(ctx context.Context, h *stripetest.Harness, n int, seeded func(i int)) ([]seededCustomer, error) {
+func seedCustomers(ctx context.Context, h *testenv.Env, n int, seeded func(i int)) ([]seededCustomer, error) {
 	customers := make([]seededCustomer, n)
 	_, _, err := sendAll(ctx, time.Now, 8, n, func(ctx context.Context, i int) error {
 		if seeded != nil {
 			defer seeded(i)
 		}
-		id, err := h.Customer(ctx, fmt.Sprintf("user_%06d", i))
+		id, err := h.Stripe.Customer(ctx, fmt.Sprintf("user_%06d", i))
 		if err != nil {
 			return fmt.Errorf("seed fake: %w", err)
 		}
@@ -338,7 +338,7 @@ func seedCustomers(ctx context.Context, h *stripetest.Harness, n int, seeded fun
 		if i%3 == 2 {
 			price = "price_team"
 		}
-		sub, err := h.Subscribe(ctx, id, price)
+		sub, err := h.Stripe.Subscribe(ctx, id, price)
 		if err != nil {
 			return fmt.Errorf("seed fake: %w", err)
 		}
@@ -377,7 +377,7 @@ func (h *countingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
-	status := stripetest.AnswerStatus(h.next, w, r)
+	status := testenv.AnswerStatus(h.next, w, r)
 	h.requests.Add(1)
 	if status == http.StatusTooManyRequests {
 		h.limited.Add(1)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/stripe/stripe-go/v82/webhook"
 
-	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
 )
@@ -63,11 +63,11 @@ type path struct {
 }
 
 // intake is the pair the bench compares, on one store: billsync's HTTP
-// intake (wired by stripetest as serve wires it) and its ceiling, the same
+// intake (wired by testenv as serve wires it) and its ceiling, the same
 // store call made directly. Both are driven by the same senders.
 type intake struct {
 	st            *store.Store
-	h             *stripetest.Harness
+	h             *testenv.Env
 	poster        *poster
 	ceiling, http path
 	now           func() time.Time // the meters' clock
@@ -77,7 +77,7 @@ type intake struct {
 func newIntake(st *store.Store) (*intake, error) {
 	// The server logs every delivery, as in production: the formatting is
 	// part of the cost, the output is not wanted.
-	h, err := stripetest.New(stripetest.Options{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h, err := testenv.New(testenv.Stripe, testenv.Options{Store: st, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return nil, err
 	}
@@ -116,8 +116,8 @@ func (in *intake) plan(tag string, n int) (_ []delivery, unique int, _ error) {
 	out := make([]delivery, len(bodies))
 	now := time.Now()
 	for i, body := range bodies {
-		header := sign(body, in.h.Secret, now)
-		d, err := in.h.Verifier.Verify(http.Header{"Stripe-Signature": {header}}, body)
+		header := sign(body, in.h.Stripe.Secret, now)
+		d, err := in.h.Stripe.Verifier.Verify(http.Header{"Stripe-Signature": {header}}, body)
 		if err != nil {
 			return nil, 0, fmt.Errorf("bench delivery does not verify: %w", err)
 		}

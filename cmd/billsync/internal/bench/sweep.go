@@ -14,7 +14,7 @@ import (
 	"time"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
-	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
@@ -77,10 +77,7 @@ const fetchSample = 100
 func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, error) {
 	res := SweepResult{Accounts: cfg.SweepAccounts, RateLimit: cfg.RateLimit,
 		LatencyMs: float64(cfg.Latency) / float64(time.Millisecond), Parallel: cfg.SweepParallel}
-	plans, err := reconcile.ParsePlans(reconcile.ExamplePlans)
-	if err != nil {
-		return res, err
-	}
+	plans := testenv.Plans()
 	counted := &countingHandler{}
 	// A real account's customers were created over months; seeded in one
 	// burst, some 2,000 would share each second, and the sweep splits its
@@ -94,10 +91,12 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 			clock.Advance(time.Minute)
 		}
 	}
-	h, err := stripetest.New(stripetest.Options{
+	h, err := testenv.New(testenv.Stripe, testenv.Options{
 		Wrap: counted.wrap, ConnState: counted.connState,
-		Fake:   stripemock.Options{Clock: clock, Faults: stripemock.Faults{DropRate: 1}}, // drift: no webhook reaches billsync
-		Client: stripe.Config{RateLimit: 1e6, ListRateLimit: 1e6},                        // the first sweep, unmetered
+		Stripe: testenv.StripeOptions{
+			Fake:   stripemock.Options{Clock: clock, Faults: stripemock.Faults{DropRate: 1}}, // drift: no webhook reaches billsync
+			Client: stripe.Config{RateLimit: 1e6, ListRateLimit: 1e6},                        // the first sweep, unmetered
+		},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
@@ -115,7 +114,7 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 
 	// Every account as billsync would hold it after a night without drift.
 	t0 = time.Now()
-	first, err := sweepOnce(ctx, st, h.Client, plans, cfg.SweepParallel)
+	first, err := sweepOnce(ctx, st, h.Stripe.Client, plans, cfg.SweepParallel)
 	if err != nil {
 		return res, err
 	}
@@ -129,7 +128,7 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	step := int(math.Round(1 / sweepDrift))
 	drift := func(first int) (drifted int, err error) {
 		for i := first; i < len(customers); i += step {
-			if err := h.ChangePrice(ctx, customers[i].sub, otherPrice(customers[i].price)); err != nil {
+			if err := h.Stripe.ChangePrice(ctx, customers[i].sub, otherPrice(customers[i].price)); err != nil {
 				return drifted, fmt.Errorf("sweep bench drift: %w", err)
 			}
 			drifted++
@@ -143,7 +142,7 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	// The per-account baseline: what reconciling one account costs.
 	reqs0 := counted.requests.Load()
 	for _, c := range customers[:min(fetchSample, len(customers))] {
-		if _, err := h.Client.Fetch(ctx, c.id); err != nil {
+		if _, err := h.Stripe.Client.Fetch(ctx, c.id); err != nil {
 			return res, fmt.Errorf("sweep bench baseline fetch: %w", err)
 		}
 	}
@@ -154,7 +153,7 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	// it) and the provider's latency, billsync's client at the same rate,
 	// all of it for the sweep.
 	metered := stripemock.Faults{DropRate: 1, RequestsPerSecond: cfg.RateLimit, Latency: cfg.Latency}
-	h.Fake.SetFaults(metered)
+	h.Stripe.Fake.SetFaults(metered)
 	// The in-process fake holds every customer, subscription, invoice and
 	// event (about 1 GiB of small objects at 100,000 accounts), and the
 	// Go GC re-scans all of it on the cores the sweep is measured on, a
@@ -162,7 +161,7 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	// process collects less often while the sweeps run; billsync sweep
 	// in its own process keeps the default.
 	defer debug.SetGCPercent(debug.SetGCPercent(sweepGCPercent))
-	client, err := h.NewClient(stripe.Config{RateLimit: cfg.RateLimit, ListRateLimit: cfg.RateLimit})
+	client, err := h.Stripe.NewClient(stripe.Config{RateLimit: cfg.RateLimit, ListRateLimit: cfg.RateLimit})
 	if err != nil {
 		return res, err
 	}
@@ -210,12 +209,12 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	// billsync's own footprint: drift another 1% (the customers between
 	// the first drift's) and sweep again with `billsync sweep` in a
 	// process of its own.
-	h.Fake.SetFaults(stripemock.Faults{DropRate: 1}) // the drift is the dashboard's, not metered
+	h.Stripe.Fake.SetFaults(stripemock.Faults{DropRate: 1}) // the drift is the dashboard's, not metered
 	drifted, err := drift(step / 2)
 	if err != nil {
 		return res, err
 	}
-	h.Fake.SetFaults(metered)
+	h.Stripe.Fake.SetFaults(metered)
 	reqs0 = counted.requests.Load()
 	ran, err := sweepProcess(ctx, cfg.SweepCommand, st, h.URL, cfg.RateLimit, cfg.SweepParallel)
 	if err != nil {

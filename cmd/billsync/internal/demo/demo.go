@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/kinde"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
@@ -140,10 +141,7 @@ func Start(ctx context.Context, databaseURL string, cfg Config) (_ *Demo, err er
 	if _, err := d.st.Migrate(ctx); err != nil {
 		return nil, err
 	}
-	plans, err := reconcile.ParsePlans(reconcile.ExamplePlans)
-	if err != nil {
-		return nil, err
-	}
+	plans := testenv.Plans()
 	d.naive = &naiveApp{plans: plans}
 	// The network between the fake and billsync is the demo's: it holds
 	// the provider's signed deliveries and replays them in the scenario's

@@ -10,22 +10,23 @@ import (
 	"time"
 
 	kindemock "github.com/billsync/billsync/mocks/kinde"
-	"github.com/billsync/billsync/mocks/kinde/kindetest"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/kinde"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
 )
 
-// kindeWorld plays the scenario at the fake Kinde (kindetest): billing
+// kindeWorld plays the scenario at the fake Kinde (testenv): billing
 // agreements set at the fake, and Kinde's own webhooks (signed JWTs) for
 // the plan change, the payment and the Free agreement's cancellation.
 type kindeWorld struct {
-	h *kindetest.Harness
+	h *testenv.Env
 }
 
 func newKindeWorld(st *store.Store, addr string, network http.Handler, logger *slog.Logger) (world, error) {
-	h, err := kindetest.New(kindetest.Options{
-		Store: st, IntakeAddr: addr, Network: network, Fake: kindemock.Options{Logger: logger}, Logger: logger,
+	h, err := testenv.New(testenv.Kinde, testenv.Options{
+		Store: st, IntakeAddr: addr, Network: network, Logger: logger,
+		Kinde: testenv.KindeOptions{Fake: kindemock.Options{Logger: logger}},
 	})
 	if err != nil {
 		return nil, err
@@ -91,7 +92,7 @@ func (w *kindeWorld) naive(body []byte) (kind, planRef string) {
 // onFree gives the customer a Free agreement; the fake sends no webhook.
 func (w *kindeWorld) onFree(context.Context) (string, int, error) {
 	const customer = "customer_0a1b2c3d4e5f"
-	w.h.SetPlan(customer, kindetest.FreePlan)
+	w.h.Kinde.SetPlan(customer, testenv.FreePlan)
 	return customer, 0, nil
 }
 
@@ -100,13 +101,13 @@ func (w *kindeWorld) onFree(context.Context) (string, int, error) {
 // before the change), the plan change and the payment.
 func (w *kindeWorld) toPro(_ context.Context, customer string) error {
 	cancelled := time.Now().Add(-time.Minute)
-	w.h.SetPlan(customer, kindetest.ProPlan)
+	w.h.Kinde.SetPlan(customer, testenv.ProPlan)
 	for _, ev := range []kindemock.Event{
-		{Type: "customer.agreement_cancelled", CustomerID: customer, At: cancelled, Data: map[string]any{"plan_code": kindetest.FreePlan}},
-		{Type: "customer.plan_changed", CustomerID: customer, Data: map[string]any{"plan_code": kindetest.ProPlan}},
-		{Type: "customer.payment_succeeded", CustomerID: customer, Data: map[string]any{"plan_code": kindetest.ProPlan}},
+		{Type: "customer.agreement_cancelled", CustomerID: customer, At: cancelled, Data: map[string]any{"plan_code": testenv.FreePlan}},
+		{Type: "customer.plan_changed", CustomerID: customer, Data: map[string]any{"plan_code": testenv.ProPlan}},
+		{Type: "customer.payment_succeeded", CustomerID: customer, Data: map[string]any{"plan_code": testenv.ProPlan}},
 	} {
-		if _, err := w.h.Fake.SendEvent(ev); err != nil {
+		if _, err := w.h.Kinde.Fake.SendEvent(ev); err != nil {
 			return err
 		}
 	}

@@ -10,21 +10,22 @@ import (
 	stripeapi "github.com/stripe/stripe-go/v82"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
-	"github.com/billsync/billsync/mocks/stripe/stripetest"
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
 )
 
-// stripeWorld plays the scenario at the fake Stripe (stripetest).
+// stripeWorld plays the scenario at the fake Stripe (testenv).
 type stripeWorld struct {
-	h    *stripetest.Harness
+	h    *testenv.Env
 	free string // the Free subscription's id
 }
 
 func newStripeWorld(st *store.Store, addr string, network http.Handler, logger *slog.Logger) (world, error) {
-	h, err := stripetest.New(stripetest.Options{
-		Store: st, IntakeAddr: addr, Network: network, Fake: stripemock.Options{Logger: logger}, Logger: logger,
+	h, err := testenv.New(testenv.Stripe, testenv.Options{
+		Store: st, IntakeAddr: addr, Network: network, Logger: logger,
+		Stripe: testenv.StripeOptions{Fake: stripemock.Options{Logger: logger}},
 	})
 	if err != nil {
 		return nil, err
@@ -83,12 +84,12 @@ func (w *stripeWorld) naive(body []byte) (kind, planRef string) {
 // onFree creates the customer with a Free subscription: created and
 // invoice.paid, two webhooks.
 func (w *stripeWorld) onFree(ctx context.Context) (string, int, error) {
-	cus, err := w.h.API.V1Customers.Create(ctx, &stripeapi.CustomerCreateParams{
+	cus, err := w.h.Stripe.API.V1Customers.Create(ctx, &stripeapi.CustomerCreateParams{
 		Email: stripeapi.String("ada@example.com"), Metadata: map[string]string{"user_id": "user_ada"}})
 	if err != nil {
 		return "", 0, fmt.Errorf("create the customer at the fake Stripe: %w", err)
 	}
-	free, err := w.h.Subscribe(ctx, cus.ID, "price_free")
+	free, err := w.h.Stripe.Subscribe(ctx, cus.ID, "price_free")
 	if err != nil {
 		return "", 0, err
 	}
@@ -99,10 +100,10 @@ func (w *stripeWorld) onFree(ctx context.Context) (string, int, error) {
 // toPro cancels the Free subscription, then subscribes to Pro (its first
 // invoice is paid).
 func (w *stripeWorld) toPro(ctx context.Context, customer string) error {
-	if _, err := w.h.API.V1Subscriptions.Cancel(ctx, w.free, nil); err != nil {
+	if _, err := w.h.Stripe.API.V1Subscriptions.Cancel(ctx, w.free, nil); err != nil {
 		return fmt.Errorf("cancel %s at the fake Stripe: %w", w.free, err)
 	}
-	_, err := w.h.Subscribe(ctx, customer, "price_pro")
+	_, err := w.h.Stripe.Subscribe(ctx, customer, "price_pro")
 	return err
 }
 
