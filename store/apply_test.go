@@ -11,6 +11,7 @@ import (
 
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/scratch"
 	"github.com/billsync/billsync/store/storetest"
 )
 
@@ -118,7 +119,7 @@ func TestApplyCrashBetweenWrites(t *testing.T) {
 	st, job := claimedJob(t)
 	plans := testPlans(t)
 
-	st.CrashAfterAccountWrite(func() error { return errors.New("killed") })
+	scratch.CrashAfterAccountWrite(st, func() error { return errors.New("killed") })
 	_, err := applySnap(ctx, st, job, dbNow(t, st), liveSnap("cus_1", "pro"), plans)
 	require.ErrorContains(t, err, "killed")
 
@@ -128,7 +129,7 @@ func TestApplyCrashBetweenWrites(t *testing.T) {
 	require.Equal(t, map[string]string{"evt_1": "pending"}, s.eventStatus)
 	require.True(t, s.queued, "the job must survive the crash")
 
-	st.CrashAfterAccountWrite(nil)
+	scratch.CrashAfterAccountWrite(st, nil)
 	out, err := applySnap(ctx, st, job, dbNow(t, st), liveSnap("cus_1", "pro"), plans)
 	require.NoError(t, err)
 	require.Equal(t, reconcile.ResultApplied, out.Result)
