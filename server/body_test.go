@@ -29,7 +29,6 @@ import (
 func TestIntakeLyingClients(t *testing.T) {
 	const liars = 200
 	st := storetest.NewStore(t)
-	pool := st.Pool()
 	cfg := intakeConfig(t, st)
 	cfg.BodyTimeout = time.Hour // they must still be connected when measured
 	srv, s := startIntake(t, cfg)
@@ -62,7 +61,7 @@ func TestIntakeLyingClients(t *testing.T) {
 	a := deliver(t, srv.URL, body, sign(body, secretA, time.Now()))
 	require.Equal(t, http.StatusOK, a.code, a.body)
 	require.Equal(t, "stored", a.body["status"])
-	counts := rowCounts(t, pool)
+	counts := storetest.RowCounts(t, st)
 	require.Equal(t, 1, counts["inbox_events"])
 	require.Equal(t, 1, counts["receipts"])
 }
@@ -74,7 +73,6 @@ func TestIntakeLyingClients(t *testing.T) {
 // stored too.
 func TestIntakeBodyMemoryBudget(t *testing.T) {
 	st := storetest.NewStore(t)
-	pool := st.Pool()
 	cfg := intakeConfig(t, st)
 	cfg.BodyMemory = server.MaxBodyBytes // one maximum-size body at a time
 	cfg.BodyTimeout = time.Hour
@@ -95,14 +93,14 @@ func TestIntakeBodyMemoryBudget(t *testing.T) {
 	small := eventBody("evt_small", "invoice.paid", "cus_small", "2025-08-27.basil")
 	a = deliver(t, srv.URL, small, sign(small, secretA, time.Now()))
 	require.Equal(t, http.StatusOK, a.code, a.body)
-	require.Equal(t, 1, rowCounts(t, pool)["inbox_events"])
+	require.Equal(t, 1, storetest.RowCounts(t, st)["inbox_events"])
 
 	slow.Close()
 	waitFor(t, func() bool { return server.BodyMemoryInUse(s) == 0 })
 	a = deliver(t, srv.URL, large, sign(large, secretA, time.Now()))
 	require.Equal(t, http.StatusOK, a.code, a.body)
 	require.Equal(t, "stored", a.body["status"])
-	require.Equal(t, 2, rowCounts(t, pool)["inbox_events"])
+	require.Equal(t, 2, storetest.RowCounts(t, st)["inbox_events"])
 	require.Zero(t, server.BodyMemoryInUse(s), "every reservation is returned")
 }
 
@@ -112,7 +110,6 @@ func TestIntakeBodyMemoryBudget(t *testing.T) {
 // anyone could otherwise trip a 5xx alert.
 func TestIntakeClientFailuresAreNotServerErrors(t *testing.T) {
 	st := storetest.NewStore(t)
-	pool := st.Pool()
 	logs := &recordingHandler{}
 	cfg := intakeConfig(t, st)
 	cfg.Logger = slog.New(logs)
@@ -154,7 +151,7 @@ func TestIntakeClientFailuresAreNotServerErrors(t *testing.T) {
 	require.Equal(t, len(tests), metricValue(t, srv.URL, `billsync_webhook_deliveries_total{answer="client_error",provider="stripe"}`))
 	require.Equal(t, 0, metricValue(t, srv.URL, `billsync_webhook_deliveries_total{answer="500",provider="stripe"}`))
 	require.Empty(t, logs.atLeast(slog.LevelError))
-	for table, n := range rowCounts(t, pool) {
+	for table, n := range storetest.RowCounts(t, st) {
 		require.Zero(t, n, "table %s", table)
 	}
 }
@@ -232,7 +229,6 @@ func (h *recordingHandler) atLeast(level slog.Level) []string {
 // 413 and nothing is stored.
 func TestIntakeBodyLimit(t *testing.T) {
 	st := storetest.NewStore(t)
-	pool := st.Pool()
 	srv := newIntake(t, st)
 	post := func(body []byte) int {
 		// A reader of unknown length makes the client send it chunked.
@@ -249,13 +245,8 @@ func TestIntakeBodyLimit(t *testing.T) {
 	exact := padded(eventBody("evt_exact", "invoice.paid", "cus_1", "2025-08-27.basil"), server.MaxBodyBytes)
 	require.Equal(t, http.StatusOK, post(exact))
 	var stored []string
-	rows, err := pool.Query(context.Background(), `SELECT dedupe_key FROM inbox_events`)
-	require.NoError(t, err)
-	for rows.Next() {
-		var k string
-		require.NoError(t, rows.Scan(&k))
-		stored = append(stored, k)
+	for _, e := range storetest.Events(t, st) {
+		stored = append(stored, e.DedupeKey)
 	}
-	require.NoError(t, rows.Err())
 	require.Equal(t, []string{"evt_exact"}, stored)
 }
