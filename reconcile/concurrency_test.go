@@ -22,6 +22,7 @@ import (
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/storetest"
 )
 
 // workerProcEnv makes the test binary a second billsync worker process
@@ -147,7 +148,7 @@ func TestConcurrentWorkers(t *testing.T) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		var queued, pending int
-		require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM reconcile_queue), (SELECT count(*) FROM inbox_events WHERE status = 'pending')`).Scan(&queued, &pending))
+		require.NoError(t, storetest.LegacyPool(h.st).QueryRow(ctx, `SELECT (SELECT count(*) FROM reconcile_queue), (SELECT count(*) FROM inbox_events WHERE status = 'pending')`).Scan(&queued, &pending))
 		if queued == 0 && pending == 0 {
 			break
 		}
@@ -160,7 +161,7 @@ func TestConcurrentWorkers(t *testing.T) {
 	require.NoError(t, proc.Wait(), "second process:\n%s", procLog.String())
 
 	var events, applied, receipts int
-	require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status = 'applied'), (SELECT count(*) FROM receipts) FROM inbox_events`).Scan(&events, &applied, &receipts))
+	require.NoError(t, storetest.LegacyPool(h.st).QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status = 'applied'), (SELECT count(*) FROM receipts) FROM inbox_events`).Scan(&events, &applied, &receipts))
 	require.Equal(t, changes+customers, events, "every event stored once (customer.created, created and invoice.paid per customer, one update per change)")
 	require.Equal(t, events, applied, "every event applied")
 	require.Equal(t, 2*events, receipts, "every copy has its receipt")
@@ -179,7 +180,7 @@ func TestConcurrentWorkers(t *testing.T) {
 		reconciles++
 	}
 	var logged int
-	require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT count(*) FROM reconcile_log`).Scan(&logged))
+	require.NoError(t, storetest.LegacyPool(h.st).QueryRow(ctx, `SELECT count(*) FROM reconcile_log`).Scan(&logged))
 	require.Greater(t, logged, reconciles, "the second process must have taken part")
 	require.Less(t, logged, events, "copies and bursts must coalesce")
 	t.Logf("%d events (%d deliveries) → %d reconciles, %d in this process", events, receipts, logged, reconciles)

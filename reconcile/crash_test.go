@@ -14,6 +14,7 @@ import (
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store/storetest"
 )
 
 // TestKilledWorkerProcessStrandsNothing: a worker process is killed with
@@ -51,13 +52,13 @@ func TestKilledWorkerProcessStrandsNothing(t *testing.T) {
 
 	var held int
 	require.Eventually(t, func() bool {
-		err := h.st.Pool().QueryRow(ctx, `SELECT count(*) FROM reconcile_queue WHERE locked_by LIKE 'proc2-%'`).Scan(&held)
+		err := storetest.LegacyPool(h.st).QueryRow(ctx, `SELECT count(*) FROM reconcile_queue WHERE locked_by LIKE 'proc2-%'`).Scan(&held)
 		return err == nil && held >= 4 // 4 loops, each fetching its first job
 	}, time.Minute, 5*time.Millisecond, "the second process never claimed:\n%s", &procLog)
 	require.NoError(t, proc.Process.Kill())
 	killed := time.Now()
 	_ = proc.Wait()
-	require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT count(*) FROM reconcile_queue WHERE locked_by LIKE 'proc2-%'`).Scan(&held))
+	require.NoError(t, storetest.LegacyPool(h.st).QueryRow(ctx, `SELECT count(*) FROM reconcile_queue WHERE locked_by LIKE 'proc2-%'`).Scan(&held))
 
 	h.fake.SetFaults(stripemock.Faults{})
 	runCtx, stop := context.WithCancel(ctx)
@@ -69,7 +70,7 @@ func TestKilledWorkerProcessStrandsNothing(t *testing.T) {
 
 	var queued, pending int
 	require.Eventually(t, func() bool {
-		err := h.st.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM reconcile_queue), (SELECT count(*) FROM inbox_events WHERE status = 'pending')`).Scan(&queued, &pending)
+		err := storetest.LegacyPool(h.st).QueryRow(ctx, `SELECT (SELECT count(*) FROM reconcile_queue), (SELECT count(*) FROM inbox_events WHERE status = 'pending')`).Scan(&queued, &pending)
 		return err == nil && queued == 0 && pending == 0
 	}, 5*time.Minute, 10*time.Millisecond, "stranded customers never reconciled")
 	t.Logf("lease %s: %d customers stranded by kill -9, all reconciled %s after the kill", lease, held, time.Since(killed).Round(10*time.Millisecond))

@@ -139,9 +139,9 @@ func stateOf(t testingT, st *store.Store, provider, customer string) customerSta
 		s.Plan, s.Status = a.Plan, a.Status
 		s.Balance, err = st.Balance(ctx, a.ID)
 		require.NoError(t, err)
-		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM ledger WHERE account_id = $1 AND kind = 'grant'`, a.ID).Scan(&s.Grants))
+		require.NoError(t, storetest.LegacyPool(st).QueryRow(ctx, `SELECT count(*) FROM ledger WHERE account_id = $1 AND kind = 'grant'`, a.ID).Scan(&s.Grants))
 	}
-	rows, err := st.Pool().Query(ctx, `SELECT status, count(*) FROM inbox_events WHERE provider = $1 AND customer_id = $2 GROUP BY status`, provider, customer)
+	rows, err := storetest.LegacyPool(st).Query(ctx, `SELECT status, count(*) FROM inbox_events WHERE provider = $1 AND customer_id = $2 GROUP BY status`, provider, customer)
 	require.NoError(t, err)
 	defer rows.Close()
 	for rows.Next() {
@@ -165,7 +165,7 @@ func (h *harness) largestGrant(customerID string) int64 {
 // largestGrantOf is largestGrant for a customer of any provider.
 func largestGrantOf(t testingT, st *store.Store, plans *reconcile.Plans, provider, customer string) int64 {
 	t.Helper()
-	rows, err := st.Pool().Query(context.Background(), `
+	rows, err := storetest.LegacyPool(st).Query(context.Background(), `
 		SELECT DISTINCT l.plan FROM ledger l JOIN accounts a ON a.id = l.account_id AND l.period_start = a.period_start
 		WHERE a.provider = $1 AND a.customer_id = $2 AND l.kind = 'grant'`, provider, customer)
 	require.NoError(t, err)
@@ -183,7 +183,7 @@ func largestGrantOf(t testingT, st *store.Store, plans *reconcile.Plans, provide
 // outcomeTexts returns the outcomes recorded in reconcile_log for customer.
 func (h *harness) outcomeTexts(customerID string) []string {
 	h.t.Helper()
-	rows, err := h.st.Pool().Query(context.Background(), `SELECT result || ': ' || outcome FROM reconcile_log WHERE customer_id = $1 ORDER BY id`, customerID)
+	rows, err := storetest.LegacyPool(h.st).Query(context.Background(), `SELECT result || ': ' || outcome FROM reconcile_log WHERE customer_id = $1 ORDER BY id`, customerID)
 	require.NoError(h.t, err)
 	var out []string
 	for rows.Next() {

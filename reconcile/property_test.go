@@ -17,6 +17,7 @@ import (
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/storetest"
 )
 
 // TestPropertyConvergesToStripe: random changes at the fake Stripe (plan
@@ -226,7 +227,7 @@ func drainQueue(t testingT, st *store.Store, w *reconcile.Worker, fake faultKnob
 	for range 1000 {
 		drain(t, w)
 		var queued int
-		require.NoError(t, st.Pool().QueryRow(context.Background(),
+		require.NoError(t, storetest.LegacyPool(st).QueryRow(context.Background(),
 			`SELECT count(*) FROM reconcile_queue WHERE status = 'pending'`).Scan(&queued))
 		if queued == 0 {
 			return

@@ -63,7 +63,5 @@ func TestDatabaseRestartMidReconcileKeepsNoLease(t *testing.T) {
 	a, err := st.Account(ctx, "stripe", "cus_1")
 	require.NoError(t, err)
 	require.Equal(t, "pro", a.Plan)
-	status, _, err := st.EventOutcome(ctx, "stripe", "evt_1")
-	require.NoError(t, err)
-	require.Equal(t, reconcile.EventApplied, status)
+	require.Equal(t, reconcile.EventApplied, storetest.EventByKey(t, st, "stripe", "evt_1").Status)
 }

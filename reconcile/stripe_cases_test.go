@@ -67,7 +67,7 @@ type grant struct {
 // grants returns the customer's grant rows, oldest first.
 func (h *harness) grants(customerID string) []grant {
 	h.t.Helper()
-	rows, err := h.st.Pool().Query(context.Background(), `
+	rows, err := storetest.LegacyPool(h.st).Query(context.Background(), `
 		SELECT l.plan, l.period_start, l.delta FROM ledger l JOIN accounts a ON a.id = l.account_id
 		WHERE a.customer_id = $1 AND l.kind = 'grant' ORDER BY l.id`, customerID)
 	require.NoError(h.t, err)
@@ -593,7 +593,7 @@ func TestStripeThinEvents(t *testing.T) {
 	require.Equal(t, customerState{Plan: "pro", Status: "active", Balance: 500, Grants: 1,
 		Events: map[string]int{"applied": 3}}, s, "created, its invoice.paid and updated, each resolved to the customer")
 	var thin int
-	require.NoError(t, st.Pool().QueryRow(context.Background(),
+	require.NoError(t, storetest.LegacyPool(st).QueryRow(context.Background(),
 		`SELECT count(*) FROM inbox_events WHERE customer_id = $1 AND type LIKE 'v1.%'`, cus).Scan(&thin))
 	require.Equal(t, 3, thin, "the events stored are the thin ones")
 

@@ -74,7 +74,7 @@ func (h *harness) sweeper(lister reconcile.Lister, st reconcile.SweepStore) *rec
 func (h *harness) sweepRun() (status string, seen, changed int, errText string) {
 	h.t.Helper()
 	var e *string
-	require.NoError(h.t, h.st.Pool().QueryRow(context.Background(),
+	require.NoError(h.t, storetest.LegacyPool(h.st).QueryRow(context.Background(),
 		`SELECT status, seen, changed, error FROM sweep_runs ORDER BY id DESC LIMIT 1`).Scan(&status, &seen, &changed, &e))
 	if e != nil {
 		errText = *e
@@ -160,7 +160,7 @@ func TestSweepHealsDrift(t *testing.T) {
 	require.Equal(t, n, seen)
 	require.Equal(t, len(wrong), changed)
 	var logged int
-	require.NoError(t, h.st.Pool().QueryRow(context.Background(),
+	require.NoError(t, storetest.LegacyPool(h.st).QueryRow(context.Background(),
 		`SELECT count(*) FROM reconcile_log WHERE trigger = 'sweep'`).Scan(&logged))
 	require.Equal(t, len(wrong), logged, "accounts already right are not written")
 
@@ -303,7 +303,7 @@ func TestSweepResumesFromCursor(t *testing.T) {
 	require.Zero(t, rep.Enqueued, "every account was covered, before or after the crash")
 	require.Empty(t, h.wrongAccounts(customers))
 	var runs int
-	require.NoError(t, h.st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM sweep_runs`).Scan(&runs))
+	require.NoError(t, storetest.LegacyPool(h.st).QueryRow(context.Background(), `SELECT count(*) FROM sweep_runs`).Scan(&runs))
 	require.Equal(t, 1, runs, "the run was resumed, not started again")
 }
 
@@ -418,7 +418,7 @@ func TestSweepOneAtATime(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.Run.Seen)
 	var runs int
-	require.NoError(t, h.st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM sweep_runs WHERE status = 'succeeded'`).Scan(&runs))
+	require.NoError(t, storetest.LegacyPool(h.st).QueryRow(context.Background(), `SELECT count(*) FROM sweep_runs WHERE status = 'succeeded'`).Scan(&runs))
 	require.Equal(t, 2, runs)
 }
 
@@ -444,13 +444,13 @@ func TestSweepEnqueuesWhatTheListingDidNotCover(t *testing.T) {
 	// One more customer whose queue row is dead.
 	dead := h.customer("u_dead")
 	require.NoError(t, h.st.Enqueue(ctx, stripe.Provider, dead, reconcile.TriggerWebhook))
-	_, err = h.st.Pool().Exec(ctx, `UPDATE reconcile_queue SET status = 'dead', attempts = 5 WHERE customer_id = $1`, dead)
+	_, err = storetest.LegacyPool(h.st).Exec(ctx, `UPDATE reconcile_queue SET status = 'dead', attempts = 5 WHERE customer_id = $1`, dead)
 	require.NoError(t, err)
 
 	rep, err := h.sweeper(nil, nil).Run(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 2, rep.Run.Seen, "the listed customer and the one with the dead row")
-	rows, err := h.st.Pool().Query(ctx, `SELECT customer_id, trigger, status, attempts FROM reconcile_queue ORDER BY customer_id`)
+	rows, err := storetest.LegacyPool(h.st).Query(ctx, `SELECT customer_id, trigger, status, attempts FROM reconcile_queue ORDER BY customer_id`)
 	require.NoError(t, err)
 	got := map[string]string{}
 	for rows.Next() {
@@ -509,7 +509,7 @@ func TestSweepRestoresALostGrant(t *testing.T) {
 	require.NoError(t, err)
 	lost, err := h.st.Account(ctx, stripe.Provider, customers[0])
 	require.NoError(t, err)
-	_, err = h.st.Pool().Exec(ctx, `DELETE FROM ledger WHERE account_id = $1`, lost.ID)
+	_, err = storetest.LegacyPool(h.st).Exec(ctx, `DELETE FROM ledger WHERE account_id = $1`, lost.ID)
 	require.NoError(t, err)
 
 	rep, err := h.sweeper(nil, nil).Run(ctx)
@@ -536,10 +536,10 @@ func TestSweepWithoutAListerQueuesEveryAccountPaced(t *testing.T) {
 	h, _ := newSweepHarness(t, stripemock.Options{}, false)
 	ctx := context.Background()
 	for _, c := range []string{"kinde_a", "kinde_b", "kinde_c"} {
-		_, err := h.st.Pool().Exec(ctx, `INSERT INTO accounts (provider, customer_id) VALUES ('kinde', $1)`, c)
+		_, err := storetest.LegacyPool(h.st).Exec(ctx, `INSERT INTO accounts (provider, customer_id) VALUES ('kinde', $1)`, c)
 		require.NoError(t, err)
 	}
-	_, err := h.st.Pool().Exec(ctx, `INSERT INTO accounts (provider, customer_id) VALUES ('stripe', 'cus_other')`)
+	_, err := storetest.LegacyPool(h.st).Exec(ctx, `INSERT INTO accounts (provider, customer_id) VALUES ('stripe', 'cus_other')`)
 	require.NoError(t, err)
 	s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: h.st, Provider: "kinde", Plans: h.plans, Pace: time.Minute})
 	require.NoError(t, err)
@@ -549,7 +549,7 @@ func TestSweepWithoutAListerQueuesEveryAccountPaced(t *testing.T) {
 	status, _, _, _ := h.sweepRun()
 	require.Equal(t, "succeeded", status)
 
-	rows, err := h.st.Pool().Query(ctx, `SELECT customer_id, trigger, round(extract(epoch FROM due_at - requested_at) / 60)
+	rows, err := storetest.LegacyPool(h.st).Query(ctx, `SELECT customer_id, trigger, round(extract(epoch FROM due_at - requested_at) / 60)
 		FROM reconcile_queue ORDER BY due_at`)
 	require.NoError(t, err)
 	var got []string

@@ -14,6 +14,7 @@ import (
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store/storetest"
 )
 
 // partLister is the Stripe client's listing, split into parts as the
@@ -106,7 +107,7 @@ func TestSweepListsInParts(t *testing.T) {
 	// one-customer requests to find the oldest customer.
 	require.LessOrEqual(t, int(calls.n.Load()), 2*pages+12)
 	var applied int
-	require.NoError(t, h.st.Pool().QueryRow(context.Background(),
+	require.NoError(t, storetest.LegacyPool(h.st).QueryRow(context.Background(),
 		`SELECT count(*) FROM reconcile_log WHERE trigger = 'sweep'`).Scan(&applied))
 	require.Equal(t, n, applied, "one apply per customer")
 }
@@ -130,10 +131,10 @@ func TestSweepInPartsKilledResumes(t *testing.T) {
 	require.ErrorIs(t, err, errKilled)
 	var runID int64
 	var status, cursor string
-	require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT id, status, cursor FROM sweep_runs`).Scan(&runID, &status, &cursor))
+	require.NoError(t, storetest.LegacyPool(h.st).QueryRow(ctx, `SELECT id, status, cursor FROM sweep_runs`).Scan(&runID, &status, &cursor))
 	require.Equal(t, "running", status)
 	require.Contains(t, cursor, "\n", "several parts were under way")
-	rows, err := h.st.Pool().Query(ctx, `SELECT customer_id FROM sweep_seen WHERE run_id = $1`, runID)
+	rows, err := storetest.LegacyPool(h.st).Query(ctx, `SELECT customer_id FROM sweep_seen WHERE run_id = $1`, runID)
 	require.NoError(t, err)
 	recorded := map[string]bool{}
 	for rows.Next() {

@@ -10,6 +10,7 @@ import (
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store/storetest"
 )
 
 func drain(t testingT, w *reconcile.Worker) int {
@@ -64,7 +65,7 @@ func TestWorkerIgnoresWithAReason(t *testing.T) {
 	require.Equal(t, []string{"ignored: ignored: price legacy_gold / price_legacy maps to no plan"}, h.outcomeTexts(cus))
 	require.Equal(t, []string{"ignored: ignored: customer cus_nobody is unknown to stripe"}, h.outcomeTexts("cus_nobody"))
 	var queued int
-	require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT count(*) FROM reconcile_queue`).Scan(&queued))
+	require.NoError(t, storetest.LegacyPool(h.st).QueryRow(ctx, `SELECT count(*) FROM reconcile_queue`).Scan(&queued))
 	require.Zero(t, queued, "a permanent failure is not retried")
 }
 
@@ -117,10 +118,10 @@ func TestWorkerProviderDownForGood(t *testing.T) {
 	require.Empty(t, s.Plan)
 	require.Equal(t, map[string]int{"dead": 3}, s.Events, "customer.created, the subscription and its invoice")
 	var status string
-	require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT status FROM reconcile_queue WHERE customer_id = $1`, cus).Scan(&status))
+	require.NoError(t, storetest.LegacyPool(h.st).QueryRow(ctx, `SELECT status FROM reconcile_queue WHERE customer_id = $1`, cus).Scan(&status))
 	require.Equal(t, "dead", status)
 	var outcome string
-	require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT outcome FROM inbox_events WHERE customer_id = $1 LIMIT 1`, cus).Scan(&outcome))
+	require.NoError(t, storetest.LegacyPool(h.st).QueryRow(ctx, `SELECT outcome FROM inbox_events WHERE customer_id = $1 LIMIT 1`, cus).Scan(&outcome))
 	require.Contains(t, outcome, "dead after 4 attempts")
 
 	h.fake.SetFaults(stripemock.Faults{})
@@ -148,14 +149,14 @@ func TestWorkerStopReleasesLeases(t *testing.T) {
 	// Wait for the batch to be claimed, then stop.
 	require.Eventually(t, func() bool {
 		var leased int
-		err := h.st.Pool().QueryRow(ctx, `SELECT count(*) FROM reconcile_queue WHERE locked_until IS NOT NULL`).Scan(&leased)
+		err := storetest.LegacyPool(h.st).QueryRow(ctx, `SELECT count(*) FROM reconcile_queue WHERE locked_until IS NOT NULL`).Scan(&leased)
 		return err == nil && leased == 5
 	}, 10*time.Second, 5*time.Millisecond)
 	cancel()
 	<-done
 
 	var queued, leased, pending int
-	require.NoError(t, h.st.Pool().QueryRow(ctx, `
+	require.NoError(t, storetest.LegacyPool(h.st).QueryRow(ctx, `
 		SELECT count(*), count(*) FILTER (WHERE locked_until IS NOT NULL),
 		       (SELECT count(*) FROM inbox_events WHERE status = 'pending')
 		FROM reconcile_queue`).Scan(&queued, &leased, &pending))
@@ -163,6 +164,6 @@ func TestWorkerStopReleasesLeases(t *testing.T) {
 	require.Positive(t, queued, "the stop came before the batch was done")
 	require.Positive(t, pending, "unfinished customers keep their events pending")
 	var attempts int
-	require.NoError(t, h.st.Pool().QueryRow(ctx, `SELECT coalesce(max(attempts), 0) FROM reconcile_queue`).Scan(&attempts))
+	require.NoError(t, storetest.LegacyPool(h.st).QueryRow(ctx, `SELECT coalesce(max(attempts), 0) FROM reconcile_queue`).Scan(&attempts))
 	require.Zero(t, attempts, "a shutdown is not a provider failure")
 }
