@@ -86,9 +86,9 @@ func (h *harness) largestGrant(customer string) int64 {
 func (h *harness) outcomeTexts(customer string) []string {
 	h.t.Helper()
 	var out []string
-	for _, l := range storetest.Reconciles(h.t, h.Store) {
+	for _, l := range storetest.ReconcileLog(h.t, h.Store) {
 		if l.CustomerID == customer {
-			out = append(out, l.Result+": "+l.Outcome)
+			out = append(out, string(l.Result)+": "+l.Outcome)
 		}
 	}
 	return out

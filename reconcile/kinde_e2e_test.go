@@ -101,7 +101,7 @@ func (h *kindeHarness) post(body []byte, webhookID string) int {
 // included).
 func (h *kindeHarness) tally(customer string) (events, receipts int) {
 	h.t.Helper()
-	for _, e := range storetest.Events(h.t, h.Store, kinde.Provider, customer) {
+	for _, e := range storetest.CustomerEvents(h.t, h.Store, kinde.Provider, customer) {
 		events++
 		receipts += e.Receipts
 	}

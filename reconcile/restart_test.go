@@ -51,9 +51,9 @@ func TestDatabaseRestartMidReconcileKeepsNoLease(t *testing.T) {
 	}, time.Minute, 10*time.Millisecond, "the job was not claimable again: its lease was left behind")
 
 	var results []string
-	for _, l := range storetest.Reconciles(t, st) {
+	for _, l := range storetest.ReconcileLog(t, st) {
 		if l.CustomerID == "cus_1" {
-			results = append(results, l.Result)
+			results = append(results, string(l.Result))
 		}
 	}
 	require.Equal(t, []string{"retry", "applied"}, results)

@@ -567,7 +567,7 @@ func TestStripeThinEvents(t *testing.T) {
 	require.Equal(t, storetest.CustomerState{Plan: "pro", Status: "active", Balance: 500, Grants: 1,
 		Events: map[string]int{"applied": 3}}, s, "created, its invoice.paid and updated, each resolved to the customer")
 	thin := 0
-	for _, e := range storetest.Events(t, h.Store, stripe.Provider, cus) {
+	for _, e := range storetest.CustomerEvents(t, h.Store, stripe.Provider, cus) {
 		if strings.HasPrefix(e.Type, "v1.") {
 			thin++
 		}

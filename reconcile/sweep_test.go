@@ -84,7 +84,7 @@ func (h *harness) sweepRuns() map[string]int {
 func (h *harness) sweepApplies() int {
 	h.t.Helper()
 	n := 0
-	for _, l := range storetest.Reconciles(h.t, h.Store) {
+	for _, l := range storetest.ReconcileLog(h.t, h.Store) {
 		if l.Trigger == reconcile.TriggerSweep {
 			n++
 		}
@@ -447,7 +447,7 @@ func TestSweepEnqueuesWhatTheListingDidNotCover(t *testing.T) {
 	// One more customer whose queue row is dead.
 	dead := h.Customer("u_dead")
 	require.NoError(t, h.Store.Enqueue(ctx, stripe.Provider, dead, reconcile.TriggerWebhook))
-	storetest.KillQueueRow(t, h.Store, stripe.Provider, dead, 5)
+	storetest.SetQueueDead(t, h.Store, stripe.Provider, dead, 5, "")
 
 	rep, err := h.sweeper(nil, nil).Run(ctx)
 	require.NoError(t, err)
@@ -544,7 +544,7 @@ func TestSweepWithoutAListerQueuesEveryAccountPaced(t *testing.T) {
 
 	var got []string
 	for _, q := range storetest.Queue(t, h.Store) {
-		got = append(got, fmt.Sprintf("%s %s +%.0fm", q.CustomerID, q.Trigger, math.Round(q.Delay.Minutes())))
+		got = append(got, fmt.Sprintf("%s %s +%.0fm", q.CustomerID, q.Trigger, math.Round(q.Delay().Minutes())))
 	}
 	require.Equal(t, []string{"kinde_a sweep +0m", "kinde_b sweep +1m", "kinde_c sweep +2m"}, got)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store/scratch"
 	"github.com/billsync/billsync/store/storetest"
 )
 
@@ -117,7 +118,7 @@ func TestWorkerProviderDownForGood(t *testing.T) {
 	require.Empty(t, s.Plan)
 	require.Equal(t, map[string]int{"dead": 3}, s.Events, "customer.created, the subscription and its invoice")
 	require.Equal(t, "dead", s.Queue.Status)
-	events := storetest.Events(t, h.Store, stripe.Provider, cus)
+	events := storetest.CustomerEvents(t, h.Store, stripe.Provider, cus)
 	require.NotEmpty(t, events)
 	require.Contains(t, events[0].Outcome, "dead after 4 attempts")
 
@@ -148,7 +149,7 @@ func TestWorkerStopReleasesLeases(t *testing.T) {
 	// any row has had.
 	leases := func() (leased, attempts int) {
 		for _, q := range storetest.Queue(t, h.Store) {
-			if q.Leased {
+			if q.Leased() {
 				leased++
 			}
 			attempts = max(attempts, q.Attempts)
@@ -165,7 +166,7 @@ func TestWorkerStopReleasesLeases(t *testing.T) {
 	leased, attempts := leases()
 	require.Zero(t, leased, "no lease may outlive the worker")
 	require.Positive(t, len(storetest.Queue(t, h.Store)), "the stop came before the batch was done")
-	stats, err := h.Store.Stats(ctx)
+	stats, err := scratch.ReadStats(ctx, h.Store)
 	require.NoError(t, err)
 	require.Positive(t, stats.Pending, "unfinished customers keep their events pending")
 	require.Zero(t, attempts, "a shutdown is not a provider failure")

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	stripeapi "github.com/stripe/stripe-go/v82"
 
@@ -28,18 +27,16 @@ const adminToken = "test-admin-token-0123456789"
 // adminEnv is the admin API on a real store, with a worker on billsync's
 // Stripe client at the fake for resyncs and replays.
 type adminEnv struct {
-	t    *testing.T
-	st   *store.Store
-	pool *pgxpool.Pool
-	sh   *testenv.Test
-	url  string
-	w    *reconcile.Worker
+	t   *testing.T
+	st  *store.Store
+	sh  *testenv.Test
+	url string
+	w   *reconcile.Worker
 }
 
 func newAdminEnv(t *testing.T, token string) *adminEnv {
 	t.Helper()
 	e := &adminEnv{t: t, st: storetest.NewStore(t)}
-	e.pool = e.st.Pool()
 	e.sh = testenv.ForTest(t, testenv.Stripe, testenv.Options{Store: e.st})
 	plans := testenv.Plans()
 	var err error
@@ -98,11 +95,29 @@ func bearerRequest(t testing.TB, method, url, token, body string) (int, string, 
 	return resp.StatusCode, string(b), resp.Header
 }
 
-func (e *adminEnv) query(sql string, args ...any) string {
+// plan is the account's plan as stored.
+func (e *adminEnv) plan(id int64) string {
 	e.t.Helper()
-	var s string
-	require.NoError(e.t, e.pool.QueryRow(context.Background(), sql, args...).Scan(&s), sql)
-	return s
+	a, err := e.st.AccountByID(context.Background(), id)
+	require.NoError(e.t, err)
+	return a.Plan
+}
+
+// lastLog is the newest reconcile_log row, whoever it is of: trigger actor
+// result.
+func (e *adminEnv) lastLog() string {
+	e.t.Helper()
+	log := storetest.ReconcileLog(e.t, e.st)
+	require.NotEmpty(e.t, log)
+	l := log[len(log)-1]
+	return l.Trigger + " " + l.Actor + " " + string(l.Result)
+}
+
+// ledgerState is the account's plan, then the whole ledger's sum and rows.
+func (e *adminEnv) ledgerState(id int64) string {
+	e.t.Helper()
+	rows, sum := storetest.LedgerTotal(e.t, e.st, 0, "")
+	return fmt.Sprintf("%s %d %d", e.plan(id), sum, rows)
 }
 
 // tables is every table's row count and a digest of its rows.
@@ -132,8 +147,7 @@ func TestAdminAbsentWithoutToken(t *testing.T) {
 func TestAdminRefusesWrongToken(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
 	id := e.customer("u1", "u1@example.com", "price_pro")
-	_, err := e.pool.Exec(context.Background(), `UPDATE accounts SET plan = 'free' WHERE id = $1`, id) // drift a resync would heal
-	require.NoError(t, err)
+	storetest.DriftAccount(t, e.st, id, "free", "") // drift a resync would heal
 	before := e.tables()
 	for _, r := range adminRoutes {
 		for _, token := range []string{"", "wrong", adminToken + "x", adminToken[:10]} {
@@ -151,7 +165,7 @@ func TestAdminRefusesWrongToken(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 	}
 	require.Equal(t, before, e.tables())
-	require.Equal(t, "free", e.query(`SELECT plan FROM accounts WHERE id = $1`, id))
+	require.Equal(t, "free", e.plan(id))
 }
 
 // TestAdminEscapesProviderData: a customer's email and user reference are
@@ -184,8 +198,7 @@ func TestAdminEscapesProviderData(t *testing.T) {
 func TestAdminResyncAndReplay(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
 	id := e.customer("u1", "u1@example.com", "price_pro")
-	_, err := e.pool.Exec(context.Background(), `UPDATE accounts SET plan = 'free' WHERE id = $1`, id)
-	require.NoError(t, err)
+	storetest.DriftAccount(t, e.st, id, "free", "")
 
 	// Dry run: says what it would do, writes nothing.
 	before := e.tables()
@@ -205,18 +218,20 @@ func TestAdminResyncAndReplay(t *testing.T) {
 	// The real resync heals it and is audited as admin-api.
 	code, body = e.do("POST", fmt.Sprintf("/admin/api/accounts/%d/resync", id), adminToken)
 	require.Equal(t, http.StatusOK, code, body)
-	require.Equal(t, "pro", e.query(`SELECT plan FROM accounts WHERE id = $1`, id))
-	require.Equal(t, "resync admin-api applied", e.query(`SELECT trigger || ' ' || actor || ' ' || result FROM reconcile_log ORDER BY id DESC LIMIT 1`))
+	require.Equal(t, "pro", e.plan(id))
+	require.Equal(t, "resync admin-api applied", e.lastLog())
 
 	// Replaying an applied event changes nothing.
-	ev := e.query(`SELECT min(id)::text FROM inbox_events`)
-	state := e.query(`SELECT plan || (SELECT sum(delta) FROM ledger)::text || (SELECT count(*) FROM ledger)::text FROM accounts WHERE id = $1`, id)
-	code, body = e.do("POST", "/admin/api/events/"+ev+"/replay", adminToken)
+	events := storetest.Events(t, e.st)
+	require.NotEmpty(t, events)
+	ev := events[0].ID
+	state := e.ledgerState(id)
+	code, body = e.do("POST", fmt.Sprintf("/admin/api/events/%d/replay", ev), adminToken)
 	require.Equal(t, http.StatusOK, code, body)
 	require.Contains(t, body, `"result":"unchanged"`)
 	require.Contains(t, body, "no change")
-	require.Equal(t, state, e.query(`SELECT plan || (SELECT sum(delta) FROM ledger)::text || (SELECT count(*) FROM ledger)::text FROM accounts WHERE id = $1`, id))
-	require.Equal(t, "replay admin-api unchanged", e.query(`SELECT trigger || ' ' || actor || ' ' || result FROM reconcile_log ORDER BY id DESC LIMIT 1`))
+	require.Equal(t, state, e.ledgerState(id))
+	require.Equal(t, "replay admin-api unchanged", e.lastLog())
 
 	// The account's detail shows the history; events list by status.
 	code, body = e.do("GET", fmt.Sprintf("/admin/api/accounts/%d", id), adminToken)
@@ -257,26 +272,22 @@ func TestAdminSweeps(t *testing.T) {
 	require.JSONEq(t, `{"sweeps":[]}`, body)
 
 	// A sweep another replica is running (fresh heartbeat): refused.
-	_, err := e.pool.Exec(context.Background(), `INSERT INTO sweep_runs (provider) VALUES ('stripe')`)
-	require.NoError(t, err)
+	other := storetest.InsertRunningSweep(t, e.st, "stripe")
 	code, body = e.do("POST", "/admin/api/sweeps", adminToken)
 	require.Equal(t, http.StatusConflict, code, body)
 	require.Contains(t, body, "is running")
-	require.Equal(t, "1", e.query(`SELECT count(*)::text FROM sweep_runs`), "a refused start writes nothing")
+	require.Equal(t, 1, storetest.SweepRunCount(t, e.st, "", ""), "a refused start writes nothing")
 
 	// Once it ended, a new one starts and heals the drifted account.
-	_, err = e.pool.Exec(context.Background(), `UPDATE sweep_runs SET status = 'failed', finished_at = now(), error = 'test'`)
-	require.NoError(t, err)
-	_, err = e.pool.Exec(context.Background(), `UPDATE accounts SET plan = 'free' WHERE id = $1`, id)
-	require.NoError(t, err)
+	storetest.FailSweep(t, e.st, other, "test")
+	storetest.DriftAccount(t, e.st, id, "free", "")
 	code, body = e.do("POST", "/admin/api/sweeps", adminToken)
 	require.Equal(t, http.StatusOK, code, body)
 	require.Eventually(t, func() bool {
-		var n int
-		err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM sweep_runs WHERE status = 'succeeded'`).Scan(&n)
+		n, err := sweepsWith(e.st, "succeeded")
 		return err == nil && n == 1
 	}, time.Minute, 10*time.Millisecond, "the started sweep never succeeded")
-	require.Equal(t, "pro", e.query(`SELECT plan FROM accounts WHERE id = $1`, id))
+	require.Equal(t, "pro", e.plan(id))
 	code, body = e.do("GET", "/admin/api/sweeps", adminToken)
 	require.Equal(t, http.StatusOK, code, body)
 	var res struct{ Sweeps []reconcile.SweepRecord }
@@ -285,4 +296,17 @@ func TestAdminSweeps(t *testing.T) {
 	require.Equal(t, "succeeded", res.Sweeps[0].Status)
 	require.Equal(t, 1, res.Sweeps[0].Healed)
 	require.Equal(t, "failed", res.Sweeps[1].Status)
+}
+
+// sweepsWith counts the sweep runs with status, by the store's own read:
+// it runs in require.Eventually's goroutine, where a test may not fail.
+func sweepsWith(st *store.Store, status string) (int, error) {
+	runs, err := st.SweepRuns(context.Background(), 1000)
+	n := 0
+	for _, r := range runs {
+		if r.Status == status {
+			n++
+		}
+	}
+	return n, err
 }

@@ -113,9 +113,7 @@ func (e *appEnv) balance(id int64) int64 {
 // usageRows counts the account's usage ledger rows and sums their deltas.
 func (e *appEnv) usageRows(id int64) (n int, sum int64) {
 	e.t.Helper()
-	require.NoError(e.t, e.st.Pool().QueryRow(context.Background(),
-		`SELECT count(*), coalesce(sum(delta), 0) FROM ledger WHERE account_id = $1 AND kind = 'usage'`, id).Scan(&n, &sum))
-	return n, sum
+	return storetest.LedgerTotal(e.t, e.st, id, "usage")
 }
 
 var appRoutes = []struct{ method, path, body string }{

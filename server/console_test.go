@@ -8,11 +8,15 @@ import (
 	"net/http/cookiejar"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store/storetest"
 )
 
 // browser is a console client: a cookie jar that does not follow
@@ -135,8 +139,7 @@ func TestConsoleSignIn(t *testing.T) {
 
 	// An expired session is no session, though its row is still there.
 	b.signIn(adminToken)
-	_, err := e.pool.Exec(context.Background(), `UPDATE console_sessions SET expires_at = now() - interval '1 second'`)
-	require.NoError(t, err)
+	storetest.ExpireSessions(t, e.st)
 	code, _ = b.get("/admin/")
 	require.Equal(t, http.StatusSeeOther, code)
 
@@ -154,10 +157,8 @@ func TestConsoleSignIn(t *testing.T) {
 func TestConsoleRefusesWithoutSessionOrCSRF(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
 	id := e.customer("u1", "u1@example.com", "price_pro")
-	_, err := e.pool.Exec(context.Background(), `UPDATE accounts SET plan = 'free' WHERE id = $1`, id) // drift a resync would heal
-	require.NoError(t, err)
-	var eventID int64
-	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT max(id) FROM inbox_events`).Scan(&eventID))
+	storetest.DriftAccount(t, e.st, id, "free", "") // drift a resync would heal
+	eventID := e.newestEvent().ID
 
 	other := e.browser()
 	other.signIn(adminToken)
@@ -190,14 +191,15 @@ func TestConsoleRefusesWithoutSessionOrCSRF(t *testing.T) {
 		}
 	}
 	require.Equal(t, before, e.tables())
-	require.Equal(t, "free", e.query(`SELECT plan FROM accounts WHERE id = $1`, id))
+	require.Equal(t, "free", e.plan(id))
 
 	// With the session's own token the same resync goes through.
 	resp, body := signedIn.do("POST", posts[0], url.Values{"csrf": {signedIn.csrf("/admin/")}})
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
 	require.Contains(t, body, "applied: ")
-	require.Equal(t, "pro", e.query(`SELECT plan FROM accounts WHERE id = $1`, id))
-	require.Equal(t, "admin-console", e.query(`SELECT actor FROM reconcile_log ORDER BY id DESC LIMIT 1`))
+	require.Equal(t, "pro", e.plan(id))
+	log := storetest.ReconcileLog(t, e.st)
+	require.Equal(t, "admin-console", log[len(log)-1].Actor)
 }
 
 // TestConsoleEscapesProviderData: a provider's fields holding markup are
@@ -208,9 +210,8 @@ func TestConsoleEscapesProviderData(t *testing.T) {
 	email := `<script>alert(1)</script>@example.com`
 	id := e.customer(ref, email, "price_pro")
 	// A payload whose JSON holds markup unescaped, as a provider may send it.
-	var eventID int64
-	require.NoError(t, e.pool.QueryRow(context.Background(), `UPDATE inbox_events SET payload = $1
-		WHERE id = (SELECT max(id) FROM inbox_events) RETURNING id`, []byte(`{"name":"<script>alert(2)</script>"}`)).Scan(&eventID))
+	eventID := e.newestEvent().ID
+	storetest.SetEventPayload(t, e.st, eventID, []byte(`{"name":"<script>alert(2)</script>"}`))
 	b := e.browser()
 	b.signIn(adminToken)
 	for _, path := range []string{"/admin/?q=" + url.QueryEscape(email), fmt.Sprintf("/admin/accounts/%d", id),
@@ -230,8 +231,7 @@ func TestConsoleEscapesProviderData(t *testing.T) {
 func TestConsolePages(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
 	id := e.customer("u1", "u1@example.com", "price_pro")
-	_, err := e.pool.Exec(context.Background(), `UPDATE accounts SET plan = 'free' WHERE id = $1`, id)
-	require.NoError(t, err)
+	storetest.DriftAccount(t, e.st, id, "free", "")
 	b := e.browser()
 	b.signIn(adminToken)
 
@@ -275,13 +275,13 @@ func TestConsolePages(t *testing.T) {
 	code, body = b.get("/admin/events")
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "No reconcile is failing.")
-	_, err = e.pool.Exec(context.Background(), `INSERT INTO reconcile_queue (provider, customer_id, status, attempts, last_error)
-		SELECT provider, customer_id, 'dead', 8, 'stripe: 503 <b>unavailable</b>' FROM accounts WHERE id = $1
-		ON CONFLICT (provider, customer_id) DO UPDATE SET status = 'dead', attempts = 8, last_error = excluded.last_error`, id)
+	a, err := e.st.AccountByID(context.Background(), id)
 	require.NoError(t, err)
-	_, err = e.pool.Exec(context.Background(), `UPDATE inbox_events SET status = 'dead', outcome = 'gave up after 8 attempts'
-		WHERE id = (SELECT min(id) FROM inbox_events WHERE type = 'customer.subscription.created')`)
-	require.NoError(t, err)
+	storetest.SetQueueDead(t, e.st, a.Provider, a.CustomerID, 8, "stripe: 503 <b>unavailable</b>")
+	events := storetest.Events(t, e.st)
+	created := slices.IndexFunc(events, func(ev storetest.EventRow) bool { return ev.Type == "customer.subscription.created" })
+	require.GreaterOrEqual(t, created, 0, "no customer.subscription.created stored")
+	storetest.SetEventStatus(t, e.st, events[created].ID, reconcile.EventDead, "gave up after 8 attempts")
 	code, body = b.get("/admin/events")
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "gave up")
@@ -308,4 +308,12 @@ func TestConsolePages(t *testing.T) {
 		_, body := b.get("/admin/sweeps")
 		return strings.Contains(body, ">succeeded<")
 	}, time.Minute, 10*time.Millisecond, "the sweep started from the console never succeeded")
+}
+
+// newestEvent is the event stored last.
+func (e *adminEnv) newestEvent() storetest.EventRow {
+	e.t.Helper()
+	events := storetest.Events(e.t, e.st)
+	require.NotEmpty(e.t, events)
+	return events[len(events)-1]
 }

@@ -20,7 +20,6 @@ import (
 // OnOutcome in serve) shows under billsync_reconciles_total, and the queue
 // gauge reads the database at scrape time.
 func TestMetrics(t *testing.T) {
-	ctx := context.Background()
 	st := storetest.NewStore(t)
 	metrics := server.NewMetrics(func(ctx context.Context) (int, int, int, error) {
 		q, err := st.QueueDepth(ctx)
@@ -56,8 +55,7 @@ func TestMetrics(t *testing.T) {
 
 	other := eventBody("evt_dead", "invoice.paid", "cus_dead", "2025-08-27.basil")
 	deliver(t, srv.URL, other, sign(other, secretA, time.Now()))
-	_, err = st.Pool().Exec(ctx, `UPDATE reconcile_queue SET status = 'dead' WHERE customer_id = 'cus_dead'`)
-	require.NoError(t, err)
+	storetest.SetQueueDead(t, st, "stripe", "cus_dead", 0, "")
 	metrics.ObserveReconcile(reconcile.Job{Provider: "stripe"}, reconcile.Outcome{Result: reconcile.ResultDead})
 	metrics.ObserveReconcile(reconcile.Job{Provider: "stripe"}, reconcile.Outcome{Result: reconcile.ResultApplied})
 	metrics.ObserveReconcile(reconcile.Job{Provider: "stripe"}, reconcile.Outcome{Result: reconcile.ResultIgnored, Unmapped: []string{"price_new"}})

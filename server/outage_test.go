@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/billsync/billsync/store/pgembed"
@@ -56,20 +55,18 @@ func TestIntakeDatabaseOutage(t *testing.T) {
 func TestIntakeDatabaseCrash(t *testing.T) {
 	ctx := context.Background()
 	st, cluster, cfg := storetest.PrivateStore(t)
-	pool := st.Pool()
 	// The test cluster commits asynchronously: without a checkpoint, a kill
 	// could lose the migrations themselves.
-	_, err := pool.Exec(ctx, `CHECKPOINT`)
-	require.NoError(t, err)
+	storetest.Checkpoint(t, st)
 	srv := newIntake(t, st)
 
 	// Hold the intake's statement in the server: it waits for a lock.
-	locker, _ := lockInbox(t, cluster.URL("billsync"))
+	lock := storetest.LockTable(t, st, "inbox_events")
 
 	body := eventBody("evt_crash", "customer.subscription.updated", "cus_crash", "2025-08-27.basil")
 	answered := make(chan answer, 1)
 	go func() { answered <- deliverAsync(srv.URL, body, sign(body, secretA, time.Now())) }()
-	waitForLockWait(t, locker)
+	lock.WaitForWaiter(t)
 	pids := storetest.ServerPIDs(t, cluster.DataDir())
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -118,37 +115,6 @@ func deliverAsync(url string, body []byte, header string) answer {
 	return a
 }
 
-// lockInbox locks inbox_events from a connection of its own, in a
-// transaction the test ends (or the connection's close at cleanup does):
-// the intake's statement then waits in the server.
-func lockInbox(t *testing.T, url string) (*pgx.Conn, pgx.Tx) {
-	t.Helper()
-	ctx := context.Background()
-	locker, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(func() { locker.Close(context.Background()) })
-	tx, err := locker.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `LOCK TABLE inbox_events IN ACCESS EXCLUSIVE MODE`)
-	require.NoError(t, err)
-	return locker, tx
-}
-
-// waitForLockWait returns once some session waits for a lock on
-// inbox_events, asking through conn.
-func waitForLockWait(t *testing.T, conn *pgx.Conn) {
-	t.Helper()
-	for {
-		var waiting bool
-		require.NoError(t, conn.QueryRow(context.Background(), `
-			SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted AND relation = 'inbox_events'::regclass)`).Scan(&waiting))
-		if waiting {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // waitGone returns once none of pids is alive (a new postmaster refuses to
 // start while the old one's pid still exists).
 func waitGone(t *testing.T, pids []int) {
@@ -168,9 +134,7 @@ func waitGone(t *testing.T, pids []int) {
 // once (had the abandoned statement committed behind the 503, the retry
 // would be its duplicate).
 func TestIntakeDatabaseHangs(t *testing.T) {
-	ctx := context.Background()
 	st := storetest.NewStore(t)
-	pool := st.Pool()
 	cfg := intakeConfig(t, st)
 	cfg.StoreTimeout = 300 * time.Millisecond
 	srv, _ := startIntake(t, cfg)
@@ -180,7 +144,7 @@ func TestIntakeDatabaseHangs(t *testing.T) {
 	warm := eventBody("evt_warm", "customer.subscription.updated", "cus_warm", "2025-08-27.basil")
 	require.Equal(t, http.StatusOK, deliver(t, srv.URL, warm, sign(warm, secretA, time.Now())).code)
 
-	locker, tx := lockInbox(t, pool.Config().ConnConfig.ConnString())
+	lock := storetest.LockTable(t, st, "inbox_events")
 
 	body := eventBody("evt_hang", "customer.subscription.updated", "cus_hang", "2025-08-27.basil")
 	a := deliver(t, srv.URL, body, sign(body, secretA, time.Now()))
@@ -188,8 +152,8 @@ func TestIntakeDatabaseHangs(t *testing.T) {
 	require.NotEmpty(t, a.header.Get("Retry-After"))
 	require.NotContains(t, a.body, "status")
 
-	require.NoError(t, tx.Rollback(ctx))
-	waitIdle(t, locker)
+	lock.Release(t)
+	lock.WaitIdle(t)
 	a = deliver(t, srv.URL, body, sign(body, secretA, time.Now()))
 	require.Equal(t, http.StatusOK, a.code, a.body)
 	require.Equal(t, "stored", a.body["status"], "the statement answered 503 must not have committed")
@@ -233,20 +197,4 @@ func TestIntakeDatabaseFrozen(t *testing.T) {
 	counts := storetest.Counts(t, st)
 	require.Equal(t, 1, counts["inbox_events"])
 	require.Equal(t, 1, counts["reconcile_queue"])
-}
-
-// waitIdle returns once no other session of conn's database is running a
-// statement (an abandoned one has finished).
-func waitIdle(t *testing.T, conn *pgx.Conn) {
-	t.Helper()
-	for {
-		var busy int
-		require.NoError(t, conn.QueryRow(context.Background(), `
-			SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'`).Scan(&busy))
-		if busy == 0 {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

@@ -13,6 +13,7 @@ import (
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/server"
 	"github.com/billsync/billsync/store/storetest"
 )
@@ -23,7 +24,6 @@ import (
 func TestIntakeThinAndConnectEvents(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.NewStore(t)
-	pool := st.Pool()
 	h := testenv.ForTest(t, testenv.Stripe, testenv.Options{})
 	cus, err := h.Stripe.Customer(ctx, "u_thin")
 	require.NoError(t, err)
@@ -68,12 +68,15 @@ func TestIntakeThinAndConnectEvents(t *testing.T) {
 		a := deliver(t, srv.URL, body, sign(body, secretA, time.Now()))
 		require.Equal(t, http.StatusOK, a.code, a.body)
 		require.Equal(t, "stored", a.body["status"])
-		var customer, status string
-		require.NoError(t, pool.QueryRow(ctx, `SELECT customer_id, status FROM inbox_events WHERE dedupe_key = 'evt_thin_ok'`).Scan(&customer, &status))
-		require.Equal(t, cus, customer)
-		require.Equal(t, "pending", status)
-		var queued int
-		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM reconcile_queue WHERE customer_id = $1`, cus).Scan(&queued))
+		ev := storetest.EventByKey(t, st, stripe.Provider, "evt_thin_ok")
+		require.Equal(t, cus, ev.CustomerID)
+		require.Equal(t, reconcile.EventPending, ev.Status)
+		queued := 0
+		for _, q := range storetest.Queue(t, st) {
+			if q.CustomerID == cus {
+				queued++
+			}
+		}
 		require.Equal(t, 1, queued)
 	})
 

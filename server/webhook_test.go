@@ -90,7 +90,6 @@ func sign(body []byte, secret string, at time.Time) string {
 
 func TestIntakeConcurrentCopies(t *testing.T) {
 	st := storetest.NewStore(t)
-	pool := st.Pool()
 	srv := newIntake(t, st)
 	body := eventBody("evt_copy", "customer.subscription.updated", "cus_1", "2025-08-27.basil")
 
@@ -115,31 +114,25 @@ func TestIntakeConcurrentCopies(t *testing.T) {
 	}
 	require.Equal(t, map[string]int{"stored": 1, "duplicate": 2}, statuses)
 
-	var seen int
-	var status string
-	require.NoError(t, pool.QueryRow(context.Background(),
-		`SELECT seen_count, status FROM inbox_events WHERE provider = 'stripe' AND dedupe_key = 'evt_copy'`).Scan(&seen, &status))
-	require.Equal(t, 3, seen)
-	require.Equal(t, "pending", status)
+	ev := storetest.EventByKey(t, st, "stripe", "evt_copy")
+	require.Equal(t, 3, ev.SeenCount)
+	require.Equal(t, reconcile.EventPending, ev.Status)
 	counts := storetest.Counts(t, st)
 	require.Equal(t, 1, counts["inbox_events"])
 	require.Equal(t, 3, counts["receipts"])
 	require.Equal(t, 1, counts["reconcile_queue"])
 	require.Zero(t, counts["accounts"], "the intake must never apply anything")
 
-	var customer string
-	var due bool
-	require.NoError(t, pool.QueryRow(context.Background(),
-		`SELECT customer_id, due_at <= now() FROM reconcile_queue`).Scan(&customer, &due))
-	require.Equal(t, "cus_1", customer)
-	require.True(t, due)
+	queue := storetest.Queue(t, st)
+	require.Len(t, queue, 1)
+	require.Equal(t, "cus_1", queue[0].CustomerID)
+	require.True(t, queue[0].Due)
 }
 
 // TestIntakeKeepsEachPayload: body buffers are recycled once a delivery is
 // stored; concurrent deliveries must each keep their own bytes.
 func TestIntakeKeepsEachPayload(t *testing.T) {
 	st := storetest.NewStore(t)
-	pool := st.Pool()
 	srv := newIntake(t, st)
 	const n = 64
 	bodies := make([][]byte, n)
@@ -155,10 +148,8 @@ func TestIntakeKeepsEachPayload(t *testing.T) {
 	}
 	wg.Wait()
 	for i, body := range bodies {
-		var payload []byte
-		require.NoError(t, pool.QueryRow(context.Background(),
-			`SELECT payload FROM inbox_events WHERE dedupe_key = $1`, fmt.Sprintf("evt_own_%d", i)).Scan(&payload))
-		require.Equal(t, string(body), string(payload))
+		ev := storetest.EventByKey(t, st, "stripe", fmt.Sprintf("evt_own_%d", i))
+		require.Equal(t, string(body), string(ev.Payload))
 	}
 }
 
@@ -206,25 +197,20 @@ func TestIntakeAcceptsEitherRotatedSecret(t *testing.T) {
 
 func TestIntakeAcceptsOlderAPIVersion(t *testing.T) {
 	st := storetest.NewStore(t)
-	pool := st.Pool()
 	srv := newIntake(t, st)
 	body := eventBody("evt_old", "customer.subscription.updated", "cus_old", "2024-06-20")
 	a := deliver(t, srv.URL, body, sign(body, secretA, time.Now()))
 	require.Equal(t, http.StatusOK, a.code)
 	require.Equal(t, "stored", a.body["status"])
 
-	var version string
-	var payload []byte
-	require.NoError(t, pool.QueryRow(context.Background(),
-		`SELECT api_version, payload FROM inbox_events WHERE dedupe_key = 'evt_old'`).Scan(&version, &payload))
-	require.Equal(t, "2024-06-20", version)
-	require.Equal(t, body, payload, "the raw body is kept byte for byte")
+	ev := storetest.EventByKey(t, st, "stripe", "evt_old")
+	require.Equal(t, "2024-06-20", ev.APIVersion)
+	require.Equal(t, body, ev.Payload, "the raw body is kept byte for byte")
 	require.Equal(t, 1, storetest.Counts(t, st)["reconcile_queue"])
 }
 
 func TestIntakeStoresIgnoredEventsWithReason(t *testing.T) {
 	st := storetest.NewStore(t)
-	pool := st.Pool()
 	srv := newIntake(t, st)
 	tests := []struct{ id, typ, customer, reason string }{
 		{"evt_nocust", "invoice.paid", "", "event names no customer"},
@@ -237,11 +223,9 @@ func TestIntakeStoresIgnoredEventsWithReason(t *testing.T) {
 		require.Equal(t, "ignored", a.body["status"])
 		require.Equal(t, tt.reason, a.body["reason"])
 
-		var status, outcome string
-		require.NoError(t, pool.QueryRow(context.Background(),
-			`SELECT status, outcome FROM inbox_events WHERE dedupe_key = $1`, tt.id).Scan(&status, &outcome))
-		require.Equal(t, "ignored", status)
-		require.Equal(t, tt.reason, outcome)
+		ev := storetest.EventByKey(t, st, "stripe", tt.id)
+		require.Equal(t, reconcile.EventIgnored, ev.Status)
+		require.Equal(t, tt.reason, ev.Outcome)
 	}
 	counts := storetest.Counts(t, st)
 	require.Equal(t, 2, counts["inbox_events"])
@@ -256,7 +240,6 @@ func TestIntakeStoresIgnoredEventsWithReason(t *testing.T) {
 // copy finds it again.
 func TestIntakeStoresHostileContentAsIgnored(t *testing.T) {
 	st := storetest.NewStore(t)
-	pool := st.Pool()
 	srv := newIntake(t, st)
 	now := strconv.FormatInt(time.Now().Unix(), 10)
 	hostile := func(id, typ, apiVersion, created, customer string) []byte {
@@ -292,21 +275,14 @@ func TestIntakeStoresHostileContentAsIgnored(t *testing.T) {
 			require.Equal(t, http.StatusOK, a.code, a.body)
 			require.Equal(t, "duplicate", a.body["status"], "a copy must find the stored event")
 
-			var status, outcome string
-			var seen, receipts int
-			var payload []byte
-			var eventTime *time.Time
-			require.NoError(t, pool.QueryRow(context.Background(), `
-				SELECT status, outcome, seen_count, payload, event_time,
-				       (SELECT count(*) FROM receipts r WHERE r.event_id = e.id)
-				FROM inbox_events e WHERE dedupe_key = $1`, key).Scan(&status, &outcome, &seen, &payload, &eventTime, &receipts))
-			require.Equal(t, "ignored", status)
-			require.Equal(t, tt.reason, outcome)
-			require.Equal(t, 2, seen)
-			require.Equal(t, 2, receipts)
-			require.Equal(t, tt.body, payload, "the raw body is kept byte for byte")
+			ev := storetest.EventByKey(t, st, "stripe", key)
+			require.Equal(t, reconcile.EventIgnored, ev.Status)
+			require.Equal(t, tt.reason, ev.Outcome)
+			require.Equal(t, 2, ev.SeenCount)
+			require.Equal(t, 2, ev.Receipts)
+			require.Equal(t, tt.body, ev.Payload, "the raw body is kept byte for byte")
 			if strings.HasPrefix(tt.name, "Created") {
-				require.Nil(t, eventTime, "an absurd time is stored as unknown")
+				require.Nil(t, ev.EventTime, "an absurd time is stored as unknown")
 			}
 		})
 	}

@@ -110,10 +110,8 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, job reconcile.Job, observe
 		if err := writeAccount(ctx, tx, ch.Next); err != nil {
 			return reconcile.Outcome{}, err
 		}
-		if s.crashAfterAccountWrite != nil {
-			if err := s.crashAfterAccountWrite(); err != nil {
-				return reconcile.Outcome{}, err
-			}
+		if err := s.faults.AfterAccountWrite(); err != nil {
+			return reconcile.Outcome{}, err
 		}
 		if granted, err = writeGrant(ctx, tx, cur.ID, ch.Grant); err != nil {
 			return reconcile.Outcome{}, err
@@ -244,8 +242,12 @@ func writeAccount(ctx context.Context, tx pgx.Tx, a reconcile.Account) error {
 	return nil
 }
 
-// writeGrant tops the period up to the grant's allowance, once per
-// (account, period, plan), and returns what it added.
+// writeGrant tops the period up to the grant's allowance and returns what it
+// added: the top-up counts every grant the period holds, whatever plan gave
+// it (free 10, then pro 500, adds 490). Its row is keyed by g.Key, that is
+// (account, period start, plan, allowance): written at most once per
+// allowance of a plan in a period, so a plan whose allowance changes
+// mid-period gets one more row, for the difference.
 func writeGrant(ctx context.Context, tx pgx.Tx, accountID int64, g *reconcile.Grant) (int64, error) {
 	if g == nil {
 		return 0, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/scratch"
 	"github.com/billsync/billsync/store/storetest"
 )
 
@@ -79,7 +80,7 @@ func TestApplyCrashBetweenWrites(t *testing.T) {
 	st, job := claimedJob(t)
 	plans := testenv.Plans()
 
-	st.CrashAfterAccountWrite(func() error { return errors.New("killed") })
+	scratch.CrashAfterAccountWrite(st, func() error { return errors.New("killed") })
 	_, err := applySnap(ctx, st, job, dbNow(t, st), liveSnap("cus_1", "pro"), plans)
 	require.ErrorContains(t, err, "killed")
 
@@ -89,7 +90,7 @@ func TestApplyCrashBetweenWrites(t *testing.T) {
 	require.Equal(t, map[string]string{"evt_1": "pending"}, storetest.EventStatuses(t, st, "stripe", "cus_1"))
 	require.NotEmpty(t, s.Queue.Status, "the job must survive the crash")
 
-	st.CrashAfterAccountWrite(nil)
+	scratch.CrashAfterAccountWrite(st, nil)
 	out, err := applySnap(ctx, st, job, dbNow(t, st), liveSnap("cus_1", "pro"), plans)
 	require.NoError(t, err)
 	require.Equal(t, reconcile.ResultApplied, out.Result)

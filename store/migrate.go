@@ -24,8 +24,8 @@ type Migration struct {
 	SQL     string
 }
 
-// Migrations returns the embedded migrations in order.
-func Migrations() ([]Migration, error) {
+// migrationFiles returns the embedded migrations in order.
+func migrationFiles() ([]Migration, error) {
 	names, err := fs.Glob(migrations.FS, "*.sql")
 	if err != nil {
 		return nil, fmt.Errorf("list migrations: %w", err)
@@ -54,7 +54,7 @@ func Migrations() ([]Migration, error) {
 
 // Pending reports the migrations not yet applied to the database.
 func (s *Store) Pending(ctx context.Context) ([]Migration, error) {
-	all, err := Migrations()
+	all, err := migrationFiles()
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +100,7 @@ func appliedVersions(ctx context.Context, q interface {
 // holding a session advisory lock so concurrent starters wait their turn.
 // It returns the names of the migrations it applied.
 func (s *Store) Migrate(ctx context.Context) ([]string, error) {
-	all, err := Migrations()
+	all, err := migrationFiles()
 	if err != nil {
 		return nil, err
 	}

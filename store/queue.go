@@ -202,3 +202,25 @@ func (s *Store) Hold(ctx context.Context, provider, customerID, trigger, holder 
 	}
 	return job, nil
 }
+
+// QueueDepth counts queued customers by state: waiting (pending, due or in
+// backoff), due now, and dead.
+type QueueDepth struct {
+	Pending, Due, Dead int
+}
+
+// QueueDepth reads the queue's depth in one statement (for /metrics).
+func (s *Store) QueueDepth(ctx context.Context) (QueueDepth, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var q QueueDepth
+	err := s.pool.QueryRow(ctx, `
+		SELECT count(*) FILTER (WHERE status = 'pending'),
+		       count(*) FILTER (WHERE status = 'pending' AND due_at <= now()),
+		       count(*) FILTER (WHERE status = 'dead')
+		FROM reconcile_queue`).Scan(&q.Pending, &q.Due, &q.Dead)
+	if err != nil {
+		return QueueDepth{}, fmt.Errorf("queue depth: %w", classify(err))
+	}
+	return q, nil
+}

@@ -1,6 +1,13 @@
-// Package store is billsync's PostgreSQL adapter: every SQL statement lives
-// here. pgx types and errors never leave it; callers see reconcile's types and
-// sentinels (reconcile.ErrUnavailable, reconcile.ErrNotFound).
+// Package store is billsync's PostgreSQL adapter: every SQL statement of the
+// product lives here. Driver types and errors never leave it; callers see
+// reconcile's types and sentinels (reconcile.ErrUnavailable,
+// reconcile.ErrNotFound).
+//
+// Its exported API is what production calls, nothing else. The store's own
+// test helpers (store/storetest) and workshop (store/scratch: the demo's and
+// the bench's throwaway databases, whole-table counts, crash injection) reach
+// its connection pool and fault hooks through store/internal/storehook,
+// which nothing outside store/ can import.
 package store
 
 import (
@@ -10,7 +17,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -21,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store/internal/storehook"
 )
 
 // Store reads and writes billsync's tables. It owns its connection pool:
@@ -29,10 +36,16 @@ type Store struct {
 	pool       *pgxpool.Pool
 	timeout    time.Duration
 	lastNotify atomic.Int64 // unix nanos of the last NOTIFY sent
-	// crashAfterAccountWrite, when set (tests only), runs between the
-	// account write and the ledger write; an error aborts the transaction
-	// as a crash there would.
-	crashAfterAccountWrite func() error
+	// faults are set only by tests and the demo, through storehook
+	// (scratch.CrashAfterAccountWrite); production never sets one.
+	faults storehook.Faults
+}
+
+func init() {
+	storehook.Register(func(st any) storehook.Internals {
+		s := st.(*Store)
+		return storehook.Internals{Pool: s.pool, Faults: &s.faults}
+	})
 }
 
 // DefaultTimeout bounds a store call when Options.Timeout is zero.
@@ -45,7 +58,8 @@ type Options struct {
 	// can never hold a shutdown; default DefaultTimeout. Migrate and Listen
 	// are long-running by nature and only follow their context.
 	Timeout time.Duration
-	// MaxConns caps the connection pool; default pgx's (at least 4).
+	// MaxConns caps the connection pool; default the URL's pool_max_conns,
+	// else the driver's (max(4, CPUs)).
 	MaxConns int32
 }
 
@@ -85,8 +99,8 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, opts Options) (*Store,
 }
 
 // Close closes every connection. It waits at most the store's timeout:
-// pgx gives a connection 15 s to say goodbye, which a hung database never
-// answers, and a process shutting down must not wait for it.
+// the driver gives a connection 15 s to say goodbye, which a hung database
+// never answers, and a process shutting down must not wait for it.
 func (s *Store) Close() {
 	done := make(chan struct{})
 	go func() { s.pool.Close(); close(done) }()
@@ -94,26 +108,6 @@ func (s *Store) Close() {
 	case <-done:
 	case <-time.After(s.timeout):
 	}
-}
-
-// CrashAfterAccountWrite installs fault injection for tests and the demo:
-// fn runs inside Apply between the account write and the ledger write, and
-// an error from it aborts the transaction as a crash at that point would.
-// Pass nil to remove it. Never set in production wiring.
-func (s *Store) CrashAfterAccountWrite(fn func() error) { s.crashAfterAccountWrite = fn }
-
-// Pool returns the underlying pool, for tests that inspect tables
-// directly. Production code never calls it: every query lives in a Store
-// method.
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
-
-// URL returns a libpq URL of the store's database, without the password
-// (for psql lines printed to people).
-func (s *Store) URL() string {
-	c := s.pool.Config().ConnConfig
-	u := url.URL{Scheme: "postgres", User: url.User(c.User), Path: "/" + c.Database}
-	u.RawQuery = url.Values{"host": {c.Host}, "port": {fmt.Sprint(c.Port)}}.Encode()
-	return u.String()
 }
 
 // bound gives ctx the store's deadline unless it already has a sooner one.
@@ -169,40 +163,4 @@ func classify(err error) error {
 func isUndefinedTable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
-}
-
-// CreateDatabase creates a new, empty database called name on the server
-// url points at and returns a Store on it (for the demo and the bench,
-// which must not touch the operator's data). drop closes the store and
-// removes the database.
-func CreateDatabase(ctx context.Context, url, name string, opts Options) (st *Store, drop func(context.Context) error, err error) {
-	admin, err := Open(ctx, url, Options{MaxConns: 1})
-	if err != nil {
-		return nil, nil, err
-	}
-	ident := pgx.Identifier{name}.Sanitize()
-	if _, err := admin.pool.Exec(ctx, `CREATE DATABASE `+ident); err != nil {
-		admin.Close()
-		return nil, nil, fmt.Errorf("create database %s: %w", name, classify(err))
-	}
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		admin.Close()
-		return nil, nil, fmt.Errorf("parse database url: %w", err)
-	}
-	cfg.ConnConfig.Database = name
-	st, err = openConfig(ctx, cfg, opts)
-	if err != nil {
-		admin.Close()
-		return nil, nil, fmt.Errorf("open database %s: %w", name, err)
-	}
-	drop = func(ctx context.Context) error {
-		st.Close()
-		defer admin.Close()
-		if _, err := admin.pool.Exec(ctx, `DROP DATABASE IF EXISTS `+ident+` WITH (FORCE)`); err != nil {
-			return fmt.Errorf("drop database %s: %w", name, classify(err))
-		}
-		return nil
-	}
-	return st, drop, nil
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	kindemock "github.com/billsync/billsync/mocks/kinde"
 	"github.com/billsync/billsync/mocks/testenv"
+	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
 )
@@ -83,8 +85,7 @@ func TestServeReconcilesAgainstKinde(t *testing.T) {
 	status, body = admin("/admin/api/sweeps")
 	require.Equal(t, http.StatusOK, status, body)
 	require.Eventually(t, func() bool {
-		var n int
-		err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM sweep_runs WHERE provider = 'kinde' AND status = 'succeeded'`).Scan(&n)
+		n, err := sweepsOf(st, "kinde", "succeeded")
 		return err == nil && n == 1
 	}, 30*time.Second, 50*time.Millisecond, "the admin API's sweep sweeps Kinde:\n%s", p.logs.String())
 
@@ -245,14 +246,12 @@ func TestSupportCommandsForKinde(t *testing.T) {
 	require.Contains(t, out, "kinde sweep")
 	require.Contains(t, out, "queued 2 not listed")
 	var due []time.Time
-	rows, err := st.Pool().Query(ctx, `SELECT due_at FROM reconcile_queue WHERE provider = 'kinde' AND trigger = 'sweep' ORDER BY due_at`)
-	require.NoError(t, err)
-	for rows.Next() {
-		var d time.Time
-		require.NoError(t, rows.Scan(&d))
-		due = append(due, d)
+	for _, q := range storetest.Queue(t, st) {
+		if q.Provider == "kinde" && q.Trigger == reconcile.TriggerSweep {
+			due = append(due, q.DueAt)
+		}
 	}
-	require.NoError(t, rows.Err())
+	slices.SortFunc(due, time.Time.Compare)
 	require.Len(t, due, 2, "both Kinde accounts queued by the sweep")
 	require.InDelta(t, time.Hour.Seconds(), due[1].Sub(due[0]).Seconds(), 60, "spaced by -kinde-sweep-pace")
 

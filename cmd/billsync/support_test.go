@@ -2,16 +2,17 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	stripeapi "github.com/stripe/stripe-go/v82"
 
@@ -30,7 +31,6 @@ type supportEnv struct {
 	t   *testing.T
 	st  *store.Store
 	sh  *testenv.Test
-	db  *pgx.Conn // for drifting state behind billsync's back, and for reading it
 	ctx context.Context
 }
 
@@ -40,10 +40,6 @@ func newSupportEnv(t *testing.T) *supportEnv {
 	url := storetest.URL(t)
 	e := &supportEnv{t: t, ctx: ctx, st: storetest.OpenStore(t, url, store.Options{})}
 	e.sh = testenv.ForTest(t, testenv.Stripe, testenv.Options{Store: e.st})
-	db, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close(context.Background()) })
-	e.db = db
 	t.Setenv("DATABASE_URL", url)
 	t.Setenv("STRIPE_API_KEY", stripemock.DefaultAPIKey)
 	t.Setenv("STRIPE_API_URL", e.sh.URL)
@@ -83,36 +79,53 @@ func (e *supportEnv) drain(provider reconcile.Provider, backoff ...time.Duration
 	require.NoError(e.t, err)
 }
 
-func (e *supportEnv) query(sql string, args ...any) string {
+// account is the customer's account as stored.
+func (e *supportEnv) account(customer string) reconcile.Account {
 	e.t.Helper()
-	var s string
-	require.NoError(e.t, e.db.QueryRow(e.ctx, sql, args...).Scan(&s), sql)
-	return s
-}
-
-func (e *supportEnv) exec(sql string, args ...any) {
-	e.t.Helper()
-	_, err := e.db.Exec(e.ctx, sql, args...)
-	require.NoError(e.t, err, sql)
+	a, err := e.st.Account(e.ctx, "stripe", customer)
+	require.NoError(e.t, err)
+	return a
 }
 
 // state is what matters about a customer: plan, balance, grants, events.
 func (e *supportEnv) state(customer string) string {
 	e.t.Helper()
-	a, err := e.st.Account(e.ctx, "stripe", customer)
-	require.NoError(e.t, err)
+	a := e.account(customer)
 	b, err := e.st.Balance(e.ctx, a.ID)
 	require.NoError(e.t, err)
-	tally, err := e.st.Tally(e.ctx, "stripe", customer)
-	require.NoError(e.t, err)
-	return fmt.Sprintf("plan=%s status=%s balance=%d grants=%v events=%s", a.Plan, a.Status, b, tally.Grants,
-		e.query(`SELECT coalesce(string_agg(status, ',' ORDER BY id), '') FROM inbox_events WHERE customer_id = $1`, customer))
+	return fmt.Sprintf("plan=%s status=%s balance=%d grants=%v events=%s", a.Plan, a.Status, b,
+		storetest.Grants(e.t, e.st, "stripe", customer), strings.Join(e.eventStatuses(customer), ","))
 }
 
-// lastLog is the newest reconcile_log row of customer: trigger actor result.
+// eventStatuses are the statuses of the customer's stored events, oldest
+// first.
+func (e *supportEnv) eventStatuses(customer string) []string {
+	e.t.Helper()
+	var out []string
+	for _, ev := range storetest.CustomerEvents(e.t, e.st, "stripe", customer) {
+		out = append(out, string(ev.Status))
+	}
+	return out
+}
+
+// lastLog is the newest reconcile_log row of customer: trigger actor result
+// ("(null)" for no actor).
 func (e *supportEnv) lastLog(customer string) string {
-	return e.query(`SELECT trigger || ' ' || coalesce(actor, '(null)') || ' ' || result FROM reconcile_log
-		WHERE customer_id = $1 ORDER BY id DESC LIMIT 1`, customer)
+	e.t.Helper()
+	var last *storetest.LogRow
+	for _, l := range storetest.ReconcileLog(e.t, e.st) {
+		if l.CustomerID == customer {
+			last = &l
+		}
+	}
+	require.NotNil(e.t, last, "no reconcile_log row of %s", customer)
+	return last.Trigger + " " + cmp.Or(last.Actor, "(null)") + " " + string(last.Result)
+}
+
+// queued is the number of queue rows.
+func (e *supportEnv) queued() int {
+	e.t.Helper()
+	return len(storetest.Queue(e.t, e.st))
 }
 
 // tables returns every table's row count and a digest of its rows.
@@ -129,18 +142,18 @@ func TestResyncHealsDrift(t *testing.T) {
 			e.drain(e.sh.Stripe.Client)
 			healthy := e.state(cus)
 			require.Contains(t, healthy, "plan=pro status=active balance=500")
-			id := e.query(`SELECT id::text FROM accounts WHERE customer_id = $1`, cus)
-			require.Equal(t, "ann@example.com", e.query(`SELECT lower(email) FROM accounts WHERE id = $1`, id))
+			a := e.account(cus)
+			require.Equal(t, "ann@example.com", strings.ToLower(a.Email))
 
-			e.exec(`UPDATE accounts SET plan = 'free' WHERE id = $1`, id) // drift
-			arg := map[string]string{"customer": cus, "account": id, "user": "u_ann", "email": "ann@EXAMPLE.com"}[by]
+			storetest.DriftAccount(t, e.st, a.ID, "free", "") // drift
+			arg := map[string]string{"customer": cus, "account": strconv.FormatInt(a.ID, 10), "user": "u_ann", "email": "ann@EXAMPLE.com"}[by]
 			out, err := e.billsync("resync", "--"+by, arg)
 			require.NoError(t, err, out)
 			require.Contains(t, out, "plan     free → pro")
 			require.Contains(t, out, "outcome: applied: plan set to pro")
 			require.Equal(t, healthy, e.state(cus))
 			require.Regexp(t, `^resync cli:\S+ applied$`, e.lastLog(cus))
-			require.Equal(t, "0", e.query(`SELECT count(*)::text FROM reconcile_queue`))
+			require.Zero(t, e.queued())
 		})
 	}
 }
@@ -150,9 +163,8 @@ func TestResyncHealsDrift(t *testing.T) {
 func TestResyncWithoutWebhook(t *testing.T) {
 	e := newSupportEnv(t)
 	cus := e.customer("u_bo", "bo@example.com", "price_team")
-	e.exec(`DELETE FROM receipts`)
-	e.exec(`DELETE FROM inbox_events`) // the webhook was lost
-	e.exec(`DELETE FROM reconcile_queue`)
+	storetest.LoseWebhooks(t, e.st, "stripe", cus)
+	require.Equal(t, 0, storetest.Counts(t, e.st)["inbox_events"], "every webhook was lost")
 	out, err := e.billsync("resync", "--user", "u_bo")
 	require.ErrorIs(t, err, reconcile.ErrNotFound)
 	require.ErrorContains(t, err, "use --customer")
@@ -170,7 +182,7 @@ func TestResyncDryRunWritesNothing(t *testing.T) {
 	e := newSupportEnv(t)
 	cus := e.customer("u_cy", "cy@example.com", "price_pro")
 	e.drain(e.sh.Stripe.Client)
-	e.exec(`UPDATE accounts SET plan = 'free', status = 'canceled' WHERE customer_id = $1`, cus)
+	storetest.DriftAccount(t, e.st, e.account(cus).ID, "free", "canceled")
 	// A second, unreconciled customer: the dry run of a customer with no
 	// account and a pending event must not create either.
 	fresh := e.customer("u_dee", "dee@example.com", "price_team")
@@ -223,8 +235,9 @@ func TestReplay(t *testing.T) {
 	e.drain(e.sh.Stripe.Client)
 	before := e.state(cus)
 	require.Contains(t, before, "plan=pro status=active balance=500 grants=[{pro 500}]")
-	id := e.query(`SELECT min(id)::text FROM inbox_events WHERE customer_id = $1`, cus)
-	evt := e.query(`SELECT event_id FROM inbox_events WHERE id = $1`, id)
+	events := storetest.CustomerEvents(t, e.st, "stripe", cus)
+	require.NotEmpty(t, events)
+	id, evt := strconv.FormatInt(events[0].ID, 10), events[0].EventID
 
 	for _, ref := range []string{id, evt} {
 		out, err := e.billsync("replay", ref)
@@ -244,8 +257,8 @@ func TestReplay(t *testing.T) {
 	require.ErrorIs(t, err, errUsage)
 
 	// An event that names no customer has nothing to replay.
-	e.exec(`INSERT INTO inbox_events (provider, dedupe_key, event_id, type, payload, status, outcome)
-		VALUES ('stripe', 'evt_product', 'evt_product', 'product.created', '{}', 'ignored', 'ignored: names no customer')`)
+	storetest.InsertEvent(t, e.st, storetest.EventRow{Provider: "stripe", DedupeKey: "evt_product", EventID: "evt_product",
+		Type: "product.created", Payload: []byte(`{}`), Status: reconcile.EventIgnored, Outcome: "ignored: names no customer"})
 	_, err = e.billsync("replay", "evt_product")
 	require.ErrorContains(t, err, "names no customer, so there is nothing to replay")
 	require.Equal(t, before, e.state(cus))
@@ -256,12 +269,13 @@ func TestReplay(t *testing.T) {
 func TestResyncRefusesAHeldCustomer(t *testing.T) {
 	e := newSupportEnv(t)
 	cus := e.customer("u_gil", "gil@example.com", "price_pro")
-	e.exec(`UPDATE reconcile_queue SET locked_by = 'host-1-worker-0', locked_until = now() + interval '1 hour' WHERE customer_id = $1`, cus)
+	storetest.LeaseQueueRow(t, e.st, "stripe", cus, "host-1-worker-0", time.Hour)
 	_, err := e.billsync("resync", "--customer", cus)
 	require.ErrorIs(t, err, reconcile.ErrHeld)
 	require.ErrorContains(t, err, "held by host-1-worker-0")
-	require.Equal(t, "host-1-worker-0 resync", e.query(`SELECT locked_by || ' ' || trigger FROM reconcile_queue WHERE customer_id = $1`, cus))
-	require.Equal(t, "0", e.query(`SELECT count(*)::text FROM accounts`))
+	q := storetest.QueueRowOf(t, e.st, "stripe", cus)
+	require.Equal(t, "host-1-worker-0 resync", q.LockedBy+" "+q.Trigger)
+	require.Zero(t, storetest.Counts(t, e.st)["accounts"])
 }
 
 // TestSupportHelp: --help on each support command prints its usage and
@@ -282,14 +296,14 @@ func TestResyncRevivesDead(t *testing.T) {
 	down, err := e.sh.Stripe.NewClient(testenv.FastStripe(stripe.Config{RetryMax: -1}))
 	require.NoError(t, err)
 	e.drain(down, 0) // one retry, then dead
-	require.Equal(t, "dead", e.query(`SELECT status FROM reconcile_queue WHERE customer_id = $1`, cus))
-	require.Equal(t, "dead", e.query(`SELECT string_agg(DISTINCT status, ',') FROM inbox_events WHERE customer_id = $1`, cus))
+	require.Equal(t, "dead", storetest.QueueRowOf(t, e.st, "stripe", cus).Status)
+	require.Equal(t, []string{"dead"}, slices.Compact(slices.Sorted(slices.Values(e.eventStatuses(cus)))))
 
 	// Still down: the resync fails, says why, and leaves the customer queued.
 	out, err := e.billsync("resync", "--customer", cus)
 	require.ErrorIs(t, err, reconcile.ErrNotReconciled)
 	require.Contains(t, out, "outcome: retry: ")
-	require.Equal(t, "pending", e.query(`SELECT status FROM reconcile_queue WHERE customer_id = $1`, cus))
+	require.Equal(t, "pending", storetest.QueueRowOf(t, e.st, "stripe", cus).Status)
 	require.Regexp(t, `^resync cli:\S+ retry$`, e.lastLog(cus))
 
 	e.sh.Stripe.Fake.SetFaults(stripemock.Faults{})
@@ -299,9 +313,7 @@ func TestResyncRevivesDead(t *testing.T) {
 	require.Contains(t, out, "events answered: ")
 	require.Contains(t, e.state(cus), "plan=pro status=active balance=500 grants=[{pro 500}] events=applied")
 	require.NotContains(t, e.state(cus), "dead")
-	require.Equal(t, "0", e.query(`SELECT count(*)::text FROM reconcile_queue`))
-	n, err := strconv.Atoi(e.query(`SELECT count(*)::text FROM inbox_events WHERE customer_id = $1 AND status = 'applied'`, cus))
-	require.NoError(t, err)
-	require.Positive(t, n)
+	require.Zero(t, e.queued())
+	require.Contains(t, e.eventStatuses(cus), string(reconcile.EventApplied))
 	require.False(t, strings.Contains(e.lastLog(cus), "worker"))
 }

@@ -14,7 +14,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net/url"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,7 +29,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/billsync/billsync/migrations"
 	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/internal/dburl"
 	"github.com/billsync/billsync/store/pgembed"
 )
 
@@ -286,13 +288,17 @@ func reapOrphans(ctx context.Context) {
 // migrations, building it unless a process already did. Its name carries a
 // hash of the migrations, so a schema change gets a new template.
 func ensureTemplate(ctx context.Context, admin *pgxpool.Pool, adminURL string) (string, error) {
-	migrations, err := store.Migrations()
+	names, err := fs.Glob(migrations.FS, "*.sql") // in order: NNN_name.sql
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("template: list migrations: %w", err)
 	}
 	h := sha256.New()
-	for _, m := range migrations {
-		fmt.Fprintf(h, "%s\x00%s\x00", m.Name, m.SQL)
+	for _, n := range names {
+		sql, err := fs.ReadFile(migrations.FS, n)
+		if err != nil {
+			return "", fmt.Errorf("template: %w", err)
+		}
+		fmt.Fprintf(h, "%s\x00%s\x00", n, sql)
 	}
 	name := "billsync_tmpl_" + hex.EncodeToString(h.Sum(nil))[:16]
 
@@ -340,16 +346,7 @@ func ensureTemplate(ctx context.Context, admin *pgxpool.Pool, adminURL string) (
 }
 
 // dbURL returns base (a URL or keyword/value string) pointed at database db.
-func dbURL(base, db string) string {
-	if strings.HasPrefix(base, "postgres://") || strings.HasPrefix(base, "postgresql://") {
-		if u, err := url.Parse(base); err == nil {
-			u.Path, u.RawPath = "/"+db, ""
-			return u.String()
-		}
-	}
-	// In keyword/value strings the last setting wins.
-	return base + " dbname=" + db
-}
+func dbURL(base, db string) string { return dburl.WithDatabase(base, db) }
 
 // PrivateStore is PrivateCluster with a migrated Store on its "billsync"
 // database, closed at cleanup.
@@ -412,7 +409,7 @@ func Freeze(t testing.TB, dataDir string) (thaw func()) {
 func Tables(t testing.TB, st *store.Store) map[string]string {
 	t.Helper()
 	ctx := context.Background()
-	rows, err := st.Pool().Query(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1`)
+	rows, err := dbOf(st).Query(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1`)
 	if err != nil {
 		t.Fatalf("storetest: tables: %v", err)
 	}
@@ -423,7 +420,7 @@ func Tables(t testing.TB, st *store.Store) map[string]string {
 	out := make(map[string]string, len(names))
 	for _, n := range names {
 		var digest string
-		if err := st.Pool().QueryRow(ctx, `SELECT count(*) || ' ' || coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') FROM `+
+		if err := dbOf(st).QueryRow(ctx, `SELECT count(*) || ' ' || coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') FROM `+
 			pgx.Identifier{n}.Sanitize()+` t`).Scan(&digest); err != nil {
 			t.Fatalf("storetest: digest %s: %v", n, err)
 		}

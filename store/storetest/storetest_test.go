@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/billsync/billsync/store/internal/storehook"
 	"github.com/billsync/billsync/store/storetest"
 )
 
@@ -14,7 +15,7 @@ func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
 
 func TestNewStoreIsMigrated(t *testing.T) {
 	t.Parallel()
-	pool := storetest.NewStore(t).Pool()
+	pool := storehook.Of(storetest.NewStore(t)).Pool
 	var versions []int
 	rows, err := pool.Query(t.Context(), `SELECT version FROM schema_migrations ORDER BY version`)
 	require.NoError(t, err)
@@ -30,7 +31,7 @@ func TestNewStoreIsMigrated(t *testing.T) {
 
 func TestNewStoreDatabasesAreSeparate(t *testing.T) {
 	t.Parallel()
-	a, b := storetest.NewStore(t).Pool(), storetest.NewStore(t).Pool()
+	a, b := storehook.Of(storetest.NewStore(t)).Pool, storehook.Of(storetest.NewStore(t)).Pool
 	var dbA, dbB string
 	require.NoError(t, a.QueryRow(t.Context(), `SELECT current_database()`).Scan(&dbA))
 	require.NoError(t, b.QueryRow(t.Context(), `SELECT current_database()`).Scan(&dbB))

@@ -22,6 +22,7 @@ import (
 
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/scratch"
 )
 
 // The targets the bench measures against (see BENCHMARKS.md).
@@ -166,7 +167,7 @@ func Run(ctx context.Context, databaseURL string, cfg Config) (Report, error) {
 			continue
 		}
 		err := withDatabase(ctx, databaseURL, fmt.Sprintf("billsync_bench_%d_%s", stamp, part.name), cfg, func(st *store.Store) error {
-			rep.PoolConns = st.MaxConns()
+			rep.PoolConns = scratch.MaxConns(st)
 			return part.run(st)
 		})
 		if err != nil {
@@ -184,7 +185,7 @@ func Run(ctx context.Context, databaseURL string, cfg Config) (Report, error) {
 func withDatabase(ctx context.Context, databaseURL, name string, cfg Config, fn func(*store.Store) error) error {
 	// The pool serve would have, on the new database: the pool size
 	// changes both intake paths' latency under many senders.
-	st, drop, err := store.CreateDatabase(ctx, databaseURL, name, store.Options{MaxConns: int32(cfg.PoolConns)})
+	st, drop, err := scratch.CreateDatabase(ctx, databaseURL, name, store.Options{MaxConns: int32(cfg.PoolConns)})
 	if err != nil {
 		return err
 	}

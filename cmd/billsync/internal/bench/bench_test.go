@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,7 +15,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/scratch"
 	"github.com/billsync/billsync/store/storetest"
 )
 
@@ -63,21 +66,19 @@ func TestIntakeStoresWhatItReports(t *testing.T) {
 	require.NoError(t, err)
 
 	stored := map[string]map[string]int{"ceiling": {}, "http": {}}
-	rows, err := st.Pool().Query(ctx, `
-		SELECT e.event_id, e.seen_count, r.remote_addr = $1 AS direct, count(*)
-		FROM inbox_events e JOIN receipts r ON r.event_id = e.id
-		GROUP BY e.id, direct`, directAddr)
-	require.NoError(t, err)
-	for rows.Next() {
-		var id string
-		var seen, n int
-		var direct bool
-		require.NoError(t, rows.Scan(&id, &seen, &direct, &n))
-		p := map[bool]string{true: "ceiling", false: "http"}[direct]
-		stored[p][id] += n
-		require.Equal(t, sent["ceiling"][id]+sent["http"][id], seen, "event %s: seen_count is its deliveries", id)
+	events := map[int64]storetest.EventRow{}
+	for _, e := range storetest.Events(t, st) {
+		events[e.ID] = e
 	}
-	require.NoError(t, rows.Err())
+	for _, r := range storetest.Receipts(t, st) {
+		e, ok := events[r.EventID]
+		require.True(t, ok, "receipt of event %d", r.EventID)
+		p := map[bool]string{true: "ceiling", false: "http"}[r.RemoteAddr == directAddr]
+		stored[p][e.EventID]++
+	}
+	for _, e := range events {
+		require.Equal(t, sent["ceiling"][e.EventID]+sent["http"][e.EventID], e.SeenCount, "event %s: seen_count is its deliveries", e.EventID)
+	}
 	require.Equal(t, sent, stored, "every delivery stored once, by the path that sent it")
 
 	var reported, sentAll, timedHTTP, reportedHTTP int
@@ -182,25 +183,23 @@ func TestDrainAnswersEveryEvent(t *testing.T) {
 	res, err := runDrain(ctx, st, cfg)
 	require.NoError(t, err)
 
-	var events, applied, receipts, queued int
-	require.NoError(t, st.Pool().QueryRow(ctx, `
-		SELECT count(*), count(*) FILTER (WHERE status = 'applied'),
-		       (SELECT count(*) FROM receipts), (SELECT count(*) FROM reconcile_queue)
-		FROM inbox_events`).Scan(&events, &applied, &receipts, &queued))
+	counts := storetest.Counts(t, st)
+	events, applied := counts["inbox_events"], 0
+	for _, e := range storetest.Events(t, st) {
+		if e.Status == reconcile.EventApplied {
+			applied++
+		}
+	}
 	require.Equal(t, 2*cfg.DrainEvents, events, "the stored burst and the live one")
 	require.Equal(t, events, applied)
-	require.Equal(t, events, receipts)
-	require.Zero(t, queued)
+	require.Equal(t, events, counts["receipts"])
+	require.Zero(t, counts["reconcile_queue"])
 
-	rows, err := st.Pool().Query(ctx, `SELECT user_ref, plan FROM accounts ORDER BY user_ref`)
-	require.NoError(t, err)
 	var plans []string
-	for rows.Next() {
-		var user, plan string
-		require.NoError(t, rows.Scan(&user, &plan))
-		plans = append(plans, user+"="+plan)
+	for _, a := range storetest.Accounts(t, st) {
+		plans = append(plans, a.UserRef+"="+a.Plan)
 	}
-	require.NoError(t, rows.Err())
+	slices.Sort(plans)
 	require.Equal(t, []string{"user_000000=pro", "user_000001=pro", "user_000002=team",
 		"user_000003=pro", "user_000004=pro", "user_000005=team"}, plans, "the seed subscribes every third customer to team")
 
@@ -235,10 +234,8 @@ func TestBenchQuick(t *testing.T) {
 	rep, err := Run(ctx, storetest.URL(t), cfg)
 	require.NoError(t, err)
 
-	var left int
-	require.NoError(t, probe.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname LIKE 'billsync\_bench\_%'`).Scan(&left))
-	require.Zero(t, left, "the bench drops its databases")
-	require.Equal(t, probe.MaxConns(), rep.PoolConns, "the bench's pools are serve's size")
+	require.Empty(t, storetest.Databases(t, probe, "billsync_bench_"), "the bench drops its databases")
+	require.Equal(t, scratch.MaxConns(probe), rep.PoolConns, "the bench's pools are serve's size")
 	require.Len(t, rep.Intake, 2)
 	require.Equal(t, "intake throughput / ceiling, 4 senders", rep.Targets[0].Name)
 	require.Len(t, rep.Targets, 8)

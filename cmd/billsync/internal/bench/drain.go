@@ -21,6 +21,7 @@ import (
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/scratch"
 )
 
 // DrainResult is the worker draining a burst stored before it starts.
@@ -169,7 +170,7 @@ func runDrain(ctx context.Context, st *store.Store, cfg Config) (DrainResult, er
 	// counted so far is the drain's.
 	reqs, limited, conns := d.counted.requests.Load()-reqs0, d.counted.limited.Load()-limited0, d.counted.conns.Load()-conns0
 
-	stats, err := st.Stats(ctx)
+	stats, err := scratch.ReadStats(ctx, st)
 	if err != nil {
 		return res, err
 	}
@@ -261,7 +262,7 @@ func (d *drain) live(ctx context.Context, cfg Config) (LiveResult, error) {
 			res.Refetched++
 		}
 	}
-	stats, err := d.st.Stats(ctx)
+	stats, err := scratch.ReadStats(ctx, d.st)
 	if err != nil {
 		return res, err
 	}

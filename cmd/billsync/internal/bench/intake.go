@@ -17,6 +17,7 @@ import (
 	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/scratch"
 )
 
 // IntakeResult is the intake at one sender count.
@@ -160,7 +161,7 @@ func (in *intake) run(ctx context.Context, cfg Config) ([]IntakeResult, error) {
 	var results []IntakeResult
 	for _, senders := range cfg.Senders {
 		res := IntakeResult{Senders: senders, Rounds: cfg.Rounds, Deliveries: cfg.IntakeDeliveries}
-		before, err := in.st.Stats(ctx)
+		before, err := scratch.ReadStats(ctx, in.st)
 		if err != nil {
 			return nil, err
 		}
@@ -205,7 +206,7 @@ func (in *intake) run(ctx context.Context, cfg Config) ([]IntakeResult, error) {
 		res.Ceiling = latencyOf(c.lat, c.took, c.cpu)
 		res.Ratio = round(res.HTTP.PerSec/res.Ceiling.PerSec, 3)
 
-		after, err := in.st.Stats(ctx)
+		after, err := scratch.ReadStats(ctx, in.st)
 		if err != nil {
 			return nil, err
 		}

@@ -14,6 +14,7 @@ import (
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/scratch"
 )
 
 // ProcessSweep is a sweep by `billsync sweep` in a process of its own, on
@@ -39,7 +40,7 @@ func sweepProcess(ctx context.Context, argv []string, st *store.Store, fakeURL s
 	args := append(argv[1:len(argv):len(argv)], "-provider", "stripe", "-sweep-parallel", strconv.Itoa(parallel),
 		"-stripe-rate", strconv.FormatFloat(2*rate, 'f', -1, 64)) // the sweep lists at half of -stripe-rate
 	cmd := exec.CommandContext(ctx, argv[0], args...)
-	cmd.Env = append(withoutProviders(os.Environ()), "DATABASE_URL="+st.URL(), "STRIPE_API_KEY="+stripemock.DefaultAPIKey,
+	cmd.Env = append(withoutProviders(os.Environ()), "DATABASE_URL="+scratch.URL(st), "STRIPE_API_KEY="+stripemock.DefaultAPIKey,
 		"STRIPE_API_URL="+fakeURL, "BILLSYNC_LOG_LEVEL=warn")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/billsync/billsync/cmd/billsync/internal/demo"
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
 )
 
@@ -39,19 +40,15 @@ func testConsoleInBrowser(t *testing.T, browser context.Context, provider string
 	require.NoError(t, err)
 	require.True(t, res.Billsync.Right)
 	wh := d.Where()
-	pool, err := pgxpool.New(ctx, wh.DatabaseURL)
-	require.NoError(t, err)
-	defer pool.Close()
-	plan := func() string {
-		var p string
-		require.NoError(t, pool.QueryRow(ctx, `SELECT plan FROM accounts WHERE customer_id = $1`, res.Customer).Scan(&p))
-		return p
-	}
-	// Drift, as after a lost webhook: billsync holds Free, the provider Pro.
-	drift := func() {
-		_, err := pool.Exec(ctx, `UPDATE accounts SET plan = 'free' WHERE customer_id = $1`, res.Customer)
+	st := storetest.OpenStore(t, wh.DatabaseURL, store.Options{})
+	account := func() reconcile.Account {
+		a, err := st.Account(ctx, provider, res.Customer)
 		require.NoError(t, err)
+		return a
 	}
+	plan := func() string { return account().Plan }
+	// Drift, as after a lost webhook: billsync holds Free, the provider Pro.
+	drift := func() { storetest.DriftAccount(t, st, account().ID, "free", "") }
 	drift()
 
 	tab, cancel := chromedp.NewContext(browser)

@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,7 @@ import (
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/scratch"
 )
 
 // lease is short so the demo's "restart after a kill" takes a second.
@@ -134,7 +136,7 @@ func Start(ctx context.Context, databaseURL string, cfg Config) (_ *Demo, err er
 			d.Close()
 		}
 	}()
-	d.st, d.drop, err = store.CreateDatabase(ctx, databaseURL, fmt.Sprintf("billsync_demo_%d", time.Now().UnixNano()), store.Options{})
+	d.st, d.drop, err = scratch.CreateDatabase(ctx, databaseURL, fmt.Sprintf("billsync_demo_%d", time.Now().UnixNano()), store.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -297,14 +299,24 @@ type Result struct {
 	} `json:"start"`
 	Deliveries []Row `json:"deliveries"`
 	Naive      State `json:"naive"`
-	Billsync   struct {
-		Plan         string           `json:"plan"`
-		Balance      int64            `json:"balance"`
-		EventsStored int              `json:"events_stored"`
-		Deliveries   int              `json:"deliveries"`
-		Grants       []store.GrantRow `json:"grants"`
-		Right        bool             `json:"right"`
-	} `json:"billsync"`
+	Billsync   Held  `json:"billsync"`
+}
+
+// Held is what billsync holds for the customer at the end, and whether it
+// is right.
+type Held struct {
+	Plan         string  `json:"plan"`
+	Balance      int64   `json:"balance"`
+	EventsStored int     `json:"events_stored"`
+	Deliveries   int     `json:"deliveries"` // copies included
+	Grants       []Grant `json:"grants"`
+	Right        bool    `json:"right"`
+}
+
+// Grant is one grant in billsync's ledger for the customer.
+type Grant struct {
+	Plan  string `json:"plan"`
+	Delta int64  `json:"delta"`
 }
 
 // Play runs the scenario and returns both handlers' story.
@@ -368,19 +380,42 @@ func (d *Demo) Play(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	b.Plan, b.Balance = final.Plan, final.Balance
-	tally, err := d.st.Tally(ctx, d.w.provider(), res.Customer)
-	if err != nil {
+	if err := d.tally(ctx, res.Customer, b); err != nil {
 		return res, err
 	}
-	b.EventsStored, b.Deliveries, b.Grants = tally.Events, tally.Receipts, tally.Grants
 	proGrants := 0
-	for _, g := range tally.Grants {
+	for _, g := range b.Grants {
 		if g.Plan == "pro" {
 			proGrants++
 		}
 	}
 	b.Right = b.Plan == "pro" && b.Balance == 500 && b.EventsStored == 3 && b.Deliveries == 9 && proGrants == 1
 	return res, nil
+}
+
+// tally reads what billsync holds for the customer from the account's
+// detail, as the console shows it: its events and their deliveries (copies
+// counted), and its grants, oldest first. The scenario's few rows are well
+// within the detail's limit.
+func (d *Demo) tally(ctx context.Context, customer string, b *Held) error {
+	a, err := d.st.Account(ctx, d.w.provider(), customer)
+	if err != nil {
+		return err
+	}
+	detail, err := d.st.AccountDetail(ctx, a.ID)
+	if err != nil {
+		return err
+	}
+	b.EventsStored, b.Deliveries, b.Grants = len(detail.Events), 0, nil
+	for _, e := range detail.Events {
+		b.Deliveries += e.SeenCount
+	}
+	for _, l := range slices.Backward(detail.Ledger) {
+		if l.Kind == "grant" {
+			b.Grants = append(b.Grants, Grant{Plan: l.Plan, Delta: l.Delta})
+		}
+	}
+	return nil
 }
 
 // waitDeliveries waits until the fake has sent n more webhooks.
@@ -427,11 +462,11 @@ func (d *Demo) deliverToBillsync(ctx context.Context, customer string, dl *deliv
 
 	var prefix string
 	if crash {
-		d.st.CrashAfterAccountWrite(func() error { return errKilled })
+		scratch.CrashAfterAccountWrite(d.st, func() error { return errKilled })
 		if _, err := d.doomed.Drain(ctx); err != nil && !errors.Is(err, errKilled) {
 			return s, err
 		}
-		d.st.CrashAfterAccountWrite(nil)
+		scratch.CrashAfterAccountWrite(d.st, nil)
 		prefix = "killed mid-apply, rolled back; restarted after the lease: "
 	}
 	if err := d.drainUntilAnswered(ctx, dl.id); err != nil {
@@ -442,7 +477,7 @@ func (d *Demo) deliverToBillsync(ctx context.Context, customer string, dl *deliv
 		return s, err
 	}
 	s.Plan, s.Balance = state.Plan, state.Balance
-	status, outcome, err := d.st.EventOutcome(ctx, d.w.provider(), dl.id)
+	ev, err := d.st.EventByKey(ctx, d.w.provider(), dl.id)
 	if err != nil {
 		return s, err
 	}
@@ -450,7 +485,7 @@ func (d *Demo) deliverToBillsync(ctx context.Context, customer string, dl *deliv
 	case strings.HasPrefix(ans.Status, "duplicate"):
 		s.Outcome = "copy counted; nothing to do"
 	default:
-		s.Outcome = fmt.Sprintf("%s%s: %s", prefix, status, outcome)
+		s.Outcome = fmt.Sprintf("%s%s: %s", prefix, ev.Status, ev.Outcome)
 	}
 	return s, nil
 }
@@ -464,8 +499,8 @@ func (d *Demo) drainUntilAnswered(ctx context.Context, eventID string) error {
 		if _, err := d.worker.Drain(ctx); err != nil {
 			return err
 		}
-		status, _, err := d.st.EventOutcome(ctx, d.w.provider(), eventID)
-		if err != nil || status != reconcile.EventPending {
+		ev, err := d.st.EventByKey(ctx, d.w.provider(), eventID)
+		if err != nil || ev.Status != reconcile.EventPending {
 			return err
 		}
 		select {
@@ -510,7 +545,7 @@ type Where struct {
 // Where returns where the running demo's parts are.
 func (d *Demo) Where() Where {
 	wh := d.w.where()
-	wh.Provider, wh.IntakeURL, wh.DatabaseURL = d.w.provider(), d.w.intakeURL(), d.st.URL()
+	wh.Provider, wh.IntakeURL, wh.DatabaseURL = d.w.provider(), d.w.intakeURL(), scratch.URL(d.st)
 	wh.ConsoleURL, wh.ConsoleToken = d.console.url, d.console.token
 	return wh
 }

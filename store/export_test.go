@@ -1,0 +1,10 @@
+package store
+
+import "github.com/jackc/pgx/v5/pgxpool"
+
+// Pool is the store's pool, for the store's own tests, which may keep SQL
+// (tests elsewhere use store/storetest).
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Migrations is migrationFiles, for the store's own tests.
+func Migrations() ([]Migration, error) { return migrationFiles() }

@@ -1,0 +1,22 @@
+// Package dburl points a PostgreSQL connection string at another database
+// on the same server: the workshop (store/scratch) and the test helpers
+// (store/storetest) make databases next to the one they were given.
+package dburl
+
+import (
+	"net/url"
+	"strings"
+)
+
+// WithDatabase returns base (a URL or a keyword/value string) pointed at
+// database db.
+func WithDatabase(base, db string) string {
+	if strings.HasPrefix(base, "postgres://") || strings.HasPrefix(base, "postgresql://") {
+		if u, err := url.Parse(base); err == nil {
+			u.Path, u.RawPath = "/"+db, ""
+			return u.String()
+		}
+	}
+	// In keyword/value strings the last setting wins.
+	return base + " dbname=" + db
+}

@@ -1,0 +1,105 @@
+package storetest
+
+import (
+	"time"
+
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store"
+)
+
+// Setup: state a test puts in place behind billsync's back, as drift, a
+// lost webhook, a failing provider or another replica would. Each helper
+// fails the test when it finds nothing to change.
+
+// DriftAccount sets the account's plan and, unless status is empty, its
+// status, without a reconcile: drift that a resync or a sweep must heal.
+func DriftAccount(t TB, st *store.Store, accountID int64, plan, status string) {
+	t.Helper()
+	change(t, st, 1, `UPDATE accounts SET plan = $2, status = coalesce(nullif($3, ''), status) WHERE id = $1`,
+		accountID, plan, status)
+}
+
+// LoseWebhooks deletes the customer's stored events (their receipts go
+// with them) and its queue row, as if none of its webhooks had arrived.
+func LoseWebhooks(t TB, st *store.Store, provider, customerID string) {
+	t.Helper()
+	change(t, st, someRows, `DELETE FROM inbox_events WHERE provider = $1 AND customer_id = $2`, provider, customerID)
+	change(t, st, 1, `DELETE FROM reconcile_queue WHERE provider = $1 AND customer_id = $2`, provider, customerID)
+}
+
+// SetQueueDead makes the customer's queue row dead after attempts failed
+// ones, last failing with lastError (none when empty), as a worker that gave
+// up leaves it; the row is created when there is none.
+func SetQueueDead(t TB, st *store.Store, provider, customerID string, attempts int, lastError string) {
+	t.Helper()
+	change(t, st, 1, `
+		INSERT INTO reconcile_queue (provider, customer_id, status, attempts, last_error)
+		VALUES ($1, $2, 'dead', $3, nullif($4, ''))
+		ON CONFLICT (provider, customer_id) DO UPDATE
+		SET status = 'dead', attempts = excluded.attempts, last_error = excluded.last_error`,
+		provider, customerID, attempts, lastError)
+}
+
+// LeaseQueueRow leases the customer's queue row to worker for lease from
+// the database's now, as a worker of another process holding it would.
+func LeaseQueueRow(t TB, st *store.Store, provider, customerID, worker string, lease time.Duration) {
+	t.Helper()
+	change(t, st, 1, `UPDATE reconcile_queue SET locked_by = $3, locked_until = now() + make_interval(secs => $4)
+		WHERE provider = $1 AND customer_id = $2`, provider, customerID, worker, lease.Seconds())
+}
+
+// SetEventStatus answers the stored event with status and outcome, as a
+// reconcile would, without one.
+func SetEventStatus(t TB, st *store.Store, eventID int64, status reconcile.EventStatus, outcome string) {
+	t.Helper()
+	change(t, st, 1, `UPDATE inbox_events SET status = $2, outcome = nullif($3, '') WHERE id = $1`, eventID, status, outcome)
+}
+
+// SetEventPayload replaces the stored event's body.
+func SetEventPayload(t TB, st *store.Store, eventID int64, payload []byte) {
+	t.Helper()
+	change(t, st, 1, `UPDATE inbox_events SET payload = $2 WHERE id = $1`, eventID, payload)
+}
+
+// InsertEvent stores e as it is (provider, dedupe key, event id, type,
+// customer, payload, status, outcome; no receipt, no queue row) and returns
+// its id: an event the intake would not store that way.
+func InsertEvent(t TB, st *store.Store, e EventRow) int64 {
+	t.Helper()
+	var id int64
+	queryRow(t, st, `
+		INSERT INTO inbox_events (provider, dedupe_key, event_id, type, customer_id, payload, status, outcome)
+		VALUES ($1, $2, $3, $4, nullif($5, ''), $6, $7, nullif($8, '')) RETURNING id`,
+		[]any{e.Provider, e.DedupeKey, e.EventID, e.Type, e.CustomerID, e.Payload, e.Status, e.Outcome}, &id)
+	return id
+}
+
+// ExpireSessions makes every console session expired (their rows stay).
+func ExpireSessions(t TB, st *store.Store) {
+	t.Helper()
+	change(t, st, someRows, `UPDATE console_sessions SET expires_at = now() - interval '1 second'`)
+}
+
+// InsertRunningSweep records a run of provider's sweep as running with a
+// fresh heartbeat, as another replica sweeping would, and returns its id.
+func InsertRunningSweep(t TB, st *store.Store, provider string) int64 {
+	t.Helper()
+	var id int64
+	queryRow(t, st, `INSERT INTO sweep_runs (provider) VALUES ($1) RETURNING id`, []any{provider}, &id)
+	return id
+}
+
+// FailSweep ends a running sweep run as failed with errText.
+func FailSweep(t TB, st *store.Store, runID int64, errText string) {
+	t.Helper()
+	change(t, st, 1, `UPDATE sweep_runs SET status = 'failed', finished_at = now(), error = $2
+		WHERE id = $1 AND status = 'running'`, runID, errText)
+}
+
+// Checkpoint forces a checkpoint: the test clusters commit asynchronously,
+// so a test that kills the server first makes what is already written
+// durable.
+func Checkpoint(t TB, st *store.Store) {
+	t.Helper()
+	change(t, st, 0, `CHECKPOINT`)
+}
