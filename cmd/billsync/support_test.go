@@ -93,8 +93,12 @@ func (e *supportEnv) state(customer string) string {
 	a := e.account(customer)
 	b, err := e.st.Balance(e.ctx, a.ID)
 	require.NoError(e.t, err)
-	return fmt.Sprintf("plan=%s status=%s balance=%d grants=%v events=%s", a.Plan, a.Status, b,
-		storetest.Grants(e.t, e.st, "stripe", customer), strings.Join(e.eventStatuses(customer), ","))
+	var grants []string
+	for _, g := range storetest.Grants(e.t, e.st, "stripe", customer) {
+		grants = append(grants, fmt.Sprintf("{%s %d}", g.Plan, g.Delta))
+	}
+	return fmt.Sprintf("plan=%s status=%s balance=%d grants=[%s] events=%s", a.Plan, a.Status, b,
+		strings.Join(grants, " "), strings.Join(e.eventStatuses(customer), ","))
 }
 
 // eventStatuses are the statuses of the customer's stored events, oldest

@@ -42,12 +42,6 @@ func fatalf(t TB, format string, args ...any) {
 // handle: the store's exported API never hands it out.
 func dbOf(st *store.Store) *pgxpool.Pool { return storehook.Of(st).Pool }
 
-// LegacyPool returns st's connection pool.
-//
-// Deprecated: only for test files outside store/ that still hold SQL of
-// their own, until their statements move into named helpers here; new
-// code calls those helpers.
-
 // bounded gives a helper's statement a deadline, so a hung database fails
 // the test instead of holding it until the test binary's timeout.
 func bounded() (context.Context, context.CancelFunc) {

@@ -97,7 +97,8 @@ func TestReadsShowWhatAReconcileWrote(t *testing.T) {
 	a := applyPro(t, st)
 
 	require.Equal(t, []reconcile.Account{a}, storetest.Accounts(t, st))
-	require.Equal(t, []storetest.Grant{{Plan: "pro", Delta: 500}}, storetest.Grants(t, st, "stripe", "cus_1"))
+	require.Equal(t, []storetest.Grant{{Plan: "pro", PeriodStart: a.PeriodStart.UTC(), Delta: 500, Current: true}},
+		storetest.Grants(t, st, "stripe", "cus_1"))
 	rows, sum := storetest.LedgerTotal(t, st, a.ID, "grant")
 	require.Equal(t, 1, rows)
 	require.EqualValues(t, 500, sum)
