@@ -447,6 +447,36 @@ func TestFetch(t *testing.T) {
 		require.Contains(t, perm.Reason, "400 invalid_request_error parameter_invalid: Invalid customer id (request req_bad)")
 	})
 
+	t.Run("ErrAnswerCutShortIsTransient", func(t *testing.T) {
+		t.Parallel()
+		// A 200 whose body is not JSON (cut short, a proxy's page) is no
+		// data Stripe holds: read it again later, never ignore the event.
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{"id":"cus_cut","object":"customer","subscriptions":{"object":"list","data":[`)
+		}))
+		t.Cleanup(hs.Close)
+		_, err := newTestClient(t, testConfig(hs.URL)).Fetch(context.Background(), "cus_cut")
+		require.ErrorContains(t, err, "stripe retrieve customer cus_cut: unreadable answer")
+		require.False(t, reconcile.IsPermanent(err))
+	})
+
+	t.Run("ErrProxyPageIsTransient", func(t *testing.T) {
+		t.Parallel()
+		// A refusal with no Stripe error in it is described by its status.
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(http.StatusBadGateway)
+			fmt.Fprint(w, `<html><body>upstream gone</body></html>`)
+		}))
+		t.Cleanup(hs.Close)
+		cfg := testConfig(hs.URL)
+		cfg.RetryMax = -1
+		_, err := newTestClient(t, cfg).Fetch(context.Background(), "cus_x")
+		require.EqualError(t, err, "stripe retrieve customer cus_x: 502: Bad Gateway")
+		require.False(t, reconcile.IsPermanent(err))
+	})
+
 	t.Run("ErrBadKeyIsTransient", func(t *testing.T) {
 		t.Parallel()
 		f := newFake(t, stripemock.Options{}, nil)
@@ -958,4 +988,36 @@ func TestListInParts(t *testing.T) {
 			require.ErrorContains(t, err, "unreadable cursor", bad)
 		}
 	})
+}
+
+// BenchmarkFetch is what one webhook-triggered reconcile costs the client:
+// a customer retrieved with its subscriptions expanded (one request,
+// answered over loopback by a canned body, so the fake's own work is not
+// measured), read into its snapshot.
+func BenchmarkFetch(b *testing.B) {
+	raw, err := os.ReadFile(filepath.Join("testdata", "customer_expanded_basil.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(raw)
+	}))
+	b.Cleanup(hs.Close)
+	cfg := testConfig(hs.URL)
+	cfg.RateLimit, cfg.Burst = 1e9, 1000 // the limiter is not what is measured
+	c, err := stripe.NewClient(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		snap, err := c.Fetch(context.Background(), "cus_TmixedMay0007")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(snap.Subscriptions) == 0 {
+			b.Fatal("no subscriptions read")
+		}
+	}
 }
