@@ -107,6 +107,24 @@ func (f *fakeStripe) cancel(t *testing.T, subID string) {
 	require.NoError(t, err)
 }
 
+// newFakeHolding is a fake with one subscribed customer that holds every
+// request until the client cancels it: an answer that never comes in
+// time, whatever the machine's load.
+func newFakeHolding(t *testing.T) (*fakeStripe, string, *stripeapi.Subscription) {
+	t.Helper()
+	var hold atomic.Bool
+	f := newFake(t, stripemock.Options{}, func(r *http.Request) {
+		if hold.Load() {
+			<-r.Context().Done()
+		}
+	})
+	cus := f.customer(t, map[string]string{"user_id": "u1"})
+	sub := f.subscribe(t, cus, "price_pro")
+	f.seen()
+	hold.Store(true)
+	return f, cus, sub
+}
+
 // testConfig is a Config for url with short waits and no rate limit to speak of.
 func testConfig(url string) stripe.Config {
 	return stripetest.Fast(stripe.Config{APIKey: stripemock.DefaultAPIKey, BaseURL: url})
@@ -589,18 +607,26 @@ func TestFetchFaults(t *testing.T) {
 
 	t.Run("AttemptTimeout", func(t *testing.T) {
 		t.Parallel()
-		f, cus, _ := setup(t)
-		f.SetFaults(stripemock.Faults{Latency: 2 * time.Second})
+		// The fake never answers: each request it gets waits until the
+		// client gives the attempt up, so no attempt can succeed however
+		// slow the machine. The attempts are counted where they are made
+		// (OnAttempt, called as each ends), not at the fake: on a busy
+		// machine an attempt can expire before its request arrives.
+		f, cus, _ := newFakeHolding(t)
 		cfg := testConfig(f.URL)
 		cfg.Timeout = 50 * time.Millisecond
 		cfg.RetryMax = 1
+		var mu sync.Mutex
+		var attempts []string
+		cfg.OnAttempt = func(status string) { mu.Lock(); attempts = append(attempts, status); mu.Unlock() }
 		_, err := newTestClient(t, cfg).Fetch(context.Background(), cus)
 		require.Error(t, err)
 		require.False(t, reconcile.IsPermanent(err))
-		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.Eventually(t, func() bool {
-			return f.count() == cfg.RetryMax+1
-		}, 5*time.Second, 10*time.Millisecond, "each attempt times out and is retried")
+		require.ErrorIs(t, err, context.DeadlineExceeded, "the attempt's deadline, not the caller's: it has none")
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, []string{"error", "error"}, attempts, "each attempt times out and is retried")
+		require.LessOrEqual(t, f.count(), cfg.RetryMax+1, "no request the client did not count")
 	})
 
 	t.Run("CallerDeadline", func(t *testing.T) {
