@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,9 +22,10 @@ import (
 	"github.com/billsync/billsync/reconcile"
 )
 
-// APIVersion is the Stripe API version of every request: stripe-go v82.5.1
-// sends its pinned version (2025-08-27.basil) as Stripe-Version, so responses
-// never take the account's default version. The readers still accept older
+// APIVersion is the Stripe API version of every request, sent as
+// Stripe-Version so responses never take the account's default version:
+// the one stripe-go v82.5.1 pins (2025-08-27.basil), so the fake and the
+// tests, which drive Stripe through stripe-go, speak it too. The readers still accept older
 // shapes, for stored payloads and for proxies that rewrite the header.
 const APIVersion = stripeapi.APIVersion
 
@@ -111,15 +113,21 @@ func (cfg Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// Client reads customers' current state from the Stripe API through
-// stripe-go. It implements reconcile.Provider, reconcile.Lister,
-// reconcile.Splitter and Resolver (thin events' customers) and is safe for
-// concurrent use.
+// Client reads customers' current state from the Stripe API. It
+// implements reconcile.Provider, reconcile.Lister, reconcile.Splitter and
+// Resolver (thin events' customers) and is safe for concurrent use.
+//
+// Every call is one or more GETs sent by get, whose answers the readers
+// (read.go) decode straight from the raw JSON. stripe-go's typed structs
+// are not used here: each is cut for one API version (the typed v82
+// Subscription has no current_period_* at all), and decoding into them
+// cost about a third of a sweep's CPU for fields billsync never reads.
 //
 // The layers of one call, outermost first:
 //
 //	ctx (caller's deadline for the whole Fetch/ListPage)
-//	stripe-go (MaxNetworkRetries 0: it never retries by itself)
+//	get (Authorization, the pinned Stripe-Version; a refusal read into
+//	  an *apiError)
 //	go-retryablehttp (RetryMax retries of network errors, timeouts, 429 and
 //	  5xx, backoff honouring Retry-After, Stripe-Should-Retry obeyed)
 //	attempt.Transport (per attempt: wait for the listing's limiter when it
@@ -127,8 +135,7 @@ func (cfg Config) validate() error {
 //	  rate limiter; then run the attempt under its own Timeout)
 //	http.Transport
 type Client struct {
-	api         *stripeapi.Client
-	http        *http.Client // the same retrying, limited client, for the list's pages read as raw JSON
+	http        *http.Client // retrying and limited: the layers above
 	baseURL     string
 	apiKey      string // never logged
 	userRefKey  string
@@ -175,18 +182,8 @@ func NewClient(cfg Config) (*Client, error) {
 	rc.CheckRetry = checkRetry
 	rc.ErrorHandler = lastResponse
 	rc.Logger = debugLogger{cfg.Logger}
-
-	bc := &stripeapi.BackendConfig{
-		HTTPClient:        rc.StandardClient(),
-		MaxNetworkRetries: stripeapi.Int64(0), // retries happen in retryablehttp only, so attempts don't multiply
-		LeveledLogger:     &stripeapi.LeveledLogger{Level: stripeapi.LevelNull},
-	}
-	if cfg.BaseURL != "" {
-		bc.URL = stripeapi.String(strings.TrimRight(cfg.BaseURL, "/"))
-	}
 	return &Client{
-		api:         stripeapi.NewClient(cfg.APIKey, stripeapi.WithBackends(stripeapi.NewBackendsWithConfig(bc))),
-		http:        bc.HTTPClient,
+		http:        rc.StandardClient(),
 		baseURL:     cmp.Or(strings.TrimRight(cfg.BaseURL, "/"), stripeapi.APIURL),
 		apiKey:      cfg.APIKey,
 		userRefKey:  cfg.UserRefKey,
@@ -216,18 +213,14 @@ func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapsh
 	if customerID == "" {
 		return reconcile.Snapshot{}, reconcile.Permanent("stripe: empty customer id")
 	}
-	params := &stripeapi.CustomerRetrieveParams{}
-	params.AddExpand("subscriptions")
-	cust, err := c.api.V1Customers.Retrieve(ctx, customerID, params)
+	op := "retrieve customer " + customerID
+	body, err := c.get(ctx, "/v1/customers/"+url.PathEscape(customerID), url.Values{"expand[0]": {"subscriptions"}})
 	if err != nil {
-		return reconcile.Snapshot{}, failCustomer("retrieve customer "+customerID, err)
+		return reconcile.Snapshot{}, failMissing(op, err, reconcile.ErrCustomerUnknown)
 	}
-	if cust.LastResponse == nil || len(cust.LastResponse.RawJSON) == 0 {
-		return reconcile.Snapshot{}, fmt.Errorf("stripe retrieve customer %s: stripe-go returned no raw JSON", customerID)
-	}
-	read, err := customerOfJSON(cust.LastResponse.RawJSON, c.userRefKey)
+	read, err := customerOfJSON(body, c.userRefKey)
 	if err != nil {
-		return reconcile.Snapshot{}, err
+		return reconcile.Snapshot{}, fmt.Errorf("stripe %s: %w", op, err)
 	}
 	snap, err := c.resolve(ctx, read)
 	if err != nil {
@@ -284,123 +277,163 @@ func (c *Client) resolve(ctx context.Context, cust customerJSON) (reconcile.Snap
 // listItems reads every item of a subscription
 // (GET /v1/subscription_items?subscription=…, 100 a page).
 func (c *Client) listItems(ctx context.Context, subscriptionID string) ([]object, error) {
-	params := &stripeapi.SubscriptionItemListParams{Subscription: stripeapi.String(subscriptionID)}
-	params.Limit = stripeapi.Int64(listPageSize)
-	items := []object{}
-	for it, err := range c.api.V1SubscriptionItems.List(ctx, params) {
-		if err != nil {
-			return nil, fail("list items of subscription "+subscriptionID, err)
-		}
-		if it.LastResponse == nil || len(it.LastResponse.RawJSON) == 0 {
-			return nil, fmt.Errorf("stripe list items of subscription %s: stripe-go returned an item without its raw JSON", subscriptionID)
-		}
-		items = append(items, objectOf(it.LastResponse.RawJSON))
+	items, err := listAll(ctx, c, "/v1/subscription_items", url.Values{"subscription": {subscriptionID}}, idOfObject)
+	if err != nil {
+		return nil, fail("list items of subscription "+subscriptionID, err)
 	}
 	return items, nil
 }
 
 // listSubscriptions reads every current subscription of a customer.
 func (c *Client) listSubscriptions(ctx context.Context, customerID string) ([]object, error) {
-	params := &stripeapi.SubscriptionListParams{Customer: stripeapi.String(customerID)}
-	params.Limit = stripeapi.Int64(listPageSize)
-	var subs []object
-	for sub, err := range c.api.V1Subscriptions.List(ctx, params) {
-		if err != nil {
-			return nil, failCustomer("list subscriptions of customer "+customerID, err)
-		}
-		raw, err := rawOf(sub)
-		if err != nil {
-			return nil, fmt.Errorf("stripe list subscriptions of customer %s: %w", customerID, err)
-		}
-		subs = append(subs, objectOf(raw))
+	subs, err := listAll(ctx, c, "/v1/subscriptions", url.Values{"customer": {customerID}}, idOfObject)
+	if err != nil {
+		return nil, failMissing("list subscriptions of customer "+customerID, err, reconcile.ErrCustomerUnknown)
 	}
 	return subs, nil
 }
 
-// customerPage requests a page of the customer list (GET /v1/customers
-// with the query q) and returns its raw JSON. It goes through the client's own HTTP
-// stack (limits, retries, attempt deadline) but not through stripe-go's
-// typed decode, which cost about a third of a sweep's CPU for structs
-// billsync never reads. A refusal is decoded into Stripe's error, so it is
-// classified like any other call's.
-func (c *Client) customerPage(ctx context.Context, op string, q url.Values) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.baseURL+"/v1/customers?"+q.Encode(), nil)
+func idOfObject(o object) (string, bool) { return o.ID.s, o.ID.ok }
+
+// get sends GET path?q through the client's stack (the layers in Client's
+// doc) and returns the answer's raw JSON, for the readers. Every call of
+// the client goes through it. A refusal (any status but 200) is an
+// *apiError, for the caller to classify with fail or failMissing.
+func (c *Client) get(ctx context.Context, path string, q url.Values) ([]byte, error) {
+	u := c.baseURL + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return nil, fmt.Errorf("stripe %s: %w", op, err)
+		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.apiKey)
 	req.Header.Set("Stripe-Version", APIVersion)
+	req.Header.Set("User-Agent", userAgent)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("stripe %s: %w", op, err)
+		return nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
 	if err != nil {
-		return nil, fmt.Errorf("stripe %s: read the page: %w", op, err)
+		return nil, fmt.Errorf("read the answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error *stripeapi.Error `json:"error"`
-		}
-		if json.Unmarshal(body, &e) != nil || e.Error == nil {
-			e.Error = &stripeapi.Error{Msg: http.StatusText(resp.StatusCode)}
-		}
-		e.Error.HTTPStatusCode, e.Error.RequestID = resp.StatusCode, resp.Header.Get("Request-Id")
-		return nil, fail(op, e.Error)
+		return nil, apiErrorOf(resp, body)
 	}
 	return body, nil
+}
+
+// userAgent names billsync to Stripe (its logs, and support's).
+const userAgent = "billsync (Stripe API " + APIVersion + ")"
+
+// maxAnswerBytes bounds an answer read: a page of 100 customers with
+// their subscriptions expanded is a few MB; more is not Stripe's, and is
+// cut (then unreadable, and retried later).
+const maxAnswerBytes = 256 << 20
+
+// listAll reads every entry of a Stripe list: GET path?q, listPageSize a
+// page, each page after the last entry of the one before (starting_after,
+// as Stripe's libraries page), every entry decoded into T by the readers.
+// idOf reads an entry's id; q is changed. The entries are never nil (an
+// empty list reads as one with no entries: the subscription items listed
+// replace the embedded ones). Errors are get's, or unreadable pages.
+func listAll[T any](ctx context.Context, c *Client, path string, q url.Values, idOf func(T) (string, bool)) ([]T, error) {
+	q.Set("limit", strconv.Itoa(listPageSize))
+	all := []T{}
+	for {
+		body, err := c.get(ctx, path, q)
+		if err != nil {
+			return nil, err
+		}
+		entries, more, err := listPageOf[T](body)
+		if err != nil {
+			return nil, fmt.Errorf("unreadable page: %w", err)
+		}
+		all = append(all, entries...)
+		if !more || len(entries) == 0 {
+			return all, nil
+		}
+		last, ok := idOf(entries[len(entries)-1])
+		if !ok {
+			return nil, reconcile.Permanent("a list page's last entry has no id: the next page cannot be asked for")
+		}
+		q.Set("starting_after", last)
+	}
 }
 
 // listPageSize is Stripe's largest page.
 const listPageSize = 100
 
-// rawOf returns the subscription's own JSON. stripe-go v82.5.1 sets it on
-// Retrieve results and on every item of a list page.
-func rawOf(sub *stripeapi.Subscription) ([]byte, error) {
-	if sub == nil || sub.LastResponse == nil || len(sub.LastResponse.RawJSON) == 0 {
-		return nil, errors.New("stripe-go returned a subscription without its raw JSON")
-	}
-	return sub.LastResponse.RawJSON, nil
+// apiError is Stripe's refusal of a request: the answer's status and
+// request id, and what its error object says.
+type apiError struct {
+	Status    int    `json:"-"`
+	RequestID string `json:"-"`
+	Type      string `json:"type"`
+	Code      string `json:"code"`
+	Message   string `json:"message"`
 }
 
-// failCustomer is fail for a call about one customer: Stripe's
-// resource_missing (404 on /v1/customers/{id}, 400 for a customer= parameter)
-// means the customer is unknown.
-func failCustomer(op string, err error) error {
-	var se *stripeapi.Error
-	if errors.As(err, &se) && se.Code == stripeapi.ErrorCodeResourceMissing {
-		return fmt.Errorf("stripe %s: %s: %w", op, describe(se), reconcile.ErrCustomerUnknown)
+// codeResourceMissing is Stripe's error code for an id it does not know.
+const codeResourceMissing = "resource_missing"
+
+// apiErrorOf reads the error of a refused answer. A body that holds no
+// Stripe error (a proxy's page) is described by its status.
+func apiErrorOf(resp *http.Response, body []byte) *apiError {
+	var answer struct {
+		Error *apiError `json:"error"`
+	}
+	if json.Unmarshal(body, &answer) != nil || answer.Error == nil {
+		answer.Error = &apiError{Message: http.StatusText(resp.StatusCode)}
+	}
+	e := answer.Error
+	e.Status, e.RequestID = resp.StatusCode, resp.Header.Get("Request-Id")
+	return e
+}
+
+// Error renders the refusal:
+// "429 invalid_request_error rate_limit: Request rate limit exceeded. (request req_…)".
+func (e *apiError) Error() string {
+	desc := strconv.Itoa(e.Status)
+	for _, s := range []string{e.Type, e.Code} {
+		if s != "" {
+			desc += " " + s
+		}
+	}
+	desc += ": " + e.Message
+	if e.RequestID != "" {
+		desc += " (request " + e.RequestID + ")"
+	}
+	return desc
+}
+
+// failMissing is fail for a call about one object: Stripe's
+// resource_missing (404 on /v1/customers/{id}, 400 for a customer=
+// parameter) wraps missing (reconcile.ErrCustomerUnknown,
+// ErrObjectUnknown).
+func failMissing(op string, err, missing error) error {
+	var ae *apiError
+	if errors.As(err, &ae) && ae.Code == codeResourceMissing {
+		return fmt.Errorf("stripe %s: %s: %w", op, ae, missing)
 	}
 	return fail(op, err)
 }
 
-// fail converts an error from stripe-go into billsync's classes; no stripe-go
-// type leaves the package. A 400 is a request Stripe will never accept, so it
-// is permanent; everything else is transient.
+// fail converts an error of get into billsync's classes. A 400 is a
+// request Stripe will never accept, so it is permanent; every other
+// refusal, and every failure to get an answer, is transient.
 func fail(op string, err error) error {
-	var se *stripeapi.Error
+	var ae *apiError
 	switch {
-	case !errors.As(err, &se):
+	case !errors.As(err, &ae):
 		return fmt.Errorf("stripe %s: %w", op, err)
-	case se.HTTPStatusCode == http.StatusBadRequest:
-		return reconcile.Permanent("stripe %s: %s", op, describe(se))
+	case ae.Status == http.StatusBadRequest:
+		return reconcile.Permanent("stripe %s: %s", op, ae)
 	}
-	return fmt.Errorf("stripe %s: %s", op, describe(se))
-}
-
-// describe renders a Stripe error without its stripe-go type:
-// "429 invalid_request_error rate_limit: Request rate limit exceeded. (request req_…)".
-func describe(se *stripeapi.Error) string {
-	desc := fmt.Sprintf("%d %s", se.HTTPStatusCode, se.Type)
-	if se.Code != "" {
-		desc += " " + string(se.Code)
-	}
-	desc += ": " + se.Msg
-	if se.RequestID != "" {
-		desc += " (request " + se.RequestID + ")"
-	}
-	return desc
+	return fmt.Errorf("stripe %s: %s", op, ae)
 }
 
 // checkRetry is retryablehttp's default policy (network errors, timeouts,
@@ -420,7 +453,7 @@ func checkRetry(ctx context.Context, resp *http.Response, err error) (bool, erro
 	return retry, cerr
 }
 
-// lastResponse hands the last attempt's response to stripe-go when retries
+// lastResponse hands the last attempt's response to get when retries
 // run out, so Stripe's error body (type, code, message, request id) is
 // reported instead of "giving up after N attempts".
 func lastResponse(resp *http.Response, err error, attempts int) (*http.Response, error) {
@@ -445,34 +478,25 @@ func (d debugLogger) Warn(msg string, kv ...any)  { d.l.Debug("stripe http: "+ms
 // events: it makes *Client a Resolver. An id Stripe does not know wraps
 // ErrObjectUnknown; a type it cannot read is a *reconcile.PermanentError.
 func (c *Client) CustomerOf(ctx context.Context, objectType, id string) (string, error) {
-	var (
-		resp *stripeapi.APIResponse
-		err  error
-	)
+	var path string
 	switch objectType {
 	case "subscription":
-		var sub *stripeapi.Subscription
-		if sub, err = c.api.V1Subscriptions.Retrieve(ctx, id, nil); err == nil {
-			resp = sub.LastResponse
-		}
+		path = "/v1/subscriptions/"
 	case "invoice":
-		var inv *stripeapi.Invoice
-		if inv, err = c.api.V1Invoices.Retrieve(ctx, id, nil); err == nil {
-			resp = inv.LastResponse
-		}
+		path = "/v1/invoices/"
 	default:
 		return "", reconcile.Permanent("stripe: cannot read the customer of a %q", objectType)
 	}
 	op := "retrieve " + objectType + " " + id
-	var se *stripeapi.Error
-	switch {
-	case errors.As(err, &se) && se.Code == stripeapi.ErrorCodeResourceMissing:
-		return "", fmt.Errorf("stripe %s: %s: %w", op, describe(se), ErrObjectUnknown)
-	case err != nil:
-		return "", fail(op, err)
-	case resp == nil || len(resp.RawJSON) == 0:
-		return "", fmt.Errorf("stripe %s: stripe-go returned no raw JSON", op)
+	body, err := c.get(ctx, path+url.PathEscape(id), nil)
+	if err != nil {
+		return "", failMissing(op, err, ErrObjectUnknown)
 	}
-	customer, _ := customerIDOf(resp.RawJSON)
-	return customer, nil
+	var o struct {
+		Customer ref `json:"customer"` // an id, or the expanded customer
+	}
+	if err := readAnswer(body, &o); err != nil {
+		return "", fmt.Errorf("stripe %s: %w", op, err)
+	}
+	return o.Customer.id.s, nil
 }

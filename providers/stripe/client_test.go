@@ -107,6 +107,24 @@ func (f *fakeStripe) cancel(t *testing.T, subID string) {
 	require.NoError(t, err)
 }
 
+// newFakeHolding is a fake with one subscribed customer that holds every
+// request until the client cancels it: an answer that never comes in
+// time, whatever the machine's load.
+func newFakeHolding(t *testing.T) (*fakeStripe, string, *stripeapi.Subscription) {
+	t.Helper()
+	var hold atomic.Bool
+	f := newFake(t, stripemock.Options{}, func(r *http.Request) {
+		if hold.Load() {
+			<-r.Context().Done()
+		}
+	})
+	cus := f.customer(t, map[string]string{"user_id": "u1"})
+	sub := f.subscribe(t, cus, "price_pro")
+	f.seen()
+	hold.Store(true)
+	return f, cus, sub
+}
+
 // testConfig is a Config for url with short waits and no rate limit to speak of.
 func testConfig(url string) stripe.Config {
 	return testenv.FastStripe(stripe.Config{APIKey: stripemock.DefaultAPIKey, BaseURL: url})
@@ -447,6 +465,36 @@ func TestFetch(t *testing.T) {
 		require.Contains(t, perm.Reason, "400 invalid_request_error parameter_invalid: Invalid customer id (request req_bad)")
 	})
 
+	t.Run("ErrAnswerCutShortIsTransient", func(t *testing.T) {
+		t.Parallel()
+		// A 200 whose body is not JSON (cut short, a proxy's page) is no
+		// data Stripe holds: read it again later, never ignore the event.
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{"id":"cus_cut","object":"customer","subscriptions":{"object":"list","data":[`)
+		}))
+		t.Cleanup(hs.Close)
+		_, err := newTestClient(t, testConfig(hs.URL)).Fetch(context.Background(), "cus_cut")
+		require.ErrorContains(t, err, "stripe retrieve customer cus_cut: unreadable answer")
+		require.False(t, reconcile.IsPermanent(err))
+	})
+
+	t.Run("ErrProxyPageIsTransient", func(t *testing.T) {
+		t.Parallel()
+		// A refusal with no Stripe error in it is described by its status.
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(http.StatusBadGateway)
+			fmt.Fprint(w, `<html><body>upstream gone</body></html>`)
+		}))
+		t.Cleanup(hs.Close)
+		cfg := testConfig(hs.URL)
+		cfg.RetryMax = -1
+		_, err := newTestClient(t, cfg).Fetch(context.Background(), "cus_x")
+		require.EqualError(t, err, "stripe retrieve customer cus_x: 502: Bad Gateway")
+		require.False(t, reconcile.IsPermanent(err))
+	})
+
 	t.Run("ErrBadKeyIsTransient", func(t *testing.T) {
 		t.Parallel()
 		f := newFake(t, stripemock.Options{}, nil)
@@ -559,18 +607,26 @@ func TestFetchFaults(t *testing.T) {
 
 	t.Run("AttemptTimeout", func(t *testing.T) {
 		t.Parallel()
-		f, cus, _ := setup(t)
-		f.SetFaults(stripemock.Faults{Latency: 2 * time.Second})
+		// The fake never answers: each request it gets waits until the
+		// client gives the attempt up, so no attempt can succeed however
+		// slow the machine. The attempts are counted where they are made
+		// (OnAttempt, called as each ends), not at the fake: on a busy
+		// machine an attempt can expire before its request arrives.
+		f, cus, _ := newFakeHolding(t)
 		cfg := testConfig(f.URL)
 		cfg.Timeout = 50 * time.Millisecond
 		cfg.RetryMax = 1
+		var mu sync.Mutex
+		var attempts []string
+		cfg.OnAttempt = func(status string) { mu.Lock(); attempts = append(attempts, status); mu.Unlock() }
 		_, err := newTestClient(t, cfg).Fetch(context.Background(), cus)
 		require.Error(t, err)
 		require.False(t, reconcile.IsPermanent(err))
-		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.Eventually(t, func() bool {
-			return f.count() == cfg.RetryMax+1
-		}, 5*time.Second, 10*time.Millisecond, "each attempt times out and is retried")
+		require.ErrorIs(t, err, context.DeadlineExceeded, "the attempt's deadline, not the caller's: it has none")
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, []string{"error", "error"}, attempts, "each attempt times out and is retried")
+		require.LessOrEqual(t, f.count(), cfg.RetryMax+1, "no request the client did not count")
 	})
 
 	t.Run("CallerDeadline", func(t *testing.T) {
@@ -958,4 +1014,36 @@ func TestListInParts(t *testing.T) {
 			require.ErrorContains(t, err, "unreadable cursor", bad)
 		}
 	})
+}
+
+// BenchmarkFetch is what one webhook-triggered reconcile costs the client:
+// a customer retrieved with its subscriptions expanded (one request,
+// answered over loopback by a canned body, so the fake's own work is not
+// measured), read into its snapshot.
+func BenchmarkFetch(b *testing.B) {
+	raw, err := os.ReadFile(filepath.Join("testdata", "customer_expanded_basil.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(raw)
+	}))
+	b.Cleanup(hs.Close)
+	cfg := testConfig(hs.URL)
+	cfg.RateLimit, cfg.Burst = 1e9, 1000 // the limiter is not what is measured
+	c, err := stripe.NewClient(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		snap, err := c.Fetch(context.Background(), "cus_TmixedMay0007")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(snap.Subscriptions) == 0 {
+			b.Fatal("no subscriptions read")
+		}
+	}
 }

@@ -43,11 +43,11 @@ func (c *Client) ListPage(ctx context.Context, cursor string) (snaps []reconcile
 	op := "list customers " + cur.String()
 	q := cur.query(listPageSize)
 	q.Set("expand[0]", "data.subscriptions")
-	body, err := c.customerPage(ctx, op, q)
+	body, err := c.get(ctx, "/v1/customers", q)
 	if err != nil {
-		return nil, "", false, err
+		return nil, "", false, fail(op, err)
 	}
-	customers, hasMore, err := customerPageOf(body)
+	customers, hasMore, err := listPageOf[customerObject](body)
 	if err != nil {
 		return nil, "", false, fmt.Errorf("stripe %s: unreadable page: %w", op, err)
 	}
@@ -196,12 +196,12 @@ func (c *Client) noneBefore(ctx context.Context, seconds []int64) ([]bool, error
 	for i, sec := range seconds {
 		wg.Go(func() {
 			probe := listCursor{To: sec}
-			body, err := c.customerPage(ctx, "find the oldest customer "+probe.String(), probe.query(1))
+			body, err := c.get(ctx, "/v1/customers", probe.query(1))
 			if err != nil {
-				errs[i] = err
+				errs[i] = fail("find the oldest customer "+probe.String(), err)
 				return
 			}
-			customers, _, err := customerPageOf(body)
+			customers, _, err := listPageOf[customerObject](body)
 			if err != nil {
 				errs[i] = fmt.Errorf("stripe find the oldest customer: unreadable page: %w", err)
 				return

@@ -3,8 +3,7 @@ package stripe
 import (
 	"context"
 	"fmt"
-
-	stripeapi "github.com/stripe/stripe-go/v82"
+	"net/url"
 )
 
 // Price is one of the account's prices, as `billsync plans check` compares
@@ -17,14 +16,14 @@ type Price struct {
 // ActivePrices lists every active price of the account
 // (GET /v1/prices?active=true, 100 a page, so one request per 100 prices).
 func (c *Client) ActivePrices(ctx context.Context) ([]Price, error) {
-	params := &stripeapi.PriceListParams{Active: stripeapi.Bool(true)}
-	params.Limit = stripeapi.Int64(listPageSize)
-	var prices []Price
-	for p, err := range c.api.V1Prices.List(ctx, params) {
-		if err != nil {
-			return nil, fail("list active prices", err)
-		}
-		prices = append(prices, Price{ID: p.ID, LookupKey: p.LookupKey})
+	// A price is read as a ref is: its id and lookup_key.
+	refs, err := listAll(ctx, c, "/v1/prices", url.Values{"active": {"true"}}, func(r ref) (string, bool) { return r.id.s, r.id.ok })
+	if err != nil {
+		return nil, fail("list active prices", err)
+	}
+	prices := make([]Price, 0, len(refs))
+	for _, r := range refs {
+		prices = append(prices, Price{ID: r.id.s, LookupKey: r.lookupKey.s})
 	}
 	return prices, nil
 }

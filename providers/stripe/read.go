@@ -96,16 +96,6 @@ func cancelOf(o object) cancellation {
 // is paused; anything else is read as not paused.
 func collectionPausedOf(o object) bool { return bool(o.PauseCollection) }
 
-// customerIDOf returns the subscription's customer id, whether "customer"
-// is an id or an expanded customer object.
-func customerIDOf(raw []byte) (string, bool) {
-	var o struct {
-		Customer ref `json:"customer"`
-	}
-	decode(raw, &o)
-	return o.Customer.id.s, o.Customer.id.ok
-}
-
 // subscriptionOf reads one subscription's raw JSON. Only what makes it
 // unreadable is an error (no id, no status, not a subscription, a period
 // that ends before it starts): which subscription and item decide the plan,
@@ -212,21 +202,26 @@ type customerJSON struct {
 	complete bool     // subs are all of them: expanded, and has_more false
 }
 
-// customerOfJSON reads a customer object, with its subscriptions when they
-// were expanded, in one pass. A customer that has no id is unreadable.
+// customerOfJSON reads a customer object as the API answers it (Fetch),
+// with its subscriptions when they were expanded, in one pass. A customer
+// that has no id is unreadable (permanent); bytes that are not JSON at all
+// are an unreadable answer (see readAnswer), and nothing is read of them.
 func customerOfJSON(raw []byte, userRefKey string) (customerJSON, error) {
 	var o customerObject
-	decode(raw, &o)
+	if err := readAnswer(raw, &o); err != nil {
+		return customerJSON{}, err
+	}
 	return o.read(userRefKey)
 }
 
-// customerPageOf decodes a page of the customer list, every customer and
-// subscription in it, in one pass. The page must be a list (data an array,
-// has_more a boolean when there); inside data, a field of the wrong type is
-// only absent, as customerOfJSON reads it.
-func customerPageOf(body []byte) (customers []customerObject, hasMore bool, err error) {
+// listPageOf decodes a page of a list (customers, subscriptions, items,
+// prices), every entry and everything in it, in one pass. The page must be
+// a list (data an array, has_more a boolean when there); inside data, a
+// field of the wrong type is only absent, as customerOfJSON reads it. T is
+// one of the readers' types (customerObject, object, ref).
+func listPageOf[T any](body []byte) (entries []T, hasMore bool, err error) {
 	var page struct {
-		Data    pageData       `json:"data"`
+		Data    pageData[T]    `json:"data"`
 		HasMore jsontext.Value `json:"has_more"` // never fails the decode: checked below
 	}
 	if err := json.Unmarshal(body, &page, decoding); err != nil {
@@ -244,13 +239,13 @@ func customerPageOf(body []byte) (customers []customerObject, hasMore bool, err 
 
 // pageData is a list page's data: unlike the fields inside it, it must be
 // an array (or null, an empty page), or the page is not a list.
-type pageData []customerObject
+type pageData[T any] []T
 
-func (d *pageData) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+func (d *pageData[T]) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 	if k := dec.PeekKind(); k != '[' && k != 'n' {
 		return fmt.Errorf("data is a JSON %v, not an array", k)
 	}
-	return json.UnmarshalDecode(dec, (*[]customerObject)(d))
+	return json.UnmarshalDecode(dec, (*[]T)(d))
 }
 
 // customerObject is what billsync reads of a customer, as decoded (each
@@ -331,6 +326,17 @@ func listOf(raw []byte) []object {
 // counts; invalid UTF-8 in a string: replaced), and matching keys exactly,
 // as Stripe writes them.
 var decoding = json.JoinOptions(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+
+// readAnswer decodes an API answer into v with the readers' types. Unlike
+// a stored payload (decode), an answer that is not JSON at all (cut short,
+// a proxy's page) is an error, transient: a failure to read what Stripe
+// holds, not data it holds.
+func readAnswer(body []byte, v any) error {
+	if err := json.Unmarshal(body, v, decoding); err != nil {
+		return fmt.Errorf("unreadable answer: %w", err)
+	}
+	return nil
+}
 
 // decode reads raw into v, whose fields are of the types below: only JSON
 // that is not JSON at all fails it, and then v is left with every field

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/stretchr/testify/require"
 
 	"github.com/billsync/billsync/mocks/stripe/openapi"
@@ -310,12 +311,14 @@ func TestReadersAreLenient(t *testing.T) {
 		require.ErrorContains(t, err, "no id")
 	})
 	t.Run("NotJSONIsAllAbsent", func(t *testing.T) {
-		_, err := customerOfJSON([]byte(`{"id":"cus_a","email":"a@example.com",`), "user_id")
-		require.True(t, reconcile.IsPermanent(err), "nothing read before the fault is kept")
+		cust, err := customerOfJSON([]byte(`{"id":"cus_a","email":"a@example.com",`), "user_id")
+		require.ErrorContains(t, err, "unreadable answer")
+		require.False(t, reconcile.IsPermanent(err), "an answer cut short is no data Stripe holds: read it again")
+		require.Equal(t, customerJSON{}, cust, "nothing read before the fault is kept")
 		require.Equal(t, object{}, objectOf([]byte(`{"id":"sub_1","status":"active"} trailing`)))
 	})
 	t.Run("Page", func(t *testing.T) {
-		customers, more, err := customerPageOf([]byte(`{"object":"list","data":[{"id":"cus_1"},"x",{"id":"cus_2","deleted":"yes"}],"has_more":true}`))
+		customers, more, err := listPageOf[customerObject]([]byte(`{"object":"list","data":[{"id":"cus_1"},"x",{"id":"cus_2","deleted":"yes"}],"has_more":true}`))
 		require.NoError(t, err)
 		require.True(t, more)
 		require.Len(t, customers, 3)
@@ -323,10 +326,10 @@ func TestReadersAreLenient(t *testing.T) {
 		require.False(t, customers[1].ID.ok)
 		require.False(t, customers[2].Deleted.ok)
 		for _, bad := range []string{`{"data":"x"}`, `{"data":{}}`, `[]`, `{"data":[],"has_more":1}`, `{"data":[`, `<html>`} {
-			_, _, err := customerPageOf([]byte(bad))
+			_, _, err := listPageOf[customerObject]([]byte(bad))
 			require.Error(t, err, bad)
 		}
-		customers, more, err = customerPageOf([]byte(`{"data":null}`))
+		customers, more, err = listPageOf[customerObject]([]byte(`{"data":null}`))
 		require.NoError(t, err)
 		require.False(t, more)
 		require.Empty(t, customers)
@@ -395,7 +398,8 @@ func TestReadersOnStripeMock(t *testing.T) {
 
 // FuzzReadSubscription feeds arbitrary bytes to the readers (a
 // subscription, a customer, a page of the customer list): they must
-// never panic, every failure must be permanent with a reason, and what they
+// never panic, every failure must be permanent with a reason (but a
+// customer answer that is not JSON at all: transient), and what they
 // return holds no made-up data: an id and status, periods that are both
 // set and ordered or both zero, quantities never negative.
 func FuzzReadSubscription(f *testing.F) {
@@ -433,7 +437,7 @@ func FuzzReadSubscription(f *testing.F) {
 		} else {
 			check(sub)
 		}
-		if customers, _, err := customerPageOf(raw); err == nil {
+		if customers, _, err := listPageOf[customerObject](raw); err == nil {
 			for _, o := range customers {
 				if c, err := o.read("user_id"); err != nil {
 					require.True(t, reconcile.IsPermanent(err))
@@ -443,7 +447,13 @@ func FuzzReadSubscription(f *testing.F) {
 			}
 		}
 		cust, err := customerOfJSON(raw, "user_id")
-		if err != nil {
+		switch {
+		case err != nil && !jsontext.Value(raw).IsValid(decoding):
+			// Not JSON at all: an answer cut short, read again later.
+			require.False(t, reconcile.IsPermanent(err))
+			require.ErrorContains(t, err, "unreadable answer")
+			return
+		case err != nil:
 			require.True(t, reconcile.IsPermanent(err))
 			return
 		}

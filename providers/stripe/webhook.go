@@ -268,12 +268,7 @@ func parseEvent(body []byte) (ev reconcile.Event, rel related, connect bool) {
 	var fields reconcile.Fields
 	field := fields.Clean
 	ev.EventID = field("event id", raw.ID)
-	ev.DedupeKey = raw.ID
-	if ev.EventID != raw.ID {
-		// Copies must still meet: the hash of the full id is unique, short
-		// and free of NUL.
-		ev.DedupeKey = "sha256:" + reconcile.SHA256Hex([]byte(raw.ID))
-	}
+	ev.DedupeKey = reconcile.DedupeKeyOf(raw.ID)
 	ev.Type = cmp.Or(field("event type", raw.Type), "unknown")
 	ev.APIVersion = field("api_version", raw.APIVersion)
 	if t, problem := eventTimeOf(raw.Created); problem != "" && fields.Problem == "" {
