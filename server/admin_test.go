@@ -47,8 +47,14 @@ func newAdminEnv(t *testing.T, token string) *adminEnv {
 	require.NoError(t, err)
 	sweeper, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: e.st, Provider: "stripe", Lister: e.sh.Client, Plans: plans})
 	require.NoError(t, err)
+	sweeps, err := reconcile.NewSweepRunner(reconcile.SweepRunnerConfig{Sweepers: []*reconcile.Sweeper{sweeper}})
+	require.NoError(t, err)
+	ctx, stopSweeps := context.WithCancel(context.Background())
+	sweepsDone := make(chan struct{})
+	go func() { sweeps.Run(ctx); close(sweepsDone) }()
+	t.Cleanup(func() { stopSweeps(); <-sweepsDone })
 	srv := httptest.NewServer(server.New(server.Config{Inbox: e.st,
-		Admin: server.Admin{Token: token, Store: e.st, Reconciler: e.w, Sweeper: sweeper}}))
+		Admin: server.Admin{Token: token, Store: e.st, Reconciler: e.w, Sweeps: sweeps}}))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	return e
@@ -247,8 +253,9 @@ func TestAdminResyncAndReplay(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, code, body)
 }
 
-// TestAdminSweeps: the sweep list, a sweep started from the API (it heals
-// a drifted account in the background), and 409 while one is running.
+// TestAdminSweeps: the sweep list, 409 while a sweep runs elsewhere, and a
+// sweep started from the API (it answers its run at once and heals a
+// drifted account in the background).
 func TestAdminSweeps(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
 	id := e.customer("u1", "u1@example.com", "price_pro")
@@ -256,33 +263,45 @@ func TestAdminSweeps(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	require.JSONEq(t, `{"sweeps":[]}`, body)
 
-	// A sweep another replica is running (fresh heartbeat): refused.
-	_, err := e.pool.Exec(context.Background(), `INSERT INTO sweep_runs (provider) VALUES ('stripe')`)
+	// Another replica is sweeping (it holds the lock): refused, nothing written.
+	ctx := context.Background()
+	unlock, ok, err := e.st.SweepLock(ctx, "stripe")
 	require.NoError(t, err)
+	require.True(t, ok)
+	before := e.tables()
 	code, body = e.do("POST", "/admin/api/sweeps", adminToken)
 	require.Equal(t, http.StatusConflict, code, body)
-	require.Contains(t, body, "is running")
-	require.Equal(t, "1", e.query(`SELECT count(*)::text FROM sweep_runs`), "a refused start writes nothing")
+	require.JSONEq(t, `{"error":"stripe: a sweep is already running"}`, body)
+	require.Equal(t, before, e.tables(), "a refused start writes nothing")
 
 	// Once it ended, a new one starts and heals the drifted account.
-	_, err = e.pool.Exec(context.Background(), `UPDATE sweep_runs SET status = 'failed', finished_at = now(), error = 'test'`)
-	require.NoError(t, err)
-	_, err = e.pool.Exec(context.Background(), `UPDATE accounts SET plan = 'free' WHERE id = $1`, id)
+	unlock()
+	_, err = e.pool.Exec(ctx, `UPDATE accounts SET plan = 'free' WHERE id = $1`, id)
 	require.NoError(t, err)
 	code, body = e.do("POST", "/admin/api/sweeps", adminToken)
 	require.Equal(t, http.StatusOK, code, body)
+	var started struct {
+		Sweeps []struct {
+			Provider string
+			Started  bool
+			Run      int64
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &started))
+	require.Len(t, started.Sweeps, 1)
+	require.Equal(t, "stripe", started.Sweeps[0].Provider)
+	require.True(t, started.Sweeps[0].Started)
 	require.Eventually(t, func() bool {
-		var n int
-		err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM sweep_runs WHERE status = 'succeeded'`).Scan(&n)
-		return err == nil && n == 1
+		runs, err := e.st.SweepRuns(ctx, 1)
+		return err == nil && len(runs) == 1 && runs[0].Status == "succeeded"
 	}, time.Minute, 10*time.Millisecond, "the started sweep never succeeded")
 	require.Equal(t, "pro", e.query(`SELECT plan FROM accounts WHERE id = $1`, id))
 	code, body = e.do("GET", "/admin/api/sweeps", adminToken)
 	require.Equal(t, http.StatusOK, code, body)
 	var res struct{ Sweeps []reconcile.SweepRecord }
 	require.NoError(t, json.Unmarshal([]byte(body), &res))
-	require.Len(t, res.Sweeps, 2)
+	require.Len(t, res.Sweeps, 1)
+	require.Equal(t, started.Sweeps[0].Run, res.Sweeps[0].ID)
 	require.Equal(t, "succeeded", res.Sweeps[0].Status)
 	require.Equal(t, 1, res.Sweeps[0].Healed)
-	require.Equal(t, "failed", res.Sweeps[1].Status)
 }
