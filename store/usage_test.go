@@ -191,7 +191,9 @@ func TestDebitWritesWhatDecideSays(t *testing.T) {
 	errNo := errors.New("no")
 	before := storetest.Tables(t, st)
 	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "other", Amount: 1},
-		func(reconcile.Debit, reconcile.DebitState) (reconcile.DebitResult, error) { return reconcile.DebitResult{}, errNo })
+		func(reconcile.Debit, reconcile.DebitState) (reconcile.DebitResult, error) {
+			return reconcile.DebitResult{}, errNo
+		})
 	require.ErrorIs(t, err, errNo)
 	require.Equal(t, before, storetest.Tables(t, st), "a refusal writes nothing")
 }
