@@ -134,8 +134,13 @@ func (s *Server) adminStartSweep(r *http.Request) (any, error) {
 	out := make([]startJSON, len(starts))
 	for i, st := range starts {
 		out[i] = startJSON{Provider: st.Provider, Started: st.Err == nil, Run: st.Run.ID, Resumed: st.Run.Resumed}
-		if st.Err != nil {
+		switch {
+		case errors.Is(st.Err, reconcile.ErrSweepRunning), errors.Is(st.Err, reconcile.ErrSweepsStopped):
 			out[i].Error = st.Err.Error()
+		case st.Err != nil:
+			// billsync's own failure: logged, a generic word in the answer.
+			s.log.Error("admin sweep start failed", slog.String("provider", st.Provider), slog.Any("error", st.Err))
+			out[i].Error = "could not start: see billsync's log"
 		}
 	}
 	return map[string]any{"sweeps": out, "see": "GET /admin/api/sweeps"}, nil
