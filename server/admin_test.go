@@ -305,3 +305,30 @@ func TestAdminSweeps(t *testing.T) {
 	require.Equal(t, "succeeded", res.Sweeps[0].Status)
 	require.Equal(t, 1, res.Sweeps[0].Healed)
 }
+
+// sweepsFunc adapts a function to server.Sweeps.
+type sweepsFunc func(ctx context.Context) ([]reconcile.SweepStart, error)
+
+func (f sweepsFunc) Start(ctx context.Context) ([]reconcile.SweepStart, error) { return f(ctx) }
+
+// TestAdminSweepStartsEachProvider: the answer holds each provider's
+// start as it went; billsync's own failure to start one is logged, not
+// echoed.
+func TestAdminSweepStartsEachProvider(t *testing.T) {
+	st := storetest.NewStore(t)
+	sweeps := sweepsFunc(func(context.Context) ([]reconcile.SweepStart, error) {
+		return []reconcile.SweepStart{
+			{Provider: "stripe", Err: fmt.Errorf("stripe: %w", reconcile.ErrSweepRunning)},
+			{Provider: "kinde", Run: reconcile.SweepRun{ID: 12, Provider: "kinde", Resumed: true}},
+			{Provider: "other", Err: fmt.Errorf("start other sweep: %w: dial tcp 10.1.2.3:5432", reconcile.ErrUnavailable)},
+		}, nil
+	})
+	srv := httptest.NewServer(server.New(server.Config{Inbox: st, Admin: server.Admin{Token: adminToken, Store: st, Sweeps: sweeps}}))
+	t.Cleanup(srv.Close)
+	code, body, _ := bearerRequest(t, "POST", srv.URL+"/admin/api/sweeps", adminToken, "")
+	require.Equal(t, http.StatusOK, code, body)
+	require.JSONEq(t, `{"see":"GET /admin/api/sweeps","sweeps":[
+		{"provider":"stripe","started":false,"error":"stripe: a sweep is already running"},
+		{"provider":"kinde","started":true,"run":12,"resumed":true},
+		{"provider":"other","started":false,"error":"could not start: see billsync's log"}]}`, body)
+}
