@@ -206,6 +206,17 @@ func (p *Plans) Default() Plan {
 	return pl
 }
 
+// List returns every plan, in the plans file's order (a copy: changing it
+// changes nothing here).
+func (p *Plans) List() []Plan {
+	list := make([]Plan, len(p.list))
+	for i, pl := range p.list {
+		pl.StripePrices, pl.KindePlans = slices.Clone(pl.StripePrices), slices.Clone(pl.KindePlans)
+		list[i] = pl
+	}
+	return list
+}
+
 // Named returns the plan called name.
 func (p *Plans) Named(name string) (Plan, bool) {
 	for _, pl := range p.list {

@@ -121,3 +121,27 @@ func FuzzParsePlans(f *testing.F) {
 		require.GreaterOrEqual(t, def.SeatAllowance, int64(0))
 	})
 }
+
+// TestPlansList: every plan in the file's order, with what it maps, as
+// `plans check` compares them with the provider's prices; a copy.
+func TestPlansList(t *testing.T) {
+	plans, err := reconcile.ParsePlans([]byte("default: free\nplans:\n" +
+		"  - {name: team, allowance: 2000, stripe_prices: [price_team, team], kinde_plans: [k_team]}\n" +
+		"  - {name: free, allowance: 10, stripe_prices: [free]}\n"))
+	require.NoError(t, err)
+	list := plans.List()
+	require.Len(t, list, 2)
+	require.Equal(t, "team", list[0].Name)
+	require.Equal(t, []string{"price_team", "team"}, list[0].StripePrices)
+	require.Equal(t, []string{"k_team"}, list[0].KindePlans)
+	require.Equal(t, "free", list[1].Name)
+	require.EqualValues(t, 10, list[1].Allowance)
+
+	list[0].StripePrices[0] = "changed"
+	list[1].Name = "changed"
+	require.Equal(t, "price_team", plans.List()[0].StripePrices[0], "List hands out a copy")
+	require.Equal(t, "free", plans.List()[1].Name)
+	p, ok := plans.ForPrice("stripe", []string{"price_team"})
+	require.True(t, ok)
+	require.Equal(t, "price_team", p.StripePrices[0])
+}

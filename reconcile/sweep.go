@@ -148,28 +148,61 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 	return &Sweeper{cfg: cfg, log: log}, nil
 }
 
-// Run sweeps once: ErrSweepRunning when another sweep holds the lock, else
-// the report and the run's failure, if any (the run is then recorded as
-// failed, never as succeeded). A run stopped by ctx stays recorded as
-// running, so the next one resumes from its cursor.
+// Provider names the provider this sweeper sweeps.
+func (s *Sweeper) Provider() string { return s.cfg.Provider }
+
+// Run sweeps once: Start, then the started sweep's Sweep.
 func (s *Sweeper) Run(ctx context.Context) (SweepReport, error) {
-	unlock, ok, err := s.cfg.Store.SweepLock(ctx, s.cfg.Provider)
+	started, err := s.Start(ctx)
 	if err != nil {
 		return SweepReport{}, err
 	}
-	if !ok {
-		return SweepReport{}, ErrSweepRunning
+	return started.Sweep(ctx)
+}
+
+// StartedSweep is a sweep that holds its provider's sweep lock and whose
+// run is recorded (started, or resumed). Its Sweep runs it and releases
+// the lock; until then no other sweep of the provider starts anywhere.
+type StartedSweep struct {
+	Run    SweepRun // as started or resumed
+	s      *Sweeper
+	unlock func()
+	begin  time.Time
+}
+
+// Start takes the provider's sweep lock and starts or resumes its run,
+// both before it returns, so the caller knows at once whether a sweep
+// starts: ErrSweepRunning (and nothing written) when another sweep holds
+// the lock. The caller must call the StartedSweep's Sweep, which releases
+// the lock.
+func (s *Sweeper) Start(ctx context.Context) (*StartedSweep, error) {
+	unlock, ok, err := s.cfg.Store.SweepLock(ctx, s.cfg.Provider)
+	if err != nil {
+		return nil, err
 	}
-	defer unlock()
+	if !ok {
+		return nil, fmt.Errorf("%s: %w", s.cfg.Provider, ErrSweepRunning)
+	}
 	begin := time.Now()
 	run, err := s.cfg.Store.StartSweep(ctx, s.cfg.Provider)
 	if err != nil {
-		return SweepReport{}, err
+		unlock()
+		return nil, err
 	}
-	rep := SweepReport{Run: run}
 	s.log.InfoContext(ctx, "sweep started", "run", run.ID, "resumed", run.Resumed, "cursor", run.Cursor)
-	err = s.sweep(ctx, &rep)
-	rep.Took = time.Since(begin)
+	return &StartedSweep{Run: run, s: s, unlock: unlock, begin: begin}, nil
+}
+
+// Sweep runs the started sweep once, to its end or until ctx is done, and
+// releases the lock: the report and the run's failure, if any (the run is
+// then recorded as failed, never as succeeded). A run stopped by ctx stays
+// recorded as running, so the next sweep resumes it from its cursor.
+func (st *StartedSweep) Sweep(ctx context.Context) (SweepReport, error) {
+	s := st.s
+	defer st.unlock()
+	rep := SweepReport{Run: st.Run}
+	err := s.sweep(ctx, &rep)
+	rep.Took = time.Since(st.begin)
 	if err != nil && ctx.Err() != nil {
 		// Stopped (SIGTERM, Ctrl-C), not failed: the run stays running
 		// with its cursor, and the next sweep resumes it.

@@ -92,6 +92,49 @@ type DebitResult struct {
 	Replayed  bool        `json:"-"`
 }
 
+// DebitState is what a debit is decided on, as the store reads it under
+// the account's row lock (which reconciles take too, so neither the
+// balance nor the key's entry changes until the decision is written).
+type DebitState struct {
+	Account Account
+	// Prior is the ledger entry the debit's key already wrote (its first
+	// request's), or nil.
+	Prior *LedgerEntry
+	// PriorBalance is the balance right after Prior (0 for an entry older
+	// than the balance_after column).
+	PriorBalance int64
+	// Balance is the account's balance in its current period now.
+	Balance int64
+}
+
+// DecideDebit decides d on cur: the first request's result again for a
+// key already used with the same amount (Replayed: nothing to write),
+// ErrKeyReused for a key used with another amount, an
+// *InsufficientError when the balance is short of the amount, and
+// otherwise the usage entry to write (Entry, without its CreatedAt) and
+// the balance after it. A refusal writes nothing. It is pure: the store
+// runs it under the account's row lock and writes what it returns.
+func DecideDebit(d Debit, cur DebitState) (DebitResult, error) {
+	res := DebitResult{AccountID: cur.Account.ID, UserRef: d.UserRef, Key: d.Key, Amount: d.Amount}
+	if p := cur.Prior; p != nil {
+		// A replay answers the first result, whatever the balance is now.
+		if -p.Delta != d.Amount {
+			return DebitResult{}, fmt.Errorf("%w: key %q debited %d, this request asks for %d", ErrKeyReused, d.Key, -p.Delta, d.Amount)
+		}
+		res.Entry, res.Balance, res.Replayed = *p, cur.PriorBalance, true
+		return res, nil
+	}
+	// An account never granted a period (no period start) has a balance
+	// of 0, which no amount (above 0) fits in.
+	if cur.Balance < d.Amount {
+		return DebitResult{}, &InsufficientError{AccountID: cur.Account.ID, Balance: cur.Balance, Amount: d.Amount}
+	}
+	res.Balance = cur.Balance - d.Amount
+	res.Entry = LedgerEntry{Key: d.LedgerKey(cur.Account.ID), Kind: "usage", Plan: cur.Account.Plan,
+		Delta: -d.Amount, PeriodStart: cur.Account.PeriodStart}
+	return res, nil
+}
+
 // InsufficientError is a debit refused for want of allowance.
 type InsufficientError struct {
 	AccountID int64

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,9 +29,11 @@ type AdminStore interface {
 	EndSession(ctx context.Context, hash []byte) error
 }
 
-// Sweeper runs one sweep (reconcile.Sweeper implements it).
-type Sweeper interface {
-	Run(ctx context.Context) (reconcile.SweepReport, error)
+// Sweeps starts sweeps in the background (reconcile.SweepRunner
+// implements it): one per provider, each refused with
+// reconcile.ErrSweepRunning while that provider's sweep runs.
+type Sweeps interface {
+	Start(ctx context.Context) ([]reconcile.SweepStart, error)
 }
 
 // Reconciler reconciles one customer now (reconcile.Worker implements it).
@@ -48,11 +49,9 @@ type Admin struct {
 	// Reconciler runs resyncs and replays; nil (a process without
 	// workers) answers them 503.
 	Reconciler Reconciler
-	// Sweeper runs the sweeps POST /admin/api/sweeps starts; nil answers
-	// 503 like Reconciler.
-	Sweeper Sweeper
-	// Logger reports how sweeps started here ended; nil discards.
-	Logger *slog.Logger
+	// Sweeps starts the sweeps POST /admin/api/sweeps and the console
+	// ask for; nil answers 503 like Reconciler.
+	Sweeps Sweeps
 }
 
 // Audit log actors of the reconciles the admin API and the console run.
@@ -115,45 +114,46 @@ func (s *Server) adminSweeps(r *http.Request) (any, error) {
 	return map[string]any{"sweeps": runs}, err
 }
 
-// adminStartSweep starts a sweep in the background (it can take minutes)
-// and answers at once; 409 while one is running. Its outcome is in
-// GET /admin/api/sweeps and in the log. A sweep cut short by a restart
-// stays running and the next one resumes it.
+// adminStartSweep starts a sweep of each provider in the background (it
+// can take minutes) and answers at once with each provider's run, or
+// why it did not start; 409 when none started because each is running.
+// Their outcome is in GET /admin/api/sweeps and in the log. A sweep cut
+// short by a shutdown stays running and the next one resumes it.
 func (s *Server) adminStartSweep(r *http.Request) (any, error) {
-	if err := s.startSweep(r.Context()); err != nil {
+	starts, err := s.startSweep(r.Context())
+	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"started": true, "see": "GET /admin/api/sweeps"}, nil
-}
-
-// startSweep starts a sweep in the background unless one is running
-// (reconcile.ErrSweepRunning).
-func (s *Server) startSweep(ctx context.Context) error {
-	if s.admin.Sweeper == nil {
-		return errNoReconciler
+	type startJSON struct {
+		Provider string `json:"provider"`
+		Started  bool   `json:"started"`
+		Run      int64  `json:"run,omitempty"`
+		Resumed  bool   `json:"resumed,omitempty"`
+		Error    string `json:"error,omitempty"`
 	}
-	runs, err := s.admin.Store.SweepRuns(ctx, 1)
-	if err != nil {
-		return err
-	}
-	if len(runs) == 1 && runs[0].Status == "running" && time.Since(runs[0].HeartbeatAt) < sweepStale {
-		return fmt.Errorf("%w: sweep %d is running (%d customers seen so far)", reconcile.ErrSweepRunning, runs[0].ID, runs[0].Seen)
-	}
-	log := cmp.Or(s.admin.Logger, slog.New(slog.DiscardHandler))
-	go func() {
-		rep, err := s.admin.Sweeper.Run(context.Background())
-		if err != nil {
-			log.Error("sweep started from the admin API failed", slog.Any("error", err))
-			return
+	out := make([]startJSON, len(starts))
+	for i, st := range starts {
+		out[i] = startJSON{Provider: st.Provider, Started: st.Err == nil, Run: st.Run.ID, Resumed: st.Run.Resumed}
+		switch {
+		case errors.Is(st.Err, reconcile.ErrSweepRunning), errors.Is(st.Err, reconcile.ErrSweepsStopped):
+			out[i].Error = st.Err.Error()
+		case st.Err != nil:
+			// billsync's own failure: logged, a generic word in the answer.
+			s.log.Error("admin sweep start failed", slog.String("provider", st.Provider), slog.Any("error", st.Err))
+			out[i].Error = "could not start: see billsync's log"
 		}
-		log.Info("sweep started from the admin API done", slog.Int("seen", rep.Run.Seen), slog.Int("healed", rep.Run.Healed))
-	}()
-	return nil
+	}
+	return map[string]any{"sweeps": out, "see": "GET /admin/api/sweeps"}, nil
 }
 
-// sweepStale is how old a running sweep's heartbeat may be before it
-// counts as dead (its sweeper crashed; the next sweep resumes it).
-const sweepStale = 5 * time.Minute
+// startSweep starts each provider's sweep unless it is running; the error
+// says why none started (reconcile.ErrSweepRunning for each: 409).
+func (s *Server) startSweep(ctx context.Context) ([]reconcile.SweepStart, error) {
+	if s.admin.Sweeps == nil {
+		return nil, errNoReconciler
+	}
+	return s.admin.Sweeps.Start(ctx)
+}
 
 func (s *Server) adminFind(r *http.Request) (any, error) {
 	accounts, err := s.findAccounts(r.Context(), r.URL.Query().Get("q"))
@@ -267,7 +267,7 @@ func pathID(r *http.Request) (int64, error) {
 func (s *Server) writeAdminError(w http.ResponseWriter, r *http.Request, err error) {
 	code, _ := errorStatus(err)
 	msg := err.Error()
-	if code >= 500 && code != http.StatusBadGateway && !errors.Is(err, errNoReconciler) {
+	if code >= 500 && code != http.StatusBadGateway && !errors.Is(err, errNoReconciler) && !errors.Is(err, reconcile.ErrSweepsStopped) {
 		s.writeError(w, r, err) // billsync's own failure: logged, generic message
 		return
 	}

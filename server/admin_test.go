@@ -44,8 +44,14 @@ func newAdminEnv(t *testing.T, token string) *adminEnv {
 	require.NoError(t, err)
 	sweeper, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: e.st, Provider: "stripe", Lister: e.sh.Stripe.Client, Plans: plans})
 	require.NoError(t, err)
+	sweeps, err := reconcile.NewSweepRunner(reconcile.SweepRunnerConfig{Sweepers: []*reconcile.Sweeper{sweeper}})
+	require.NoError(t, err)
+	ctx, stopSweeps := context.WithCancel(context.Background())
+	sweepsDone := make(chan struct{})
+	go func() { sweeps.Run(ctx); close(sweepsDone) }()
+	t.Cleanup(func() { stopSweeps(); <-sweepsDone })
 	srv := httptest.NewServer(server.New(server.Config{Inbox: e.st,
-		Admin: server.Admin{Token: token, Store: e.st, Reconciler: e.w, Sweeper: sweeper}}))
+		Admin: server.Admin{Token: token, Store: e.st, Reconciler: e.w, Sweeps: sweeps}}))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	return e
@@ -262,8 +268,9 @@ func TestAdminResyncAndReplay(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, code, body)
 }
 
-// TestAdminSweeps: the sweep list, a sweep started from the API (it heals
-// a drifted account in the background), and 409 while one is running.
+// TestAdminSweeps: the sweep list, 409 while a sweep runs elsewhere, and a
+// sweep started from the API (it answers its run at once and heals a
+// drifted account in the background).
 func TestAdminSweeps(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
 	id := e.customer("u1", "u1@example.com", "price_pro")
@@ -271,42 +278,71 @@ func TestAdminSweeps(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	require.JSONEq(t, `{"sweeps":[]}`, body)
 
-	// A sweep another replica is running (fresh heartbeat): refused.
-	other := storetest.InsertRunningSweep(t, e.st, "stripe")
+	// Another replica is sweeping (it holds the lock): refused, nothing written.
+	ctx := context.Background()
+	unlock, ok, err := e.st.SweepLock(ctx, "stripe")
+	require.NoError(t, err)
+	require.True(t, ok)
+	before := e.tables()
 	code, body = e.do("POST", "/admin/api/sweeps", adminToken)
 	require.Equal(t, http.StatusConflict, code, body)
-	require.Contains(t, body, "is running")
-	require.Equal(t, 1, storetest.SweepRunCount(t, e.st, "", ""), "a refused start writes nothing")
+	require.JSONEq(t, `{"error":"stripe: a sweep is already running"}`, body)
+	require.Equal(t, before, e.tables(), "a refused start writes nothing")
 
 	// Once it ended, a new one starts and heals the drifted account.
-	storetest.FailSweep(t, e.st, other, "test")
+	unlock()
 	storetest.DriftAccount(t, e.st, id, "free", "")
 	code, body = e.do("POST", "/admin/api/sweeps", adminToken)
 	require.Equal(t, http.StatusOK, code, body)
+	var started struct {
+		Sweeps []struct {
+			Provider string
+			Started  bool
+			Run      int64
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &started))
+	require.Len(t, started.Sweeps, 1)
+	require.Equal(t, "stripe", started.Sweeps[0].Provider)
+	require.True(t, started.Sweeps[0].Started)
 	require.Eventually(t, func() bool {
-		n, err := sweepsWith(e.st, "succeeded")
-		return err == nil && n == 1
+		runs, err := e.st.SweepRuns(ctx, 1)
+		return err == nil && len(runs) == 1 && runs[0].Status == "succeeded"
 	}, time.Minute, 10*time.Millisecond, "the started sweep never succeeded")
 	require.Equal(t, "pro", e.plan(id))
 	code, body = e.do("GET", "/admin/api/sweeps", adminToken)
 	require.Equal(t, http.StatusOK, code, body)
 	var res struct{ Sweeps []reconcile.SweepRecord }
 	require.NoError(t, json.Unmarshal([]byte(body), &res))
-	require.Len(t, res.Sweeps, 2)
+	require.Len(t, res.Sweeps, 1)
+	require.Equal(t, started.Sweeps[0].Run, res.Sweeps[0].ID)
 	require.Equal(t, "succeeded", res.Sweeps[0].Status)
 	require.Equal(t, 1, res.Sweeps[0].Healed)
-	require.Equal(t, "failed", res.Sweeps[1].Status)
 }
 
-// sweepsWith counts the sweep runs with status, by the store's own read:
-// it runs in require.Eventually's goroutine, where a test may not fail.
-func sweepsWith(st *store.Store, status string) (int, error) {
-	runs, err := st.SweepRuns(context.Background(), 1000)
-	n := 0
-	for _, r := range runs {
-		if r.Status == status {
-			n++
-		}
-	}
-	return n, err
+// sweepsFunc adapts a function to server.Sweeps.
+type sweepsFunc func(ctx context.Context) ([]reconcile.SweepStart, error)
+
+func (f sweepsFunc) Start(ctx context.Context) ([]reconcile.SweepStart, error) { return f(ctx) }
+
+// TestAdminSweepStartsEachProvider: the answer holds each provider's
+// start as it went; billsync's own failure to start one is logged, not
+// echoed.
+func TestAdminSweepStartsEachProvider(t *testing.T) {
+	st := storetest.NewStore(t)
+	sweeps := sweepsFunc(func(context.Context) ([]reconcile.SweepStart, error) {
+		return []reconcile.SweepStart{
+			{Provider: "stripe", Err: fmt.Errorf("stripe: %w", reconcile.ErrSweepRunning)},
+			{Provider: "kinde", Run: reconcile.SweepRun{ID: 12, Provider: "kinde", Resumed: true}},
+			{Provider: "other", Err: fmt.Errorf("start other sweep: %w: dial tcp 10.1.2.3:5432", reconcile.ErrUnavailable)},
+		}, nil
+	})
+	srv := httptest.NewServer(server.New(server.Config{Inbox: st, Admin: server.Admin{Token: adminToken, Store: st, Sweeps: sweeps}}))
+	t.Cleanup(srv.Close)
+	code, body, _ := bearerRequest(t, "POST", srv.URL+"/admin/api/sweeps", adminToken, "")
+	require.Equal(t, http.StatusOK, code, body)
+	require.JSONEq(t, `{"see":"GET /admin/api/sweeps","sweeps":[
+		{"provider":"stripe","started":false,"error":"stripe: a sweep is already running"},
+		{"provider":"kinde","started":true,"run":12,"resumed":true},
+		{"provider":"other","started":false,"error":"could not start: see billsync's log"}]}`, body)
 }

@@ -19,7 +19,9 @@ import (
 // AppStore is what the app API reads and writes (store.Store implements it).
 type AppStore interface {
 	UserAccount(ctx context.Context, userRef, provider string) (reconcile.UserAccount, error)
-	Debit(ctx context.Context, d reconcile.Debit) (reconcile.DebitResult, error)
+	// Debit writes what decide (reconcile.DecideDebit) makes of d under
+	// the account's row lock.
+	Debit(ctx context.Context, d reconcile.Debit, decide func(reconcile.Debit, reconcile.DebitState) (reconcile.DebitResult, error)) (reconcile.DebitResult, error)
 }
 
 // App configures the app-facing API, /api/users/…: the app reads a user's
@@ -69,7 +71,7 @@ func (s *Server) routeApp(a App) {
 		if err != nil {
 			return err
 		}
-		res, err := a.Store.Debit(r.Context(), d)
+		res, err := a.Store.Debit(r.Context(), d, reconcile.DecideDebit)
 		if err != nil {
 			return err
 		}

@@ -446,13 +446,13 @@ func (c *console) sweeps(w http.ResponseWriter, r *http.Request, session string)
 	if err != nil {
 		return err
 	}
-	d := sweepsData{Runs: runs, Started: r.URL.Query().Get("started") == "1", CanRun: c.s.admin.Sweeper != nil}
+	d := sweepsData{Runs: runs, Started: r.URL.Query().Get("started") == "1", CanRun: c.s.admin.Sweeps != nil}
 	c.show(w, session, "sweeps", "Sweeps", d)
 	return nil
 }
 
 func (c *console) startSweep(w http.ResponseWriter, r *http.Request, _ string) error {
-	if err := c.s.startSweep(r.Context()); err != nil {
+	if _, err := c.s.startSweep(r.Context()); err != nil {
 		return err
 	}
 	http.Redirect(w, r, "/admin/sweeps?started=1", http.StatusSeeOther)

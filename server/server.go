@@ -185,7 +185,7 @@ func errorStatus(err error) (code int, answer string) {
 		code = http.StatusUnprocessableEntity
 	case errors.Is(err, reconcile.ErrNotReconciled):
 		code = http.StatusBadGateway // the provider failed; the customer stays queued
-	case errors.Is(err, errNoReconciler):
+	case errors.Is(err, errNoReconciler), errors.Is(err, reconcile.ErrSweepsStopped):
 		code = http.StatusServiceUnavailable
 	case errors.Is(err, errIncompleteBody) && errors.Is(err, os.ErrDeadlineExceeded):
 		return http.StatusRequestTimeout, "client_error"

@@ -57,72 +57,76 @@ func (s *Store) UserAccount(ctx context.Context, userRef, provider string) (reco
 	return u, nil
 }
 
-// Debit spends d.Amount of the allowance of d's account once per d.Key:
-// under the account's row lock (which reconciles take too), it answers a
-// key already used with that debit's result, refuses a short balance with
-// a *reconcile.InsufficientError, and otherwise writes a usage row for the
-// account's current period. Refusals write nothing.
-func (s *Store) Debit(ctx context.Context, d reconcile.Debit) (reconcile.DebitResult, error) {
+// Debit spends d.Amount of the allowance of d's account once per d.Key,
+// as decide (reconcile.DecideDebit) says: under the account's row lock
+// (which reconciles take too), it reads what decide needs (the entry the
+// key already wrote, the balance) and writes the usage row decide returns,
+// or nothing for a replay. decide's refusals (ErrKeyReused,
+// *InsufficientError) are returned as they are, and write nothing.
+func (s *Store) Debit(ctx context.Context, d reconcile.Debit, decide func(reconcile.Debit, reconcile.DebitState) (reconcile.DebitResult, error)) (reconcile.DebitResult, error) {
 	if err := d.Validate(); err != nil {
 		return reconcile.DebitResult{}, err
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var res reconcile.DebitResult
+	var refused error
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		rows, _ := tx.Query(ctx, usersAccounts+` FOR UPDATE`, d.UserRef, d.Provider)
 		a, err := oneUser(rows, d.UserRef)
 		if err != nil {
 			return err
 		}
-		key := d.LedgerKey(a.ID)
-		res = reconcile.DebitResult{AccountID: a.ID, UserRef: d.UserRef, Key: d.Key, Amount: d.Amount}
-		// A repeat: the row lock makes the first request's commit visible.
-		var balanceAfter *int64
-		err = tx.QueryRow(ctx, `SELECT kind, coalesce(plan, ''), delta, period_start, coalesce(note, ''), created_at, balance_after
-			FROM ledger WHERE entry_key = $1`, key).Scan(&res.Entry.Kind, &res.Entry.Plan, &res.Entry.Delta,
-			&res.Entry.PeriodStart, &res.Entry.Note, &res.Entry.CreatedAt, &balanceAfter)
-		switch {
-		case err == nil:
-			if -res.Entry.Delta != d.Amount {
-				return fmt.Errorf("%w: key %q debited %d, this request asks for %d", reconcile.ErrKeyReused, d.Key, -res.Entry.Delta, d.Amount)
-			}
-			res.Entry.Key, res.Replayed = key, true
-			if balanceAfter != nil {
-				res.Balance = *balanceAfter
-			}
-			return nil
-		case !errors.Is(err, pgx.ErrNoRows):
-			return fmt.Errorf("read debit %s: %w", key, err)
+		cur, err := debitState(ctx, tx, a, d.LedgerKey(a.ID))
+		if err != nil {
+			return err
 		}
-		var balance int64
-		if err := tx.QueryRow(ctx, periodBalance, a.ID).Scan(&balance); err != nil {
-			return fmt.Errorf("read balance: %w", err)
+		if res, refused = decide(d, cur); refused != nil || res.Replayed {
+			return refused
 		}
-		// An account never granted a period (period_start NULL) has a
-		// balance of 0, which no amount (above 0) fits in.
-		if balance < d.Amount {
-			return &reconcile.InsufficientError{AccountID: a.ID, Balance: balance, Amount: d.Amount}
-		}
-		res.Balance = balance - d.Amount
-		res.Entry = reconcile.LedgerEntry{Key: key, Kind: "usage", Plan: a.Plan, Delta: -d.Amount}
 		err = tx.QueryRow(ctx, `
 			INSERT INTO ledger (account_id, entry_key, kind, period_start, period_end, plan, delta, balance_after)
-			VALUES ($1, $2, 'usage', $3, $4, NULLIF($5, ''), $6, $7)
+			VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), $7, $8)
 			RETURNING period_start, created_at`,
-			a.ID, key, a.PeriodStart, nullTime(a.PeriodEnd), a.Plan, -d.Amount, res.Balance).
+			a.ID, res.Entry.Key, res.Entry.Kind, res.Entry.PeriodStart, nullTime(a.PeriodEnd), res.Entry.Plan, res.Entry.Delta, res.Balance).
 			Scan(&res.Entry.PeriodStart, &res.Entry.CreatedAt)
 		if err != nil {
-			return fmt.Errorf("write debit %s: %w", key, err)
+			return fmt.Errorf("write debit %s: %w", res.Entry.Key, err)
 		}
 		return nil
 	})
-	if err != nil {
-		var insufficient *reconcile.InsufficientError
-		if errors.As(err, &insufficient) || errors.Is(err, reconcile.ErrAmbiguous) || errors.Is(err, reconcile.ErrKeyReused) {
-			return reconcile.DebitResult{}, err
-		}
+	switch {
+	case refused != nil:
+		return reconcile.DebitResult{}, refused
+	case errors.Is(err, reconcile.ErrAmbiguous):
+		return reconcile.DebitResult{}, err
+	case err != nil:
 		return reconcile.DebitResult{}, fmt.Errorf("debit user %q key %q: %w", d.UserRef, d.Key, classify(err))
 	}
 	return res, nil
+}
+
+// debitState reads what a debit of account a under key is decided on; the
+// caller holds a's row lock, so a repeat sees the first request's commit.
+func debitState(ctx context.Context, tx pgx.Tx, a reconcile.Account, key string) (reconcile.DebitState, error) {
+	cur := reconcile.DebitState{Account: a}
+	var prior reconcile.LedgerEntry
+	var balanceAfter *int64
+	err := tx.QueryRow(ctx, `SELECT kind, coalesce(plan, ''), delta, period_start, coalesce(note, ''), created_at, balance_after
+		FROM ledger WHERE entry_key = $1`, key).Scan(&prior.Kind, &prior.Plan, &prior.Delta,
+		&prior.PeriodStart, &prior.Note, &prior.CreatedAt, &balanceAfter)
+	switch {
+	case err == nil:
+		prior.Key = key
+		cur.Prior = &prior
+		if balanceAfter != nil {
+			cur.PriorBalance = *balanceAfter
+		}
+	case !errors.Is(err, pgx.ErrNoRows):
+		return cur, fmt.Errorf("read debit %s: %w", key, err)
+	}
+	if err := tx.QueryRow(ctx, periodBalance, a.ID).Scan(&cur.Balance); err != nil {
+		return cur, fmt.Errorf("read balance: %w", err)
+	}
+	return cur, nil
 }

@@ -43,31 +43,31 @@ func TestDebit(t *testing.T) {
 	require.Equal(t, "free", u.Account.Plan)
 	require.Equal(t, int64(10), u.Balance)
 
-	res, err := st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "a", Amount: 4})
+	res, err := st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "a", Amount: 4}, reconcile.DecideDebit)
 	require.NoError(t, err)
 	require.False(t, res.Replayed)
 	require.Equal(t, int64(6), res.Balance)
 	require.Equal(t, periodStart, res.Entry.PeriodStart.UTC())
 
-	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "b", Amount: 3})
+	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "b", Amount: 3}, reconcile.DecideDebit)
 	require.NoError(t, err)
-	again, err := st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "a", Amount: 4})
+	again, err := st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "a", Amount: 4}, reconcile.DecideDebit)
 	require.NoError(t, err)
 	require.True(t, again.Replayed)
 	again.Replayed = false
 	require.Equal(t, res, again, "a repeat answers the first result, not today's balance")
 
-	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "a", Amount: 5})
+	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "a", Amount: 5}, reconcile.DecideDebit)
 	require.ErrorIs(t, err, reconcile.ErrKeyReused)
 
-	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "c", Amount: 4})
+	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "c", Amount: 4}, reconcile.DecideDebit)
 	var short *reconcile.InsufficientError
 	require.ErrorAs(t, err, &short)
 	require.Equal(t, reconcile.InsufficientError{AccountID: id, Balance: 3, Amount: 4}, *short)
 
-	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "nobody", Key: "c", Amount: 1})
+	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "nobody", Key: "c", Amount: 1}, reconcile.DecideDebit)
 	require.ErrorIs(t, err, reconcile.ErrNotFound)
-	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "", Amount: 1})
+	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "", Amount: 1}, reconcile.DecideDebit)
 	require.ErrorIs(t, err, reconcile.ErrInvalid)
 
 	var rows int
@@ -85,7 +85,7 @@ func TestDebitNeverGranted(t *testing.T) {
 	_, err := st.Pool().Exec(ctx, `INSERT INTO accounts (provider, customer_id, user_ref) VALUES ('stripe', 'cus_1', 'u1')`)
 	require.NoError(t, err)
 	before := storetest.Tables(t, st)
-	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "a", Amount: 1})
+	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "a", Amount: 1}, reconcile.DecideDebit)
 	require.ErrorIs(t, err, reconcile.ErrInsufficient)
 	require.Equal(t, before, storetest.Tables(t, st))
 }
@@ -110,7 +110,7 @@ func TestDebitSameKeyConcurrently(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			results[i], errs[i] = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "once", Amount: 7})
+			results[i], errs[i] = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "once", Amount: 7}, reconcile.DecideDebit)
 		})
 	}
 	// Every connection the pool has left is a debit waiting for the lock.
@@ -151,9 +151,50 @@ func TestUserAccountOfTwoProviders(t *testing.T) {
 	var amb *reconcile.AmbiguousError
 	require.ErrorAs(t, err, &amb)
 	require.Len(t, amb.Accounts, 2)
-	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "k", Amount: 1})
+	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "k", Amount: 1}, reconcile.DecideDebit)
 	require.True(t, errors.Is(err, reconcile.ErrAmbiguous), "%v", err)
 	u, err := st.UserAccount(ctx, "u1", "stripe")
 	require.NoError(t, err)
 	require.Equal(t, a, u.Account.ID)
+}
+
+// TestDebitWritesWhatDecideSays: the store holds no debit rule of its own:
+// it hands decide the state read under the row lock, writes the entry
+// decide returns, and writes nothing when decide refuses.
+func TestDebitWritesWhatDecideSays(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	id := grantedAccount(t, st, "cus_1", "u1", "price_free") // 10
+	var seen reconcile.DebitState
+	overdraw := func(d reconcile.Debit, cur reconcile.DebitState) (reconcile.DebitResult, error) {
+		seen = cur
+		res, err := reconcile.DecideDebit(d, reconcile.DebitState{Account: cur.Account, Prior: cur.Prior, Balance: 1 << 20})
+		res.Balance = cur.Balance - d.Amount
+		return res, err
+	}
+	res, err := st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "big", Amount: 25}, overdraw)
+	require.NoError(t, err)
+	require.Equal(t, id, seen.Account.ID)
+	require.Equal(t, int64(10), seen.Balance)
+	require.Nil(t, seen.Prior)
+	require.Equal(t, int64(-15), res.Balance)
+	b, err := st.Balance(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, int64(-15), b, "the store wrote what decide said, short balance or not")
+
+	// A repeat hands decide the first request's entry and balance.
+	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "big", Amount: 25}, overdraw)
+	require.NoError(t, err)
+	require.NotNil(t, seen.Prior)
+	require.Equal(t, int64(-25), seen.Prior.Delta)
+	require.Equal(t, int64(-15), seen.PriorBalance)
+
+	errNo := errors.New("no")
+	before := storetest.Tables(t, st)
+	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "other", Amount: 1},
+		func(reconcile.Debit, reconcile.DebitState) (reconcile.DebitResult, error) {
+			return reconcile.DebitResult{}, errNo
+		})
+	require.ErrorIs(t, err, errNo)
+	require.Equal(t, before, storetest.Tables(t, st), "a refusal writes nothing")
 }

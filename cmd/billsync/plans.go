@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -11,8 +10,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
@@ -80,15 +77,7 @@ STRIPE_API_KEY_FILE), STRIPE_API_URL and BILLSYNC_PLANS.`)
 		return fmt.Errorf("configuration: %w", err)
 	}
 	cfg.StripeAPIKey = key
-	data, err := readPlansFile(cfg.PlansPath)
-	if err != nil {
-		return err
-	}
-	plans, err := reconcile.ParsePlans(data)
-	if err != nil {
-		return fmt.Errorf("BILLSYNC_PLANS %s: %w", cfg.PlansPath, err)
-	}
-	refs, err := stripeRefsOf(data)
+	plans, err := loadPlans(cfg.PlansPath)
 	if err != nil {
 		return err
 	}
@@ -100,7 +89,7 @@ STRIPE_API_KEY_FILE), STRIPE_API_URL and BILLSYNC_PLANS.`)
 	if err != nil {
 		return err
 	}
-	rep := checkPlans(plans, refs, prices)
+	rep := checkPlans(plans, prices)
 	rep.print(stdout)
 	if len(rep.unmapped) > 0 {
 		return fmt.Errorf("%w: %d of %d", errUnmappedPrices, len(rep.unmapped), len(prices))
@@ -111,30 +100,6 @@ STRIPE_API_KEY_FILE), STRIPE_API_URL and BILLSYNC_PLANS.`)
 // planRef is one Stripe reference a plan names.
 type planRef struct{ plan, ref string }
 
-// stripeRefsOf reads which Stripe refs each plan names, in file order.
-// ParsePlans has validated the file; this reads only the two fields it
-// needs, so keys added to the plans file later do not break it.
-// (reconcile.Plans does not list its plans; an accessor there would
-// replace this.)
-func stripeRefsOf(data []byte) ([]planRef, error) {
-	var f struct {
-		Plans []struct {
-			Name         string   `yaml:"name"`
-			StripePrices []string `yaml:"stripe_prices"`
-		} `yaml:"plans"`
-	}
-	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&f); err != nil {
-		return nil, fmt.Errorf("plans: %w", err)
-	}
-	var refs []planRef
-	for _, p := range f.Plans {
-		for _, r := range p.StripePrices {
-			refs = append(refs, planRef{p.Name, r})
-		}
-	}
-	return refs, nil
-}
-
 // plansReport is what `plans check` found.
 type plansReport struct {
 	active   int
@@ -142,7 +107,7 @@ type plansReport struct {
 	stale    []planRef      // plan refs that match no active price
 }
 
-func checkPlans(plans *reconcile.Plans, refs []planRef, prices []stripe.Price) plansReport {
+func checkPlans(plans *reconcile.Plans, prices []stripe.Price) plansReport {
 	rep := plansReport{active: len(prices)}
 	known := map[string]bool{}
 	for _, p := range prices {
@@ -153,9 +118,11 @@ func checkPlans(plans *reconcile.Plans, refs []planRef, prices []stripe.Price) p
 			known[r] = true
 		}
 	}
-	for _, r := range refs {
-		if !known[r.ref] {
-			rep.stale = append(rep.stale, r)
+	for _, pl := range plans.List() {
+		for _, ref := range pl.StripePrices {
+			if !known[ref] {
+				rep.stale = append(rep.stale, planRef{pl.Name, ref})
+			}
 		}
 	}
 	slices.SortFunc(rep.unmapped, func(a, b stripe.Price) int { return strings.Compare(a.ID, b.ID) })

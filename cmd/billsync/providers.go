@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -72,16 +71,18 @@ func (p providers) names() string {
 // sweepers returns one sweeper per provider that is on: Stripe's lists
 // customers in bulk; Kinde has no bulk listing, so its sweep queues every
 // Kinde account for the worker, spaced by pace (-kinde-sweep-pace).
-// only, when set, keeps the one provider of that name.
+// only, when set, keeps the one provider of that name. Each sweeps and
+// reports on its own: one provider's failure, or its sweep running
+// elsewhere, never keeps another from sweeping.
 func (p providers) sweepers(st *store.Store, plans *reconcile.Plans, logger *slog.Logger, cfg config, only string,
-	onPage func(reconcile.SweepRun)) (sweepAll, error) {
-	var out sweepAll
+	onPage func(reconcile.SweepRun)) ([]*reconcile.Sweeper, error) {
+	var out []*reconcile.Sweeper
 	if p.stripe != nil && (only == "" || only == stripe.Provider) {
 		s, err := newSweeper(st, p.stripe, plans, logger, cfg.SweepParallel, onPage)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, providerSweeper{stripe.Provider, s})
+		out = append(out, s)
 	}
 	if p.kinde != nil && (only == "" || only == kinde.Provider) {
 		s, err := reconcile.NewSweeper(reconcile.SweeperConfig{
@@ -90,7 +91,7 @@ func (p providers) sweepers(st *store.Store, plans *reconcile.Plans, logger *slo
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, providerSweeper{kinde.Provider, s})
+		out = append(out, s)
 	}
 	if len(out) == 0 {
 		if only != "" {
@@ -99,34 +100,4 @@ func (p providers) sweepers(st *store.Store, plans *reconcile.Plans, logger *slo
 		return nil, errors.New("no provider is configured")
 	}
 	return out, nil
-}
-
-// sweepAll runs each provider's sweep in turn, so the admin API and the
-// schedule sweep every provider. One provider's failure (or a sweep of it
-// already running elsewhere) does not keep the others from sweeping; the
-// report adds the runs' counts up and keeps the last run's record.
-type sweepAll []providerSweeper
-
-// providerSweeper is one provider's sweeper and the provider's name.
-type providerSweeper struct {
-	provider string
-	*reconcile.Sweeper
-}
-
-func (s sweepAll) Run(ctx context.Context) (reconcile.SweepReport, error) {
-	var total reconcile.SweepReport
-	var errs []error
-	var seen, healed, failed int
-	for _, sw := range s {
-		rep, err := sw.Run(ctx)
-		errs = append(errs, err)
-		seen, healed, failed = seen+rep.Run.Seen, healed+rep.Run.Healed, failed+rep.Run.Failed
-		total.Run = rep.Run
-		total.Run.Seen, total.Run.Healed, total.Run.Failed = seen, healed, failed
-		total.Healed = append(total.Healed, rep.Healed...)
-		total.Enqueued += rep.Enqueued
-		total.Calls += rep.Calls
-		total.Took += rep.Took
-	}
-	return total, errors.Join(errs...)
 }

@@ -65,7 +65,7 @@ one must be. Each secret also as *_FILE; see README.md.`)
 	defer cancel()
 	var wg sync.WaitGroup
 	var reconciler server.Reconciler // the admin API's resyncs take a worker's path
-	var sweeper server.Sweeper
+	var sweeps server.Sweeps         // nil without workers: the admin API answers 503
 	provs, err := newProviders(cfg, logger, metrics.ObserveProviderRequest)
 	if err != nil {
 		return err
@@ -120,14 +120,22 @@ one must be. Each secret also as *_FILE; see README.md.`)
 		go func() { defer wg.Done(); st.Listen(ctx, logger, worker.Wake) }()
 		go func() { defer wg.Done(); worker.Run(ctx) }()
 		// Every provider is swept: Stripe by its bulk listing, Kinde by
-		// queueing every Kinde account within its own pace.
-		all, err := provs.sweepers(st, plans, logger, cfg, "", nil)
+		// queueing every Kinde account within its own pace. The runner
+		// stops the sweeps the admin API, the console and the schedule
+		// start with the workers, within -shutdown-timeout.
+		sweepers, err := provs.sweepers(st, plans, logger, cfg, "", nil)
 		if err != nil {
 			return err
 		}
-		sweeper = all
+		runner, err := reconcile.NewSweepRunner(reconcile.SweepRunnerConfig{Sweepers: sweepers, Logger: logger})
+		if err != nil {
+			return err
+		}
+		sweeps = runner
+		wg.Add(1)
+		go func() { defer wg.Done(); runner.Run(ctx) }()
 		if sched, _ := parseSweepSchedule(cfg.SweepSchedule); sched != nil { // validated above
-			wait := scheduleSweeps(ctx, sched, all, logger)
+			wait := scheduleSweeps(ctx, sched, runner, logger)
 			wg.Add(1)
 			go func() { defer wg.Done(); <-ctx.Done(); wait() }()
 		}
@@ -141,10 +149,11 @@ one must be. Each secret also as *_FILE; see README.md.`)
 		// A hung database gets the provider a 503 (it retries), not a
 		// request held open for as long as the database hangs.
 		StoreTimeout: cfg.IntakeTimeout,
-		Admin:        server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler, Sweeper: sweeper, Logger: logger},
+		Admin:        server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler, Sweeps: sweeps},
 		App:          server.App{Token: cfg.AppToken, Store: st},
 	})
-	// Workers finish the job in hand and release their leases.
+	// Workers finish the job in hand and release their leases; sweeps
+	// apply the pages in hand and stay resumable.
 	stopWorkers := func(shutCtx context.Context) error {
 		cancel()
 		done := make(chan struct{})

@@ -15,7 +15,6 @@ import (
 
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
-	"github.com/billsync/billsync/server"
 	"github.com/billsync/billsync/store"
 )
 
@@ -62,10 +61,10 @@ sweep fails.`)
 		rep, err := sweeper.Run(ctx)
 		p.done()
 		if errors.Is(err, reconcile.ErrSweepRunning) {
-			errs = append(errs, fmt.Errorf("%s: %w (another replica or command holds the sweep lock)", sweeper.provider, err))
+			errs = append(errs, fmt.Errorf("%w (another replica or command holds the sweep lock)", err))
 			continue
 		}
-		printSweepReport(stdout, sweeper.provider, rep, err)
+		printSweepReport(stdout, sweeper.Provider(), rep, err)
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -159,15 +158,25 @@ func parseSweepSchedule(spec string) (cron.Schedule, error) {
 	return s, nil
 }
 
-// scheduleSweeps runs sweeper on schedule until ctx ends; it returns a
-// function that waits for a sweep in progress to stop.
-func scheduleSweeps(ctx context.Context, sched cron.Schedule, sweeper server.Sweeper, logger *slog.Logger) (wait func()) {
+// scheduleSweeps starts sweeps on schedule until ctx ends, through the
+// runner that serve's shutdown stops (a scheduled sweep is bounded by
+// -shutdown-timeout like any other). It returns a function that waits for
+// the schedule to stop.
+func scheduleSweeps(ctx context.Context, sched cron.Schedule, sweeps *reconcile.SweepRunner, logger *slog.Logger) (wait func()) {
 	c := cron.New(cron.WithLocation(time.UTC))
 	c.Schedule(sched, cron.FuncJob(func() {
-		if _, err := sweeper.Run(ctx); errors.Is(err, reconcile.ErrSweepRunning) {
-			logger.Info("scheduled sweep skipped: another replica is sweeping")
+		starts, _ := sweeps.Start(ctx)
+		for _, st := range starts {
+			switch {
+			case errors.Is(st.Err, reconcile.ErrSweepRunning):
+				logger.Info("scheduled sweep skipped: a sweep of the provider is running, here or on another replica",
+					"provider", st.Provider)
+			case errors.Is(st.Err, reconcile.ErrSweepsStopped), ctx.Err() != nil:
+			case st.Err != nil:
+				logger.Error("scheduled sweep did not start", "provider", st.Provider, slog.Any("error", st.Err))
+			}
+			// A started sweep logs how it ends.
 		}
-		// Success and failure are logged by the sweeper.
 	}))
 	c.Start()
 	logger.Info("sweep scheduled", "next", cmp.Or(sched.Next(time.Now().UTC()).Format(time.RFC3339), "never"))

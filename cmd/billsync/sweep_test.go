@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +18,7 @@ import (
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/mocks/testenv"
+	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/server"
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
@@ -81,16 +86,21 @@ func TestScheduledSweepRuns(t *testing.T) {
 	require.NoError(t, err)
 	sweeper, err := newSweeper(st, h.Stripe.Client, plans, slog.New(slog.DiscardHandler), 0, nil)
 	require.NoError(t, err)
+	runner, err := reconcile.NewSweepRunner(reconcile.SweepRunnerConfig{Sweepers: []*reconcile.Sweeper{sweeper}})
+	require.NoError(t, err)
+	stopped := make(chan struct{})
+	go func() { runner.Run(ctx); close(stopped) }()
 	sched, err := parseSweepSchedule("@every 50ms")
 	require.NoError(t, err)
 
-	wait := scheduleSweeps(ctx, sched, sweeper, slog.New(slog.DiscardHandler))
+	wait := scheduleSweeps(ctx, sched, runner, slog.New(slog.DiscardHandler))
 	require.Eventually(t, func() bool {
 		n, err := sweepsOf(st, "", "succeeded")
 		return err == nil && n >= 2
 	}, time.Minute, 10*time.Millisecond, "the schedule runs sweeps")
 	cancel()
 	wait()
+	<-stopped
 	a, err := st.Account(context.Background(), "stripe", cus)
 	require.NoError(t, err)
 	require.Equal(t, "pro", a.Plan)
@@ -156,7 +166,7 @@ func TestTwoServesSweepOneAtATime(t *testing.T) {
 	require.Zero(t, storetest.SweepRunCount(t, st, "", "failed"), "a sweep failed")
 	require.LessOrEqual(t, storetest.SweepRunCount(t, st, "", "running"), 1, "only the sweep SIGTERM interrupted is left running, for the next to resume")
 	for i, p := range procs {
-		require.Contains(t, p.logs.String(), "scheduled sweep skipped: another replica is sweeping",
+		require.Contains(t, p.logs.String(), "scheduled sweep skipped: a sweep of the provider is running",
 			"process %d never found the other sweeping", i)
 	}
 }
@@ -177,4 +187,76 @@ func sweepsOf(st *store.Store, provider, status string) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// TestServeSIGTERMStopsAnAdminSweep: a sweep started from the admin API
+// is stopped by SIGTERM with the workers: serve exits 0 once it has
+// stopped, its run stays running with the page it applied, and the next
+// sweep resumes it.
+func TestServeSIGTERMStopsAnAdminSweep(t *testing.T) {
+	ctx := context.Background()
+	// The first customer list call is answered; the next ones hang until
+	// the client gives up (until released), so the sweep is mid-run when
+	// SIGTERM comes.
+	var lists atomic.Int32
+	hang := make(chan struct{})
+	var release sync.Once
+	h := testenv.ForTest(t, testenv.Stripe, testenv.Options{Wrap: func(fake http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet && r.URL.Path == "/v1/customers" && lists.Add(1) > 1 {
+				select {
+				case <-r.Context().Done():
+					return
+				case <-hang:
+				}
+			}
+			fake.ServeHTTP(w, r)
+		})
+	}})
+	t.Cleanup(func() { release.Do(func() { close(hang) }) })
+	for i := range 150 { // two pages
+		cus, err := h.Stripe.Customer(ctx, fmt.Sprint("u_", i))
+		require.NoError(t, err)
+		_, err = h.Stripe.Subscribe(ctx, cus, "price_pro")
+		require.NoError(t, err)
+	}
+	dbURL := storetest.URL(t)
+	addr := freeAddr(t)
+	const token = "admin-token-0123456789abcdef"
+	proc := startBillsync(t, t.TempDir(), addr,
+		"BILLSYNC_TEST_ARGS=serve -workers 1 -sweep-parallel 1 -shutdown-timeout 30s -addr "+addr, "BILLSYNC_SWEEP_SCHEDULE=off",
+		"BILLSYNC_ADMIN_TOKEN="+token, "DATABASE_URL="+dbURL, "STRIPE_API_KEY="+stripemock.DefaultAPIKey, "STRIPE_API_URL="+h.URL)
+	st := storetest.OpenStore(t, dbURL, store.Options{})
+
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/admin/api/sweeps", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	require.Contains(t, string(body), `"provider":"stripe","started":true,"run":1`)
+	require.Eventually(t, func() bool {
+		runs, err := st.SweepRuns(ctx, 1)
+		return err == nil && len(runs) == 1 && runs[0].Seen == 100
+	}, time.Minute, 10*time.Millisecond, "the sweep never applied its first page")
+
+	stopBillsync(t, proc) // exits 0, within -shutdown-timeout
+	require.True(t, strings.Contains(proc.logs.String(), "sweep interrupted; the next sweep resumes it"), "serve exited without stopping the sweep")
+	runs, err := st.SweepRuns(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, runs, 1)
+	require.Equal(t, "running", runs[0].Status, "stopped, not failed: left to resume")
+	require.Equal(t, 100, runs[0].Seen)
+
+	release.Do(func() { close(hang) })
+	t.Setenv("DATABASE_URL", dbURL)
+	t.Setenv("STRIPE_API_KEY", stripemock.DefaultAPIKey)
+	t.Setenv("STRIPE_API_URL", h.URL)
+	var out, logs bytes.Buffer
+	require.NoError(t, run(ctx, []string{"sweep", "-sweep-parallel", "1"}, &out, &logs), logs.String())
+	require.Contains(t, out.String(), "stripe sweep 1 (resumed) succeeded")
+	require.Contains(t, out.String(), "seen 150, healed 150")
 }

@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"context"
 	"crypto/rand"
 	"errors"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 type console struct {
 	url, token string
 	srv        *http.Server
+	stopSweeps func() // stops a sweep started from the console, and waits for it
 }
 
 // startConsole serves the support console (and the admin API) on addr.
@@ -30,15 +32,23 @@ func (d *Demo) startConsole(addr string, plans *reconcile.Plans) error {
 	if err != nil {
 		return err
 	}
+	sweeps, err := reconcile.NewSweepRunner(reconcile.SweepRunnerConfig{Sweepers: []*reconcile.Sweeper{sweeper}, Logger: d.logger})
+	if err != nil {
+		return err
+	}
 	token := rand.Text()
 	h := server.New(server.Config{Logger: d.logger, Inbox: d.st, Ready: d.st.Ping,
-		Admin: server.Admin{Token: token, Store: d.st, Reconciler: d.worker, Sweeper: sweeper, Logger: d.logger}})
+		Admin: server.Admin{Token: token, Store: d.st, Reconciler: d.worker, Sweeps: sweeps}})
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
+	ctx, stopSweeps := context.WithCancel(context.Background())
+	sweepsDone := make(chan struct{})
+	go func() { sweeps.Run(ctx); close(sweepsDone) }()
 	c := &console{url: "http://" + ln.Addr().String() + "/admin/", token: token,
-		srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
+		srv:        &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
+		stopSweeps: func() { stopSweeps(); <-sweepsDone }}
 	go func() {
 		if err := c.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			d.logger.Error("demo console stopped", slog.Any("error", err))

@@ -211,6 +211,7 @@ func (killedStore) Release(context.Context, string, []reconcile.Job) error { ret
 func (d *Demo) Close() {
 	if d.console != nil {
 		d.console.srv.Close()
+		d.console.stopSweeps()
 	}
 	if d.w != nil {
 		d.w.close()
