@@ -6,18 +6,6 @@ import (
 	"time"
 )
 
-// Result classifies what one reconcile did.
-type Result string
-
-const (
-	ResultApplied   Result = "applied"   // the account changed
-	ResultUnchanged Result = "unchanged" // the account already matched
-	ResultStale     Result = "stale"     // a newer snapshot was already applied
-	ResultIgnored   Result = "ignored"   // permanent: nothing can be applied
-	ResultRetry     Result = "retry"     // transient failure, will retry
-	ResultDead      Result = "dead"      // transient failures exhausted the attempts
-)
-
 // Grant tops an account's allowance for one period up to Allowance, once
 // per (account, period, plan, allowance).
 type Grant struct {

@@ -2,6 +2,8 @@ package reconcile
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
 )
 
@@ -74,66 +76,18 @@ type Inbox interface {
 	StoreDelivery(ctx context.Context, d Delivery) (Stored, error)
 }
 
-// StoredEvent is an event as billsync holds it: what support staff see and
-// replay.
-type StoredEvent struct {
-	ID         int64       `json:"id"` // billsync's inbox_events.id
-	Provider   string      `json:"provider"`
-	DedupeKey  string      `json:"dedupe_key"`
-	EventID    string      `json:"event_id"`
-	Type       string      `json:"type"`
-	CustomerID string      `json:"customer_id,omitempty"` // empty when the event names none
-	Status     EventStatus `json:"status"`
-	Outcome    string      `json:"outcome,omitempty"`
-	SeenCount  int         `json:"seen_count"`
-	ReceivedAt time.Time   `json:"received_at"`
+// DedupeKeyOf returns the dedupe key of a provider's event id: the id
+// itself when it is storable as is, else "sha256:" and its hash, so copies
+// of an id that had to be cut or escaped still meet.
+func DedupeKeyOf(id string) string {
+	if clean, problem := Storable(id); problem == "" {
+		return clean
+	}
+	return "sha256:" + SHA256Hex([]byte(id))
 }
 
-// Retry is a customer whose reconcile failed: still queued and retried
-// after a backoff (status pending), or given up on (dead) until a sweep,
-// resync or replay revives it.
-type Retry struct {
-	Provider   string    `json:"provider"`
-	CustomerID string    `json:"customer_id"`
-	AccountID  int64     `json:"account_id,omitempty"` // 0 when billsync holds no account yet
-	Trigger    string    `json:"trigger"`
-	Status     string    `json:"status"` // pending or dead
-	Attempts   int       `json:"attempts"`
-	LastError  string    `json:"last_error"`
-	DueAt      time.Time `json:"due_at"` // when the next attempt is due (pending)
-}
-
-// LedgerEntry is one ledger row, as support staff see it.
-type LedgerEntry struct {
-	Key         string    `json:"key"`
-	Kind        string    `json:"kind"` // grant, usage, adjustment
-	Plan        string    `json:"plan,omitempty"`
-	Delta       int64     `json:"delta"`
-	PeriodStart time.Time `json:"period_start"`
-	Note        string    `json:"note,omitempty"`
-	CreatedAt   time.Time `json:"created_at"`
-}
-
-// LogEntry is one reconcile_log row: who asked, why, and what it did.
-type LogEntry struct {
-	Trigger    string    `json:"trigger"`
-	Actor      string    `json:"actor,omitempty"` // empty for rows older than actors
-	Result     Result    `json:"result"`
-	Outcome    string    `json:"outcome"`
-	ObservedAt time.Time `json:"observed_at"`
-	CreatedAt  time.Time `json:"created_at"`
-}
-
-// AccountDetail is everything billsync holds about one account, newest
-// first: what support staff read before (and after) a resync.
-// DetailLimit bounds each list of an AccountDetail (ledger, events,
-// history): support staff read the newest rows; the tables keep every one.
-const DetailLimit = 100
-
-type AccountDetail struct {
-	Account Account       `json:"account"`
-	Balance int64         `json:"balance"`
-	Ledger  []LedgerEntry `json:"ledger"`
-	Events  []StoredEvent `json:"events"`
-	History []LogEntry    `json:"history"`
+// SHA256Hex is the hex SHA-256 of b.
+func SHA256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }

@@ -139,7 +139,7 @@ func ParsePlans(data []byte) (*Plans, error) {
 	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("plans: %w", err)
 	}
-	p := &Plans{list: f.Plans, def: f.Default, byPrice: map[string]map[string]string{"stripe": {}, "kinde": {}}}
+	p := &Plans{list: f.Plans, def: f.Default, byPrice: map[string]map[string]string{ProviderStripe: {}, ProviderKinde: {}}}
 	var errs []error
 	p.policy, errs = f.Policy.resolve()
 	names := map[string]bool{}
@@ -160,7 +160,7 @@ func ParsePlans(data []byte) (*Plans, error) {
 		if pl.SeatAllowance < 0 {
 			errs = append(errs, fmt.Errorf("plan %q: seat_allowance %d is negative", pl.Name, pl.SeatAllowance))
 		}
-		for provider, refs := range map[string][]string{"stripe": pl.StripePrices, "kinde": pl.KindePlans} {
+		for provider, refs := range map[string][]string{ProviderStripe: pl.StripePrices, ProviderKinde: pl.KindePlans} {
 			for _, ref := range refs {
 				if other, dup := p.byPrice[provider][ref]; dup {
 					errs = append(errs, fmt.Errorf("plan %q: %s price %q already maps to plan %q", pl.Name, provider, ref, other))

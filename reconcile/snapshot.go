@@ -1,11 +1,6 @@
 package reconcile
 
-import (
-	"context"
-	"errors"
-	"fmt"
-	"time"
-)
+import "time"
 
 // Snapshot is a customer's current billing state as read from the
 // provider's API, in billsync's own words. It is the only input that changes
@@ -72,59 +67,4 @@ type Item struct {
 	// subscription's, on provider versions that keep it there); both zero
 	// when the provider has none (then the calendar month is used).
 	PeriodStart, PeriodEnd time.Time
-}
-
-// Provider reads a customer's current state from a billing provider.
-type Provider interface {
-	Name() string
-	// Fetch returns the customer's snapshot now. A customer the provider does
-	// not know is ErrCustomerUnknown; data billsync cannot read is a
-	// *PermanentError; anything else is transient and retried.
-	Fetch(ctx context.Context, customerID string) (Snapshot, error)
-}
-
-// Lister is the optional bulk read the nightly sweep uses where a provider
-// allows it: every customer's snapshot, a page at a time.
-type Lister interface {
-	// ListPage reads the page of the listing at cursor ("" its start):
-	// the snapshots of its customers, the cursor after it, and whether a
-	// page follows. next is a place to resume even when more is false
-	// (resuming there lists nothing); it holds no newline.
-	ListPage(ctx context.Context, cursor string) (snaps []Snapshot, next string, more bool, err error)
-}
-
-// Splitter is a Lister whose listing divides into parts listed at the same
-// time: one request at a time, at a provider's latency, uses a small share
-// of the sweep's rate budget.
-type Splitter interface {
-	// Split divides what remains of a listing after a page (next, with
-	// more true) into the part the caller keeps listing and a part given
-	// to another lister; between them they list each remaining customer
-	// once. given is "" when the rest is not divided; kept is then where
-	// the caller goes on (next, or next with what Split learnt). It may
-	// ask the provider (a few small requests).
-	Split(ctx context.Context, next string) (kept, given string, err error)
-}
-
-// ErrCustomerUnknown means the provider has no such customer: permanent.
-var ErrCustomerUnknown = errors.New("customer unknown to the provider")
-
-// PermanentError is a failure that retrying cannot fix (a required field
-// absent, a malformed object). The events it answers end as ignored with
-// Reason.
-type PermanentError struct {
-	Reason string
-}
-
-func (e *PermanentError) Error() string { return e.Reason }
-
-// Permanent returns a *PermanentError with a formatted reason.
-func Permanent(format string, args ...any) error {
-	return &PermanentError{Reason: fmt.Sprintf(format, args...)}
-}
-
-// IsPermanent reports whether err cannot be fixed by retrying.
-func IsPermanent(err error) bool {
-	var p *PermanentError
-	return errors.As(err, &p) || errors.Is(err, ErrCustomerUnknown)
 }

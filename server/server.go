@@ -1,8 +1,11 @@
 // Package server is billsync's HTTP surface: webhook intake, health,
-// readiness, Prometheus metrics and the admin API and the app API (later: admin page).
+// readiness, Prometheus metrics, the admin API, the support console and the
+// app API.
 //
 // It verifies and stores; it never applies a webhook to an account, and it
-// never answers 200 for a delivery that was not committed to the store.
+// never answers 200 for a delivery that was not committed to the store. It
+// holds no domain rule of its own: it calls reconcile (through the
+// interfaces it declares) and maps errors to status codes in one place.
 package server
 
 import (

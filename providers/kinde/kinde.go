@@ -3,5 +3,7 @@
 // customer's current billing state from the Management API.
 package kinde
 
+import "github.com/billsync/billsync/reconcile"
+
 // Provider is the provider name billsync stores for Kinde.
-const Provider = "kinde"
+const Provider = reconcile.ProviderKinde

@@ -8,5 +8,7 @@
 // only says which customer to look at.
 package stripe
 
+import "github.com/billsync/billsync/reconcile"
+
 // Provider is the name billsync stores for Stripe rows.
-const Provider = "stripe"
+const Provider = reconcile.ProviderStripe

@@ -1,24 +1,28 @@
 package reconcile
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
 )
 
-// MaxFieldBytes bounds every text field billsync stores from an event (ids,
-// type, API version, customer). Providers' own are under 100 bytes;
-// PostgreSQL cannot index a key of more than about 2,700 bytes, and the
-// dedupe key has a unique index.
+// The limits billsync puts on what it keeps from outside, and why. They are
+// the domain's: a verified event that breaks one is still stored, as
+// ignored with the reason, and the store then never sees text or a time it
+// cannot hold.
+
+// MaxFieldBytes bounds every text field billsync keeps from an event (ids,
+// type, API version, customer). Providers' own are under 100 bytes, so a
+// longer one names nothing billsync could look up; the bound also keeps the
+// dedupe key small enough for a unique index.
 const MaxFieldBytes = 255
 
-// Storable returns s fit for a PostgreSQL text column: NUL bytes escaped as
-// \x00 and at most MaxFieldBytes (cut on a rune boundary). problem says what
-// had to change; it is empty when s is returned as is. Invalid UTF-8 is the
-// JSON decoder's to replace before.
+// Storable returns s as billsync keeps outside text: without NUL bytes
+// (escaped as \x00: a database's text type holds none) and at most
+// MaxFieldBytes (cut on a rune boundary). problem says what had to change;
+// it is empty when s is returned as is. Invalid UTF-8 is the JSON decoder's
+// to replace before.
 func Storable(s string) (clean, problem string) {
 	if strings.IndexByte(s, 0) >= 0 {
 		s, problem = strings.ReplaceAll(s, "\x00", `\x00`), "contains a NUL byte"
@@ -36,25 +40,9 @@ func Storable(s string) (clean, problem string) {
 	return s, problem
 }
 
-// DedupeKeyOf returns the dedupe key of a provider's event id: the id
-// itself when it is storable as is, else "sha256:" and its hash, so copies
-// of an id that had to be cut or escaped still meet.
-func DedupeKeyOf(id string) string {
-	if clean, problem := Storable(id); problem == "" {
-		return clean
-	}
-	return "sha256:" + SHA256Hex([]byte(id))
-}
-
-// SHA256Hex is the hex SHA-256 of b.
-func SHA256Hex(b []byte) string {
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
-}
-
 // Event times outside [MinEventTime, MaxEventTime) are absurd: no provider
-// billsync reads existed before 2000, and PostgreSQL's timestamptz cannot
-// hold most int64 seconds at all.
+// billsync reads existed before 2000, none dates a change two centuries
+// ahead, and most int64 seconds are beyond any database's time type.
 var (
 	MinEventTime = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 	MaxEventTime = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)

@@ -1,0 +1,43 @@
+package reconcile
+
+import "time"
+
+// Trigger says why a customer was queued.
+const (
+	TriggerWebhook = "webhook"
+	TriggerSweep   = "sweep"
+	TriggerResync  = "resync"
+	TriggerReplay  = "replay"
+)
+
+// Job is a claimed queue row: one customer to reconcile.
+type Job struct {
+	ID          int64
+	Provider    string
+	CustomerID  string
+	Trigger     string
+	RequestedAt time.Time
+	Attempts    int // failed attempts so far
+	// Actor is who asked, for the audit log: "cli:<os user>", "admin-api";
+	// empty for the queue's own work (see ActorOf).
+	Actor string
+	// Expect is the newest pending event's expectation for the customer
+	// (by the provider's event time), nil when none carries one.
+	Expect *Expectation
+	// UserRef is the app reference named by the customer's newest stored
+	// event that names one, whatever its status ('' when none ever did),
+	// for a provider whose reads do not carry one.
+	UserRef string
+}
+
+// ActorOf returns who the job's reconcile is recorded as: its own actor,
+// else "sweep" for the sweep's jobs and "worker" for the rest.
+func ActorOf(job Job) string {
+	switch {
+	case job.Actor != "":
+		return job.Actor
+	case job.Trigger == TriggerSweep:
+		return "sweep"
+	}
+	return "worker"
+}

@@ -1,0 +1,42 @@
+package reconcile
+
+import (
+	"context"
+	"time"
+)
+
+// Store is what the worker needs from the database. The store executes;
+// the domain decides: Apply hands the locked account to decide and writes
+// what it returns. Every method that writes does so in one transaction,
+// and every call is bounded by the store's own deadline, so a hung
+// database can neither stall a worker forever nor hold a shutdown.
+type Store interface {
+	// Claim leases up to limit due jobs to worker (FOR UPDATE SKIP LOCKED)
+	// for lease.
+	Claim(ctx context.Context, worker string, limit int, lease time.Duration) ([]Job, error)
+	// Extend renews worker's leases on jobs for lease from now (the
+	// heartbeat of jobs in hand) and returns how many it still held.
+	Extend(ctx context.Context, worker string, jobs []Job, lease time.Duration) (int, error)
+	// Now is the database's clock: observed_at, received_at and
+	// requested_at all come from it.
+	Now(ctx context.Context) (time.Time, error)
+	// Apply locks the job's queue row and the customer's account (creating
+	// it), calls decide with the account, and writes what it returns: the
+	// account (when the change writes), the grant's top-up, the log row,
+	// the status of the customer's events received at or before
+	// observedAt; then it completes the job, or makes it due again when a
+	// request came in after observedAt.
+	Apply(ctx context.Context, job Job, observedAt time.Time, decide func(cur Account) Change) (Outcome, error)
+	// Ignore records a permanent failure (out.Result is ResultIgnored): the
+	// customer's events end as ignored with out.Text, and the job
+	// completes.
+	Ignore(ctx context.Context, job Job, observedAt time.Time, out Outcome) (Outcome, error)
+	// Retry records a failed attempt (out.Result is ResultRetry or
+	// ResultDead): the job runs again after delay, or is dead, with its
+	// pending events, until a sweep, a resync or a new webhook revives it.
+	// observedAt may be zero when the failure came before the clock was
+	// read.
+	Retry(ctx context.Context, job Job, observedAt time.Time, out Outcome, delay time.Duration) (Outcome, error)
+	// Release gives back leases on jobs the worker will not process.
+	Release(ctx context.Context, worker string, jobs []Job) error
+}
