@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -345,4 +346,64 @@ func TestAdminSweepStartsEachProvider(t *testing.T) {
 		{"provider":"stripe","started":false,"error":"stripe: a sweep is already running"},
 		{"provider":"kinde","started":true,"run":12,"resumed":true},
 		{"provider":"other","started":false,"error":"could not start: see billsync's log"}]}`, body)
+}
+
+// TestAdminAnswersAreNotCached: the admin API's answers hold customers'
+// data and are never stored by a browser or a proxy, errors included.
+func TestAdminAnswersAreNotCached(t *testing.T) {
+	e := newAdminEnv(t, adminToken)
+	for _, tc := range []struct {
+		token string
+		code  int
+	}{{adminToken, http.StatusOK}, {"", http.StatusUnauthorized}} {
+		status, body, header := bearerRequest(t, "GET", e.url+"/admin/api/accounts?q=nobody", tc.token, "")
+		require.Equal(t, tc.code, status, body)
+		require.Equal(t, "no-store", header.Get("Cache-Control"), "token %q", tc.token)
+		require.Equal(t, "nosniff", header.Get("X-Content-Type-Options"))
+	}
+}
+
+// TestAdminRefusesNonCanonicalIDs: an id is billsync's number in its one
+// spelling; "+5" or "05" is not account 5, on the admin API or the console.
+func TestAdminRefusesNonCanonicalIDs(t *testing.T) {
+	e := newAdminEnv(t, adminToken)
+	id := e.customer("u1", "u1@example.com", "price_pro")
+	status, body := e.do("GET", fmt.Sprintf("/admin/api/accounts/%d", id), adminToken)
+	require.Equal(t, http.StatusOK, status, body)
+	b := e.browser()
+	b.signIn(adminToken)
+	code, _ := b.get(fmt.Sprintf("/admin/accounts/%d", id))
+	require.Equal(t, http.StatusOK, code)
+	n := strconv.FormatInt(id, 10)
+	for _, path := range []string{"+" + n, "%2B" + n, "0" + n, "00" + n, "+0" + n} {
+		status, body := e.do("GET", "/admin/api/accounts/"+path, adminToken)
+		require.Equal(t, http.StatusBadRequest, status, "id %s: %s", path, body)
+		status, body = e.do("POST", "/admin/api/accounts/"+path+"/resync?dry_run=1", adminToken)
+		require.Equal(t, http.StatusBadRequest, status, "id %s: %s", path, body)
+		code, _ := b.get("/admin/accounts/" + path)
+		require.Equal(t, http.StatusBadRequest, code, "console, id %s", path)
+	}
+}
+
+// TestAdminUnknownPathsHaveTheConsoleHeaders: a path or method under
+// /admin that no route has is answered by the mux itself, with the same
+// headers as the console's pages.
+func TestAdminUnknownPathsHaveTheConsoleHeaders(t *testing.T) {
+	e := newAdminEnv(t, adminToken)
+	for _, tc := range []struct {
+		method, path string
+		code         int
+	}{
+		{"GET", "/admin/nope", http.StatusNotFound},
+		{"GET", "/admin/api/nope", http.StatusNotFound},
+		{"GET", "/admin/accounts/1/nope", http.StatusNotFound},
+		{"DELETE", "/admin/accounts/1", http.StatusMethodNotAllowed},
+	} {
+		status, body, header := bearerRequest(t, tc.method, e.url+tc.path, "", "")
+		require.Equal(t, tc.code, status, "%s %s: %s", tc.method, tc.path, body)
+		require.Contains(t, header.Get("Content-Security-Policy"), "default-src 'none'", tc.path)
+		require.Equal(t, "DENY", header.Get("X-Frame-Options"), tc.path)
+		require.Equal(t, "nosniff", header.Get("X-Content-Type-Options"), tc.path)
+		require.Equal(t, "no-store", header.Get("Cache-Control"), tc.path)
+	}
 }

@@ -398,3 +398,45 @@ func TestAppDebitBadInput(t *testing.T) {
 	a := e.do("POST", "/api/users/u1/usage", appToken, "\n "+`{"idempotency_key": "`+strings.Repeat("k", 255)+`", "amount": 1}`+"\n")
 	require.Equal(t, http.StatusOK, a.code, a.body)
 }
+
+// TestAppDebitRefusesKeysThatAreNotUTF8: an idempotency_key holding an
+// invalid byte or half a surrogate pair is 400, not a key that the JSON
+// decoder silently turned into U+FFFD (then "\ud800" and "\udfff" would be
+// one key, and the second debit a replay of the first).
+func TestAppDebitRefusesKeysThatAreNotUTF8(t *testing.T) {
+	e := newAppEnv(t, appToken)
+	id := e.account("stripe", "cus_1", "u1", "price_pro")
+	for name, key := range map[string]string{
+		"LoneHighSurrogate": `"\ud800"`,
+		"LoneLowSurrogate":  `"\udfff"`,
+		"HighThenLetter":    `"a\ud800b"`,
+		"InvalidByte":       "\"k\xff\"",
+		"CutSequence":       "\"k\xc3\"",
+	} {
+		t.Run(name, func(t *testing.T) {
+			a := e.do("POST", "/api/users/u1/usage", appToken, `{"idempotency_key": `+key+`, "amount": 1}`)
+			require.Equal(t, http.StatusBadRequest, a.code, a.body)
+			require.Contains(t, a.json(t)["error"], "not valid UTF-8")
+		})
+	}
+	require.EqualValues(t, 500, e.balance(id), "nothing was debited")
+
+	a := e.do("POST", "/api/users/u1/usage", appToken, `{"idempotency_key": "smile-\ud83d\ude00", "amount": 2}`)
+	require.Equal(t, http.StatusOK, a.code, a.body)
+	require.Equal(t, "smile-😀", a.json(t)["idempotency_key"], "a whole surrogate pair is a character")
+	require.EqualValues(t, 498, e.balance(id))
+}
+
+// TestAppAnswersAreNotCached: the app API answers with a user's plan and
+// balance, and no browser or proxy may keep them, refusals included.
+func TestAppAnswersAreNotCached(t *testing.T) {
+	e := newAppEnv(t, appToken)
+	for _, tc := range []struct {
+		token string
+		code  int
+	}{{appToken, http.StatusNotFound}, {"", http.StatusUnauthorized}} {
+		a := e.do("GET", "/api/users/nobody", tc.token, "")
+		require.Equal(t, tc.code, a.code, a.body)
+		require.Equal(t, "no-store", a.header.Get("Cache-Control"), "token %q", tc.token)
+	}
+}

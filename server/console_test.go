@@ -317,3 +317,27 @@ func (e *adminEnv) newestEvent() storetest.EventRow {
 	require.NotEmpty(e.t, events)
 	return events[len(events)-1]
 }
+
+// TestConsoleNextHoldsNoControlCharacters: http.Redirect escapes only
+// non-ASCII bytes, so a next= with a TAB or another control character
+// (or a space) would reach the Location header raw: such a next goes to
+// the console's front page instead.
+func TestConsoleNextHoldsNoControlCharacters(t *testing.T) {
+	e := newAdminEnv(t, adminToken)
+	for _, next := range []string{"/admin/\tsweeps", "/admin/sweeps\x00", "/admin/\x7fx", "/admin/\u0085x",
+		"/admin/\x1bx", "/admin/\rx", "/admin/ sweeps"} {
+		resp, _ := e.browser().do("POST", "/admin/signin", url.Values{"token": {adminToken}, "next": {next}})
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+		require.Equal(t, "/admin/", resp.Header.Get("Location"), "next %q", next)
+
+		// Signed in already, the sign-in page sends to next at once.
+		b := e.browser()
+		b.signIn(adminToken)
+		resp, _ = b.do("GET", "/admin/signin?next="+url.QueryEscape(next), nil)
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+		require.Equal(t, "/admin/", resp.Header.Get("Location"), "next %q", next)
+		require.False(t, strings.ContainsFunc(resp.Header.Get("Location"), func(r rune) bool { return r < 0x20 || r == 0x7f }))
+	}
+	resp, _ := e.browser().do("POST", "/admin/signin", url.Values{"token": {adminToken}, "next": {"/admin/events?status=dead"}})
+	require.Equal(t, "/admin/events?status=dead", resp.Header.Get("Location"), "a plain console path is kept")
+}

@@ -142,8 +142,12 @@ func New(cfg Config) *Server {
 // a path or method no route has) carries the console's headers: never
 // cached, never framed, no script, no sniffing.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == "/admin" || strings.HasPrefix(r.URL.Path, "/admin/") {
+	switch {
+	case r.URL.Path == "/admin" || strings.HasPrefix(r.URL.Path, "/admin/"):
 		secureHeaders(w)
+	case strings.HasPrefix(r.URL.Path, "/api/"):
+		// A user's plan and balance: no browser or proxy keeps a copy.
+		w.Header().Set("Cache-Control", "no-store")
 	}
 	s.mux.ServeHTTP(w, r)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v82/webhook"
 
+	kindemock "github.com/billsync/billsync/mocks/kinde"
+	"github.com/billsync/billsync/providers/kinde"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/server"
@@ -319,4 +322,55 @@ func TestIntakeNeverAnswers200ForUnstoredWork(t *testing.T) {
 			require.NotContains(t, a.body, "status")
 		})
 	}
+}
+
+// TestIntakeKindeKeySetOutage: a Kinde token that may be good while the key
+// set cannot be fetched is 503 with Retry-After (Kinde retries); the answer
+// and the log say Kinde is unavailable, not the database, and nothing is
+// logged as billsync's own failure.
+func TestIntakeKindeKeySetOutage(t *testing.T) {
+	keys, err := kindemock.NewKeys()
+	require.NoError(t, err)
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "unavailable", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(down.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	v, err := kinde.NewVerifier(ctx, kinde.VerifierConfig{Domain: down.URL})
+	require.NoError(t, err)
+	logs := &recordingHandler{}
+	srv := httptest.NewServer(server.New(server.Config{Logger: slog.New(logs), Verifiers: []server.Verifier{v}}))
+	t.Cleanup(srv.Close)
+
+	token, err := keys.Sign(map[string]any{"type": "customer.plan_changed", "event_id": "event_1",
+		"timestamp": time.Now().UTC().Format(time.RFC3339), "data": map[string]any{"customer_id": "customer_1"}})
+	require.NoError(t, err)
+	resp, err := http.Post(srv.URL+"/webhooks/kinde", "application/jwt", bytes.NewReader(token))
+	require.NoError(t, err)
+	var body bytes.Buffer
+	_, err = body.ReadFrom(resp.Body)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body.String())
+	require.Equal(t, "5", resp.Header.Get("Retry-After"))
+	require.Contains(t, body.String(), "kinde is unavailable")
+	require.NotContains(t, body.String(), "database")
+
+	require.Empty(t, logs.atLeast(slog.LevelError), "an outage of Kinde is not billsync's own failure")
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	var logged []string
+	for _, r := range logs.records {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "error" {
+				logged = append(logged, r.Level.String()+" "+r.Message+": "+a.Value.String())
+			}
+			return true
+		})
+	}
+	require.Len(t, logged, 1)
+	require.Contains(t, logged[0], "WARN refused delivery: provider unavailable")
+	require.Contains(t, logged[0], "kinde key set unavailable")
+	require.NotContains(t, logged[0], "store")
 }
