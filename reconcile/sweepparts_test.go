@@ -28,7 +28,7 @@ import (
 // until a second one starts (the part split off is listed by another
 // lister at once, if the sweeper lists parts in parallel) or overlapWait
 // passes (a sweeper that lists one part at a time then fails the test's
-// maxInFlight check instead of hanging).
+// maxInFlight check instead of hanging; no request is held after that).
 type partLister struct {
 	*stripe.Client
 	fail func(call int) error             // before the call; nil: none
@@ -39,7 +39,7 @@ type partLister struct {
 	listed                map[string]int
 	inFlight, maxInFlight int
 	splits                int           // parts split off (Split gave a part)
-	overlapped            chan struct{} // closed once two requests were in flight at once
+	released              chan struct{} // closed once two requests were in flight at once, or one waited in vain
 }
 
 // overlapWait bounds how long a request waits for a second one: a
@@ -47,7 +47,16 @@ type partLister struct {
 const overlapWait = 30 * time.Second
 
 func newPartLister(c *stripe.Client) *partLister {
-	return &partLister{Client: c, listed: map[string]int{}, overlapped: make(chan struct{})}
+	return &partLister{Client: c, listed: map[string]int{}, released: make(chan struct{})}
+}
+
+// release ends the holding of requests; l.mu is held.
+func (l *partLister) release() {
+	select {
+	case <-l.released:
+	default:
+		close(l.released)
+	}
 }
 
 func (l *partLister) Split(ctx context.Context, next string) (kept, given string, err error) {
@@ -68,11 +77,7 @@ func (l *partLister) ListPage(ctx context.Context, cursor string) ([]reconcile.S
 	l.maxInFlight = max(l.maxInFlight, l.inFlight)
 	hold := l.splits > 0 && l.inFlight == 1
 	if l.inFlight == 2 {
-		select {
-		case <-l.overlapped:
-		default:
-			close(l.overlapped) // the first time two are in flight
-		}
+		l.release()
 	}
 	l.mu.Unlock()
 	defer func() {
@@ -82,8 +87,11 @@ func (l *partLister) ListPage(ctx context.Context, cursor string) ([]reconcile.S
 	}()
 	if hold {
 		select {
-		case <-l.overlapped:
+		case <-l.released:
 		case <-time.After(overlapWait):
+			l.mu.Lock()
+			l.release()
+			l.mu.Unlock()
 		case <-ctx.Done():
 			return nil, "", false, context.Cause(ctx)
 		}
