@@ -24,16 +24,50 @@ import (
 )
 
 // listCounter counts the sweep's bulk list calls at the fake (the
-// customer list; Fetch retrieves one customer at a time).
-type listCounter struct{ n atomic.Int64 }
+// customer list; Fetch retrieves one customer at a time), and among them
+// the one-customer requests Split sends to find the oldest customer.
+type listCounter struct{ n, probes atomic.Int64 }
 
 func (c *listCounter) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet && r.URL.Path == "/v1/customers" {
 			c.n.Add(1)
+			if r.URL.Query().Get("limit") == "1" {
+				c.probes.Add(1)
+			}
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// maxOldestProbes bounds the requests Split sends to find the oldest
+// customer: it looks back from the part listed by doubling steps of the
+// span listed (at least a second) until no customer is older, at most 32
+// looks for any Unix time before 2038, then 7 to narrow.
+const maxOldestProbes = 32 + 7
+
+// requireListCost checks the list calls counted since the sweep in parts
+// began (of a listing of pages full pages at most) against what the
+// algorithm may spend whatever the schedule. How often a part is split
+// off depends on how often a lister waits for one, so on load; the cost
+// is bounded by the splits made:
+//   - each split costs at most one page call more: the two parts' last
+//     pages may both be partial where the undivided rest had one (a part
+//     given away empty costs its one empty page);
+//   - the oldest customer is looked for once a run (only the list itself
+//     has no lower bound; both halves of its first split carry the one
+//     found), in at most maxOldestProbes requests;
+//   - a part splits only right after a page with more to come, once per
+//     page, and the list itself not after its first: there are fewer
+//     splits than full pages.
+func (c *listCounter) requireListCost(t *testing.T, pages, splits int) {
+	t.Helper()
+	probes := int(c.probes.Load())
+	listed := int(c.n.Load()) - probes
+	t.Logf("%d page calls for %d pages, %d parts split off, %d requests to find the oldest customer", listed, pages, splits, probes)
+	require.Less(t, splits, pages, "a split follows a full page of its own")
+	require.LessOrEqual(t, listed, pages+splits, "a split costs at most one page call")
+	require.LessOrEqual(t, probes, maxOldestProbes, "the oldest customer is looked for once")
 }
 
 // newSweepHarness is newHarness with list calls counted; intake false
@@ -200,14 +234,15 @@ func TestSweepListsInBulk(t *testing.T) {
 	require.LessOrEqual(t, int(calls.n.Load()), pages+1, "list calls for %d accounts, one page at a time", n)
 	t.Logf("list calls for %d accounts one page at a time: %d (sweep %s)", n, calls.n.Load(), rep.Took)
 
-	// In parts (the default): a handful more, for finding the oldest
-	// customer (about ten one-customer requests) and for each part's
-	// last, partial page (a few parts per lister).
+	// In parts (the default): at most a page call more per part split
+	// off, and a few requests to find the oldest customer.
 	calls.n.Store(0)
-	rep, err = h.sweeper(nil, nil).Run(context.Background())
+	calls.probes.Store(0)
+	l := newPartLister(h.Stripe.Client)
+	rep, err = h.sweeper(l, nil).Run(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, n, rep.Run.Seen)
-	require.LessOrEqual(t, int(calls.n.Load()), pages+10+2*reconcile.DefaultSweepParallel, "list calls for %d accounts, in parts", n)
+	calls.requireListCost(t, pages, l.splits)
 	t.Logf("list calls for %d accounts in parts: %d (sweep %s)", n, calls.n.Load(), rep.Took)
 }
 

@@ -2,6 +2,9 @@ package reconcile_test
 
 import (
 	"context"
+	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,12 +95,14 @@ func TestWorkerRidesOutProviderFaults(t *testing.T) {
 // once the provider is back fixes the account.
 func TestWorkerProviderDownForGood(t *testing.T) {
 	ctx := context.Background()
-	h := newHarness(t, testenv.Stripe, testenv.Options{})
+	gate := newFetchGate(t)
+	h := newHarness(t, testenv.Stripe, testenv.Options{Wrap: gate.wrap})
 	cus := h.Customer("user_down")
 	h.Subscribe(cus, "price_pro")
 	h.Delivered()
 
-	h.Stripe.Fake.SetFaults(stripemock.Faults{Latency: 300 * time.Millisecond})
+	// Every fetch hangs until the client's attempt times out.
+	gate.shut.Store(true)
 	slow := h.NewStripeClient(stripe.Config{Timeout: 50 * time.Millisecond, RetryMax: -1})
 	backoff := []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond}
 	w := h.Worker(reconcile.WorkerConfig{Providers: []reconcile.Provider{slow}, Backoff: backoff})
@@ -122,7 +127,7 @@ func TestWorkerProviderDownForGood(t *testing.T) {
 	require.NotEmpty(t, events)
 	require.Contains(t, events[0].Outcome, "dead after 4 attempts")
 
-	h.Stripe.Fake.SetFaults(stripemock.Faults{})
+	gate.shut.Store(false)
 	require.NoError(t, h.Store.Enqueue(ctx, "stripe", cus, reconcile.TriggerResync))
 	drain(t, h.Worker(reconcile.WorkerConfig{}))
 	s = h.state(cus)
@@ -134,12 +139,15 @@ func TestWorkerProviderDownForGood(t *testing.T) {
 // every claimed job at once, instead of holding customers for a lease.
 func TestWorkerStopReleasesLeases(t *testing.T) {
 	ctx := context.Background()
-	h := newHarness(t, testenv.Stripe, testenv.Options{})
+	gate := newFetchGate(t)
+	h := newHarness(t, testenv.Stripe, testenv.Options{Wrap: gate.wrap})
 	for range 5 {
 		h.Subscribe(h.Customer("u"), "price_pro")
 	}
 	h.Delivered()
-	h.Stripe.Fake.SetFaults(stripemock.Faults{Latency: 150 * time.Millisecond})
+	// The batch's first fetch is held at the fake until the worker gives
+	// it up, so the stop comes mid-batch whatever the machine's speed.
+	gate.shut.Store(true)
 	w := h.Worker(reconcile.WorkerConfig{Concurrency: 1, Batch: 5, Lease: time.Hour})
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -159,7 +167,7 @@ func TestWorkerStopReleasesLeases(t *testing.T) {
 	require.Eventually(t, func() bool {
 		leased, _ := leases()
 		return leased == 5
-	}, 10*time.Second, 5*time.Millisecond)
+	}, time.Minute, 5*time.Millisecond, "the batch was never claimed")
 	cancel()
 	<-done
 
@@ -170,4 +178,31 @@ func TestWorkerStopReleasesLeases(t *testing.T) {
 	require.NoError(t, err)
 	require.Positive(t, stats.Pending, "unfinished customers keep their events pending")
 	require.Zero(t, attempts, "a shutdown is not a provider failure")
+}
+
+// fetchGate holds the fake's answers to customer retrievals (the worker's
+// Fetch) while shut, each until its request is given up or the gate
+// opens (at the test's end).
+type fetchGate struct {
+	shut atomic.Bool
+	open chan struct{}
+}
+
+func newFetchGate(t *testing.T) *fetchGate {
+	g := &fetchGate{open: make(chan struct{})}
+	t.Cleanup(func() { close(g.open) })
+	return g
+}
+
+func (g *fetchGate) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if g.shut.Load() && r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/customers/") {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-g.open:
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }

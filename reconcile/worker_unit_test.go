@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -177,50 +178,54 @@ func TestWorkerRecordsAFailureOnceTheStoreIsBack(t *testing.T) {
 
 // TestWorkerHeartbeatRenewsLeasesInHand: while a job is worked, the loop
 // renews the leases of every job of its batch it still holds, and stops
-// renewing a job once it is done.
+// renewing a job once it is done. It runs in a synctest bubble: the
+// heartbeat's ticks are the bubble's, so a renewal is waited for, never
+// raced against the machine's load.
 func TestWorkerHeartbeatRenewsLeasesInHand(t *testing.T) {
-	renewed := make(chan []int64, 100)
-	st := batchOfTwo()
-	st.ExtendFn = func(_ context.Context, _ string, held []reconcile.Job, _ time.Duration) (int, error) {
-		ids := make([]int64, len(held))
-		for i, j := range held {
-			ids[i] = j.ID
+	synctest.Test(t, func(t *testing.T) {
+		renewed := make(chan []int64, 100)
+		st := batchOfTwo()
+		st.ExtendFn = func(_ context.Context, _ string, held []reconcile.Job, _ time.Duration) (int, error) {
+			ids := make([]int64, len(held))
+			for i, j := range held {
+				ids[i] = j.ID
+			}
+			renewed <- ids
+			return len(held), nil
 		}
-		renewed <- ids
-		return len(held), nil
-	}
-	st.ApplyFn = func(context.Context, reconcile.Job, time.Time, func(reconcile.Account) reconcile.Change) (reconcile.Outcome, error) {
-		return reconcile.Outcome{Result: reconcile.ResultApplied}, nil
-	}
-	// Each fetch waits for the heartbeat it must see: both jobs renewed
-	// while the first is fetched, only the second while it is.
-	waitRenewal := func(want []int64) {
-		deadline := time.After(30 * time.Second) // a liveness guard, not a timing claim
-		for {
-			select {
-			case ids := <-renewed:
-				if slices.Equal(ids, want) {
+		st.ApplyFn = func(context.Context, reconcile.Job, time.Time, func(reconcile.Account) reconcile.Change) (reconcile.Outcome, error) {
+			return reconcile.Outcome{Result: reconcile.ResultApplied}, nil
+		}
+		// Each fetch waits for the heartbeat it must see: both jobs renewed
+		// while the first is fetched, only the second while it is.
+		waitRenewal := func(want []int64) {
+			deadline := time.After(time.Hour) // the bubble's time: reached at once if the heartbeat stopped
+			for {
+				select {
+				case ids := <-renewed:
+					if slices.Equal(ids, want) {
+						return
+					}
+				case <-deadline:
+					t.Errorf("no lease renewal of %v", want)
 					return
 				}
-			case <-deadline:
-				t.Errorf("no lease renewal of %v", want)
-				return
 			}
 		}
-	}
-	fetch := func(_ context.Context, customerID string) (reconcile.Snapshot, error) {
-		if customerID == "cus_1" {
-			waitRenewal([]int64{1, 2})
-		} else {
-			waitRenewal([]int64{2})
+		fetch := func(_ context.Context, customerID string) (reconcile.Snapshot, error) {
+			if customerID == "cus_1" {
+				waitRenewal([]int64{1, 2})
+			} else {
+				waitRenewal([]int64{2})
+			}
+			return liveSnapshot(context.Background(), customerID)
 		}
-		return liveSnapshot(context.Background(), customerID)
-	}
-	w := newUnitWorker(t, reconcile.WorkerConfig{Store: st, Providers: []reconcile.Provider{stripeFake(fetch)},
-		Batch: 2, Lease: 30 * time.Millisecond})
-	n, err := w.Drain(context.Background())
-	require.NoError(t, err)
-	require.Equal(t, 2, n)
+		w := newUnitWorker(t, reconcile.WorkerConfig{Store: st, Providers: []reconcile.Provider{stripeFake(fetch)},
+			Batch: 2, Lease: 30 * time.Millisecond})
+		n, err := w.Drain(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+	})
 }
 
 // batchOfTwo is a store whose queue hands out one batch of two jobs, then
