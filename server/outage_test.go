@@ -135,26 +135,30 @@ func waitGone(t *testing.T, pids []int) {
 // would be its duplicate).
 func TestIntakeDatabaseHangs(t *testing.T) {
 	st := storetest.NewStore(t)
+	// Two intakes on one store: the hasty one meets the hang; the deliveries
+	// that must be stored go through one with serve's StoreTimeout, so a
+	// busy machine's slow insert is not mistaken for the hang.
+	patient, _ := startIntake(t, intakeConfig(t, st))
 	cfg := intakeConfig(t, st)
 	cfg.StoreTimeout = 300 * time.Millisecond
-	srv, _ := startIntake(t, cfg)
+	hasty, _ := startIntake(t, cfg)
 	// A first delivery prepares the intake's statement on the pool's
 	// connection: from then on the whole statement goes in one round trip
 	// and would commit as soon as the lock is gone, unless cancelled.
 	warm := eventBody("evt_warm", "customer.subscription.updated", "cus_warm", "2025-08-27.basil")
-	require.Equal(t, http.StatusOK, deliver(t, srv.URL, warm, sign(warm, secretA, time.Now())).code)
+	require.Equal(t, http.StatusOK, deliver(t, patient.URL, warm, sign(warm, secretA, time.Now())).code)
 
 	lock := storetest.LockTable(t, st, "inbox_events")
 
 	body := eventBody("evt_hang", "customer.subscription.updated", "cus_hang", "2025-08-27.basil")
-	a := deliver(t, srv.URL, body, sign(body, secretA, time.Now()))
+	a := deliver(t, hasty.URL, body, sign(body, secretA, time.Now()))
 	require.Equal(t, http.StatusServiceUnavailable, a.code, a.body)
 	require.NotEmpty(t, a.header.Get("Retry-After"))
 	require.NotContains(t, a.body, "status")
 
 	lock.Release(t)
 	lock.WaitIdle(t)
-	a = deliver(t, srv.URL, body, sign(body, secretA, time.Now()))
+	a = deliver(t, patient.URL, body, sign(body, secretA, time.Now()))
 	require.Equal(t, http.StatusOK, a.code, a.body)
 	require.Equal(t, "stored", a.body["status"], "the statement answered 503 must not have committed")
 	counts := storetest.Counts(t, st)
@@ -169,6 +173,7 @@ func TestIntakeDatabaseHangs(t *testing.T) {
 // long as it is frozen; after SIGCONT the delivery is stored once.
 func TestIntakeDatabaseFrozen(t *testing.T) {
 	st, cluster, _ := storetest.PrivateStore(t)
+	patient, _ := startIntake(t, intakeConfig(t, st)) // serve's StoreTimeout, for after the thaw
 	cfg := intakeConfig(t, st)
 	cfg.StoreTimeout = 300 * time.Millisecond
 	srv, _ := startIntake(t, cfg)
@@ -187,7 +192,7 @@ func TestIntakeDatabaseFrozen(t *testing.T) {
 
 	thaw()
 	for range 5 {
-		if a = deliver(t, srv.URL, body, sign(body, secretA, time.Now())); a.code == http.StatusOK {
+		if a = deliver(t, patient.URL, body, sign(body, secretA, time.Now())); a.code == http.StatusOK {
 			break
 		}
 		require.Equal(t, http.StatusServiceUnavailable, a.code, a.body)

@@ -5,9 +5,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -129,28 +131,31 @@ func TestRateLimitIsStripeShaped(t *testing.T) {
 // comes back; Stripe's retry an hour later (a second here) delivers it.
 func TestRetryScheduleCompressed(t *testing.T) {
 	t.Parallel()
-	schedule := []time.Duration{time.Hour, 2 * time.Hour}
-	f := newFake(t, stripemock.Options{RetrySchedule: schedule, TimeFactor: 3600 * 4})
 	rc := newRawReceiver(t, false)
-	f.AddWebhookEndpoint(rc.srv.URL)
-	f.customer(t)
-	require.False(t, rc.nextAnswer(t), "the first attempt finds billsync down")
-	rc.up.Store(true) // billsync comes back before the retry
-	st, err := f.h.Stripe.WaitSettled(context.Background(), 10*time.Second)
-	require.NoError(t, err)
-	require.Equal(t, stripemock.Settlement{Delivered: 1}, st)
+	// In a synctest bubble the retry waits on the bubble's clock: the gap
+	// between the attempts is the schedule's, exactly.
+	synctest.Test(t, func(t *testing.T) {
+		schedule := []time.Duration{time.Hour, 2 * time.Hour}
+		f := newBubbleFake(t, stripemock.Options{RetrySchedule: schedule, TimeFactor: 3600 * 4}, rc.srv.Config.Handler)
+		f.AddWebhookEndpoint(rc.srv.URL)
+		f.create(t, "/v1/customers", url.Values{"email": {"ada@example.com"}})
+		synctest.Wait() // the first attempt is answered; the retry waits
+		require.False(t, rc.nextAnswer(t), "the first attempt finds billsync down")
+		rc.up.Store(true) // billsync comes back before the retry
+		require.NoError(t, f.WaitIdle(context.Background()))
+		require.Equal(t, stripemock.Settlement{Delivered: 1}, f.Settled())
 
-	rc.mu.Lock()
-	require.Len(t, rc.at, 2)
-	gap := rc.at[1].Sub(rc.at[0])
-	rc.mu.Unlock()
-	require.GreaterOrEqual(t, gap, 250*time.Millisecond, "an hour, compressed 14400×")
-	require.Less(t, gap, 2*time.Second)
-	var attempts []int
-	for _, d := range f.Deliveries() {
-		attempts = append(attempts, d.Attempt)
-	}
-	require.Equal(t, []int{1, 2}, attempts)
+		rc.mu.Lock()
+		require.Len(t, rc.at, 2)
+		gap := rc.at[1].Sub(rc.at[0])
+		rc.mu.Unlock()
+		require.Equal(t, 250*time.Millisecond, gap, "an hour, compressed 14400×")
+		var attempts []int
+		for _, d := range f.Deliveries() {
+			attempts = append(attempts, d.Attempt)
+		}
+		require.Equal(t, []int{1, 2}, attempts)
+	})
 
 	t.Run("GivesUpAfterTheSchedule", func(t *testing.T) {
 		t.Parallel()
@@ -241,40 +246,49 @@ func TestFaultTargetsOneKey(t *testing.T) {
 
 func TestStaleReadReturnsThePreviousState(t *testing.T) {
 	t.Parallel()
-	const lag = time.Second // wide: each stale read must land inside it, even on a loaded machine
-	f := newFake(t, stripemock.Options{})
-	cust := f.customer(t)
-	sub := f.subscribe(t, cust.ID, "price_free")
-	time.Sleep(lag) // the creation is old enough to be seen
-	f.SetFaults(stripemock.Faults{StaleReads: lag, TargetKey: stripemock.DefaultAPIKey})
+	// In a synctest bubble the reads happen at the bubble's clock, which
+	// moves only by the sleeps below: each read lands exactly where the
+	// test puts it, inside the lag or past it, however busy the machine.
+	synctest.Test(t, func(t *testing.T) {
+		const lag = time.Second
+		f := newBubbleFake(t, stripemock.Options{}, nil)
+		cust := f.create(t, "/v1/customers", url.Values{"email": {"ada@example.com"}})
+		sub := f.create(t, "/v1/subscriptions", url.Values{"customer": {cust}, "items[0][price]": {"price_free"}})
+		f.SetFaults(stripemock.Faults{StaleReads: lag, TargetKey: stripemock.DefaultAPIKey})
 
-	require.NoError(t, f.h.Stripe.ChangePrice(context.Background(), sub, "price_pro"))
-	changed := time.Now()
-	priceSeen := func() string {
-		_, body := f.do(t, http.MethodGet, "/v1/subscriptions/"+sub.ID, nil, nil)
-		return path(body, "items", "data", 0, "price", "id").(string)
-	}
-	require.Equal(t, "price_free", priceSeen(), "billsync reads the state before the change")
-	_, list := f.do(t, http.MethodGet, "/v1/subscriptions", nil, nil)
-	require.Equal(t, "price_free", path(list, "data", 0, "items", "data", 0, "price", "id"), "lists are stale too")
-	require.Equal(t, "price_pro", f.getSub(t, sub.ID).Items.Data[0].Price.ID, "the driver's key reads the new state")
-	require.Eventually(t, func() bool { return priceSeen() == "price_pro" }, 5*time.Second, 20*time.Millisecond)
-	require.GreaterOrEqual(t, time.Since(changed), lag-50*time.Millisecond)
+		priceSeen := func(header map[string]string) string {
+			_, body := f.do(t, http.MethodGet, "/v1/subscriptions/"+sub, nil, header)
+			return path(body, "items", "data", 0, "price", "id").(string)
+		}
+		_, s := f.do(t, http.MethodGet, "/v1/subscriptions/"+sub, nil, driverKey)
+		item := path(s, "items", "data", 0, "id").(string)
+		f.create(t, "/v1/subscriptions/"+sub, url.Values{"items[0][id]": {item}, "items[0][price]": {"price_pro"}})
+		require.Equal(t, "price_free", priceSeen(nil), "billsync reads the state before the change")
+		_, list := f.do(t, http.MethodGet, "/v1/subscriptions", nil, nil)
+		require.Equal(t, "price_free", path(list, "data", 0, "items", "data", 0, "price", "id"), "lists are stale too")
+		require.Equal(t, "price_pro", priceSeen(driverKey), "the driver's key reads the new state")
+		time.Sleep(lag - time.Nanosecond)
+		require.Equal(t, "price_free", priceSeen(nil), "stale for all of StaleReads")
+		time.Sleep(time.Nanosecond)
+		require.Equal(t, "price_pro", priceSeen(nil), "and not a moment longer")
 
-	// A customer deleted a moment ago still reads as live; one created a
-	// moment ago is not found yet.
-	_, err := f.sc.V1Customers.Delete(context.Background(), cust.ID, nil)
-	require.NoError(t, err)
-	_, body := f.do(t, http.MethodGet, "/v1/customers/"+cust.ID, nil, nil)
-	require.Nil(t, body["deleted"])
-	require.Equal(t, "ada@example.com", body["email"])
-	fresh := f.customer(t)
-	resp, _ := f.do(t, http.MethodGet, "/v1/customers/"+fresh.ID, nil, nil)
-	require.Equal(t, http.StatusNotFound, resp.StatusCode)
-	require.Eventually(t, func() bool {
-		resp, body := f.do(t, http.MethodGet, "/v1/customers/"+cust.ID, nil, nil)
-		return resp.StatusCode == http.StatusOK && body["deleted"] == true
-	}, 5*time.Second, 20*time.Millisecond)
+		// A customer deleted a moment ago still reads as live; one created a
+		// moment ago is not found yet.
+		resp, _ := f.do(t, http.MethodDelete, "/v1/customers/"+cust, nil, driverKey)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		_, body := f.do(t, http.MethodGet, "/v1/customers/"+cust, nil, nil)
+		require.Nil(t, body["deleted"])
+		require.Equal(t, "ada@example.com", body["email"])
+		fresh := f.create(t, "/v1/customers", url.Values{"email": {"grace@example.com"}})
+		resp, _ = f.do(t, http.MethodGet, "/v1/customers/"+fresh, nil, nil)
+		require.Equal(t, http.StatusNotFound, resp.StatusCode)
+		time.Sleep(lag)
+		resp, body = f.do(t, http.MethodGet, "/v1/customers/"+cust, nil, nil)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Equal(t, true, body["deleted"])
+		resp, _ = f.do(t, http.MethodGet, "/v1/customers/"+fresh, nil, nil)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	})
 }
 
 func TestWaitSettled(t *testing.T) {

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -37,27 +39,31 @@ func TestFaultDuplicateCopies(t *testing.T) {
 
 func TestFaultReorderDelay(t *testing.T) {
 	t.Parallel()
-	// Seed 3 holds one delivery back ~320 ms longer than a later one: a wide
-	// margin over scheduling noise.
-	f := newFake(t, stripemock.Options{Faults: stripemock.Faults{ReorderDelay: 400 * time.Millisecond, Seed: 3}})
 	rc := newReceiver(t)
-	rc.registerFor(t, f, "customer.subscription.created") // one event per request
-	cust := f.customer(t)
-	var created []string
-	for range 6 {
-		created = append(created, f.subscribe(t, cust.ID, "price_pro").ID)
-		// Spaced out so that, without the knob, deliveries keep their order.
-		time.Sleep(20 * time.Millisecond)
-	}
-	f.waitIdle(t)
+	// In a synctest bubble the delays and the spacing below are the bubble's
+	// clock: seed 3 holds one delivery back ~320 ms longer than a later
+	// one, whatever the machine's load.
+	synctest.Test(t, func(t *testing.T) {
+		f := newBubbleFake(t, stripemock.Options{Faults: stripemock.Faults{ReorderDelay: 400 * time.Millisecond, Seed: 3}},
+			rc.srv.Config.Handler)
+		rc.registerFor(t, f, "customer.subscription.created") // one event per request
+		cust := f.create(t, "/v1/customers", url.Values{"email": {"ada@example.com"}})
+		var created []string
+		for range 6 {
+			created = append(created, f.create(t, "/v1/subscriptions", url.Values{"customer": {cust}, "items[0][price]": {"price_pro"}}))
+			// Spaced out so that, without the knob, deliveries keep their order.
+			time.Sleep(20 * time.Millisecond)
+		}
+		require.NoError(t, f.WaitIdle(context.Background()))
 
-	events, _ := rc.received()
-	var arrived []string
-	for _, e := range events {
-		arrived = append(arrived, e.Data.Object["id"].(string))
-	}
-	require.ElementsMatch(t, created, arrived, "every event arrives once")
-	require.NotEqual(t, created, arrived, "some arrive out of creation order")
+		events, _ := rc.received()
+		var arrived []string
+		for _, e := range events {
+			arrived = append(arrived, e.Data.Object["id"].(string))
+		}
+		require.ElementsMatch(t, created, arrived, "every event arrives once")
+		require.NotEqual(t, created, arrived, "some arrive out of creation order")
+	})
 }
 
 func TestFaultDropRate(t *testing.T) {
@@ -110,10 +116,12 @@ func TestFaultRateLimitRate(t *testing.T) {
 
 func TestFaultLatency(t *testing.T) {
 	t.Parallel()
-	f := newFake(t, stripemock.Options{Faults: stripemock.Faults{Latency: 120 * time.Millisecond}})
-	start := time.Now()
-	f.customer(t)
-	require.GreaterOrEqual(t, time.Since(start), 120*time.Millisecond)
+	synctest.Test(t, func(t *testing.T) {
+		f := newBubbleFake(t, stripemock.Options{Faults: stripemock.Faults{Latency: 120 * time.Millisecond}}, nil)
+		start := time.Now()
+		f.create(t, "/v1/customers", url.Values{"email": {"ada@example.com"}})
+		require.Equal(t, 120*time.Millisecond, time.Since(start), "on the bubble's clock: the latency asked for, exactly")
+	})
 }
 
 func TestFaultRequestsPerSecond(t *testing.T) {

@@ -1,6 +1,7 @@
 package stripe_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -10,11 +11,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v82"
 	"github.com/stripe/stripe-go/v82/webhook"
 
+	"github.com/billsync/billsync/mocks/inproc"
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/mocks/testenv"
 )
@@ -24,6 +27,43 @@ type fake struct {
 	URL string
 	sc  *stripe.Client
 	h   *testenv.Test
+	api *http.Client // how do reaches the fake; nil = over the network
+}
+
+// newBubbleFake is a fake made inside a testing/synctest bubble, with the
+// harness's prices and a stopped clock: do reaches its API in-process and
+// its webhooks reach deliverTo in-process, so its latency, delivery
+// delays, retry schedule and stale reads run on the bubble's clock, which
+// moves only while every goroutine of the bubble waits: what a test
+// measures there is exactly what the fake chose, however busy the machine.
+// Call it inside the bubble; it closes (its deliveries joined) as the
+// bubble's test ends. Its sc and h are nil: it has no network side.
+func newBubbleFake(t *testing.T, opts stripemock.Options, deliverTo http.Handler) *fake {
+	t.Helper()
+	opts.Clock = cmp.Or(opts.Clock, stripemock.NewStoppedClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)))
+	if deliverTo != nil {
+		opts.HTTPClient = &http.Client{Transport: inproc.Transport{Handler: deliverTo}}
+	}
+	opts.ExtraAPIKeys = append(opts.ExtraAPIKeys, testenv.DriverAPIKey)
+	s := stripemock.New(opts)
+	for _, p := range testenv.Prices() {
+		s.AddPrice(p.ID, p.LookupKey, p.Amount)
+	}
+	t.Cleanup(s.Close)
+	return &fake{Server: s, URL: "http://stripe.invalid", api: &http.Client{Transport: inproc.Transport{Handler: s}}}
+}
+
+// driverKey sends a request with the harness driver's key, as the tests'
+// stripe-go client does: billsync's key may be faulted.
+var driverKey = map[string]string{"Authorization": "Bearer " + testenv.DriverAPIKey}
+
+// create POSTs values to path (a create or an update) with the driver's
+// key and returns the object's id.
+func (f *fake) create(t *testing.T, path string, values url.Values) string {
+	t.Helper()
+	resp, obj := f.do(t, http.MethodPost, path, values, driverKey)
+	require.Equal(t, http.StatusOK, resp.StatusCode, obj)
+	return obj["id"].(string)
 }
 
 // newFake starts the shared harness's fake (with its prices) and a stripe-go
@@ -71,7 +111,7 @@ func (f *fake) do(t *testing.T, method, path string, values url.Values, header m
 			req.Header.Set(k, v)
 		}
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := cmp.Or(f.api, http.DefaultClient).Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)

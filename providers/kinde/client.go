@@ -67,6 +67,12 @@ type Client struct {
 
 // NewClient validates cfg and returns a Client. It requests no token yet.
 func NewClient(cfg Config) (*Client, error) {
+	return newClient(cfg, http.DefaultTransport.(*http.Transport).Clone())
+}
+
+// newClient is NewClient sending each attempt through base: tests put an
+// in-process transport there to run the client on a fake clock.
+func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 	domain, err := domainURL(cfg.Domain)
 	var errs []error
 	if err != nil {
@@ -96,7 +102,7 @@ func NewClient(cfg Config) (*Client, error) {
 	rc := retryablehttp.NewClient()
 	limiter := rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.Burst)
 	rc.HTTPClient = &http.Client{Transport: &attempt.Transport{
-		Base:      http.DefaultTransport.(*http.Transport).Clone(),
+		Base:      base,
 		Limits:    func(*http.Request) []attempt.Limit { return []attempt.Limit{{Name: "kinde", Limiter: limiter}} },
 		Timeout:   cfg.Timeout,
 		OnAttempt: cfg.OnAttempt,

@@ -7,10 +7,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/billsync/billsync/mocks/inproc"
 	kindemock "github.com/billsync/billsync/mocks/kinde"
 	"github.com/billsync/billsync/reconcile"
 )
@@ -18,9 +20,10 @@ import (
 // fakeKinde serves a fake Kinde and counts requests by path.
 type fakeKinde struct {
 	*kindemock.Server
-	URL   string
-	mu    sync.Mutex
-	calls map[string]int
+	URL     string
+	handler http.Handler // the fake behind the count, for in-process clients
+	mu      sync.Mutex
+	calls   map[string]int
 }
 
 func newFakeKinde(t *testing.T, opts kindemock.Options) *fakeKinde {
@@ -28,12 +31,13 @@ func newFakeKinde(t *testing.T, opts kindemock.Options) *fakeKinde {
 	s, err := kindemock.New(opts)
 	require.NoError(t, err)
 	f := &fakeKinde{Server: s, calls: map[string]int{}}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	f.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.calls[r.URL.Path]++
 		f.mu.Unlock()
 		s.ServeHTTP(w, r)
-	}))
+	})
+	srv := httptest.NewServer(f.handler)
 	t.Cleanup(func() { srv.Close(); s.Close() })
 	f.URL = srv.URL
 	return f
@@ -47,15 +51,31 @@ func (f *fakeKinde) count(path string) int {
 
 func testClient(t *testing.T, f *fakeKinde, cfg Config) *Client {
 	t.Helper()
+	c, err := NewClient(testConfig(f, cfg))
+	require.NoError(t, err)
+	return c
+}
+
+// bubbleClient is testClient reaching the fake in-process, for a test
+// inside a testing/synctest bubble: there the client's limiter and
+// backoff wait on the bubble's fake clock, so the time that passes is
+// exactly the wait the client chose. Call it inside the bubble.
+func bubbleClient(t *testing.T, f *fakeKinde, cfg Config) *Client {
+	t.Helper()
+	c, err := newClient(testConfig(f, cfg), inproc.Transport{Handler: f.handler})
+	require.NoError(t, err)
+	return c
+}
+
+// testConfig is cfg for the fake f with fast limits and retries.
+func testConfig(f *fakeKinde, cfg Config) Config {
 	cfg.Domain = f.URL
 	if cfg.ClientID == "" {
 		cfg.ClientID, cfg.ClientSecret = kindemock.DefaultClientID, kindemock.DefaultClientSecret
 	}
 	cfg.RateLimit = 1000
 	cfg.RetryWaitMin, cfg.RetryWaitMax = time.Millisecond, 10*time.Millisecond
-	c, err := NewClient(cfg)
-	require.NoError(t, err)
-	return c
+	return cfg
 }
 
 func TestAgreementsPageAndTokenIsCached(t *testing.T) {
@@ -109,18 +129,23 @@ func TestTokenRenewedWhenItExpires(t *testing.T) {
 
 func TestRateLimitResetIsWaited(t *testing.T) {
 	f := newFakeKinde(t, kindemock.Options{})
-	c := testClient(t, f, Config{})
-	ctx := context.Background()
-	_, err := c.accessToken(ctx, false)
-	require.NoError(t, err)
-	f.SetFaults(kindemock.Faults{RequestsPerSecond: 1, RetryAfter: time.Second})
-	start := time.Now()
-	for range 2 {
+	// In a synctest bubble the client waits on the fake clock: the time
+	// that passes is the wait the client chose, exactly.
+	synctest.Test(t, func(t *testing.T) {
+		c := bubbleClient(t, f, Config{})
+		ctx := context.Background()
+		_, err := c.accessToken(ctx, false)
+		require.NoError(t, err)
+		f.SetFaults(kindemock.Faults{RequestsPerSecond: 1, RetryAfter: time.Second})
+		_, err = c.agreements(ctx, "customer_1") // takes the fake's one token
+		require.NoError(t, err)
+		start := time.Now()
 		_, err = c.agreements(ctx, "customer_1")
 		require.NoError(t, err)
-	}
-	require.GreaterOrEqual(t, time.Since(start), 900*time.Millisecond, "the second call waited RateLimit-Reset")
-	require.Equal(t, 3, f.count("/api/v1/billing/agreements"), "one 429, then the retry")
+		// RateLimit-Reset's second, plus the client's own 1/1000 s spacing.
+		require.InDelta(t, time.Second, time.Since(start), float64(2*time.Millisecond), "the retry waited RateLimit-Reset, not the 1-10 ms backoff")
+		require.Equal(t, 3, f.count("/api/v1/billing/agreements"), "one 429, then the retry")
+	})
 }
 
 func TestWrongCredentialsAreAnOutage(t *testing.T) {

@@ -17,12 +17,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/lestrrat-go/jwx/v2/jws"
 	"github.com/stretchr/testify/require"
 
+	"github.com/billsync/billsync/mocks/inproc"
 	kindemock "github.com/billsync/billsync/mocks/kinde"
 	"github.com/billsync/billsync/providers/kinde"
 	"github.com/billsync/billsync/reconcile"
@@ -291,21 +293,37 @@ func TestVerifyKeyRotation(t *testing.T) {
 // TestVerifyWhenKindeIsDown: a token that may be valid but whose keys
 // cannot be fetched is ErrKeySetUnavailable (503, Kinde retries), never accepted
 // and never refused as forged; a token refused on its face is still 401.
+//
+// It runs in a testing/synctest bubble, the key set served in-process: the
+// wait for the next fetch is the bubble's clock, exact, not a sleep that
+// races the machine's load.
 func TestVerifyWhenKindeIsDown(t *testing.T) {
 	s := newJWKS(t)
 	s.setDown(true)
-	v := newVerifier(t, s, 50*time.Millisecond)
-	_, err := v.Verify(header(""), sign(t, s, claims("e_1", now)))
-	require.ErrorIs(t, err, kinde.ErrKeySetUnavailable)
-	require.NotErrorIs(t, err, reconcile.ErrBadSignature)
-	kid, _ := s.keys.Current()
-	_, err = v.Verify(header(""), rawToken(t, map[string]any{"alg": "none", "kid": kid}, claims("e_2", now), nil))
-	require.ErrorIs(t, err, reconcile.ErrBadSignature)
+	synctest.Test(t, func(t *testing.T) {
+		const spacing = 30 * time.Second // RefetchInterval's default
+		v, err := kinde.NewVerifier(t.Context(), kinde.VerifierConfig{Domain: s.URL, Now: func() time.Time { return now },
+			HTTPClient: &http.Client{Transport: inproc.Transport{Handler: s.Config.Handler}}})
+		require.NoError(t, err)
+		_, err = v.Verify(header(""), sign(t, s, claims("e_1", now)))
+		require.ErrorIs(t, err, kinde.ErrKeySetUnavailable)
+		require.NotErrorIs(t, err, reconcile.ErrBadSignature)
+		kid, _ := s.keys.Current()
+		_, err = v.Verify(header(""), rawToken(t, map[string]any{"alg": "none", "kid": kid}, claims("e_2", now), nil))
+		require.ErrorIs(t, err, reconcile.ErrBadSignature)
+		require.EqualValues(t, 0, s.keys.Fetches())
 
-	s.setDown(false)
-	time.Sleep(60 * time.Millisecond) // refetches are spaced by RefetchInterval
-	_, err = v.Verify(header(""), sign(t, s, claims("e_1", now)))
-	require.NoError(t, err, "Kinde's retry succeeds once the keys can be fetched")
+		s.setDown(false)
+		_, err = v.Verify(header(""), sign(t, s, claims("e_1", now)))
+		require.ErrorIs(t, err, kinde.ErrKeySetUnavailable, "refetches are spaced by RefetchInterval, even once Kinde is back")
+		time.Sleep(spacing - time.Nanosecond)
+		_, err = v.Verify(header(""), sign(t, s, claims("e_1", now)))
+		require.ErrorIs(t, err, kinde.ErrKeySetUnavailable, "not a moment before")
+		time.Sleep(time.Nanosecond)
+		_, err = v.Verify(header(""), sign(t, s, claims("e_1", now)))
+		require.NoError(t, err, "Kinde's retry succeeds once the keys can be fetched")
+		require.EqualValues(t, 1, s.keys.Fetches())
+	})
 }
 
 func TestNewVerifierRefusesABadDomain(t *testing.T) {

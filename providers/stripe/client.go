@@ -152,11 +152,16 @@ var (
 
 // NewClient validates cfg and returns a Client.
 func NewClient(cfg Config) (*Client, error) {
+	return newClient(cfg, http.DefaultTransport.(*http.Transport).Clone())
+}
+
+// newClient is NewClient sending each attempt through base: tests put an
+// in-process transport there to run the client on a fake clock.
+func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("stripe client config: %w", err)
 	}
-	base := http.DefaultTransport.(*http.Transport).Clone()
 	rc := retryablehttp.NewClient()
 	shared := rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.Burst)
 	endpoints := newEndpointLimiters(cfg.EndpointRateLimit, cfg.Burst)

@@ -13,12 +13,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	stripeapi "github.com/stripe/stripe-go/v82"
 
+	"github.com/billsync/billsync/mocks/inproc"
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/stripe"
@@ -60,6 +62,15 @@ func (rc *recorder) seen() []recorded {
 	r := rc.requests
 	rc.requests = nil
 	return r
+}
+
+// statuses returns the answers' status codes of reqs, in order.
+func statuses(reqs []recorded) []int {
+	out := make([]int, 0, len(reqs))
+	for _, r := range reqs {
+		out = append(out, r.status)
+	}
+	return out
 }
 
 func (rc *recorder) count() int {
@@ -133,6 +144,19 @@ func testConfig(url string) stripe.Config {
 func newTestClient(t *testing.T, cfg stripe.Config) *stripe.Client {
 	t.Helper()
 	c, err := stripe.NewClient(cfg)
+	require.NoError(t, err)
+	return c
+}
+
+// bubbleClient is a client of cfg whose requests reach the fake (through
+// its recorder) in-process, for a test inside a testing/synctest bubble:
+// there the client's rate limiters and backoffs wait on the bubble's fake
+// clock, which moves only while every goroutine of the bubble waits, so
+// the test can state how long the client waited, exactly, however busy
+// the machine is. Call it inside the bubble.
+func (f *fakeStripe) bubbleClient(t *testing.T, cfg stripe.Config) *stripe.Client {
+	t.Helper()
+	c, err := stripe.NewClientOver(cfg, inproc.Transport{Handler: f.wrap(f.Server, nil)})
 	require.NoError(t, err)
 	return c
 }
@@ -549,19 +573,21 @@ func TestFetchFaults(t *testing.T) {
 		// second gets 429 with Retry-After: 1. RetryWaitMax is 10ms, so only
 		// honouring Retry-After lets the retry through.
 		// Stripe's 429s carry no Retry-After; the fake adds one when asked.
+		// In a synctest bubble the client waits on the fake clock: the time
+		// that passes is the wait the client chose, exactly.
 		f.SetFaults(stripemock.Faults{RequestsPerSecond: 1, RetryAfter: time.Second})
-		c := newTestClient(t, testConfig(f.URL))
-		begin := time.Now()
-		_, err := c.Fetch(context.Background(), cus)
-		require.NoError(t, err)
-		snap, err := c.Fetch(context.Background(), cus)
-		elapsed := time.Since(begin)
-		require.NoError(t, err)
-		require.Equal(t, []string{sub.ID}, subIDs(snap))
-		reqs := f.seen()
-		require.Equal(t, http.StatusTooManyRequests, reqs[1].status)
-		require.Equal(t, http.StatusOK, reqs[len(reqs)-1].status)
-		require.GreaterOrEqual(t, elapsed, 950*time.Millisecond)
+		synctest.Test(t, func(t *testing.T) {
+			c := f.bubbleClient(t, testConfig(f.URL))
+			_, err := c.Fetch(context.Background(), cus)
+			require.NoError(t, err)
+			begin := time.Now()
+			snap, err := c.Fetch(context.Background(), cus)
+			waited := time.Since(begin)
+			require.NoError(t, err)
+			require.Equal(t, []string{sub.ID}, subIDs(snap))
+			require.Equal(t, []int{http.StatusOK, http.StatusTooManyRequests, http.StatusOK}, statuses(f.seen()))
+			require.Equal(t, time.Second, waited, "the retry waited Retry-After, not the 1-10 ms backoff")
+		})
 	})
 
 	t.Run("Always500_TransientAfterRetryMax", func(t *testing.T) {
@@ -648,39 +674,43 @@ func TestRateLimitShared(t *testing.T) {
 	f := newFake(t, stripemock.Options{}, nil)
 	cus := f.customer(t, nil)
 	f.seen()
-	cfg := testConfig(f.URL)
-	cfg.RateLimit, cfg.Burst = 20, 2
-	c := newTestClient(t, cfg)
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig(f.URL)
+		cfg.RateLimit, cfg.Burst = 20, 2
+		c := f.bubbleClient(t, cfg)
 
-	// 15 Fetches (1 request each) from 5 goroutines share one limiter.
-	const fetches, workers = 15, 5
-	jobs := make(chan struct{}, fetches)
-	for range fetches {
-		jobs <- struct{}{}
-	}
-	close(jobs)
-	begin := time.Now()
-	var wg sync.WaitGroup
-	errs := make(chan error, fetches)
-	for range workers {
-		wg.Go(func() {
-			for range jobs {
-				_, err := c.Fetch(context.Background(), cus)
-				errs <- err
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(begin)
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-	n := len(f.seen())
-	require.Equal(t, fetches, n)
-	// Lower bound only: the limiter lets Burst through at once, then 20/s.
-	minimum := time.Duration(float64(n-cfg.Burst) / cfg.RateLimit * float64(time.Second))
-	require.GreaterOrEqual(t, elapsed, minimum-10*time.Millisecond)
+		// 15 Fetches (1 request each) from 5 goroutines share one limiter.
+		const fetches, workers = 15, 5
+		jobs := make(chan struct{}, fetches)
+		for range fetches {
+			jobs <- struct{}{}
+		}
+		close(jobs)
+		begin := time.Now()
+		var wg sync.WaitGroup
+		errs := make(chan error, fetches)
+		for range workers {
+			wg.Go(func() {
+				for range jobs {
+					_, err := c.Fetch(context.Background(), cus)
+					errs <- err
+				}
+			})
+		}
+		wg.Wait()
+		elapsed := time.Since(begin)
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		n := len(f.seen())
+		require.Equal(t, fetches, n)
+		// On the bubble's clock only the limiter takes time: Burst at once,
+		// then 20/s for the five goroutines together (a limiter each would
+		// take a twentieth of a second).
+		want := time.Duration(float64(n-cfg.Burst) / cfg.RateLimit * float64(time.Second))
+		require.InDelta(t, want, elapsed, float64(time.Millisecond), "one limiter's schedule")
+	})
 }
 
 func TestEndpointRateLimit(t *testing.T) {
@@ -688,40 +718,46 @@ func TestEndpointRateLimit(t *testing.T) {
 	f := newFake(t, stripemock.Options{}, nil)
 	cus := f.customer(t, nil)
 	f.seen()
-	cfg := testConfig(f.URL)
-	cfg.EndpointRateLimit, cfg.Burst = 5, 1
-	c := newTestClient(t, cfg)
 
-	// Six customer retrieves at 5/s take at least a second; a prices
-	// call meanwhile waits for its own family's budget only.
-	done := make(chan time.Duration)
-	begin := time.Now()
-	go func() {
-		for range 6 {
-			_, err := c.Fetch(context.Background(), cus)
-			assert.NoError(t, err)
-		}
-		done <- time.Since(begin)
-	}()
-	require.Eventually(t, func() bool { return f.count() >= 2 }, 5*time.Second, time.Millisecond)
-	pricesBegin := time.Now()
-	prices, err := c.ActivePrices(context.Background())
-	pricesTook := time.Since(pricesBegin)
-	require.NoError(t, err)
-	require.NotEmpty(t, prices)
-	customersTook := <-done
-	require.GreaterOrEqual(t, customersTook, 990*time.Millisecond, "customers: 5/s")
-	require.Less(t, pricesTook, 150*time.Millisecond, "prices do not queue behind customers")
+	// Six customer retrieves at 5/s take a second of the bubble's clock; a
+	// prices call meanwhile waits for its own family's budget only.
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig(f.URL)
+		cfg.EndpointRateLimit, cfg.Burst = 5, 1
+		c := f.bubbleClient(t, cfg)
+		done := make(chan time.Duration)
+		begin := time.Now()
+		go func() {
+			for range 6 {
+				_, err := c.Fetch(context.Background(), cus)
+				assert.NoError(t, err)
+			}
+			done <- time.Since(begin)
+		}()
+		synctest.Wait() // the first retrieve is answered; the second waits for the customers' budget
+		require.Equal(t, 1, f.count())
+		pricesBegin := time.Now()
+		prices, err := c.ActivePrices(context.Background())
+		pricesTook := time.Since(pricesBegin)
+		require.NoError(t, err)
+		require.NotEmpty(t, prices)
+		customersTook := <-done
+		require.InDelta(t, time.Second, customersTook, float64(time.Millisecond), "customers: 5/s")
+		// The prices call waits for the shared limit's next token (1/10000 s
+		// at Burst 1), never for the customers' (1/5 s).
+		require.Less(t, pricesTook, 200*time.Millisecond, "prices do not queue behind customers")
+	})
 
 	t.Run("ZeroIsSharedOnly", func(t *testing.T) {
-		cfg := testConfig(f.URL)
-		c := newTestClient(t, cfg)
-		begin := time.Now()
-		for range 6 {
-			_, err := c.Fetch(context.Background(), cus)
-			require.NoError(t, err)
-		}
-		require.Less(t, time.Since(begin), 400*time.Millisecond)
+		synctest.Test(t, func(t *testing.T) {
+			c := f.bubbleClient(t, testConfig(f.URL))
+			begin := time.Now()
+			for range 6 {
+				_, err := c.Fetch(context.Background(), cus)
+				require.NoError(t, err)
+			}
+			require.Zero(t, time.Since(begin), "no family's limit: the shared burst lets all six through")
+		})
 	})
 }
 
@@ -877,12 +913,14 @@ func TestList(t *testing.T) {
 		for range 201 {
 			f.customer(t, nil)
 		}
-		cfg := testConfig(f.URL)
-		cfg.ListRateLimit = 5 // three list calls: at least 2/5 s after the first
-		begin := time.Now()
-		calls, _ := collect(t, newTestClient(t, cfg), "")
-		require.Len(t, calls, 3)
-		require.GreaterOrEqual(t, time.Since(begin), 390*time.Millisecond)
+		synctest.Test(t, func(t *testing.T) {
+			cfg := testConfig(f.URL)
+			cfg.ListRateLimit = 5 // three list calls: the second and third wait 1/5 s each
+			begin := time.Now()
+			calls, _ := collect(t, f.bubbleClient(t, cfg), "")
+			require.Len(t, calls, 3)
+			require.InDelta(t, 400*time.Millisecond, time.Since(begin), float64(time.Millisecond), "on the bubble's clock")
+		})
 	})
 
 	t.Run("UnreadableCustomerLeftOut", func(t *testing.T) {

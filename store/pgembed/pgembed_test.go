@@ -1,7 +1,9 @@
 package pgembed
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +15,23 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
+
+// exited reports whether process pid has ended: it is gone, or it is a
+// zombie its parent has not reaped yet. The postmaster is daemonised, so
+// its parent is PID 1, which on a busy machine may reap it seconds after
+// it exited; until then kill(pid, 0) still finds it.
+func exited(pid int) bool {
+	if syscall.Kill(pid, 0) == syscall.ESRCH {
+		return true
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false // no /proc: only kill(2) can tell
+	}
+	// "pid (comm) state ...": the state follows the command's last ')'.
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X')
+}
 
 // dataDir returns a path for a cluster under t.TempDir, whose directories
 // are made reachable for the unprivileged user when the test runs as root.
@@ -112,8 +131,7 @@ func TestStartReusesRunningServer(t *testing.T) {
 	require.NoError(t, second.Stop(ctx))
 	require.NoFileExists(t, filepath.Join(dir, "pgdata", "postmaster.pid"))
 	// The postmaster removes its pid file just before it exits.
-	require.Eventually(t, func() bool { return syscall.Kill(pid, 0) == syscall.ESRCH },
-		5*time.Second, 10*time.Millisecond, "postmaster still alive after Stop")
+	require.Eventually(t, func() bool { return exited(pid) }, time.Minute, 10*time.Millisecond, "postmaster still alive after Stop")
 	require.NoError(t, first.Stop(ctx), "Stop of an already stopped server")
 }
 
@@ -194,7 +212,10 @@ func TestStartAfterCrash(t *testing.T) {
 	require.NoError(t, err)
 	pid := postmasterPID(t, c)
 	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
-	require.Eventually(t, func() bool { return syscall.Kill(pid, 0) == syscall.ESRCH }, 5*time.Second, 10*time.Millisecond)
+	// Not exited: a new postmaster refuses to start while the old one's
+	// pid exists, zombie or not, so this waits for PID 1 to reap it.
+	require.Eventually(t, func() bool { return syscall.Kill(pid, 0) == syscall.ESRCH }, time.Minute, 10*time.Millisecond,
+		"the killed postmaster's pid is never released")
 	require.FileExists(t, filepath.Join(dir, "pgdata", "postmaster.pid"))
 
 	c2 := startWith(t, Config{DataDir: dir})

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -116,7 +117,10 @@ func BareAccount(t TB, st *store.Store, provider, customer string) {
 
 // CutConnections opens a connection of its own to the database at url
 // (closed at cleanup) and returns a function that ends every other
-// session of that database, as a database restart does.
+// session of that database, as a database restart does. It returns once
+// they have ended (pg_terminate_backend with a timeout; without one it
+// only signals, and on a busy machine the next statement could still
+// find its session alive).
 func CutConnections(t CleanupTB, url string) func(context.Context) error {
 	t.Helper()
 	ctx, cancel := bounded()
@@ -127,8 +131,14 @@ func CutConnections(t CleanupTB, url string) func(context.Context) error {
 	}
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	return func(ctx context.Context) error {
-		_, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-			WHERE datname = current_database() AND pid <> pg_backend_pid()`)
-		return err
+		var ended bool
+		if err := conn.QueryRow(ctx, `SELECT coalesce(bool_and(pg_terminate_backend(pid, 60000)), true)
+			FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&ended); err != nil {
+			return err
+		}
+		if !ended {
+			return errors.New("storetest: a session outlived a minute after pg_terminate_backend")
+		}
+		return nil
 	}
 }
