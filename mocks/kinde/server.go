@@ -12,14 +12,11 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	mrand "math/rand/v2"
 	"net/http"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
-
-	"golang.org/x/time/rate"
 
 	"github.com/billsync/billsync/mocks/fault"
 )
@@ -82,9 +79,7 @@ type Server struct {
 	agreements map[string][]Agreement // by customer id
 	tokens     map[string]time.Time   // access token → expiry
 	endpoints  []string
-	faults     Faults
-	rng        *mrand.Rand
-	limiter    *rate.Limiter
+	faults     fault.State
 	nextID     int
 	deliveries []Delivery
 	pending    sync.WaitGroup
@@ -127,7 +122,7 @@ func New(opts Options) (*Server, error) {
 		agreements: map[string][]Agreement{}, tokens: map[string]time.Time{},
 		closed: make(chan struct{}), client: &http.Client{Timeout: 10 * time.Second},
 	}
-	s.setFaults(opts.Faults)
+	s.faults.Set(opts.Faults)
 	s.routes()
 	return s, nil
 }
@@ -409,13 +404,11 @@ func (s *Server) SendEvent(ev Event) (Sent, error) {
 	}
 	s.mu.Lock()
 	endpoints := slices.Clone(s.endpoints)
-	f := s.faults
-	drop := f.DropRate > 0 && s.rng.Float64() < f.DropRate
+	f := s.faults.Get()
+	drop := s.faults.Chance(f.DropRate)
 	delays := make([]time.Duration, 1+max(f.DuplicateCopies, 0))
 	for i := range delays {
-		if f.ReorderDelay > 0 {
-			delays[i] = time.Duration(s.rng.Int64N(int64(f.ReorderDelay) + 1))
-		}
+		delays[i] = s.faults.Delay(f.ReorderDelay)
 	}
 	s.mu.Unlock()
 	if drop {
@@ -506,26 +499,10 @@ func (s *Server) WaitIdle(ctx context.Context) error {
 }
 
 // SetFaults replaces the fault knobs.
-func (s *Server) SetFaults(f Faults) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.setFaults(f)
-}
-
-func (s *Server) setFaults(f Faults) {
-	s.faults = f
-	if f.Seed != 0 || s.rng == nil {
-		s.rng = f.Dice()
-	}
-	s.limiter = f.Limiter()
-}
+func (s *Server) SetFaults(f Faults) { s.faults.Set(f) }
 
 // Faults returns the current fault knobs.
-func (s *Server) Faults() Faults {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.faults
-}
+func (s *Server) Faults() Faults { return s.faults.Get() }
 
 func (s *Server) controlFaults(w http.ResponseWriter, r *http.Request) {
 	var f Faults
@@ -554,17 +531,14 @@ func (s *Server) controlRotate(w http.ResponseWriter, r *http.Request) {
 // (seconds, as Kinde sends it) over the rate or by chance, or a 500. A
 // failed request changes nothing.
 func (s *Server) injectFault() func(http.ResponseWriter) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f := s.faults
-	reset := max(1, int(math.Ceil(cmp.Or(f.RetryAfter, time.Second).Seconds())))
-	if (s.limiter != nil && !s.limiter.Allow()) || (f.RateLimitRate > 0 && s.rng.Float64() < f.RateLimitRate) {
+	switch s.faults.Request() {
+	case fault.RateLimited:
+		reset := max(1, int(math.Ceil(cmp.Or(s.faults.Get().RetryAfter, time.Second).Seconds())))
 		return func(w http.ResponseWriter) {
 			w.Header().Set("RateLimit-Reset", strconv.Itoa(reset))
 			writeJSON(w, http.StatusTooManyRequests, apiError("TOO_MANY_REQUESTS", "Request rate limit exceeded"))
 		}
-	}
-	if f.Error5xxRate > 0 && s.rng.Float64() < f.Error5xxRate {
+	case fault.ServerError:
 		return func(w http.ResponseWriter) {
 			writeJSON(w, http.StatusInternalServerError, apiError("INTERNAL_ERROR", "fault injected by the fake Kinde"))
 		}

@@ -21,13 +21,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
+	"github.com/billsync/billsync/mocks/fault"
 )
 
 // DefaultAPIKey is the secret key the fake accepts unless told otherwise.
@@ -79,11 +78,9 @@ type Server struct {
 
 	mu        sync.Mutex
 	closed    bool
-	faults    Faults
+	faults    fault.State
 	dunning   Dunning
 	history   map[string][]change // recent changes per object id, for StaleReads
-	rng       *rand.Rand
-	limiter   *rate.Limiter
 	customers table[*customer]
 	prices    table[*price]
 	subs      table[*subscription]
@@ -161,7 +158,7 @@ func New(opts Options) *Server {
 		s.httpClient = &http.Client{Timeout: 10 * time.Second}
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.setFaults(opts.Faults)
+	s.faults.Set(opts.Faults)
 	s.unsubscribe = s.clock.subscribe(func(now time.Time) {
 		s.mu.Lock()
 		defer s.mu.Unlock()

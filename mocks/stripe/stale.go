@@ -20,7 +20,7 @@ const staleWindow = 10 * time.Minute
 // Only while Faults.StaleReads is on: changes made before it was turned on
 // are not seen stale.
 func (s *Server) changed(id string, before any) {
-	if s.faults.StaleReads <= 0 {
+	if s.faults.Get().StaleReads <= 0 {
 		return
 	}
 	now := time.Now()

@@ -256,23 +256,17 @@ func (s *Server) scheduleDelivery(e *event, ep *endpoint) {
 		s.log.Error("stripemock: encode event", "event_id", e.ID, "error", err)
 		return
 	}
-	f := s.faults
-	if f.DropRate > 0 && s.rng.Float64() < f.DropRate {
+	f := s.faults.Get()
+	if s.faults.Chance(f.DropRate) {
 		s.deliveries = append(s.deliveries, DeliveryRecord{EventID: e.ID, EventType: e.Type, EndpointID: ep.ID,
 			URL: ep.URL, Dropped: true, Thin: ep.Thin, At: time.Now()})
 		s.outcomes[deliveryKey{e.ID, ep.ID, 0}] = "dropped"
 		s.log.Info("webhook delivery dropped", "event_id", e.ID, "endpoint", ep.URL)
 		return
 	}
-	copies := 1 + max(f.DuplicateCopies, 0)
-	if f.RandomCopies > 0 {
-		copies += s.rng.IntN(f.RandomCopies + 1)
-	}
+	copies := 1 + max(f.DuplicateCopies, 0) + s.faults.Upto(f.RandomCopies)
 	for i := range copies {
-		var delay time.Duration
-		if f.ReorderDelay > 0 {
-			delay = time.Duration(s.rng.Int64N(int64(f.ReorderDelay) + 1))
-		}
+		delay := s.faults.Delay(f.ReorderDelay)
 		if s.inflight == 0 {
 			s.idle = make(chan struct{})
 		}
