@@ -138,8 +138,7 @@ func (s *Server) adminStartSweep(r *http.Request) (any, error) {
 		case errors.Is(st.Err, reconcile.ErrSweepRunning), errors.Is(st.Err, reconcile.ErrSweepsStopped):
 			out[i].Error = st.Err.Error()
 		case st.Err != nil:
-			// billsync's own failure: logged, a generic word in the answer.
-			s.log.Error("admin sweep start failed", slog.String("provider", st.Provider), slog.Any("error", st.Err))
+			// billsync's own failure: logged by startSweep, a generic word here.
 			out[i].Error = "could not start: see billsync's log"
 		}
 	}
@@ -152,7 +151,15 @@ func (s *Server) startSweep(ctx context.Context) ([]reconcile.SweepStart, error)
 	if s.admin.Sweeps == nil {
 		return nil, errNoReconciler
 	}
-	return s.admin.Sweeps.Start(ctx)
+	starts, err := s.admin.Sweeps.Start(ctx)
+	for _, st := range starts {
+		if st.Err != nil && !errors.Is(st.Err, reconcile.ErrSweepRunning) && !errors.Is(st.Err, reconcile.ErrSweepsStopped) {
+			// The admin API and the console alike: a provider whose
+			// sweep failed to start is in the log, whatever the others did.
+			s.log.Error("sweep start failed", slog.String("provider", st.Provider), slog.Any("error", st.Err))
+		}
+	}
+	return starts, err
 }
 
 func (s *Server) adminFind(r *http.Request) (any, error) {
