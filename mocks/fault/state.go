@@ -46,8 +46,11 @@ func (s *State) Chance(p float64) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.roll().Float64() < p
+	return s.chance(p)
 }
+
+// chance is Chance with s.mu held.
+func (s *State) chance(p float64) bool { return p > 0 && s.roll().Float64() < p }
 
 // Upto returns a random whole number in [0, n]; 0, and no throw, when n is
 // 0 or less.
@@ -82,18 +85,19 @@ const (
 
 // Request decides whether a request fails, before the fake handles it; a
 // failed request must change nothing, so a client's retry is always safe.
-func (s *State) Request() Failure {
-	f := s.Get()
+// It also returns the knobs it decided by, for the failure's details
+// (RetryAfter), so both come from one setting.
+func (s *State) Request() (Failure, Faults) {
 	s.mu.Lock()
-	limited := s.limiter != nil && !s.limiter.Allow()
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	f := s.faults
 	switch {
-	case limited || s.Chance(f.RateLimitRate):
-		return RateLimited
-	case s.Chance(f.Error5xxRate):
-		return ServerError
+	case (s.limiter != nil && !s.limiter.Allow()) || s.chance(f.RateLimitRate):
+		return RateLimited, f
+	case s.chance(f.Error5xxRate):
+		return ServerError, f
 	}
-	return NoFailure
+	return NoFailure, f
 }
 
 // roll is the dice, drawn when Set never ran. Called with s.mu held.

@@ -531,9 +531,9 @@ func (s *Server) controlRotate(w http.ResponseWriter, r *http.Request) {
 // (seconds, as Kinde sends it) over the rate or by chance, or a 500. A
 // failed request changes nothing.
 func (s *Server) injectFault() func(http.ResponseWriter) {
-	switch s.faults.Request() {
+	switch failure, f := s.faults.Request(); failure {
 	case fault.RateLimited:
-		reset := max(1, int(math.Ceil(cmp.Or(s.faults.Get().RetryAfter, time.Second).Seconds())))
+		reset := max(1, int(math.Ceil(cmp.Or(f.RetryAfter, time.Second).Seconds())))
 		return func(w http.ResponseWriter) {
 			w.Header().Set("RateLimit-Reset", strconv.Itoa(reset))
 			writeJSON(w, http.StatusTooManyRequests, apiError("TOO_MANY_REQUESTS", "Request rate limit exceeded"))

@@ -23,10 +23,10 @@ func (s *Server) injectFault(key string) *stripeError {
 	if !s.faults.Get().Targets(key) {
 		return nil
 	}
-	switch s.faults.Request() {
+	switch failure, f := s.faults.Request(); failure {
 	case fault.RateLimited:
 		// Stripe's 429: invalid_request_error/rate_limit, no Retry-After.
-		return &stripeError{status: http.StatusTooManyRequests, retryAfter: s.faults.Get().RetryAfter, Type: typeInvalidRequest,
+		return &stripeError{status: http.StatusTooManyRequests, retryAfter: f.RetryAfter, Type: typeInvalidRequest,
 			Code: "rate_limit", Message: "Request rate limit exceeded. You can learn more about rate limits here https://stripe.com/docs/rate-limits."}
 	case fault.ServerError:
 		return &stripeError{status: http.StatusInternalServerError, Type: typeAPI,

@@ -153,8 +153,13 @@ func (v *Verifier) Provider() string { return Provider }
 // set that cannot be fetched is ErrKeySetUnavailable (503: Kinde retries),
 // never a 200. Errors wrap one of those two.
 func (v *Verifier) Verify(header http.Header, body []byte) (reconcile.Delivery, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	return v.VerifyContext(context.Background(), header, body)
+}
+
+// VerifyContext is Verify within ctx (the intake's -intake-timeout): a
+// delivery that must wait for a key-set fetch waits at most that long,
+// and each fetch at most fetchTimeout.
+func (v *Verifier) VerifyContext(ctx context.Context, header http.Header, body []byte) (reconcile.Delivery, error) {
 	token := bytes.TrimSpace(body)
 	kid, err := unverifiedKeyID(token)
 	if err != nil {
@@ -330,9 +335,16 @@ func (v *Verifier) refreshInBackground() {
 	}()
 }
 
+// fetchTimeout bounds one fetch of the key set.
+const fetchTimeout = 10 * time.Second
+
 // fetch reads the key set (at most MaxKeySetBytes of it) and caches it. It
 // is called holding the fetching slot.
 func (v *Verifier) fetch(ctx context.Context) (jwk.Set, error) {
+	// Bounded here, whatever the HTTP client: a hung fetch holds the
+	// fetching slot, and with it every delivery whose kid is unknown.
+	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, v.jwksURL, nil)
 	if err != nil {
 		return nil, v.unavailable(err)

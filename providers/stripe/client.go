@@ -321,7 +321,11 @@ func (c *Client) get(ctx context.Context, path string, q url.Values) ([]byte, er
 		return nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	limit := int64(maxAnswerBytes)
+	if resp.StatusCode != http.StatusOK {
+		limit = maxErrorBytes // an error object, or a proxy's page: its first bytes say enough
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 	if err != nil {
 		return nil, fmt.Errorf("read the answer: %w", err)
 	}
@@ -338,6 +342,10 @@ const userAgent = "billsync (Stripe API " + APIVersion + ")"
 // their subscriptions expanded is a few MB; more is not Stripe's, and is
 // cut (then unreadable, and retried later).
 const maxAnswerBytes = 256 << 20
+
+// maxErrorBytes bounds a refusal's body read: Stripe's error objects are
+// under 1 KiB.
+const maxErrorBytes = 64 << 10
 
 // listAll reads every entry of a Stripe list: GET path?q, listPageSize a
 // page, each page after the last entry of the one before (starting_after,
