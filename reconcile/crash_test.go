@@ -63,9 +63,14 @@ func TestKilledWorkerProcessStrandsNothing(t *testing.T) {
 		}
 		return held
 	}
-	require.Eventually(t, func() bool {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("second process:\n%s", &procLog)
+		}
+	})
+	storetest.WaitFor(t, "the second process claiming its 4 loops' first jobs", func() bool {
 		return heldByProc2() >= 4 // 4 loops, each fetching its first job
-	}, time.Minute, 5*time.Millisecond, "the second process never claimed:\n%s", &procLog)
+	})
 	require.NoError(t, proc.Process.Kill())
 	killed := time.Now()
 	_ = proc.Wait()

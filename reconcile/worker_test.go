@@ -164,10 +164,10 @@ func TestWorkerStopReleasesLeases(t *testing.T) {
 		}
 		return leased, attempts
 	}
-	require.Eventually(t, func() bool {
+	storetest.WaitFor(t, "the batch of 5 claimed", func() bool {
 		leased, _ := leases()
 		return leased == 5
-	}, time.Minute, 5*time.Millisecond, "the batch was never claimed")
+	})
 	cancel()
 	<-done
 

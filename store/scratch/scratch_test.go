@@ -2,8 +2,10 @@ package scratch_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,9 +26,12 @@ func TestCreateDatabaseAndDrop(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	probe := storetest.NewStore(t)
-	st, drop, err := scratch.CreateDatabase(ctx, storetest.URL(t), "billsync_scratch_create", store.Options{MaxConns: 3})
+	// A name of this run's own, dropped even when the test fails half way.
+	name := "billsync_scratch_" + strings.ToLower(rand.Text()[:12])
+	st, drop, err := scratch.CreateDatabase(ctx, storetest.URL(t), name, store.Options{MaxConns: 3})
 	require.NoError(t, err)
-	require.Equal(t, []string{"billsync_scratch_create"}, storetest.Databases(t, probe, "billsync_scratch_create"))
+	t.Cleanup(func() { _ = drop(context.Background()) })
+	require.Equal(t, []string{name}, storetest.Databases(t, probe, name))
 	require.Equal(t, 3, scratch.MaxConns(st))
 	pending, err := st.Pending(ctx)
 	require.NoError(t, err)
@@ -44,7 +49,7 @@ func TestCreateDatabaseAndDrop(t *testing.T) {
 	again.Close()
 
 	require.NoError(t, drop(ctx))
-	require.Empty(t, storetest.Databases(t, probe, "billsync_scratch_create"))
+	require.Empty(t, storetest.Databases(t, probe, name))
 }
 
 func delivery(key, customer string) reconcile.Delivery {
@@ -105,8 +110,13 @@ func TestCrashAfterAccountWrite(t *testing.T) {
 		}
 	})
 	for _, c := range []string{"cus_a", "cus_b", "cus_c", "cus_d"} {
-		if err := apply(c); err != nil {
+		err := apply(c)
+		_, read := st.Account(ctx, "stripe", c)
+		if err != nil {
 			require.ErrorIs(t, err, errKilled)
+			require.ErrorIs(t, read, reconcile.ErrNotFound, "a killed apply wrote nothing")
+		} else {
+			require.NoError(t, read, "an apply that went through wrote the account")
 		}
 	}
 	close(stop)

@@ -42,14 +42,32 @@ func fatalf(t TB, format string, args ...any) {
 // handle: the store's exported API never hands it out.
 func dbOf(st *store.Store) *pgxpool.Pool { return storehook.Of(st).Pool }
 
+// WaitFor polls cond in the test's own goroutine until it is true, and
+// fails the test after a minute with what. Unlike require.Eventually,
+// whose condition runs in a goroutine of its own, cond may call the
+// helpers here: a failing read fails the test instead of hanging it.
+func WaitFor(t TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			fatalf(t, "storetest: %s: not after a minute", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // bounded gives a helper's statement a deadline, so a hung database fails
 // the test instead of holding it until the test binary's timeout.
 func bounded() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), time.Minute)
 }
 
-// someRows is change's want for "one row or more".
-const someRows = -1
+// change's wants beyond an exact count.
+const (
+	someRows = -1 // one row or more
+	anyRows  = -2 // whatever it finds, none included
+)
 
 // change runs a setup statement and fails the test unless it changed want
 // rows (or, for someRows, at least one): a setup that silently does
@@ -63,6 +81,7 @@ func change(t TB, st *store.Store, want int64, sql string, args ...any) {
 		fatalf(t, "storetest: %s: %v", firstLine(sql), err)
 	}
 	switch n := tag.RowsAffected(); {
+	case want == anyRows:
 	case want == someRows && n == 0:
 		fatalf(t, "storetest: %s: changed no row", firstLine(sql))
 	case want != someRows && n != want:

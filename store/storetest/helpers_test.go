@@ -2,6 +2,7 @@ package storetest_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -177,16 +178,13 @@ func TestSetupChangesWhatItSays(t *testing.T) {
 	require.Len(t, storetest.Queue(t, st), 1, "cus_1's row stays")
 	require.Equal(t, 1, storetest.Counts(t, st)["receipts"], "cus_2's receipt went with its event")
 
-	run := storetest.InsertRunningSweep(t, st, "stripe")
+	run, err := st.StartSweep(ctx, "stripe")
+	require.NoError(t, err)
 	require.Equal(t, 1, storetest.SweepRunCount(t, st, "stripe", "running"))
-	storetest.FailSweep(t, st, run, "test")
+	require.NoError(t, st.FinishSweep(ctx, run, errors.New("test")))
 	require.Zero(t, storetest.SweepRunCount(t, st, "", "running"))
 	require.Equal(t, 1, storetest.SweepRunCount(t, st, "", "failed"))
 	require.Zero(t, storetest.SweepRunCount(t, st, "kinde", ""))
-	runs, err := st.SweepRuns(ctx, 10)
-	require.NoError(t, err)
-	require.Len(t, runs, 1)
-	require.Equal(t, []string{"failed", "test"}, []string{runs[0].Status, runs[0].Error})
 
 	require.NoError(t, st.StartSession(ctx, []byte("session"), time.Hour))
 	storetest.ExpireSessions(t, st)
@@ -228,9 +226,8 @@ func TestSetupThatChangesNothingFails(t *testing.T) {
 		"DriftAccount":   func(tb storetest.TB) { storetest.DriftAccount(tb, st, 99, "free", "") },
 		"LeaseQueueRow":  func(tb storetest.TB) { storetest.LeaseQueueRow(tb, st, "stripe", "cus_none", "w", time.Hour) },
 		"SetEventStatus": func(tb storetest.TB) { storetest.SetEventStatus(tb, st, 99, reconcile.EventDead, "x") },
-		"LoseWebhooks":   func(tb storetest.TB) { storetest.LoseWebhooks(tb, st, "stripe", "cus_none") },
+		"LoseWebhooks":   func(tb storetest.TB) { storetest.LoseWebhooks(tb, st, "stripe", "cus_none") }, // no event to lose
 		"ExpireSessions": func(tb storetest.TB) { storetest.ExpireSessions(tb, st) },
-		"FailSweep":      func(tb storetest.TB) { storetest.FailSweep(tb, st, 99, "x") },
 		"EventByKey":     func(tb storetest.TB) { storetest.EventByKey(tb, st, "stripe", "evt_none") },
 		"QueueRowOf":     func(tb storetest.TB) { storetest.QueueRowOf(tb, st, "stripe", "cus_none") },
 	} {

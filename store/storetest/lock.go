@@ -69,10 +69,12 @@ func (l *TableLock) WaitIdle(t testing.TB) {
 // poll asks the lock's connection sql (a boolean) until it says true.
 func (l *TableLock) poll(t testing.TB, sql string, args ...any) {
 	t.Helper()
+	ctx, cancel := bounded()
+	defer cancel()
 	for {
 		var done bool
-		if err := l.conn.QueryRow(context.Background(), sql, args...).Scan(&done); err != nil {
-			t.Fatalf("storetest: %s: %v", firstLine(sql), err)
+		if err := l.conn.QueryRow(ctx, sql, args...).Scan(&done); err != nil {
+			t.Fatalf("storetest: %s: %v", firstLine(sql), err) // the deadline, too: never a hang
 		}
 		if done {
 			return

@@ -158,7 +158,7 @@ func ReconcileLog(t TB, st *store.Store) []LogRow {
 func LedgerTotal(t TB, st *store.Store, accountID int64, kind string) (rows int, sum int64) {
 	t.Helper()
 	queryRow(t, st, `SELECT count(*), coalesce(sum(delta), 0) FROM ledger
-		WHERE ($1 = 0 OR account_id = $1) AND ($2 = '' OR kind = $2)`, []any{accountID, kind}, &rows, &sum)
+		WHERE ($1::bigint = 0 OR account_id = $1) AND ($2 = '' OR kind = $2)`, []any{accountID, kind}, &rows, &sum)
 	return rows, sum
 }
 

@@ -24,7 +24,8 @@ func DriftAccount(t TB, st *store.Store, accountID int64, plan, status string) {
 func LoseWebhooks(t TB, st *store.Store, provider, customerID string) {
 	t.Helper()
 	change(t, st, someRows, `DELETE FROM inbox_events WHERE provider = $1 AND customer_id = $2`, provider, customerID)
-	change(t, st, 1, `DELETE FROM reconcile_queue WHERE provider = $1 AND customer_id = $2`, provider, customerID)
+	// The queue row is there only while the customer awaits a reconcile.
+	change(t, st, anyRows, `DELETE FROM reconcile_queue WHERE provider = $1 AND customer_id = $2`, provider, customerID)
 }
 
 // SetQueueDead makes the customer's queue row dead after attempts failed
@@ -36,7 +37,8 @@ func SetQueueDead(t TB, st *store.Store, provider, customerID string, attempts i
 		INSERT INTO reconcile_queue (provider, customer_id, status, attempts, last_error)
 		VALUES ($1, $2, 'dead', $3, nullif($4, ''))
 		ON CONFLICT (provider, customer_id) DO UPDATE
-		SET status = 'dead', attempts = excluded.attempts, last_error = excluded.last_error`,
+		SET status = 'dead', attempts = excluded.attempts, last_error = excluded.last_error,
+		    locked_by = NULL, locked_until = NULL`,
 		provider, customerID, attempts, lastError)
 }
 
@@ -78,22 +80,6 @@ func InsertEvent(t TB, st *store.Store, e EventRow) int64 {
 func ExpireSessions(t TB, st *store.Store) {
 	t.Helper()
 	change(t, st, someRows, `UPDATE console_sessions SET expires_at = now() - interval '1 second'`)
-}
-
-// InsertRunningSweep records a run of provider's sweep as running with a
-// fresh heartbeat, as another replica sweeping would, and returns its id.
-func InsertRunningSweep(t TB, st *store.Store, provider string) int64 {
-	t.Helper()
-	var id int64
-	queryRow(t, st, `INSERT INTO sweep_runs (provider) VALUES ($1) RETURNING id`, []any{provider}, &id)
-	return id
-}
-
-// FailSweep ends a running sweep run as failed with errText.
-func FailSweep(t TB, st *store.Store, runID int64, errText string) {
-	t.Helper()
-	change(t, st, 1, `UPDATE sweep_runs SET status = 'failed', finished_at = now(), error = $2
-		WHERE id = $1 AND status = 'running'`, runID, errText)
 }
 
 // Checkpoint forces a checkpoint: the test clusters commit asynchronously,
