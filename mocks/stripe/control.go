@@ -23,10 +23,35 @@ import (
 //	POST /_mock/dunning                    {"retries":["72h","120h"],"final":"unpaid"}: failed-payment setting
 //	POST /_mock/event_destinations         {"url":…,"types":["v1.customer.subscription.updated"]}:
 //	                                       a thin-event destination; answers its secret
+//	POST /_mock/events/list_lag            {"seconds":N}: events appear in GET /v1/events N s after creation
+//	POST /_mock/webhook_endpoints/{id}/disable
+//	                                       Stripe disables the endpoint (as after days of failures)
 //	POST /_mock/reset                      forget customers, subscriptions, invoices, events and
 //	                                       deliveries; prices and webhook endpoints stay
 func (s *Server) controlRoutes() {
 	m := s.control
+	m.HandleFunc("POST /_mock/events/list_lag", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Seconds float64 `json:"seconds"`
+		}
+		if err := decodeBody(r, &req); err != nil {
+			controlError(w, err)
+			return
+		}
+		if req.Seconds < 0 {
+			controlError(w, errors.New("seconds must not be negative"))
+			return
+		}
+		s.SetEventListLag(time.Duration(req.Seconds * float64(time.Second)))
+		controlJSON(w, http.StatusOK, req)
+	})
+	m.HandleFunc("POST /_mock/webhook_endpoints/{id}/disable", func(w http.ResponseWriter, r *http.Request) {
+		if !s.DisableWebhookEndpoint(r.PathValue("id")) {
+			controlJSON(w, http.StatusNotFound, map[string]string{"error": "no such webhook endpoint"})
+			return
+		}
+		controlJSON(w, http.StatusOK, map[string]any{"id": r.PathValue("id"), "status": "disabled"})
+	})
 	m.HandleFunc("GET /_mock/faults", func(w http.ResponseWriter, r *http.Request) {
 		controlJSON(w, http.StatusOK, s.Faults())
 	})

@@ -90,6 +90,7 @@ type Server struct {
 	invoices       table[*invoice]
 	events         table[*event]
 	endpoints      table[*endpoint]
+	listLag        time.Duration // see SetEventListLag
 	idempotent     map[string]savedResponse
 	idempotentKeys []string // in the order saved, for forgetting the oldest
 	// lastBodySize is the size of the last answer: the next one's buffer
@@ -190,6 +191,8 @@ func (s *Server) routes() {
 		"GET /v1/events/{id}":               s.getEvent,
 		"POST /v1/webhook_endpoints":        s.createEndpoint,
 		"GET /v1/webhook_endpoints":         s.listEndpoints,
+		"GET /v1/webhook_endpoints/{id}":    s.getEndpoint,
+		"POST /v1/webhook_endpoints/{id}":   s.updateEndpoint,
 		"DELETE /v1/webhook_endpoints/{id}": s.deleteEndpoint,
 		"/":                                 s.unknownRoute,
 	}
