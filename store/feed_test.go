@@ -179,7 +179,6 @@ func TestFeedCatchesAnEventListedLate(t *testing.T) {
 	require.NoError(t, err)
 	_, err = h.Stripe.Subscribe(ctx, cusC, "price_pro")
 	require.NoError(t, err)
-	
 
 	_, err = feed.Poll(ctx)
 	require.NoError(t, err)

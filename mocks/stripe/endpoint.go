@@ -243,4 +243,3 @@ func (s *Server) AddEventDestination(url string, types ...string) (secret string
 	ep.Thin = true
 	return ep.Secret
 }
-

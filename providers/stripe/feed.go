@@ -83,23 +83,31 @@ func ReadEventsPage(body []byte) (reconcile.FeedPage, error) {
 		return reconcile.FeedPage{}, err
 	}
 	page := reconcile.FeedPage{Events: make([]reconcile.FeedEvent, 0, len(entries))}
+	lastID := ""
 	for _, raw := range entries {
 		// The event keeps its own bytes: the page's buffer is not reused,
 		// but a stored payload must not hold the whole page alive.
 		own := bytes.Clone(raw)
 		ev, _, _ := parseEvent(own)
-		var pending struct {
-			PendingWebhooks int `json:"pending_webhooks"`
+		// Each field on its own: a mistyped one reads as absent (a count
+		// as delivered, an id as none).
+		var entry struct {
+			ID              json.RawMessage `json:"id"`
+			PendingWebhooks json.RawMessage `json:"pending_webhooks"`
 		}
-		_ = json.Unmarshal(own, &pending) // a mistyped count reads as delivered
-		page.Events = append(page.Events, reconcile.FeedEvent{Event: ev, Undelivered: pending.PendingWebhooks > 0})
+		_ = json.Unmarshal(own, &entry)
+		var id string
+		var pending int
+		_ = json.Unmarshal(entry.ID, &id)
+		_ = json.Unmarshal(entry.PendingWebhooks, &pending)
+		lastID = id
+		page.Events = append(page.Events, reconcile.FeedEvent{Event: ev, Undelivered: pending > 0})
 	}
 	if more && len(entries) > 0 {
-		last := page.Events[len(page.Events)-1].Event
-		if last.EventID == "" || last.DedupeKey != last.EventID {
+		if clean, problem := reconcile.Storable(lastID); clean == "" || problem != "" || clean != page.Events[len(page.Events)-1].Event.EventID {
 			return reconcile.FeedPage{}, errors.New("the last entry has no usable id to page after")
 		}
-		page.Next = last.EventID
+		page.Next = lastID
 	}
 	return page, nil
 }
