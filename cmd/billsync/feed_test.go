@@ -251,4 +251,3 @@ func TestDisabledEndpointAlerts(t *testing.T) {
 	require.Contains(t, p.logs.String(), "ALERT: the provider has disabled the webhook endpoint")
 	stopBillsync(t, p)
 }
-
