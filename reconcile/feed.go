@@ -286,3 +286,23 @@ func (f *Feed) checkEndpoint(ctx context.Context, rec *FeedPoll) {
 			slog.String("endpoint", id))
 	}
 }
+
+// NewestEvent is NewestEventAt, the zero time when no event was seen.
+func (s FeedState) NewestEvent() time.Time {
+	if s.NewestEventAt == nil {
+		return time.Time{}
+	}
+	return *s.NewestEventAt
+}
+
+// EndpointStatus says what the last poll read of the webhook endpoint:
+// enabled, disabled, or "not read" (webhook-free, or no read yet).
+func (s FeedState) EndpointStatus() string {
+	switch {
+	case s.EndpointEnabled == nil:
+		return "not read"
+	case *s.EndpointEnabled:
+		return "enabled"
+	}
+	return "disabled"
+}

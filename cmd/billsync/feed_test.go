@@ -213,6 +213,7 @@ func TestWebhookFreeEndToEnd(t *testing.T) {
 		}
 		return true
 	}, 2*time.Minute, 100*time.Millisecond, "the accounts never caught up with the fake:\n%s", p.logs)
+	metrics := scrape(t, addr)
 	stopBillsync(t, p)
 	for _, r := range storetest.Receipts(t, st) {
 		require.Equal(t, reconcile.SourceFeed, r.Source)
@@ -220,7 +221,12 @@ func TestWebhookFreeEndToEnd(t *testing.T) {
 	state, err := st.FeedState(context.Background(), "stripe")
 	require.NoError(t, err)
 	require.EqualValues(t, len(storetest.Events(t, st)), state.Caught, "every event was caught by the feed")
+	require.Regexp(t, `(?m)^billsync_events_feed_caught_total\{provider="stripe"\} [1-9]`, metrics)
+	require.Regexp(t, `(?m)^billsync_events_feed_lag_seconds\{provider="stripe"\} \d`, metrics)
+	require.Regexp(t, `(?m)^billsync_events_feed_last_poll_timestamp_seconds\{provider="stripe"\} \d`, metrics)
+	require.NotContains(t, metrics, "billsync_stripe_webhook_endpoint_enabled", "webhook-free: the endpoint is not read")
 }
+
 
 // TestDisabledEndpointAlerts: with webhooks on, the feed reads the
 // endpoint's status on each poll; once Stripe disables it, an ALERT line
