@@ -227,7 +227,6 @@ func TestWebhookFreeEndToEnd(t *testing.T) {
 	require.NotContains(t, metrics, "billsync_stripe_webhook_endpoint_enabled", "webhook-free: the endpoint is not read")
 }
 
-
 // TestDisabledEndpointAlerts: with webhooks on, the feed reads the
 // endpoint's status on each poll; once Stripe disables it, an ALERT line
 // is logged and the metric reads 0.
