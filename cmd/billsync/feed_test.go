@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -255,4 +256,44 @@ func TestDisabledEndpointAlerts(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(metric(), enabled+"0") }, time.Minute, 50*time.Millisecond)
 	require.Contains(t, p.logs.String(), "ALERT: the provider has disabled the webhook endpoint")
 	stopBillsync(t, p)
+}
+
+// TestEventsPollSetting: -events-poll and BILLSYNC_EVENTS_POLL take a
+// positive duration or off (the flag over the variable); anything else
+// stops serve with a message naming both.
+func TestEventsPollSetting(t *testing.T) {
+	parse := func(env string, args ...string) (config, error) {
+		var c config
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		c.bindServe(fs, func(k string) string {
+			if k == "BILLSYNC_EVENTS_POLL" {
+				return env
+			}
+			return ""
+		})
+		if err := fs.Parse(args); err != nil {
+			return c, err
+		}
+		return c, c.eventsPollErr
+	}
+	c, err := parse("")
+	require.NoError(t, err)
+	require.Equal(t, reconcile.DefaultFeedInterval, c.EventsPoll)
+	c, err = parse("off")
+	require.NoError(t, err)
+	require.Zero(t, c.EventsPoll)
+	c, err = parse("15s")
+	require.NoError(t, err)
+	require.Equal(t, 15*time.Second, c.EventsPoll)
+	c, err = parse("off", "-events-poll", "30s")
+	require.NoError(t, err)
+	require.Equal(t, 30*time.Second, c.EventsPoll, "the flag wins")
+	for _, bad := range []string{"soon", "0s", "-1m"} {
+		_, err = parse(bad)
+		require.ErrorContains(t, err, "BILLSYNC_EVENTS_POLL / -events-poll", bad)
+		_, err = parse("", "-events-poll", bad)
+		require.Error(t, err, bad)
+	}
+	_, err = parse("soon", "-events-poll", "1m")
+	require.NoError(t, err, "a good flag replaces a bad variable")
 }
