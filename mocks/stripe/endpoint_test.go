@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,7 +58,8 @@ func TestWebhookEndpointsAsStripe(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, f.DisableWebhookEndpoint(ep.ID))
 	var statuses []string
-	for e := range f.sc.V1WebhookEndpoints.List(ctx, &stripe.WebhookEndpointListParams{}) {
+	for e, err := range f.sc.V1WebhookEndpoints.List(ctx, &stripe.WebhookEndpointListParams{}) {
+		require.NoError(t, err)
 		statuses = append(statuses, e.ID+" "+e.Status)
 	}
 	require.Equal(t, []string{ep.ID + " disabled"}, statuses)
@@ -101,4 +103,33 @@ func TestEventsListLagAndRetention(t *testing.T) {
 	}
 	resp, _ := f.do(t, http.MethodGet, "/v1/events", q, nil)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+}
+
+// TestFeedControlEndpoints: the list lag and a Stripe-side disable are
+// knobs of the control API too (billsync mock).
+func TestFeedControlEndpoints(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, stripemock.Options{})
+	post := func(path, body string) int {
+		resp, err := http.Post(f.URL+path, "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, post("/_mock/events/list_lag", `{"seconds": 3600}`))
+	require.Equal(t, http.StatusBadRequest, post("/_mock/events/list_lag", `{"seconds": -1}`))
+	f.customer(t)
+	_, list := f.do(t, http.MethodGet, "/v1/events", nil, nil)
+	require.Empty(t, list["data"], "listed an hour after creation")
+	f.Clock().Advance(time.Hour)
+	_, list = f.do(t, http.MethodGet, "/v1/events", nil, nil)
+	require.Len(t, list["data"], 1)
+
+	f.AddWebhookEndpoint("http://127.0.0.1:9/hook")
+	id := f.WebhookEndpointIDs()[0]
+	require.Equal(t, http.StatusNotFound, post("/_mock/webhook_endpoints/we_nope/disable", ``))
+	require.Equal(t, http.StatusOK, post("/_mock/webhook_endpoints/"+id+"/disable", ``))
+	ep, err := f.sc.V1WebhookEndpoints.Retrieve(context.Background(), id, nil)
+	require.NoError(t, err)
+	require.Equal(t, "disabled", ep.Status)
 }
