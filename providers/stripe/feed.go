@@ -132,20 +132,15 @@ func (e Endpoint) WebhookEndpoint(ctx context.Context) (string, bool, error) {
 		if err != nil {
 			return "", false, failMissing("retrieve webhook endpoint "+e.ID, err, reconcile.ErrNotFound)
 		}
-		var ep endpointJSON
+		var ep EndpointInfo
 		if err := json.Unmarshal(body, &ep); err != nil {
 			return "", false, fmt.Errorf("stripe retrieve webhook endpoint %s: unreadable: %w", e.ID, err)
 		}
 		return e.ID, ep.Status != "disabled", nil
 	}
-	q := url.Values{"limit": {strconv.Itoa(listPageSize)}}
-	body, err := e.Client.get(ctx, "/v1/webhook_endpoints", q)
+	eps, err := e.Client.WebhookEndpoints(ctx)
 	if err != nil {
-		return "", false, fail("list webhook endpoints", err)
-	}
-	eps, _, err := listPageOf[endpointJSON](body)
-	if err != nil {
-		return "", false, fmt.Errorf("stripe list webhook endpoints: unreadable page: %w", err)
+		return "", false, err
 	}
 	found := ""
 	for _, ep := range eps {
@@ -164,11 +159,4 @@ func (e Endpoint) WebhookEndpoint(ctx context.Context) (string, bool, error) {
 		return "", false, fmt.Errorf("stripe: no webhook endpoint whose URL ends in /webhooks/stripe: %w", reconcile.ErrNotFound)
 	}
 	return found, true, nil
-}
-
-// endpointJSON is what billsync reads of a webhook endpoint.
-type endpointJSON struct {
-	ID     string `json:"id"`
-	URL    string `json:"url"`
-	Status string `json:"status"`
 }
