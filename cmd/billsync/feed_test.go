@@ -265,6 +265,7 @@ func TestEventsPollSetting(t *testing.T) {
 	parse := func(env string, args ...string) (config, error) {
 		var c config
 		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
 		c.bindServe(fs, func(k string) string {
 			if k == "BILLSYNC_EVENTS_POLL" {
 				return env
