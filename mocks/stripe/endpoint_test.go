@@ -77,7 +77,7 @@ func TestWebhookEndpointsAsStripe(t *testing.T) {
 // once; events older than 30 days are not listed; types[] takes at most 20.
 func TestEventsListLagAndRetention(t *testing.T) {
 	t.Parallel()
-	f := stoppedFake(t, stripemock.Options{})
+	f := stoppedFake(t, stripemock.Options{EventsKept: stripemock.EventsKept})
 	old := f.customer(t) // customer.created at t0
 	f.Clock().Advance(31 * 24 * time.Hour)
 	f.SetEventListLag(10 * time.Second)

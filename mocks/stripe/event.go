@@ -1,6 +1,7 @@
 package stripe
 
 import (
+	"math"
 	"strconv"
 	"time"
 )
@@ -89,7 +90,8 @@ func (s *Server) getEvent(c *call) (obj, error) {
 	return s.renderEvent(e, DefaultAPIVersion), nil
 }
 
-// EventsKept is how far back the events list reaches, as at Stripe.
+// EventsKept is how far back the events list reaches by default, as at
+// Stripe (Options.EventsKept).
 const EventsKept = 30 * 24 * time.Hour
 
 // SetEventListLag makes each event made from now on appear in the events
@@ -106,7 +108,7 @@ func (s *Server) SetEventListLag(lag time.Duration) {
 // like Stripe, whatever the request's Stripe-Version. Filters: type or
 // types[] (with * wildcards), created (exact or gt/gte/lt/lte), and
 // delivery_success (false: some endpoint has not accepted it yet). Only
-// the last EventsKept are listed, and an event only once the list lag
+// the last Options.EventsKept are listed, and an event only once the list lag
 // (SetEventListLag) has passed.
 func (s *Server) listEvents(c *call) (obj, error) {
 	if err := c.form.allow(append(listParams, "type", "types", "created", "delivery_success")...); err != nil {
@@ -130,7 +132,10 @@ func (s *Server) listEvents(c *call) (obj, error) {
 	if t, ok := c.form.str("type"); ok {
 		types = append(types, t)
 	}
-	oldest := c.now.Add(-EventsKept).Unix()
+	oldest := int64(math.MinInt64)
+	if s.eventsKept > 0 {
+		oldest = c.now.Add(-s.eventsKept).Unix()
+	}
 	rows := s.events.newestFirst(func(e *event) bool {
 		if !inRange(e.Created) || (bySuccess && (e.PendingWebhooks == 0) != success) ||
 			e.Created < oldest || c.now.Before(e.listedAt) {

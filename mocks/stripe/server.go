@@ -54,6 +54,10 @@ type Options struct {
 	TimeFactor float64
 	// Dunning is the account's failed-payment setting; see Dunning.
 	Dunning Dunning
+	// EventsKept is how far back (by the fake's clock) GET /v1/events
+	// lists; default EventsKept, Stripe's 30 days; negative: every event
+	// (for tests that advance the clock by months and read the history).
+	EventsKept time.Duration
 }
 
 // Server is the fake Stripe. It implements http.Handler: /v1/… is the API,
@@ -91,6 +95,7 @@ type Server struct {
 	events         table[*event]
 	endpoints      table[*endpoint]
 	listLag        time.Duration // see SetEventListLag
+	eventsKept     time.Duration // see Options.EventsKept; < 0: forever
 	idempotent     map[string]savedResponse
 	idempotentKeys []string // in the order saved, for forgetting the oldest
 	// lastBodySize is the size of the last answer: the next one's buffer
@@ -135,6 +140,7 @@ func New(opts Options) *Server {
 		subsByCustomer: map[string][]*subscription{},
 		outcomes:       map[deliveryKey]string{},
 		dunning:        opts.Dunning.withDefaults(),
+		eventsKept:     cmp.Or(opts.EventsKept, EventsKept),
 		api:            http.NewServeMux(),
 		control:        http.NewServeMux(),
 	}
