@@ -59,7 +59,16 @@ type Delivery struct {
 	Event      Event
 	DeliveryID string // a provider delivery id, when it sends one
 	RemoteAddr string
+	// Source is where the event came from: SourceWebhook (empty means it
+	// too) or SourceFeed. Its receipt says so, and its queue row's trigger.
+	Source string
 }
+
+// Sources of a delivery.
+const (
+	SourceWebhook = "webhook" // a provider's HTTP delivery to the intake
+	SourceFeed    = "feed"    // the events feed's listing (feed.go)
+)
 
 // Stored is what the intake learned by storing a delivery.
 type Stored struct {

@@ -437,6 +437,7 @@ func (c *console) events(w http.ResponseWriter, r *http.Request, session string)
 // sweepsData is the sweeps page's data.
 type sweepsData struct {
 	Runs    []reconcile.SweepRecord
+	Feeds   []reconcile.FeedState // the events feeds' health
 	Started bool
 	CanRun  bool // this process can start a sweep
 }
@@ -446,7 +447,11 @@ func (c *console) sweeps(w http.ResponseWriter, r *http.Request, session string)
 	if err != nil {
 		return err
 	}
-	d := sweepsData{Runs: runs, Started: r.URL.Query().Get("started") == "1", CanRun: c.s.admin.Sweeps != nil}
+	feeds, err := c.s.admin.Store.FeedStates(r.Context())
+	if err != nil {
+		return err
+	}
+	d := sweepsData{Runs: runs, Feeds: feeds, Started: r.URL.Query().Get("started") == "1", CanRun: c.s.admin.Sweeps != nil}
 	c.show(w, session, "sweeps", "Sweeps", d)
 	return nil
 }

@@ -308,6 +308,17 @@ func TestConsolePages(t *testing.T) {
 		_, body := b.get("/admin/sweeps")
 		return strings.Contains(body, ">succeeded<")
 	}, time.Minute, 10*time.Millisecond, "the sweep started from the console never succeeded")
+
+	// The events feed's health is on the same page.
+	_, body = b.get("/admin/sweeps")
+	require.Contains(t, body, "The events feed has not polled yet")
+	require.NoError(t, e.st.SaveFeedPoll(context.Background(), "stripe", reconcile.FeedPoll{
+		Cursor: time.Now(), NewestEventAt: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), Caught: 7, Undelivered: 2,
+		EndpointChecked: true, EndpointID: "we_123", EndpointEnabled: false}))
+	_, body = b.get("/admin/sweeps")
+	require.Contains(t, body, "2026-03-01 12:00:00 UTC")
+	require.Regexp(t, `>7</td>\s*<td[^>]*>2</td>`, body)
+	require.Contains(t, body, `we_123 <span class="status disabled">disabled</span>`)
 }
 
 // newestEvent is the event stored last.

@@ -197,3 +197,71 @@ func (c *sweepCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(sweepProgressDesc, prometheus.GaugeValue, float64(progress[p]), p)
 	}
 }
+
+// FeedStatesFunc reads the events feeds' states from the database.
+type FeedStatesFunc func(ctx context.Context) ([]reconcile.FeedState, error)
+
+// CollectFeeds reports the events feeds' figures at each scrape, read from
+// the database so every replica tells the same (one replica polls).
+func (m *Metrics) CollectFeeds(states FeedStatesFunc, logger *slog.Logger) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	m.reg.MustRegister(&feedCollector{states: states, log: logger})
+}
+
+var (
+	feedCaughtDesc = prometheus.NewDesc("billsync_events_feed_caught_total",
+		"Events the events feed stored before any webhook brought them: webhooks that were late or lost. The endpoint's health: alert on a steady rise.",
+		[]string{"provider"}, nil)
+	feedLagDesc = prometheus.NewDesc("billsync_events_feed_lag_seconds",
+		"Now minus the newest event the events feed has seen (it also grows while the provider has no new events).",
+		[]string{"provider"}, nil)
+	feedPolledDesc = prometheus.NewDesc("billsync_events_feed_last_poll_timestamp_seconds",
+		"When the events feed last finished a poll (Unix time). Alert when it is older than a few poll intervals.",
+		[]string{"provider"}, nil)
+	feedUndeliveredDesc = prometheus.NewDesc("billsync_events_feed_undelivered_events",
+		"Events the last poll listed that the provider had not delivered to every webhook endpoint (Stripe's delivery_success=false: pending or failed).",
+		[]string{"provider"}, nil)
+	feedEndpointDesc = prometheus.NewDesc("billsync_stripe_webhook_endpoint_enabled",
+		"1 when the provider has billsync's webhook endpoint enabled, 0 when it disabled it (then only the events feed signals changes). Alert on 0.",
+		[]string{"provider", "endpoint"}, nil)
+)
+
+type feedCollector struct {
+	states FeedStatesFunc
+	log    *slog.Logger
+}
+
+func (c *feedCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- feedCaughtDesc
+	ch <- feedLagDesc
+	ch <- feedPolledDesc
+	ch <- feedUndeliveredDesc
+	ch <- feedEndpointDesc
+}
+
+func (c *feedCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	states, err := c.states(ctx)
+	if err != nil {
+		c.log.Warn("metrics: read events feed figures", slog.Any("error", err))
+		return
+	}
+	for _, st := range states {
+		ch <- prometheus.MustNewConstMetric(feedCaughtDesc, prometheus.CounterValue, float64(st.Caught), st.Provider)
+		ch <- prometheus.MustNewConstMetric(feedPolledDesc, prometheus.GaugeValue, float64(st.PolledAt.Unix()), st.Provider)
+		ch <- prometheus.MustNewConstMetric(feedUndeliveredDesc, prometheus.GaugeValue, float64(st.Undelivered), st.Provider)
+		if st.NewestEventAt != nil {
+			ch <- prometheus.MustNewConstMetric(feedLagDesc, prometheus.GaugeValue, time.Since(*st.NewestEventAt).Seconds(), st.Provider)
+		}
+		if st.EndpointEnabled != nil {
+			v := 0.0
+			if *st.EndpointEnabled {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(feedEndpointDesc, prometheus.GaugeValue, v, st.Provider, st.EndpointID)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -38,17 +39,18 @@ func (s *Store) StoreDelivery(ctx context.Context, d reconcile.Delivery) (reconc
 				SET seen_count = inbox_events.seen_count + 1, last_seen_at = now()
 			RETURNING id, xmax = 0 AS inserted, seen_count, status, customer_id
 		), receipt AS (
-			INSERT INTO receipts (event_id, delivery_id, remote_addr, duplicate)
-			SELECT id, NULLIF($11, ''), NULLIF($12, ''), NOT inserted FROM ev
+			INSERT INTO receipts (event_id, delivery_id, remote_addr, duplicate, source)
+			SELECT id, NULLIF($11, ''), NULLIF($12, ''), NOT inserted, $15 FROM ev
 		), queue AS (
 			`+enqueueSQL+`
-			SELECT $1, customer_id, 'webhook', now(), now() FROM ev
+			SELECT $1, customer_id, $15, now(), now() FROM ev
 			WHERE inserted AND status = 'pending' AND customer_id IS NOT NULL
 			`+enqueueConflictSQL+`
 		)
 		SELECT id, inserted, seen_count, status FROM ev`,
 		ev.Provider, ev.DedupeKey, ev.EventID, ev.Type, ev.CustomerID, nullTime(ev.Time),
 		ev.APIVersion, ev.Payload, status, outcome, d.DeliveryID, d.RemoteAddr, ev.Expect, ev.UserRef,
+		cmp.Or(d.Source, reconcile.SourceWebhook),
 	).Scan(&st.EventID, &inserted, &st.SeenCount, &st.Status)
 	if err != nil {
 		return reconcile.Stored{}, fmt.Errorf("store %s event %s: %w", ev.Provider, ev.DedupeKey, classify(err))

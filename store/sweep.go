@@ -18,24 +18,30 @@ import (
 // ok is false when another sweep holds it. unlock releases the lock and
 // closes the connection.
 func (s *Store) SweepLock(ctx context.Context, provider string) (unlock func(), ok bool, err error) {
+	return s.sessionLock(ctx, "billsync.sweep."+provider)
+}
+
+// sessionLock takes the advisory lock named name on a connection of its
+// own, outside the pool; see SweepLock.
+func (s *Store) sessionLock(ctx context.Context, name string) (unlock func(), ok bool, err error) {
 	bctx, cancel := s.bound(ctx)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(bctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
-		return nil, false, fmt.Errorf("sweep lock: %w", classify(err))
+		return nil, false, fmt.Errorf("lock %s: %w", name, classify(err))
 	}
 	closeConn := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 		defer cancel()
 		// Unlock first: the server ends a closed session a moment later,
-		// and a sweep started right after this one must find the lock free.
-		// Closing the session releases it anyway if this fails.
+		// and a holder started right after this one must find the lock
+		// free. Closing the session releases it anyway if this fails.
 		_, _ = conn.Exec(ctx, `SELECT pg_advisory_unlock_all()`)
 		_ = conn.Close(ctx)
 	}
-	if err := conn.QueryRow(bctx, `SELECT pg_try_advisory_lock(hashtextextended('billsync.sweep.' || $1, 0))`, provider).Scan(&ok); err != nil {
+	if err := conn.QueryRow(bctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, name).Scan(&ok); err != nil {
 		closeConn()
-		return nil, false, fmt.Errorf("sweep lock: %w", classify(err))
+		return nil, false, fmt.Errorf("lock %s: %w", name, classify(err))
 	}
 	if !ok {
 		closeConn()

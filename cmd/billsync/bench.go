@@ -66,6 +66,9 @@ operator's tables are never touched) and with an in-process fake Stripe:
           lost); compared with the time its list calls need at that
           limit, and with the requests of reconciling each account one
           by one
+  heal    plan changes at the fake timed until their accounts show them:
+          by webhook (the baseline), then with every webhook dropped and
+          the events feed alone, polling every 2 s (its 1 min default ÷ 30)
 
 It prints each figure, its target and PASS or MISS, and exits 0 either way.
 
@@ -92,7 +95,7 @@ flags:`)
 	fs.IntVar(&bc.DrainEvents, "drain-events", 0, "drain: events to store before the workers start")
 	fs.IntVar(&bc.Customers, "customers", 0, "drain: customers the events are spread over")
 	fs.IntVar(&bc.SweepAccounts, "sweep-accounts", 0, "sweep: accounts at the fake, 1% of them drifted")
-	fs.StringVar(&bc.Only, "only", "", "run one part alone: intake, drain or sweep")
+	fs.StringVar(&bc.Only, "only", "", "run one part alone: intake, drain, sweep or heal")
 	fs.StringVar(&bc.CPUProfile, "cpuprofile", "", "write the measured sweep's CPU profile to this file")
 	fs.IntVar(&bc.SweepParallel, "sweep-parallel", reconcile.DefaultSweepParallel, "sweep: list requests in flight (1: one page at a time)")
 	fs.IntVar(&bc.Workers, "workers", 0, "drain: reconcile loops")

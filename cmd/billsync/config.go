@@ -58,9 +58,18 @@ type config struct {
 	// whoever sends it as a Bearer token; empty leaves that API absent.
 	AppToken      string
 	SweepSchedule string
+	eventsPollErr error // a bad BILLSYNC_EVENTS_POLL, reported by validateServe
 	// SweepParallel is how many parts of the Stripe customer list a sweep
 	// lists at once.
 	SweepParallel int
+
+	// EventsPoll is how often the Stripe events feed lists events; 0 is
+	// off. EventsOverlap is how far before its cursor each poll lists.
+	EventsPoll    time.Duration
+	EventsOverlap time.Duration
+	// StripeEndpointID is the Stripe webhook endpoint whose status the feed
+	// reads (STRIPE_WEBHOOK_ENDPOINT_ID); empty: found by URL.
+	StripeEndpointID string
 }
 
 // bindCommon registers the flags every database-using command shares,
@@ -92,9 +101,37 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.IntVar(&c.Workers, "workers", 8, "reconcile loops in this process (0: intake only)")
 	fs.DurationVar(&c.RecheckDelay, "recheck-delay", time.Second,
 		"when a read contradicts the customer's newest event (the provider's API lagging its webhook), wait this long and read once more; negative: never")
+	c.EventsPoll = reconcile.DefaultFeedInterval
+	if v := getenv("BILLSYNC_EVENTS_POLL"); v != "" {
+		c.eventsPollErr = c.setEventsPoll(v)
+	}
+	fs.Func("events-poll", "how often the Stripe events feed lists Stripe's events (a duration, or off; env BILLSYNC_EVENTS_POLL; default 1m; one replica polls at a time; needs STRIPE_API_KEY); see docs/events-feed.md", func(v string) error {
+		c.eventsPollErr = nil
+		return c.setEventsPoll(v)
+	})
+	fs.DurationVar(&c.EventsOverlap, "events-overlap", reconcile.DefaultFeedOverlap,
+		"how far before its cursor each events poll lists again: Stripe may list an event a little after its created time")
+	c.StripeEndpointID = getenv("STRIPE_WEBHOOK_ENDPOINT_ID")
 	fs.StringVar(&c.SweepSchedule, "sweep-schedule", cmp.Or(getenv("BILLSYNC_SWEEP_SCHEDULE"), defaultSweepSchedule),
 		"when to sweep: a five-field cron spec in UTC, or off (env BILLSYNC_SWEEP_SCHEDULE; one replica sweeps at a time; needs -workers > 0)")
 }
+
+// setEventsPoll reads -events-poll: a positive duration, or off.
+func (c *config) setEventsPoll(v string) error {
+	if v == "off" {
+		c.EventsPoll = 0
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return fmt.Errorf("BILLSYNC_EVENTS_POLL / -events-poll %q: want a positive duration like 1m, or off", v)
+	}
+	c.EventsPoll = d
+	return nil
+}
+
+// feedOn reports whether serve runs the Stripe events feed.
+func (c *config) feedOn() bool { return c.EventsPoll > 0 && c.StripeAPIKey != "" }
 
 // bindReconcile registers the flags of every command that reconciles
 // (serve, resync, replay): they must read the provider and the plans alike.
@@ -188,14 +225,20 @@ func (c *config) validateServe() error {
 	if _, err := parseSweepSchedule(c.SweepSchedule); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.eventsPollErr)
+	if c.EventsOverlap < 0 {
+		errs = append(errs, errors.New("-events-overlap must not be negative"))
+	}
 	return errors.Join(errs...)
 }
 
 // validateStripe checks the Stripe side of serve's configuration.
 func (c *config) validateStripe() []error {
 	var errs []error
-	if len(c.StripeWebhookSecrets) == 0 {
-		errs = append(errs, errors.New("STRIPE_WEBHOOK_SECRET is not set: billsync cannot verify Stripe webhooks without it (comma-separate several to rotate; or set STRIPE_WEBHOOK_SECRET_FILE)"))
+	// Without a webhook secret, Stripe runs on the events feed alone
+	// (webhook-free mode): that needs the API key and the feed on.
+	if len(c.StripeWebhookSecrets) == 0 && !c.feedOn() {
+		errs = append(errs, errors.New("STRIPE_WEBHOOK_SECRET is not set: billsync cannot verify Stripe webhooks without it (comma-separate several to rotate; or set STRIPE_WEBHOOK_SECRET_FILE); or run on the events feed alone: STRIPE_API_KEY set and -events-poll not off"))
 	}
 	for _, s := range c.StripeWebhookSecrets {
 		if !strings.HasPrefix(s, "whsec_") {

@@ -154,14 +154,17 @@ func TestKindeConfiguration(t *testing.T) {
 		set  func(*config)
 		want []string // empty: valid
 	}{
-		"KindeOnly":   {kindeOn, nil},
-		"StripeOnly":  {func(c *config) { c.StripeWebhookSecrets, c.StripeAPIKey = []string{"whsec_a"}, "sk_test_a" }, nil},
-		"Both":        {func(c *config) { kindeOn(c); c.StripeWebhookSecrets, c.StripeAPIKey = []string{"whsec_a"}, "sk_test_a" }, nil},
-		"ErrNeither":  {func(*config) {}, []string{"no provider is configured", "STRIPE_WEBHOOK_SECRET is not set"}},
-		"ErrHalf":     {func(c *config) { c.KindeDomain = "https://acme.kinde.com" }, []string{"half a Kinde configuration: KINDE_CLIENT_ID, KINDE_CLIENT_SECRET not set"}},
-		"ErrNoDomain": {func(c *config) { kindeOn(c); c.KindeDomain = "" }, []string{"KINDE_DOMAIN not set"}},
-		"ErrDomain":   {func(c *config) { kindeOn(c); c.KindeDomain = "acme.kinde.com" }, []string{`KINDE_DOMAIN "acme.kinde.com"`}},
-		"ErrRate":     {func(c *config) { kindeOn(c); c.KindeRateLimit = 0 }, []string{"-kinde-rate must be positive"}},
+		"KindeOnly":  {kindeOn, nil},
+		"StripeOnly": {func(c *config) { c.StripeWebhookSecrets, c.StripeAPIKey = []string{"whsec_a"}, "sk_test_a" }, nil},
+		"Both":       {func(c *config) { kindeOn(c); c.StripeWebhookSecrets, c.StripeAPIKey = []string{"whsec_a"}, "sk_test_a" }, nil},
+		"ErrNeither": {func(*config) {}, []string{"no provider is configured", "STRIPE_WEBHOOK_SECRET is not set"}},
+		// Webhook-free: the events feed alone is a Stripe signal.
+		"StripeFeedOnly": {func(c *config) { c.StripeAPIKey, c.EventsPoll = "sk_test_a", time.Minute }, nil},
+		"ErrFeedOff":     {func(c *config) { c.StripeAPIKey = "sk_test_a" }, []string{"STRIPE_WEBHOOK_SECRET is not set", "-events-poll not off"}},
+		"ErrHalf":        {func(c *config) { c.KindeDomain = "https://acme.kinde.com" }, []string{"half a Kinde configuration: KINDE_CLIENT_ID, KINDE_CLIENT_SECRET not set"}},
+		"ErrNoDomain":    {func(c *config) { kindeOn(c); c.KindeDomain = "" }, []string{"KINDE_DOMAIN not set"}},
+		"ErrDomain":      {func(c *config) { kindeOn(c); c.KindeDomain = "acme.kinde.com" }, []string{`KINDE_DOMAIN "acme.kinde.com"`}},
+		"ErrRate":        {func(c *config) { kindeOn(c); c.KindeRateLimit = 0 }, []string{"-kinde-rate must be positive"}},
 		// Stripe half set next to Kinde is still an error, not ignored.
 		"ErrStripeHalf": {func(c *config) { kindeOn(c); c.StripeWebhookSecrets = []string{"whsec_a"} }, []string{"STRIPE_API_KEY is not set"}},
 	}

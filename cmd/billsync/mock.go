@@ -54,7 +54,11 @@ Runs a stateful fake Stripe that speaks the real REST API (form-encoded
 requests, Stripe-Version honoured) and sends signed webhooks, with fault
 knobs. Control endpoints (no key): /_mock/faults, /_mock/clock/advance,
 /_mock/deliveries, /_mock/reset, /_mock/customers/{id}/card,
-/_mock/dunning, /_mock/event_destinations (see mocks/stripe/control.go).
+/_mock/dunning, /_mock/event_destinations, /_mock/events/list_lag (events
+appear in GET /v1/events N s after creation), and
+/_mock/webhook_endpoints/{id}/disable (Stripe disables an endpoint) (see
+mocks/stripe/control.go). GET /v1/events lists the last 30 days;
+/v1/webhook_endpoints creates, lists, retrieves and updates endpoints.
 
 Next to it, a fake Kinde (-kinde-addr): its webhook key set at
 /.well-known/jwks, M2M tokens at /oauth2/token, the billing agreements

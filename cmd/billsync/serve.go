@@ -57,6 +57,7 @@ one must be. Each secret also as *_FILE; see README.md.`)
 	}
 	metrics := server.NewMetrics(queueDepth(st), logger)
 	metrics.CollectSweeps(st.SweepStats, logger)
+	metrics.CollectFeeds(st.FeedStates, logger)
 
 	// Workers stop with the server, whether by signal or by a listen error:
 	// their context ends at the signal, the HTTP drain starts with it, and
@@ -102,11 +103,20 @@ one must be. Each secret also as *_FILE; see README.md.`)
 		}
 		verifiers = append(verifiers, kindeVerifier)
 	}
+	if cfg.feedOn() && provs.stripe != nil {
+		feed, err := newStripeFeed(cfg, st, provs.stripe, logger)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); feed.Run(ctx) }()
+	}
 	var intakes []string
 	for _, v := range verifiers {
 		intakes = append(intakes, v.Provider())
 	}
-	logger.Info("providers on", "intake", strings.Join(intakes, ", "), "fetch", provs.names(), "workers", cfg.Workers)
+	logger.Info("providers on", "intake", strings.Join(intakes, ", "), "fetch", provs.names(), "workers", cfg.Workers,
+		"events_feed", eventsFeedSetting(cfg))
 	if cfg.Workers > 0 {
 		worker, err := reconcile.NewWorker(reconcile.WorkerConfig{
 			Name: workerName(), Store: st, Providers: provs.list(), Plans: plans,
@@ -166,6 +176,31 @@ one must be. Each secret also as *_FILE; see README.md.`)
 		}
 	}
 	return listenAndServe(ctx, cfg.Addr, srv, cfg.ShutdownTimeout, stdout, logger, stopWorkers, intakes...)
+}
+
+// newStripeFeed builds the Stripe events feed. The webhook endpoint's
+// status is read on each poll when webhooks are expected (a webhook
+// secret is set) or STRIPE_WEBHOOK_ENDPOINT_ID names the endpoint.
+func newStripeFeed(cfg config, st *store.Store, client *stripe.Client, logger *slog.Logger) (*reconcile.Feed, error) {
+	fc := reconcile.FeedConfig{
+		Provider: stripe.Provider, Source: client, Store: st,
+		Interval: cfg.EventsPoll, Overlap: cfg.EventsOverlap, Logger: logger,
+	}
+	if len(cfg.StripeWebhookSecrets) > 0 || cfg.StripeEndpointID != "" {
+		fc.Endpoint = stripe.Endpoint{Client: client, ID: cfg.StripeEndpointID}
+	}
+	return reconcile.NewFeed(fc)
+}
+
+// eventsFeedSetting says how the events feed runs, for the start-up log.
+func eventsFeedSetting(cfg config) string {
+	switch {
+	case !cfg.feedOn():
+		return "off"
+	case len(cfg.StripeWebhookSecrets) == 0:
+		return "every " + cfg.EventsPoll.String() + " (webhook-free: the only Stripe signal)"
+	}
+	return "every " + cfg.EventsPoll.String()
 }
 
 // queueDepth adapts the store for the metrics' queue gauge.

@@ -57,6 +57,9 @@ func startBillsync(t *testing.T, dataDir, addr string, env ...string) *billsyncP
 		"BILLSYNC_TEST_ARGS=serve -workers 0 -addr "+addr+" -data-dir "+dataDir,
 		"DATABASE_URL=",
 		"STRIPE_WEBHOOK_SECRET=whsec_serve_test",
+		// The events feed is a second signal: off unless a test asks for
+		// it, so a test's customers reach billsync only as it says.
+		"BILLSYNC_EVENTS_POLL=off",
 	)
 	cmd.Env = append(cmd.Env, env...)
 	p := &billsyncProc{cmd: cmd, exited: make(chan struct{}), logs: &syncBuffer{}}

@@ -2,6 +2,7 @@ package stripe_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -20,9 +21,12 @@ import (
 var t0 = time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
 
 // stoppedFake is a fake on a clock that moves only with Advance.
+// Its events list keeps every event (unless opts says otherwise): these
+// tests advance the clock by months and read the history.
 func stoppedFake(t *testing.T, opts stripemock.Options) *fake {
 	t.Helper()
 	opts.Clock = stripemock.NewStoppedClock(t0)
+	opts.EventsKept = cmp.Or(opts.EventsKept, -1)
 	return newFake(t, opts)
 }
 

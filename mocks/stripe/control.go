@@ -23,10 +23,29 @@ import (
 //	POST /_mock/dunning                    {"retries":["72h","120h"],"final":"unpaid"}: failed-payment setting
 //	POST /_mock/event_destinations         {"url":…,"types":["v1.customer.subscription.updated"]}:
 //	                                       a thin-event destination; answers its secret
+//	POST /_mock/events/list_lag            {"seconds":N}: events appear in GET /v1/events N s after creation
+//	POST /_mock/webhook_endpoints/{id}/disable
+//	                                       Stripe disables the endpoint (as after days of failures)
 //	POST /_mock/reset                      forget customers, subscriptions, invoices, events and
 //	                                       deliveries; prices and webhook endpoints stay
 func (s *Server) controlRoutes() {
 	m := s.control
+	m.HandleFunc("POST /_mock/events/list_lag", func(w http.ResponseWriter, r *http.Request) {
+		lag, err := decodeSeconds(r)
+		if err != nil {
+			controlError(w, err)
+			return
+		}
+		s.SetEventListLag(lag)
+		controlJSON(w, http.StatusOK, map[string]float64{"seconds": lag.Seconds()})
+	})
+	m.HandleFunc("POST /_mock/webhook_endpoints/{id}/disable", func(w http.ResponseWriter, r *http.Request) {
+		if !s.DisableWebhookEndpoint(r.PathValue("id")) {
+			controlJSON(w, http.StatusNotFound, map[string]string{"error": "no such webhook endpoint"})
+			return
+		}
+		controlJSON(w, http.StatusOK, map[string]any{"id": r.PathValue("id"), "status": "disabled"})
+	})
 	m.HandleFunc("GET /_mock/faults", func(w http.ResponseWriter, r *http.Request) {
 		controlJSON(w, http.StatusOK, s.Faults())
 	})
@@ -47,18 +66,12 @@ func (s *Server) controlRoutes() {
 		controlJSON(w, http.StatusOK, clockJSON(s.clock.Now()))
 	})
 	m.HandleFunc("POST /_mock/clock/advance", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Seconds float64 `json:"seconds"`
-		}
-		if err := decodeBody(r, &req); err != nil {
+		d, err := decodeSeconds(r)
+		if err != nil {
 			controlError(w, err)
 			return
 		}
-		if req.Seconds < 0 {
-			controlError(w, errors.New("seconds must not be negative"))
-			return
-		}
-		controlJSON(w, http.StatusOK, clockJSON(s.clock.Advance(time.Duration(req.Seconds*float64(time.Second)))))
+		controlJSON(w, http.StatusOK, clockJSON(s.clock.Advance(d)))
 	})
 	m.HandleFunc("GET /_mock/deliveries", func(w http.ResponseWriter, r *http.Request) {
 		controlJSON(w, http.StatusOK, map[string]any{"deliveries": s.Deliveries()})
@@ -172,4 +185,19 @@ func controlError(w http.ResponseWriter, err error) {
 		return
 	}
 	controlJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]string{"message": err.Error()}})
+}
+
+// decodeSeconds reads a control body {"seconds":N}: a duration, not
+// negative.
+func decodeSeconds(r *http.Request) (time.Duration, error) {
+	var req struct {
+		Seconds float64 `json:"seconds"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		return 0, err
+	}
+	if req.Seconds < 0 {
+		return 0, errors.New("seconds must not be negative")
+	}
+	return time.Duration(req.Seconds * float64(time.Second)), nil
 }

@@ -1,6 +1,10 @@
 package stripe
 
-import "strconv"
+import (
+	"math"
+	"strconv"
+	"time"
+)
 
 // event keeps the object as it was when the event happened (and its
 // previous state for *.updated) so it can be rendered in any API version:
@@ -16,6 +20,7 @@ type event struct {
 	Previous        any // same type as Object, or nil
 	PendingWebhooks int // endpoints that have not accepted it yet
 	delivered       map[string]bool
+	listedAt        time.Time // when it appears in the events list, by the fake's clock (list lag)
 }
 
 func (e *event) id() string { return e.ID }
@@ -48,7 +53,8 @@ func (s *Server) renderEvent(e *event, version string) obj {
 // emit records an event and schedules its webhook deliveries. c is nil for
 // events the fake makes by itself (renewals): their request id is null.
 func (s *Server) emit(c *call, created int64, typ string, object, previous any) {
-	e := &event{ID: newID("evt"), Type: typ, Created: created, Object: object, Previous: previous, delivered: map[string]bool{}}
+	e := &event{ID: newID("evt"), Type: typ, Created: created, Object: object, Previous: previous, delivered: map[string]bool{},
+		listedAt: s.clock.Now().Add(s.listLag)}
 	if c != nil {
 		e.RequestID, e.IdempotencyKey = c.requestID, c.idemKey
 	}
@@ -84,10 +90,26 @@ func (s *Server) getEvent(c *call) (obj, error) {
 	return s.renderEvent(e, DefaultAPIVersion), nil
 }
 
+// EventsKept is how far back the events list reaches by default, as at
+// Stripe (Options.EventsKept).
+const EventsKept = 30 * 24 * time.Hour
+
+// SetEventListLag makes each event made from now on appear in the events
+// list lag after its creation (by the fake's clock), as Stripe's list
+// sometimes shows an event a little after its created second; 0 lists it
+// at once. Retrieving the event by id is not delayed.
+func (s *Server) SetEventListLag(lag time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.listLag = lag
+}
+
 // listEvents renders events in the account's version (DefaultAPIVersion),
 // like Stripe, whatever the request's Stripe-Version. Filters: type or
 // types[] (with * wildcards), created (exact or gt/gte/lt/lte), and
-// delivery_success (false: some endpoint has not accepted it yet).
+// delivery_success (false: some endpoint has not accepted it yet). Only
+// the last Options.EventsKept are listed, and an event only once the list lag
+// (SetEventListLag) has passed.
 func (s *Server) listEvents(c *call) (obj, error) {
 	if err := c.form.allow(append(listParams, "type", "types", "created", "delivery_success")...); err != nil {
 		return nil, err
@@ -104,11 +126,19 @@ func (s *Server) listEvents(c *call) (obj, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(types) > 20 {
+		return nil, invalidParam("types", "types may hold at most 20 event types")
+	}
 	if t, ok := c.form.str("type"); ok {
 		types = append(types, t)
 	}
+	oldest := int64(math.MinInt64)
+	if s.eventsKept > 0 {
+		oldest = c.now.Add(-s.eventsKept).Unix()
+	}
 	rows := s.events.newestFirst(func(e *event) bool {
-		if !inRange(e.Created) || (bySuccess && (e.PendingWebhooks == 0) != success) {
+		if !inRange(e.Created) || (bySuccess && (e.PendingWebhooks == 0) != success) ||
+			e.Created < oldest || c.now.Before(e.listedAt) {
 			return false
 		}
 		for _, t := range types {

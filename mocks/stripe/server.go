@@ -54,6 +54,10 @@ type Options struct {
 	TimeFactor float64
 	// Dunning is the account's failed-payment setting; see Dunning.
 	Dunning Dunning
+	// EventsKept is how far back (by the fake's clock) GET /v1/events
+	// lists; default EventsKept, Stripe's 30 days; negative: every event
+	// (for tests that advance the clock by months and read the history).
+	EventsKept time.Duration
 }
 
 // Server is the fake Stripe. It implements http.Handler: /v1/… is the API,
@@ -90,6 +94,8 @@ type Server struct {
 	invoices       table[*invoice]
 	events         table[*event]
 	endpoints      table[*endpoint]
+	listLag        time.Duration // see SetEventListLag
+	eventsKept     time.Duration // see Options.EventsKept; < 0: forever
 	idempotent     map[string]savedResponse
 	idempotentKeys []string // in the order saved, for forgetting the oldest
 	// lastBodySize is the size of the last answer: the next one's buffer
@@ -134,6 +140,7 @@ func New(opts Options) *Server {
 		subsByCustomer: map[string][]*subscription{},
 		outcomes:       map[deliveryKey]string{},
 		dunning:        opts.Dunning.withDefaults(),
+		eventsKept:     cmp.Or(opts.EventsKept, EventsKept),
 		api:            http.NewServeMux(),
 		control:        http.NewServeMux(),
 	}
@@ -190,6 +197,8 @@ func (s *Server) routes() {
 		"GET /v1/events/{id}":               s.getEvent,
 		"POST /v1/webhook_endpoints":        s.createEndpoint,
 		"GET /v1/webhook_endpoints":         s.listEndpoints,
+		"GET /v1/webhook_endpoints/{id}":    s.getEndpoint,
+		"POST /v1/webhook_endpoints/{id}":   s.updateEndpoint,
 		"DELETE /v1/webhook_endpoints/{id}": s.deleteEndpoint,
 		"/":                                 s.unknownRoute,
 	}

@@ -313,6 +313,25 @@ func (c *Client) get(ctx context.Context, path string, q url.Values) ([]byte, er
 	if err != nil {
 		return nil, err
 	}
+	return c.do(req)
+}
+
+// post sends a form-encoded POST (a create or an update) with an
+// Idempotency-Key, so a retried attempt is not applied twice, and returns
+// the answer's body as get does.
+func (c *Client) post(ctx context.Context, path string, form url.Values, idempotencyKey string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+path, strings.NewReader(form.Encode()))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Idempotency-Key", idempotencyKey)
+	return c.do(req)
+}
+
+// do sends req with billsync's headers and reads the answer: the body of a
+// 200, an *apiError for any other status.
+func (c *Client) do(req *http.Request) ([]byte, error) {
 	req.Header.Set("Authorization", "Bearer "+c.apiKey)
 	req.Header.Set("Stripe-Version", APIVersion)
 	req.Header.Set("User-Agent", userAgent)

@@ -238,6 +238,33 @@ func TestCompatStripeMock(t *testing.T) {
 		require.Equal(t, "/v1/invoices/obj_compat", reqs[2].path)
 	})
 
+	t.Run("EventsFeedAndEndpoints", func(t *testing.T) {
+		// The feed's list (created[gte], types[], limit, starting_after), the
+		// endpoint reads, setup's create or update, and check's reads are
+		// all requests Stripe's spec accepts.
+		ctx := context.Background()
+		page, err := c.ListEvents(ctx, time.Unix(1764500000, 0), "")
+		require.NoError(t, err)
+		if page.Next != "" {
+			_, err = c.ListEvents(ctx, time.Unix(1764500000, 0), page.Next)
+			require.NoError(t, err)
+		}
+		eps, err := c.WebhookEndpoints(ctx)
+		require.NoError(t, err)
+		require.NotEmpty(t, eps)
+		_, _, err = stripe.Endpoint{Client: c, ID: eps[0].ID}.WebhookEndpoint(ctx)
+		require.NoError(t, err)
+		_, _, err = c.SetupEndpoint(ctx, "https://billing.example.com/webhooks/stripe") // no such URL: a create
+		require.NoError(t, err)
+		_, _, err = c.SetupEndpoint(ctx, eps[0].URL) // the fixture's URL: an update
+		require.NoError(t, err)
+		require.Empty(t, c.CheckAccess(ctx))
+		for _, r := range m.seen() {
+			require.Equal(t, http.StatusOK, r.status, "stripe-mock refused %s %s?%s", r.method, r.path, r.query)
+			require.Equal(t, stripe.APIVersion, r.version)
+		}
+	})
+
 	t.Run("MockRejectsInvalidParameters", func(t *testing.T) {
 		// The check above can fail: stripe-mock does refuse what Stripe would.
 		req, err := http.NewRequest(http.MethodGet, m.URL+"/v1/subscriptions?status=bogus&limit=100", nil)

@@ -76,6 +76,7 @@ type ReceiptRow struct {
 	DeliveryID string
 	RemoteAddr string
 	Duplicate  bool
+	Source     string // webhook or feed
 }
 
 // Receipts returns every receipt.
@@ -83,8 +84,8 @@ func Receipts(t TB, st *store.Store) []ReceiptRow {
 	t.Helper()
 	return collect(t, st, func(r pgx.CollectableRow) (ReceiptRow, error) {
 		var x ReceiptRow
-		return x, r.Scan(&x.EventID, &x.DeliveryID, &x.RemoteAddr, &x.Duplicate)
-	}, `SELECT event_id, coalesce(delivery_id, ''), coalesce(remote_addr, ''), duplicate FROM receipts ORDER BY id`)
+		return x, r.Scan(&x.EventID, &x.DeliveryID, &x.RemoteAddr, &x.Duplicate, &x.Source)
+	}, `SELECT event_id, coalesce(delivery_id, ''), coalesce(remote_addr, ''), duplicate, source FROM receipts ORDER BY id`)
 }
 
 // QueueRow is a reconcile_queue row.

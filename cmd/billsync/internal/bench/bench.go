@@ -58,7 +58,7 @@ type Config struct {
 	// PoolConns is the bench pools' size; 0 = what serve gets on the same
 	// URL (its pool_max_conns, else pgx's default: max(4, CPUs)).
 	PoolConns int
-	// Only, when set (intake, drain or sweep), runs that part alone.
+	// Only, when set (intake, drain, sweep or heal), runs that part alone.
 	Only string
 	// SweepParallel is how many list requests the sweeps keep in flight;
 	// default reconcile.DefaultSweepParallel.
@@ -126,8 +126,8 @@ func (c Config) Validate() error {
 	if c.SweepAccounts < 100 {
 		errs = append(errs, errors.New("-sweep-accounts must be 100 or more"))
 	}
-	if c.Only != "" && c.Only != "intake" && c.Only != "drain" && c.Only != "sweep" {
-		errs = append(errs, errors.New("-only must be intake, drain or sweep"))
+	if c.Only != "" && c.Only != "intake" && c.Only != "drain" && c.Only != "sweep" && c.Only != "heal" {
+		errs = append(errs, errors.New("-only must be intake, drain, sweep or heal"))
 	}
 	if c.Workers < 1 || c.Batch < 1 || c.Latency < 0 || c.RateLimit <= 0 || c.PoolConns < 0 {
 		errs = append(errs, errors.New("-workers and -batch must be 1 or more, -latency and -pool-conns not negative, -rate positive"))
@@ -161,6 +161,7 @@ func Run(ctx context.Context, databaseURL string, cfg Config) (Report, error) {
 		{"intake", func(st *store.Store) (err error) { rep.Intake, err = runIntake(ctx, st, cfg); return err }},
 		{"drain", func(st *store.Store) (err error) { rep.Drain, err = runDrain(ctx, st, cfg); return err }},
 		{"sweep", func(st *store.Store) (err error) { rep.Sweep, err = runSweep(ctx, st, cfg); return err }},
+		{"heal", func(st *store.Store) (err error) { rep.Heal, err = runHeal(ctx, st, cfg); return err }},
 	}
 	for _, part := range parts {
 		if cfg.Only != "" && cfg.Only != part.name {

@@ -238,7 +238,7 @@ func TestBenchQuick(t *testing.T) {
 	require.Equal(t, scratch.MaxConns(probe), rep.PoolConns, "the bench's pools are serve's size")
 	require.Len(t, rep.Intake, 2)
 	require.Equal(t, "intake throughput / ceiling, 4 senders", rep.Targets[0].Name)
-	require.Len(t, rep.Targets, 8)
+	require.Len(t, rep.Targets, 9)
 	require.Equal(t, 300, rep.Sweep.Accounts)
 	require.Equal(t, 3, rep.Sweep.Drifted, "1% of the accounts drifted")
 	require.Equal(t, rep.Sweep.Drifted, rep.Sweep.Healed, "the sweep healed exactly the drifted accounts")
@@ -252,7 +252,13 @@ func TestBenchQuick(t *testing.T) {
 	require.Positive(t, p.PeakRSSMiB, "the child's peak RSS was read")
 	require.LessOrEqual(t, p.ListCalls, int64(4), "300 accounts in pages of 100, and one call to find the end")
 	require.Positive(t, p.WallRatio)
-	require.Equal(t, "billsync sweep peak RSS, 300 accounts", rep.Targets[len(rep.Targets)-1].Name)
+	require.Equal(t, "billsync sweep peak RSS, 300 accounts", rep.Targets[len(rep.Targets)-2].Name)
+	// Every change of the heal part's second half was caught by the feed:
+	// no webhook brought it.
+	require.Equal(t, healChanges, rep.Heal.Changes)
+	require.GreaterOrEqual(t, rep.Heal.FeedCaught, int64(healChanges))
+	require.Positive(t, rep.Heal.Feed.P99Ms)
+	require.Equal(t, "heal p99, every webhook lost (events feed alone)", rep.Targets[len(rep.Targets)-1].Name)
 }
 
 // TestReportPrintsMiss: the table names each target and says MISS plainly

@@ -1,0 +1,308 @@
+package reconcile
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// The events feed is a second signal beside webhooks: on one replica at a
+// time, every interval, it lists the provider's events created since its
+// cursor (less an overlap window, because a list may show an event a
+// little after its creation time) and stores each one through the intake's
+// own call (Inbox.StoreDelivery), so an event is one row whatever brought
+// it, with a receipt per source, and its customer is queued like a
+// webhook's. An event the feed stores before any webhook did is a webhook
+// that was late or lost: it is counted as caught.
+//
+// The cursor moves only past stored events, and only once a whole listing
+// is stored: a crash between a page and the cursor write lists that page
+// again (its events are already stored: nothing doubles), never skips one.
+
+// FeedEvent is one listed event.
+type FeedEvent struct {
+	Event Event
+	// Undelivered: the provider has not delivered it to every webhook
+	// endpoint yet (Stripe's pending_webhooks > 0, delivery_success=false).
+	Undelivered bool
+}
+
+// FeedPage is one page of a listing, newest first.
+type FeedPage struct {
+	Events []FeedEvent
+	// Next is the cursor of the next (older) page; "" when none.
+	Next string
+}
+
+// EventSource lists a provider's events. *stripe.Client is one.
+type EventSource interface {
+	// ListEvents returns a page of the events created at or after since,
+	// newest first, from page cursor after ("" the newest).
+	ListEvents(ctx context.Context, since time.Time, after string) (FeedPage, error)
+}
+
+// EndpointChecker reads whether the provider still delivers webhooks.
+type EndpointChecker interface {
+	// WebhookEndpoint returns the endpoint's id and whether the provider
+	// has it enabled. ErrNotFound: no such endpoint.
+	WebhookEndpoint(ctx context.Context) (id string, enabled bool, err error)
+}
+
+// FeedState is what the store keeps of a provider's feed.
+type FeedState struct {
+	Provider string `json:"provider"`
+	// Cursor is the newest event time stored; zero before the first poll.
+	Cursor          time.Time  `json:"cursor"`
+	NewestEventAt   *time.Time `json:"newest_event_at,omitempty"`
+	PolledAt        time.Time  `json:"polled_at"`
+	Polls           int64      `json:"polls"`
+	Caught          int64      `json:"caught"`
+	Undelivered     int        `json:"undelivered"`
+	EndpointID      string     `json:"endpoint_id,omitempty"`
+	EndpointEnabled *bool      `json:"endpoint_enabled,omitempty"`
+}
+
+// FeedPoll is what one poll did, for the store to record with the cursor.
+type FeedPoll struct {
+	Cursor        time.Time // the new cursor (the old one when nothing newer was stored)
+	NewestEventAt time.Time // zero: no event listed
+	Caught        int       // events stored before any webhook
+	Undelivered   int       // listed events the provider had not delivered
+	// EndpointID and EndpointEnabled are the webhook endpoint's health;
+	// EndpointChecked false leaves what was recorded.
+	EndpointChecked bool
+	EndpointID      string
+	EndpointEnabled bool
+}
+
+// FeedStore is what the feed needs of the store.
+type FeedStore interface {
+	Inbox
+	Now(ctx context.Context) (time.Time, error)
+	// FeedLock takes the provider's feed lock (a session lock: it dies
+	// with a crashed poller's connection); ok false when another holds it.
+	FeedLock(ctx context.Context, provider string) (unlock func(), ok bool, err error)
+	// FeedState returns the provider's feed state; ErrNotFound before the
+	// first poll.
+	FeedState(ctx context.Context, provider string) (FeedState, error)
+	// FeedStored returns which of the dedupe keys the feed has stored
+	// already (a receipt from the feed).
+	FeedStored(ctx context.Context, provider string, keys []string) (map[string]bool, error)
+	// SaveFeedPoll records a finished poll: the cursor and the health.
+	SaveFeedPoll(ctx context.Context, provider string, p FeedPoll) error
+}
+
+// Feed defaults.
+const (
+	DefaultFeedInterval = time.Minute
+	// DefaultFeedOverlap is how far before its cursor each poll lists
+	// again: Stripe may show an event in its list a little after the
+	// event's created second.
+	DefaultFeedOverlap = 2 * time.Minute
+)
+
+// FeedConfig configures a Feed.
+type FeedConfig struct {
+	Provider string
+	Source   EventSource
+	Store    FeedStore
+	// Endpoint, when set, is read on each poll; a disabled endpoint is an
+	// alert.
+	Endpoint EndpointChecker
+	Interval time.Duration // default DefaultFeedInterval
+	Overlap  time.Duration // default DefaultFeedOverlap
+	// Start is how far back the very first poll lists; default Overlap.
+	Start  time.Duration
+	Logger *slog.Logger
+}
+
+// Feed polls a provider's events list. Run it on every replica: the lock
+// lets one poll at a time.
+type Feed struct {
+	cfg FeedConfig
+	log *slog.Logger
+}
+
+// NewFeed checks cfg and returns a Feed.
+func NewFeed(cfg FeedConfig) (*Feed, error) {
+	if cfg.Provider == "" || cfg.Source == nil || cfg.Store == nil {
+		return nil, errors.New("events feed: provider, source and store are required")
+	}
+	if cfg.Interval < 0 || cfg.Overlap < 0 || cfg.Start < 0 {
+		return nil, errors.New("events feed: interval, overlap and start must not be negative")
+	}
+	cfg.Interval = cmp.Or(cfg.Interval, DefaultFeedInterval)
+	cfg.Overlap = cmp.Or(cfg.Overlap, DefaultFeedOverlap)
+	cfg.Start = cmp.Or(cfg.Start, cfg.Overlap)
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	return &Feed{cfg: cfg, log: log.With(slog.String("provider", cfg.Provider))}, nil
+}
+
+// Run polls at once and then every interval until ctx ends. A failed poll
+// is logged and tried again at the next tick: the cursor has not moved.
+func (f *Feed) Run(ctx context.Context) {
+	t := time.NewTicker(f.cfg.Interval)
+	defer t.Stop()
+	for {
+		res, err := f.Poll(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, ErrFeedBusy):
+			f.log.DebugContext(ctx, "events poll skipped: another replica is polling")
+		case err != nil:
+			f.log.WarnContext(ctx, "events poll failed; the next poll lists from the same cursor", slog.Any("error", err))
+		default:
+			f.log.DebugContext(ctx, "events polled", slog.Int("listed", res.Listed), slog.Int("stored", res.Stored),
+				slog.Int("caught", res.Caught), slog.Time("cursor", res.Cursor))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// ErrFeedBusy: another replica holds the feed lock.
+var ErrFeedBusy = errors.New("events feed: another replica is polling")
+
+// PollResult is what one poll did.
+type PollResult struct {
+	Listed, Stored, Caught int
+	Cursor                 time.Time
+}
+
+// Poll lists and stores once, under the feed lock.
+func (f *Feed) Poll(ctx context.Context) (PollResult, error) {
+	unlock, ok, err := f.cfg.Store.FeedLock(ctx, f.cfg.Provider)
+	if err != nil {
+		return PollResult{}, err
+	}
+	if !ok {
+		return PollResult{}, ErrFeedBusy
+	}
+	defer unlock()
+	return f.poll(ctx)
+}
+
+func (f *Feed) poll(ctx context.Context) (PollResult, error) {
+	st := f.cfg.Store
+	now, err := st.Now(ctx)
+	if err != nil {
+		return PollResult{}, err
+	}
+	state, err := st.FeedState(ctx, f.cfg.Provider)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		state.Cursor = now.Add(-f.cfg.Start + f.cfg.Overlap)
+	case err != nil:
+		return PollResult{}, err
+	}
+	res := PollResult{Cursor: state.Cursor}
+	var rec FeedPoll
+	since := state.Cursor.Add(-f.cfg.Overlap)
+	// Every page is stored before the next is read, and the cursor is
+	// written once the listing is done: a crash re-reads, never skips.
+	for after := ""; ; {
+		page, err := f.cfg.Source.ListEvents(ctx, since, after)
+		if err != nil {
+			return res, fmt.Errorf("list %s events since %s: %w", f.cfg.Provider, since.Format(time.RFC3339), err)
+		}
+		if err := f.store(ctx, page, &res, &rec); err != nil {
+			return res, err
+		}
+		if after = page.Next; after == "" {
+			break
+		}
+	}
+	rec.Cursor, rec.Caught = res.Cursor, res.Caught
+	if f.cfg.Endpoint != nil {
+		f.checkEndpoint(ctx, &rec)
+	}
+	if err := st.SaveFeedPoll(ctx, f.cfg.Provider, rec); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// store stores a page's events the feed has not stored yet, through the
+// intake's call, and moves res.Cursor to the newest event time stored.
+func (f *Feed) store(ctx context.Context, page FeedPage, res *PollResult, rec *FeedPoll) error {
+	keys := make([]string, 0, len(page.Events))
+	for _, e := range page.Events {
+		keys = append(keys, e.Event.DedupeKey)
+	}
+	stored, err := f.cfg.Store.FeedStored(ctx, f.cfg.Provider, keys)
+	if err != nil {
+		return err
+	}
+	for _, e := range page.Events {
+		res.Listed++
+		if e.Undelivered {
+			rec.Undelivered++
+		}
+		if t := e.Event.Time; t.After(rec.NewestEventAt) {
+			rec.NewestEventAt = t
+		}
+		if !stored[e.Event.DedupeKey] {
+			st, err := f.cfg.Store.StoreDelivery(ctx, Delivery{Event: e.Event, Source: SourceFeed})
+			if err != nil {
+				return fmt.Errorf("store %s event %s from the feed: %w", f.cfg.Provider, e.Event.EventID, err)
+			}
+			stored[e.Event.DedupeKey] = true
+			res.Stored++
+			if !st.Duplicate {
+				// No webhook brought it before the feed: late or lost.
+				res.Caught++
+				f.log.InfoContext(ctx, "events feed caught an event no webhook had brought",
+					slog.String("event", e.Event.EventID), slog.String("type", e.Event.Type),
+					slog.String("customer", e.Event.CustomerID))
+			}
+		}
+		if t := e.Event.Time; t.After(res.Cursor) {
+			res.Cursor = t
+		}
+	}
+	return nil
+}
+
+// checkEndpoint reads the webhook endpoint's status into rec; a disabled
+// endpoint is an alert (the provider sends nothing until it is enabled
+// again: the feed is the only signal). A failed read is logged and leaves
+// the recorded status as it was.
+func (f *Feed) checkEndpoint(ctx context.Context, rec *FeedPoll) {
+	id, enabled, err := f.cfg.Endpoint.WebhookEndpoint(ctx)
+	if err != nil {
+		f.log.WarnContext(ctx, "events feed: read the webhook endpoint", slog.Any("error", err))
+		return
+	}
+	rec.EndpointChecked, rec.EndpointID, rec.EndpointEnabled = true, id, enabled
+	if !enabled {
+		f.log.ErrorContext(ctx, "ALERT: the provider has disabled the webhook endpoint; billsync hears of changes only through the events feed until it is enabled again",
+			slog.String("endpoint", id))
+	}
+}
+
+// NewestEvent is NewestEventAt, the zero time when no event was seen.
+func (s FeedState) NewestEvent() time.Time {
+	if s.NewestEventAt == nil {
+		return time.Time{}
+	}
+	return *s.NewestEventAt
+}
+
+// EndpointStatus says what the last poll read of the webhook endpoint:
+// enabled, disabled, or "not read" (webhook-free, or no read yet).
+func (s FeedState) EndpointStatus() string {
+	switch {
+	case s.EndpointEnabled == nil:
+		return "not read"
+	case *s.EndpointEnabled:
+		return "enabled"
+	}
+	return "disabled"
+}

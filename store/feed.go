@@ -1,0 +1,114 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/billsync/billsync/reconcile"
+)
+
+// FeedLock takes the session advisory lock that lets one events feed of
+// provider poll at a time across every replica (see SweepLock).
+func (s *Store) FeedLock(ctx context.Context, provider string) (unlock func(), ok bool, err error) {
+	return s.sessionLock(ctx, "billsync.feed."+provider)
+}
+
+// FeedState returns provider's feed state; reconcile.ErrNotFound before its
+// first poll.
+func (s *Store) FeedState(ctx context.Context, provider string) (reconcile.FeedState, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	st := reconcile.FeedState{Provider: provider}
+	var endpoint *string
+	err := s.pool.QueryRow(ctx, `
+		SELECT cursor_at, newest_event_at, polled_at, polls, caught, undelivered, endpoint_id, endpoint_enabled
+		FROM events_feed WHERE provider = $1`, provider).
+		Scan(&st.Cursor, &st.NewestEventAt, &st.PolledAt, &st.Polls, &st.Caught, &st.Undelivered, &endpoint, &st.EndpointEnabled)
+	if err != nil {
+		return reconcile.FeedState{}, fmt.Errorf("read %s feed state: %w", provider, classify(err))
+	}
+	if endpoint != nil {
+		st.EndpointID = *endpoint
+	}
+	return st, nil
+}
+
+// FeedStates returns every provider's feed state (metrics, console).
+func (s *Store) FeedStates(ctx context.Context) ([]reconcile.FeedState, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `
+		SELECT provider, cursor_at, newest_event_at, polled_at, polls, caught, undelivered, coalesce(endpoint_id, ''), endpoint_enabled
+		FROM events_feed ORDER BY provider`)
+	if err != nil {
+		return nil, fmt.Errorf("read feed states: %w", classify(err))
+	}
+	defer rows.Close()
+	var out []reconcile.FeedState
+	for rows.Next() {
+		var st reconcile.FeedState
+		if err := rows.Scan(&st.Provider, &st.Cursor, &st.NewestEventAt, &st.PolledAt, &st.Polls, &st.Caught,
+			&st.Undelivered, &st.EndpointID, &st.EndpointEnabled); err != nil {
+			return nil, fmt.Errorf("read feed states: %w", classify(err))
+		}
+		out = append(out, st)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read feed states: %w", classify(err))
+	}
+	return out, nil
+}
+
+// FeedStored returns which of keys (dedupe keys of provider's events) the
+// feed has stored already: the event has a receipt from the feed.
+func (s *Store) FeedStored(ctx context.Context, provider string, keys []string) (map[string]bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	stored := make(map[string]bool, len(keys))
+	if len(keys) == 0 {
+		return stored, nil
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT e.dedupe_key FROM inbox_events e
+		WHERE e.provider = $1 AND e.dedupe_key = ANY($2)
+		  AND EXISTS (SELECT 1 FROM receipts r WHERE r.event_id = e.id AND r.source = 'feed')`, provider, keys)
+	if err != nil {
+		return nil, fmt.Errorf("read events the %s feed stored: %w", provider, classify(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key string
+		if err := rows.Scan(&key); err != nil {
+			return nil, fmt.Errorf("read events the %s feed stored: %w", provider, classify(err))
+		}
+		stored[key] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read events the %s feed stored: %w", provider, classify(err))
+	}
+	return stored, nil
+}
+
+// SaveFeedPoll records a finished poll of provider's feed: its cursor, and
+// its health (the webhook endpoint's status only when it was read).
+func (s *Store) SaveFeedPoll(ctx context.Context, provider string, p reconcile.FeedPoll) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	_, err := s.pool.Exec(ctx, `
+		INSERT INTO events_feed AS f (provider, cursor_at, newest_event_at, polls, caught, undelivered, endpoint_id, endpoint_enabled)
+		VALUES ($1, $2, $3, 1, $4, $5, CASE WHEN $6 THEN NULLIF($7, '') END, CASE WHEN $6 THEN $8::boolean END)
+		ON CONFLICT (provider) DO UPDATE SET
+			cursor_at        = greatest(f.cursor_at, excluded.cursor_at),
+			newest_event_at  = greatest(f.newest_event_at, excluded.newest_event_at),
+			polled_at        = now(),
+			polls            = f.polls + 1,
+			caught           = f.caught + excluded.caught,
+			undelivered      = excluded.undelivered,
+			endpoint_id      = CASE WHEN $6 THEN excluded.endpoint_id ELSE f.endpoint_id END,
+			endpoint_enabled = CASE WHEN $6 THEN excluded.endpoint_enabled ELSE f.endpoint_enabled END`,
+		provider, p.Cursor, nullTime(p.NewestEventAt), p.Caught, p.Undelivered, p.EndpointChecked, p.EndpointID, p.EndpointEnabled)
+	if err != nil {
+		return fmt.Errorf("record %s feed poll: %w", provider, classify(err))
+	}
+	return nil
+}
