@@ -12,7 +12,6 @@ import (
 	"strings"
 
 	"github.com/billsync/billsync/cmd/billsync/internal/bench"
-	"github.com/billsync/billsync/reconcile"
 )
 
 // benchSenders is the comma-separated -senders flag.
@@ -43,7 +42,7 @@ func (s *benchSenders) Set(v string) error {
 var benchHidden = map[string]bool{
 	"senders": true, "intake-deliveries": true, "rounds": true, "drain-events": true,
 	"customers": true, "workers": true, "batch": true, "latency": true, "rate": true, "pool-conns": true,
-	"sweep-accounts": true, "only": true, "cpuprofile": true, "sweep-parallel": true,
+	"sweep-accounts": true, "only": true, "cpuprofile": true, "sweep-parallel": true, "baseline-workers": true,
 }
 
 func runBench(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) error {
@@ -94,9 +93,10 @@ flags:`)
 	fs.IntVar(&bc.SweepAccounts, "sweep-accounts", 0, "sweep: accounts at the fake, 1% of them drifted")
 	fs.StringVar(&bc.Only, "only", "", "run one part alone: intake, drain or sweep")
 	fs.StringVar(&bc.CPUProfile, "cpuprofile", "", "write the measured sweep's CPU profile to this file")
-	fs.IntVar(&bc.SweepParallel, "sweep-parallel", reconcile.DefaultSweepParallel, "sweep: list requests in flight (1: one page at a time)")
-	fs.IntVar(&bc.Workers, "workers", 0, "drain: reconcile loops")
-	fs.IntVar(&bc.Batch, "batch", 0, "drain: jobs claimed at once per loop (default: the worker's, reconcile.DefaultBatch)")
+	fs.IntVar(&bc.SweepParallel, "sweep-parallel", 0, "sweep: list requests in flight (0: adapting, serve's default; 1: one page at a time)")
+	fs.IntVar(&bc.Workers, "workers", 0, "drain: the most reconciles in flight (default: serve's -workers)")
+	fs.IntVar(&bc.BaselineWorkers, "baseline-workers", 0, "drain: the baseline measured in the same run, a worker bounded at this many in flight (default 8: serve's old fixed loops; -1 skips it)")
+	fs.IntVar(&bc.Batch, "batch", 0, "drain: claimed jobs kept waiting beyond those in flight, at least (default: the worker's, reconcile.DefaultBatch)")
 	fs.IntVar(&bc.PoolConns, "pool-conns", 0, "database connections of the bench pools (default: as serve gets them)")
 	fs.DurationVar(&bc.Latency, "latency", 0, "drain and sweep: latency the fake adds to every API request")
 	fs.Float64Var(&bc.RateLimit, "rate", 0, "drain: the Stripe client's requests per second")

@@ -141,6 +141,12 @@ type Client struct {
 	userRefKey  string
 	log         *slog.Logger
 	listLimiter *rate.Limiter
+	rate        float64 // Config.RateLimit
+	listRate    float64 // Config.ListRateLimit
+	// latency and listLatency average the round trips of the listing's
+	// requests (pages of 100 subscriptions) apart from the rest (one
+	// customer): they differ, and each sizes its own concurrency.
+	latency, listLatency reconcile.LatencyMeter
 }
 
 var (
@@ -152,7 +158,7 @@ var (
 
 // NewClient validates cfg and returns a Client.
 func NewClient(cfg Config) (*Client, error) {
-	return newClient(cfg, http.DefaultTransport.(*http.Transport).Clone())
+	return newClient(cfg, attempt.NetTransport())
 }
 
 // newClient is NewClient sending each attempt through base: tests put an
@@ -163,6 +169,15 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 		return nil, fmt.Errorf("stripe client config: %w", err)
 	}
 	rc := retryablehttp.NewClient()
+	c := &Client{
+		baseURL:     cmp.Or(strings.TrimRight(cfg.BaseURL, "/"), stripeapi.APIURL),
+		apiKey:      cfg.APIKey,
+		userRefKey:  cfg.UserRefKey,
+		log:         cfg.Logger.With("provider", Provider),
+		listLimiter: rate.NewLimiter(rate.Limit(cfg.ListRateLimit), 1),
+		rate:        cfg.RateLimit,
+		listRate:    cfg.ListRateLimit,
+	}
 	shared := rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.Burst)
 	endpoints := newEndpointLimiters(cfg.EndpointRateLimit, cfg.Burst)
 	rc.HTTPClient = &http.Client{Transport: &attempt.Transport{
@@ -178,6 +193,13 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 		},
 		Timeout:   cfg.Timeout,
 		OnAttempt: cfg.OnAttempt,
+		OnRoundTrip: func(req *http.Request, took time.Duration) {
+			if listLimiter(req.Context()) != nil {
+				c.listLatency.Observe(took)
+			} else {
+				c.latency.Observe(took)
+			}
+		},
 	}}
 	rc.RetryMax, rc.RetryWaitMin, rc.RetryWaitMax = cfg.RetryMax, cfg.RetryWaitMin, cfg.RetryWaitMax
 	// DefaultBackoff waits exactly Retry-After (seconds or HTTP date) on 429
@@ -187,18 +209,26 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 	rc.CheckRetry = checkRetry
 	rc.ErrorHandler = lastResponse
 	rc.Logger = debugLogger{cfg.Logger}
-	return &Client{
-		http:        rc.StandardClient(),
-		baseURL:     cmp.Or(strings.TrimRight(cfg.BaseURL, "/"), stripeapi.APIURL),
-		apiKey:      cfg.APIKey,
-		userRefKey:  cfg.UserRefKey,
-		log:         cfg.Logger.With("provider", Provider),
-		listLimiter: rate.NewLimiter(rate.Limit(cfg.ListRateLimit), 1),
-	}, nil
+	c.http = rc.StandardClient()
+	return c, nil
 }
 
 // Name returns "stripe".
 func (c *Client) Name() string { return Provider }
+
+// Budget returns the client's rate limit and the latency of its recent
+// requests other than the listing's: the worker keeps as many fetches in
+// flight as they call for.
+func (c *Client) Budget() reconcile.Budget {
+	return reconcile.Budget{Rate: c.rate, Latency: c.latency.Latency()}
+}
+
+// ListBudget returns the listing's share of the rate (ListRateLimit) and
+// the latency of its recent list requests: an adapting sweep lists as
+// many parts at once as they call for.
+func (c *Client) ListBudget() reconcile.Budget {
+	return reconcile.Budget{Rate: c.listRate, Latency: c.listLatency.Latency()}
+}
 
 // Fetch returns the customer's snapshot now, in one request where it can:
 // the customer retrieved with its subscriptions expanded

@@ -13,7 +13,20 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/billsync/billsync/reconcile"
 )
+
+// NetTransport returns the network transport under a provider's client:
+// Go's default, keeping up to reconcile.DefaultMaxInFlight idle
+// connections to the provider instead of two, since the worker keeps that
+// many requests in flight at most; with two, every request beyond them
+// would open (and TLS-handshake) a connection of its own.
+func NetTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = reconcile.DefaultMaxInFlight
+	return t
+}
 
 // Limit is a rate limiter an attempt waits for, named for the error when
 // the wait is cut short.
@@ -32,6 +45,10 @@ type Transport struct {
 	// OnAttempt, when set, sees every attempt's status code ("200", "429",
 	// …) or "error" when no answer came (metrics).
 	OnAttempt func(status string)
+	// OnRoundTrip, when set, sees how long each attempt took from sending
+	// to the answer's headers (or the error): the provider's latency, the
+	// waits for the limits not counted.
+	OnRoundTrip func(req *http.Request, took time.Duration)
 }
 
 // RoundTrip waits for the limits, then sends req within Timeout.
@@ -47,7 +64,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), t.Timeout)
+	sent := time.Now()
 	resp, err := t.Base.RoundTrip(req.WithContext(ctx))
+	if t.OnRoundTrip != nil {
+		t.OnRoundTrip(req, time.Since(sent))
+	}
 	if t.OnAttempt != nil {
 		status := "error"
 		if err == nil {

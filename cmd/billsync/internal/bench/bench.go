@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/billsync/billsync/reconcile"
@@ -60,9 +61,13 @@ type Config struct {
 	PoolConns int
 	// Only, when set (intake, drain or sweep), runs that part alone.
 	Only string
-	// SweepParallel is how many list requests the sweeps keep in flight;
-	// default reconcile.DefaultSweepParallel.
+	// SweepParallel pins how many list requests the sweeps keep in
+	// flight; 0 adapts, as serve's default.
 	SweepParallel int
+	// BaselineWorkers is the drain's baseline, measured in the same run:
+	// the worker bounded at this many in flight (8: serve's old fixed
+	// loops, throughput = loops ÷ latency); negative skips it.
+	BaselineWorkers int
 	// CPUProfile, when set, is the file the measured sweep's CPU profile
 	// is written to (pprof format): the sweep alone, not its setup.
 	CPUProfile string
@@ -96,10 +101,10 @@ func (c Config) withDefaults() Config {
 		c.Customers = cmp.Or(c.Customers, 200)
 		c.SweepAccounts = cmp.Or(c.SweepAccounts, 5000)
 	}
-	c.Workers = cmp.Or(c.Workers, 16)
+	c.Workers = cmp.Or(c.Workers, reconcile.DefaultMaxInFlight) // serve's -workers
+	c.BaselineWorkers = cmp.Or(c.BaselineWorkers, 8)             // serve's old fixed loops
 	c.Batch = cmp.Or(c.Batch, reconcile.DefaultBatch) // as serve runs it
 	c.Latency = cmp.Or(c.Latency, 50*time.Millisecond)
-	c.SweepParallel = cmp.Or(c.SweepParallel, reconcile.DefaultSweepParallel)
 	c.RateLimit = cmp.Or(c.RateLimit, 100)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -129,8 +134,8 @@ func (c Config) Validate() error {
 	if c.Only != "" && c.Only != "intake" && c.Only != "drain" && c.Only != "sweep" {
 		errs = append(errs, errors.New("-only must be intake, drain or sweep"))
 	}
-	if c.Workers < 1 || c.Batch < 1 || c.Latency < 0 || c.RateLimit <= 0 || c.PoolConns < 0 {
-		errs = append(errs, errors.New("-workers and -batch must be 1 or more, -latency and -pool-conns not negative, -rate positive"))
+	if c.Workers < 1 || c.Batch < 1 || c.Latency < 0 || c.RateLimit <= 0 || c.PoolConns < 0 || c.SweepParallel < 0 {
+		errs = append(errs, errors.New("-workers and -batch must be 1 or more, -latency, -pool-conns and -sweep-parallel not negative, -rate positive"))
 	}
 	return errors.Join(errs...)
 }
@@ -159,11 +164,21 @@ func Run(ctx context.Context, databaseURL string, cfg Config) (Report, error) {
 		run  func(st *store.Store) error
 	}{
 		{"intake", func(st *store.Store) (err error) { rep.Intake, err = runIntake(ctx, st, cfg); return err }},
-		{"drain", func(st *store.Store) (err error) { rep.Drain, err = runDrain(ctx, st, cfg); return err }},
+		{"drain", func(st *store.Store) (err error) { rep.Drain, err = runDrain(ctx, st, cfg, true); return err }},
+		{"drain_baseline", func(st *store.Store) (err error) {
+			if cfg.BaselineWorkers <= 0 {
+				return nil
+			}
+			base := cfg
+			base.Workers = cfg.BaselineWorkers
+			d, err := runDrain(ctx, st, base, false)
+			rep.Drain.Baseline = &DrainBaseline{Workers: d.Workers, Seconds: d.Seconds, APIRequestsPerSec: d.APIRequestsPerSec, LimitShare: d.LimitShare}
+			return err
+		}},
 		{"sweep", func(st *store.Store) (err error) { rep.Sweep, err = runSweep(ctx, st, cfg); return err }},
 	}
 	for _, part := range parts {
-		if cfg.Only != "" && cfg.Only != part.name {
+		if cfg.Only != "" && cfg.Only != strings.TrimSuffix(part.name, "_baseline") {
 			continue
 		}
 		err := withDatabase(ctx, databaseURL, fmt.Sprintf("billsync_bench_%d_%s", stamp, part.name), cfg, func(st *store.Store) error {

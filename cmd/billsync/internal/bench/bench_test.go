@@ -180,7 +180,7 @@ func TestDrainAnswersEveryEvent(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.NewStore(t)
 	cfg := toy()
-	res, err := runDrain(ctx, st, cfg)
+	res, err := runDrain(ctx, st, cfg, true)
 	require.NoError(t, err)
 
 	counts := storetest.Counts(t, st)

@@ -53,6 +53,17 @@ type DrainResult struct {
 	EventsPending        int            `json:"events_pending"`
 	EventsOther          int            `json:"events_ignored_or_dead"`
 	Live                 LiveResult     `json:"live"`
+	// Baseline is the same drain, in the same run, by a worker bounded at
+	// BaselineWorkers in flight: serve's old fixed loops.
+	Baseline *DrainBaseline `json:"baseline,omitempty"`
+}
+
+// DrainBaseline is the drain's baseline: the old fixed loops.
+type DrainBaseline struct {
+	Workers           int     `json:"workers"`
+	Seconds           float64 `json:"seconds"`
+	APIRequestsPerSec float64 `json:"api_requests_per_sec"`
+	LimitShare        float64 `json:"limit_share"`
 }
 
 // LiveResult is the drain with the events arriving while the workers run,
@@ -86,7 +97,8 @@ type drain struct {
 // runDrain seeds the fake with customers and subscriptions, stores a burst
 // of events for them, then times the workers until the queue is empty; then
 // does it again with the burst posted through the intake while they run.
-func runDrain(ctx context.Context, st *store.Store, cfg Config) (DrainResult, error) {
+// live false skips the second part (the baseline's).
+func runDrain(ctx context.Context, st *store.Store, cfg Config, live bool) (DrainResult, error) {
 	res := DrainResult{
 		Events: cfg.DrainEvents, Customers: cfg.Customers, StoredVia: "store.StoreDelivery (no HTTP)",
 		LatencyMs: float64(cfg.Latency) / float64(time.Millisecond), RateLimit: cfg.RateLimit,
@@ -193,7 +205,9 @@ func runDrain(ctx context.Context, st *store.Store, cfg Config) (DrainResult, er
 	}
 	cfg.Logger.Info("bench drain: queue empty", slog.Float64("seconds", res.Seconds), slog.Int64("api_requests", reqs))
 
-	res.Live, err = d.live(ctx, cfg)
+	if live {
+		res.Live, err = d.live(ctx, cfg)
+	}
 	return res, err
 }
 
