@@ -32,6 +32,7 @@ const (
 	TargetIntakeP99   = 20 * time.Millisecond // intake p99, at TargetSenders
 	TargetLimitShare  = 0.95                  // drain: API requests/s as a share of the client's limit
 	TargetFetches     = 1.1                   // drain: provider fetches per customer per burst
+	TargetAppliedP99  = 2.0                   // latency: webhook → applied p99 / provider latency, at half the limit
 	TargetSweepWall   = 2.0                   // sweep: wall time / provider-bound minimum (list calls ÷ rate)
 	TargetSweepCalls  = 80.0                  // sweep: per-account requests / list requests
 	TargetSweepRSSMiB = 200.0                 // sweep: peak RSS of billsync sweep in a process of its own
@@ -52,10 +53,12 @@ type Config struct {
 	DrainEvents      int
 	Customers        int
 	SweepAccounts    int
-	Workers          int
-	Batch            int
-	Latency          time.Duration
-	RateLimit        float64
+	// LoadSeconds is how long the latency part posts its steady load.
+	LoadSeconds time.Duration
+	Workers     int
+	Batch       int
+	Latency     time.Duration
+	RateLimit   float64
 	// PoolConns is the bench pools' size; 0 = what serve gets on the same
 	// URL (its pool_max_conns, else pgx's default: max(4, CPUs)).
 	PoolConns int
@@ -91,6 +94,7 @@ func (c Config) withDefaults() Config {
 		c.DrainEvents = cmp.Or(c.DrainEvents, 10000)
 		c.Customers = cmp.Or(c.Customers, 1000)
 		c.SweepAccounts = cmp.Or(c.SweepAccounts, 100000)
+		c.LoadSeconds = cmp.Or(c.LoadSeconds, 30*time.Second)
 	} else {
 		if len(c.Senders) == 0 {
 			c.Senders = []int{TargetSenders}
@@ -100,10 +104,11 @@ func (c Config) withDefaults() Config {
 		c.DrainEvents = cmp.Or(c.DrainEvents, 2000)
 		c.Customers = cmp.Or(c.Customers, 200)
 		c.SweepAccounts = cmp.Or(c.SweepAccounts, 5000)
+		c.LoadSeconds = cmp.Or(c.LoadSeconds, 10*time.Second)
 	}
 	c.Workers = cmp.Or(c.Workers, reconcile.DefaultMaxInFlight) // serve's -workers
-	c.BaselineWorkers = cmp.Or(c.BaselineWorkers, 8)             // serve's old fixed loops
-	c.Batch = cmp.Or(c.Batch, reconcile.DefaultBatch) // as serve runs it
+	c.BaselineWorkers = cmp.Or(c.BaselineWorkers, 8)            // serve's old fixed loops
+	c.Batch = cmp.Or(c.Batch, reconcile.DefaultBatch)           // as serve runs it
 	c.Latency = cmp.Or(c.Latency, 50*time.Millisecond)
 	c.RateLimit = cmp.Or(c.RateLimit, 100)
 	if c.Logger == nil {
@@ -131,8 +136,11 @@ func (c Config) Validate() error {
 	if c.SweepAccounts < 100 {
 		errs = append(errs, errors.New("-sweep-accounts must be 100 or more"))
 	}
-	if c.Only != "" && c.Only != "intake" && c.Only != "drain" && c.Only != "sweep" {
-		errs = append(errs, errors.New("-only must be intake, drain or sweep"))
+	if c.Only != "" && c.Only != "intake" && c.Only != "drain" && c.Only != "latency" && c.Only != "sweep" {
+		errs = append(errs, errors.New("-only must be intake, drain, latency or sweep"))
+	}
+	if c.LoadSeconds < time.Second {
+		errs = append(errs, errors.New("-load-seconds must be 1s or more"))
 	}
 	if c.Workers < 1 || c.Batch < 1 || c.Latency < 0 || c.RateLimit <= 0 || c.PoolConns < 0 || c.SweepParallel < 0 {
 		errs = append(errs, errors.New("-workers and -batch must be 1 or more, -latency, -pool-conns and -sweep-parallel not negative, -rate positive"))
@@ -175,6 +183,7 @@ func Run(ctx context.Context, databaseURL string, cfg Config) (Report, error) {
 			rep.Drain.Baseline = &DrainBaseline{Workers: d.Workers, Seconds: d.Seconds, APIRequestsPerSec: d.APIRequestsPerSec, LimitShare: d.LimitShare}
 			return err
 		}},
+		{"latency", func(st *store.Store) (err error) { rep.Latency, err = runLatency(ctx, st, cfg); return err }},
 		{"sweep", func(st *store.Store) (err error) { rep.Sweep, err = runSweep(ctx, st, cfg); return err }},
 	}
 	for _, part := range parts {

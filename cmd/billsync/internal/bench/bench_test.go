@@ -170,6 +170,30 @@ func TestIntakeThatDropsDeliveriesFailsTheRun(t *testing.T) {
 	require.ErrorContains(t, err, "lost work")
 }
 
+// TestLatencyAnswersEveryDelivery: every delivery of the steady load is
+// timed to the reconcile that answered it, for the measured worker and
+// the baseline, and every event ends applied.
+func TestLatencyAnswersEveryDelivery(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	cfg := toy()
+	cfg.LoadSeconds = time.Second
+	cfg.BaselineWorkers = 2
+	res, err := runLatency(ctx, st, cfg)
+	require.NoError(t, err)
+	load := int(cfg.RateLimit / 2) // one second at half the limit
+	require.Equal(t, load, res.Measured.Events)
+	require.NotNil(t, res.Baseline)
+	require.Equal(t, load, res.Baseline.Events)
+	require.Equal(t, 2, res.Baseline.Workers)
+	require.GreaterOrEqual(t, res.Measured.P99Ms, 2.0, "each includes the fake's 2 ms")
+	require.LessOrEqual(t, res.Measured.P50Ms, res.Measured.P99Ms)
+	stats, err := scratch.ReadStats(ctx, st)
+	require.NoError(t, err)
+	require.Equal(t, 2*load, stats.Events)
+	require.Equal(t, stats.Events, stats.Applied)
+}
+
 // TestDrainAnswersEveryEvent: read back from the database after both
 // drains, every event sent is stored and applied, the queue is empty, and
 // each customer's account has the plan of its subscription at the fake;

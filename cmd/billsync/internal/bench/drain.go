@@ -92,6 +92,8 @@ type drain struct {
 	counted   *countingHandler
 	customers []string
 	subjects  []subject // what each customer's events name: its subscription and price at the fake
+
+	seedSeconds float64
 }
 
 // runDrain seeds the fake with customers and subscriptions, stores a burst
@@ -104,34 +106,16 @@ func runDrain(ctx context.Context, st *store.Store, cfg Config, live bool) (Drai
 		LatencyMs: float64(cfg.Latency) / float64(time.Millisecond), RateLimit: cfg.RateLimit,
 		Workers: cfg.Workers, Batch: cfg.Batch, Outcomes: map[string]int{},
 	}
-	plans := testenv.Plans()
-	d := &drain{st: st, plans: plans, counted: &countingHandler{}}
-	var err error
-	d.h, err = testenv.New(testenv.Stripe, testenv.Options{
-		Store: st, Wrap: d.counted.wrap, ConnState: d.counted.connState,
-		Stripe: testenv.StripeOptions{
-			// The fake's own webhooks are not the burst: seeding sends none.
-			Fake: stripemock.Options{Faults: stripemock.Faults{DropRate: 1}},
-			// billsync's client as serve runs it, at the bench's limit.
-			Client: stripe.Config{RateLimit: cfg.RateLimit},
-		},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	d, err := newDrain(ctx, st, cfg)
 	if err != nil {
 		return res, err
 	}
 	defer d.h.Close()
-
-	t0 := time.Now()
-	if err := d.seed(ctx, cfg.Customers); err != nil {
-		return res, err
-	}
-	res.SeedSeconds = round(time.Since(t0).Seconds(), 2)
-	cfg.Logger.Info("bench drain: fake seeded", slog.Int("customers", len(d.customers)), slog.Float64("seconds", res.SeedSeconds))
+	res.SeedSeconds = d.seedSeconds
 
 	// Store the burst: event k of every customer before event k+1 of any,
 	// as a burst over many customers arrives.
-	t0 = time.Now()
+	t0 := time.Now()
 	deliveries := make([]reconcile.Delivery, 0, cfg.DrainEvents)
 	for i := range cfg.DrainEvents {
 		body := eventBody(fmt.Sprintf("evt_drain_%06d", i), d.subjects[i%len(d.subjects)], i)
@@ -313,6 +297,35 @@ func (d *drain) waitEmpty(ctx context.Context, start time.Time, cfg Config) (tim
 			}
 		}
 	}
+}
+
+// newDrain starts the fake Stripe (counted, its own webhooks dropped)
+// with billsync wired to it at cfg's rate, and seeds cfg.Customers
+// customers there. The caller closes d.h.
+func newDrain(ctx context.Context, st *store.Store, cfg Config) (*drain, error) {
+	d := &drain{st: st, plans: testenv.Plans(), counted: &countingHandler{}}
+	var err error
+	d.h, err = testenv.New(testenv.Stripe, testenv.Options{
+		Store: st, Wrap: d.counted.wrap, ConnState: d.counted.connState,
+		Stripe: testenv.StripeOptions{
+			// The fake's own webhooks are not the load: seeding sends none.
+			Fake: stripemock.Options{Faults: stripemock.Faults{DropRate: 1}},
+			// billsync's client as serve runs it, at the bench's limit.
+			Client: stripe.Config{RateLimit: cfg.RateLimit},
+		},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	if err := d.seed(ctx, cfg.Customers); err != nil {
+		d.h.Close()
+		return nil, err
+	}
+	d.seedSeconds = round(time.Since(t0).Seconds(), 2)
+	cfg.Logger.Info("bench: fake seeded", slog.Int("customers", len(d.customers)), slog.Float64("seconds", d.seedSeconds))
+	return d, nil
 }
 
 // seed creates n customers at the fake for the drain.

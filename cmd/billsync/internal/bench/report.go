@@ -19,6 +19,7 @@ type Report struct {
 	Seconds   float64        `json:"seconds"`
 	Intake    []IntakeResult `json:"intake"`
 	Drain     DrainResult    `json:"drain"`
+	Latency   LatencyResult  `json:"latency"`
 	Sweep     SweepResult    `json:"sweep"`
 	Targets   []Target       `json:"targets"`
 	Missed    int            `json:"missed"`
@@ -68,6 +69,9 @@ func (r *Report) evaluate() {
 	if d := r.Drain; d.Events > 0 {
 		r.evaluateDrain(add)
 	}
+	if r.Latency.Measured.Events > 0 {
+		r.evaluateLatency(add)
+	}
 	if r.Sweep.Accounts > 0 {
 		r.evaluateSweep(add)
 	}
@@ -90,6 +94,34 @@ func (r *Report) evaluateDrain(add func(Target)) {
 		Target: fmt.Sprintf("<= %.1f", TargetFetches), Pass: d.Live.FetchesPerCustomer <= TargetFetches,
 		Baseline: fmt.Sprintf("%d customers fetched more than once", d.Live.Refetched),
 	})
+}
+
+func (r *Report) evaluateLatency(add func(Target)) {
+	l := r.Latency
+	ratio := round(l.Measured.P99Ms/l.LatencyMs, 2)
+	base := fmt.Sprintf("provider latency %.0f ms", l.LatencyMs)
+	if b := l.Baseline; b != nil {
+		base += fmt.Sprintf("; %d fixed: p99 %.0f ms", b.Workers, b.P99Ms)
+	}
+	add(Target{
+		Name: "webhook → applied p99 / provider latency, load at half the limit", Value: ratio, Unit: "times",
+		Target: fmt.Sprintf("<= %.1f", TargetAppliedP99), Pass: l.LatencyMs > 0 && ratio <= TargetAppliedP99,
+		Baseline: base,
+	})
+}
+
+func (r Report) printLatency(w io.Writer) {
+	l := r.Latency
+	fmt.Fprintf(w, "LATENCY: %.0f deliveries/s (half the %.0f req/s limit) for %.0f s through the HTTP intake, over %d customers; fake Stripe latency %.0f ms\n",
+		l.LoadPerSec, l.RateLimit, l.Seconds, l.Customers, l.LatencyMs)
+	for _, a := range []*Applied{&l.Measured, l.Baseline} {
+		if a == nil {
+			continue
+		}
+		fmt.Fprintf(w, "  at most %d in flight: %d deliveries, webhook → applied p50 %.0f ms, p99 %.0f ms, max %.0f ms\n",
+			a.Workers, a.Events, a.P50Ms, a.P99Ms, a.MaxMs)
+	}
+	fmt.Fprintln(w)
 }
 
 // drainBaseline says what the drain did against its baseline in the same
@@ -149,6 +181,9 @@ func (r Report) Print(w io.Writer) {
 	}
 	if r.Drain.Events > 0 {
 		r.printDrain(w)
+	}
+	if r.Latency.Measured.Events > 0 {
+		r.printLatency(w)
 	}
 	if r.Sweep.Accounts > 0 {
 		r.printSweep(w)
