@@ -165,6 +165,13 @@ func (s *slots) grant() {
 	s.waiting = kept
 }
 
+// inFlight is how many slots are taken.
+func (s *slots) inFlight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.total
+}
+
 // capacity is how many jobs the slots can run at once for providers.
 func (s *slots) capacity(providers []string) int {
 	n := 0

@@ -16,13 +16,13 @@ import (
 // the job is dead.
 var DefaultBackoff = []time.Duration{5 * time.Second, 30 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour}
 
-// DefaultBatch is how many claimed jobs wait for a fetch slot, at least,
-// beyond those in flight: a slot that frees finds its next job in hand
-// instead of waiting for a claim round trip.
+// DefaultBatch is how many claimed jobs a worker keeps, at least, beyond
+// its fetch slots: a slot that frees finds its next job in hand instead
+// of waiting for a claim round trip.
 const DefaultBatch = 2
 
-// DefaultMaxInFlight is the most jobs a worker has in flight at once by
-// default: what 100 requests a second (Stripe's live limit) need at a
+// DefaultMaxInFlight is the most fetches a worker has in flight at once
+// by default: what 100 requests a second (Stripe's live limit) need at a
 // second of latency, with headroom. How many are in flight below it
 // follows each provider's Budget.
 const DefaultMaxInFlight = 128
@@ -35,15 +35,15 @@ type WorkerConfig struct {
 	Providers []Provider
 	Plans     *Plans // required
 	Logger    *slog.Logger
-	// Concurrency is the most jobs in flight at once in this process
-	// (fetching or applying), over all providers; default
-	// DefaultMaxInFlight. Below it each provider has as many as its
-	// Budget calls for (rate × latency, with headroom): this is a bound,
-	// not the throughput knob.
+	// Concurrency is the most provider fetches in flight at once in this
+	// process, over all providers; default DefaultMaxInFlight. Below it
+	// each provider has as many as its Budget calls for (rate × latency,
+	// with headroom): this is a bound, not the throughput knob. Claimed
+	// jobs are at most the fetch slots and half as many spares, plus up
+	// to Concurrency applying their results.
 	Concurrency int
-	// Batch is the least number of claimed jobs kept waiting for a slot
-	// beyond the slots (a quarter of them when more); default
-	// DefaultBatch.
+	// Batch is the least number of claimed jobs kept beyond the fetch
+	// slots (half as many as the slots when more); default DefaultBatch.
 	Batch        int
 	Lease        time.Duration // how long a claim holds unless renewed; default DefaultLease
 	Poll         time.Duration // fallback poll when no wake-up comes; default 1 s
@@ -176,36 +176,47 @@ func (w *Worker) Dead() int64 { return w.dead.Load() }
 // in flight and releases the leases it holds on the rest. Failures are
 // logged and retried, never returned: the database may come back.
 //
-// Claiming and fetching are apart: each claimed job waits for a slot of
-// its provider's (slots), and the claimer keeps a few more jobs claimed
-// than the slots can run, so a slot that frees starts its next fetch at
-// once. Claimed jobs that wait keep their leases by the heartbeat like
-// those in flight.
+// Claiming and fetching are apart: each claimed job's fetch waits for a
+// slot of its provider's (slots: as many as its Budget calls for), and
+// the claimer keeps more jobs claimed than the slots can run (half as many
+// again, at least Batch: some are applying, some wait), so a slot that
+// frees starts its next fetch at once. Claimed jobs that wait keep their
+// leases by the heartbeat like those in flight.
 func (w *Worker) Run(ctx context.Context) {
 	id := w.cfg.Name
 	held := &heldJobs{}
 	stop := w.heartbeat(ctx, id, held)
 	defer stop()
 	var jobs sync.WaitGroup
-	defer jobs.Wait() // before the heartbeat stops: deferred last, runs first
-	finished := make(chan struct{}, 1)
-	idle := false // the last claim found fewer due jobs than it asked for
+	defer jobs.Wait()              // before the heartbeat stops: deferred last, runs first
+	room := make(chan struct{}, 1) // a job began its fetch, or ended
+	var unstarted atomic.Int64     // claimed jobs whose fetch has not begun
+	idle := false                  // the last claim found fewer due jobs than it asked for
 	for ctx.Err() == nil {
+		// Claim for the fetch slots, plus spares (half as many, at least
+		// Batch) so a slot that frees finds a job in hand. Jobs applying
+		// their fetch's result do not count (the database's time must not
+		// take a fetch's place), up to Concurrency of them: a database
+		// that hangs does not make the worker claim without end.
 		capacity := w.slots.capacity(w.names)
-		spare := max(w.cfg.Batch, capacity/4)
-		want := capacity + spare - held.len()
-		// Claim when a slot would go without a job, or when a spare's
-		// worth is wanted: one claim query for several jobs.
-		if !idle && want > 0 && (held.len() < capacity || want >= spare) {
+		spare := max(w.cfg.Batch, capacity/2)
+		want := min(capacity+spare-w.slots.inFlight()-int(unstarted.Load()), capacity+spare+w.cfg.Concurrency-held.len())
+		// Claim when half the spares are gone: one claim query for
+		// several jobs, and a slot that frees still finds one waiting.
+		if !idle && want > 0 && want >= (spare+1)/2 {
 			claimed, err := w.claim(ctx, id, want)
 			if err != nil && ctx.Err() == nil {
 				w.cfg.Logger.Error("claim failed", slog.String("worker", id), slog.Any("error", err))
 			}
 			held.add(claimed)
+			unstarted.Add(int64(len(claimed)))
 			for _, job := range claimed {
 				jobs.Go(func() {
-					defer signal(finished)
-					w.start(ctx, id, job, held)
+					started := sync.OnceFunc(func() { unstarted.Add(-1); signal(room) })
+					defer signal(room)
+					defer held.done(job.ID)
+					defer started()
+					w.process(context.WithValue(ctx, fetchStartedKey{}, started), id, job)
 				})
 			}
 			idle = err != nil || len(claimed) < want
@@ -213,20 +224,24 @@ func (w *Worker) Run(ctx context.Context) {
 				continue // more may be due right away
 			}
 		}
-		var finishedC <-chan struct{}
+		var roomC <-chan struct{}
 		if !idle {
-			finishedC = finished // waiting for room, not for work
+			roomC = room // waiting for room, not for work
 		}
 		select {
 		case <-ctx.Done():
 		case <-w.wake:
 			idle = false
-		case <-finishedC:
+		case <-roomC:
 		case <-time.After(w.cfg.Poll):
 			idle = false
 		}
 	}
 }
+
+// fetchStartedKey carries to fetch the func Run's claimer counts a
+// claimed job's fetch beginning by.
+type fetchStartedKey struct{}
 
 func signal(c chan<- struct{}) {
 	select {
@@ -241,18 +256,6 @@ func signal(c chan<- struct{}) {
 // out. A claim that returns is handed back when stopping.
 func (w *Worker) claim(ctx context.Context, id string, n int) ([]Job, error) {
 	return w.cfg.Store.Claim(context.WithoutCancel(ctx), id, n, w.cfg.Lease)
-}
-
-// start processes a claimed job once a slot of its provider's is free, or
-// hands it back untouched when the worker stops first.
-func (w *Worker) start(ctx context.Context, id string, job Job, held *heldJobs) {
-	defer held.done(job.ID)
-	if err := w.slots.acquire(ctx, job.Provider); err != nil {
-		w.release(ctx, id, job)
-		return
-	}
-	defer w.slots.release(job.Provider)
-	w.process(ctx, id, job)
 }
 
 // Drain processes due jobs until none is left (for the demo, bench and
@@ -479,8 +482,18 @@ func (w *Worker) awaitRecheck(ctx context.Context, job Job, why string) (time.Ti
 	return w.cfg.Store.Now(ctx)
 }
 
-// fetch reads the job's customer from its provider within FetchTimeout.
+// fetch reads the job's customer from its provider within FetchTimeout,
+// once a slot of the provider's is free: the slot covers the fetch only,
+// so the database's part of a reconcile (its time, the apply) never
+// takes a place the provider's latency needs.
 func (w *Worker) fetch(ctx context.Context, job Job) (Snapshot, error) {
+	if err := w.slots.acquire(ctx, job.Provider); err != nil {
+		return Snapshot{}, fmt.Errorf("wait for a %s fetch slot: %w", job.Provider, err)
+	}
+	defer w.slots.release(job.Provider)
+	if started, ok := ctx.Value(fetchStartedKey{}).(func()); ok {
+		started() // Run's claimer: this job no longer waits
+	}
 	fetchCtx, cancel := context.WithTimeout(ctx, w.cfg.FetchTimeout)
 	defer cancel()
 	return w.providers[job.Provider].Fetch(fetchCtx, job.CustomerID)

@@ -60,7 +60,7 @@ type Client struct {
 	now      func() time.Time
 	pageSize int
 
-	latency reconcile.LatencyMeter // of every request: fetches and token requests
+	latency reconcile.LatencyMeter // Fetch's, less its waits for the rate limit
 
 	mu     sync.Mutex
 	token  string
@@ -105,11 +105,10 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 	limiter := rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.Burst)
 	c := &Client{domain: domain, cfg: cfg, log: log, now: cfg.Now, pageSize: cmp.Or(cfg.PageSize, 100)}
 	rc.HTTPClient = &http.Client{Transport: &attempt.Transport{
-		Base:        base,
-		Limits:      func(*http.Request) []attempt.Limit { return []attempt.Limit{{Name: "kinde", Limiter: limiter}} },
-		Timeout:     cfg.Timeout,
-		OnAttempt:   cfg.OnAttempt,
-		OnRoundTrip: func(_ *http.Request, took time.Duration) { c.latency.Observe(took) },
+		Base:      base,
+		Limits:    func(*http.Request) []attempt.Limit { return []attempt.Limit{{Name: "kinde", Limiter: limiter}} },
+		Timeout:   cfg.Timeout,
+		OnAttempt: cfg.OnAttempt,
 	}}
 	rc.RetryMax, rc.RetryWaitMin, rc.RetryWaitMax = cfg.RetryMax, cfg.RetryWaitMin, cfg.RetryWaitMax
 	rc.Backoff = backoff
@@ -125,9 +124,9 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 // Name returns "kinde".
 func (c *Client) Name() string { return Provider }
 
-// Budget returns the client's rate limit and the latency of its recent
-// requests: the worker keeps as many Kinde fetches in flight as they call
-// for.
+// Budget returns the client's rate limit and its recent fetches' latency
+// (token requests included): the worker keeps as many Kinde fetches in
+// flight as they call for.
 func (c *Client) Budget() reconcile.Budget {
 	return reconcile.Budget{Rate: c.cfg.RateLimit, Latency: c.latency.Latency()}
 }

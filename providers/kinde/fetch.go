@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/billsync/billsync/providers/internal/attempt"
 	"github.com/billsync/billsync/reconcile"
 )
 
@@ -19,6 +20,15 @@ var _ reconcile.Provider = (*Client)(nil)
 // an empty list, so such a customer is not told apart from one without a
 // plan.
 func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
+	ctx, took := attempt.Measure(ctx)
+	snap, err := c.fetch(ctx, customerID)
+	if ctx.Err() == nil {
+		c.latency.Observe(took())
+	}
+	return snap, err
+}
+
+func (c *Client) fetch(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
 	if customerID == "" {
 		return reconcile.Snapshot{}, reconcile.Permanent("kinde: empty customer id")
 	}

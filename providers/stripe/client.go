@@ -143,9 +143,10 @@ type Client struct {
 	listLimiter *rate.Limiter
 	rate        float64 // Config.RateLimit
 	listRate    float64 // Config.ListRateLimit
-	// latency and listLatency average the round trips of the listing's
-	// requests (pages of 100 subscriptions) apart from the rest (one
-	// customer): they differ, and each sizes its own concurrency.
+	// latency averages Fetch's durations and listLatency ListPage's
+	// (pages of 100 customers take longer than one), each less its waits
+	// for the rate limits (attempt.Measure): each sizes its own calls in
+	// flight.
 	latency, listLatency reconcile.LatencyMeter
 }
 
@@ -193,13 +194,6 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 		},
 		Timeout:   cfg.Timeout,
 		OnAttempt: cfg.OnAttempt,
-		OnRoundTrip: func(req *http.Request, took time.Duration) {
-			if listLimiter(req.Context()) != nil {
-				c.listLatency.Observe(took)
-			} else {
-				c.latency.Observe(took)
-			}
-		},
 	}}
 	rc.RetryMax, rc.RetryWaitMin, rc.RetryWaitMax = cfg.RetryMax, cfg.RetryWaitMin, cfg.RetryWaitMax
 	// DefaultBackoff waits exactly Retry-After (seconds or HTTP date) on 429
@@ -216,16 +210,15 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 // Name returns "stripe".
 func (c *Client) Name() string { return Provider }
 
-// Budget returns the client's rate limit and the latency of its recent
-// requests other than the listing's: the worker keeps as many fetches in
-// flight as they call for.
+// Budget returns the client's rate limit and its recent fetches' latency:
+// the worker keeps as many fetches in flight as they call for.
 func (c *Client) Budget() reconcile.Budget {
 	return reconcile.Budget{Rate: c.rate, Latency: c.latency.Latency()}
 }
 
 // ListBudget returns the listing's share of the rate (ListRateLimit) and
-// the latency of its recent list requests: an adapting sweep lists as
-// many parts at once as they call for.
+// its recent pages' latency: an adapting sweep lists as many parts at once
+// as they call for.
 func (c *Client) ListBudget() reconcile.Budget {
 	return reconcile.Budget{Rate: c.listRate, Latency: c.listLatency.Latency()}
 }
@@ -245,6 +238,15 @@ func (c *Client) ListBudget() reconcile.Budget {
 // (network, timeouts, 429, 5xx, and also 401/403: a bad or revoked key is an
 // outage to alert on, not a reason to ignore events) is transient.
 func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
+	ctx, took := attempt.Measure(ctx)
+	snap, err := c.fetch(ctx, customerID)
+	if ctx.Err() == nil {
+		c.latency.Observe(took())
+	}
+	return snap, err
+}
+
+func (c *Client) fetch(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
 	if customerID == "" {
 		return reconcile.Snapshot{}, reconcile.Permanent("stripe: empty customer id")
 	}

@@ -26,7 +26,11 @@ import (
 // (requests per second, in flight) are exact whatever the machine's load.
 
 // deepQueue is a reconcile.Store holding n due jobs, all for customer,
-// whose applies succeed at once: a queue deeper than the rate can drain.
+// whose applies succeed after applyTakes (the database's part of a
+// reconcile, which must not take a fetch's place): a queue deeper than
+// the rate can drain.
+const applyTakes = 200 * time.Millisecond
+
 type deepQueue struct {
 	mu       sync.Mutex
 	n, next  int
@@ -45,9 +49,12 @@ func (q *deepQueue) store() *mock.Store {
 			}
 			return jobs, nil
 		},
-		ExtendFn: func(_ context.Context, _ string, jobs []reconcile.Job, _ time.Duration) (int, error) { return len(jobs), nil },
-		NowFn:    func(context.Context) (time.Time, error) { return time.Now(), nil },
+		ExtendFn: func(_ context.Context, _ string, jobs []reconcile.Job, _ time.Duration) (int, error) {
+			return len(jobs), nil
+		},
+		NowFn: func(context.Context) (time.Time, error) { return time.Now(), nil },
 		ApplyFn: func(_ context.Context, _ reconcile.Job, _ time.Time, _ func(reconcile.Account) reconcile.Change) (reconcile.Outcome, error) {
+			time.Sleep(applyTakes)
 			q.mu.Lock()
 			defer q.mu.Unlock()
 			q.applied++

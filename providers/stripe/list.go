@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/billsync/billsync/providers/internal/attempt"
 	"github.com/billsync/billsync/reconcile"
 )
 
@@ -35,6 +36,15 @@ import (
 // before the client's shared one, so a sweep never takes the whole rate
 // from webhook-triggered fetches.
 func (c *Client) ListPage(ctx context.Context, cursor string) (snaps []reconcile.Snapshot, next string, more bool, err error) {
+	ctx, took := attempt.Measure(ctx)
+	snaps, next, more, err = c.listPage(ctx, cursor)
+	if ctx.Err() == nil {
+		c.listLatency.Observe(took())
+	}
+	return snaps, next, more, err
+}
+
+func (c *Client) listPage(ctx context.Context, cursor string) (snaps []reconcile.Snapshot, next string, more bool, err error) {
 	cur, err := parseListCursor(cursor)
 	if err != nil {
 		return nil, "", false, err

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -45,15 +46,30 @@ type Transport struct {
 	// OnAttempt, when set, sees every attempt's status code ("200", "429",
 	// …) or "error" when no answer came (metrics).
 	OnAttempt func(status string)
-	// OnRoundTrip, when set, sees how long each attempt took from sending
-	// to the answer's headers (or the error): the provider's latency, the
-	// waits for the limits not counted.
-	OnRoundTrip func(req *http.Request, took time.Duration)
+}
+
+// waitedKey carries the counter of Measure to the transport.
+type waitedKey struct{}
+
+// Measure returns ctx for a call's requests and a func that returns the
+// time since Measure less what the call's attempts waited for the rate
+// limits: the call's own latency (the provider's answers, backoff between
+// retries, the client's work), which is what sizes the calls kept in
+// flight (reconcile.Budget). The whole duration would not do: it grows
+// with the wait for the limiter, and sizing by it grows the calls in
+// flight without end (more in flight, longer waits, more in flight).
+func Measure(ctx context.Context) (context.Context, func() time.Duration) {
+	waited := new(atomic.Int64)
+	start := time.Now()
+	return context.WithValue(ctx, waitedKey{}, waited), func() time.Duration {
+		return time.Since(start) - time.Duration(waited.Load())
+	}
 }
 
 // RoundTrip waits for the limits, then sends req within Timeout.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.Limits != nil {
+		began := time.Now()
 		for _, l := range t.Limits(req) {
 			if l.Limiter == nil {
 				continue
@@ -62,13 +78,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				return nil, fmt.Errorf("wait for the %s rate limit: %w", l.Name, err)
 			}
 		}
+		if waited, ok := req.Context().Value(waitedKey{}).(*atomic.Int64); ok {
+			waited.Add(int64(time.Since(began)))
+		}
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), t.Timeout)
-	sent := time.Now()
 	resp, err := t.Base.RoundTrip(req.WithContext(ctx))
-	if t.OnRoundTrip != nil {
-		t.OnRoundTrip(req, time.Since(sent))
-	}
 	if t.OnAttempt != nil {
 		status := "error"
 		if err == nil {
