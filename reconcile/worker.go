@@ -151,16 +151,6 @@ func (w *Worker) budget(provider string) Budget {
 	return Budget{}
 }
 
-// InFlight returns how many fetches the worker keeps in flight for each
-// provider now (metrics, logs): its Budget's InFlight within the bound.
-func (w *Worker) InFlight() map[string]int {
-	out := make(map[string]int, len(w.names))
-	for _, name := range w.names {
-		out[name] = w.slots.limit(name)
-	}
-	return out
-}
-
 // Wake tells an idle worker that work may be due (called on NOTIFY).
 func (w *Worker) Wake() {
 	select {

@@ -235,3 +235,25 @@ func TestWorkerInFlightStaysWithinBound(t *testing.T) {
 	// At 1 s, 20 in flight send 20 a second: the bound, not the rate, caps it.
 	require.InDelta(t, bound*4, m.between(time.Second, 5*time.Second), bound/2)
 }
+
+// TestBudgetLatencyLeavesOutTheRateLimitWait: a fetch's latency, as the
+// client reports it for sizing, is the provider's answer, not the wait for
+// the client's own rate limiter: at 1 request a second, the second fetch
+// waits a second before it is sent, and the latency stays the fake's.
+func TestBudgetLatencyLeavesOutTheRateLimitWait(t *testing.T) {
+	f := newFake(t, stripemock.Options{}, nil)
+	cus := f.customer(t, map[string]string{"user_id": "u1"})
+	synctest.Test(t, func(t *testing.T) {
+		f.SetFaults(stripemock.Faults{Latency: 300 * time.Millisecond})
+		c := f.bubbleClient(t, stripe.Config{APIKey: stripemock.DefaultAPIKey, BaseURL: f.URL, RateLimit: 1})
+		require.Equal(t, reconcile.Budget{Rate: 1}, c.Budget(), "no latency before the first fetch")
+		for range 2 {
+			begin := time.Now()
+			_, err := c.Fetch(context.Background(), cus)
+			require.NoError(t, err)
+			t.Logf("fetch took %s", time.Since(begin))
+		}
+		require.Equal(t, reconcile.Budget{Rate: 1, Latency: 300 * time.Millisecond}, c.Budget())
+		require.Equal(t, reconcile.Budget{Rate: 0.5}, c.ListBudget(), "the listing's half, nothing listed yet")
+	})
+}
