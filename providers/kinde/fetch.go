@@ -19,12 +19,8 @@ var _ reconcile.Provider = (*Client)(nil)
 // plan. Kinde answers the agreements of a customer it does not know with
 // an empty list, so such a customer is not told apart from one without a
 // plan.
-func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
-	ctx, took := attempt.Measure(ctx)
-	snap, err := c.fetch(ctx, customerID)
-	if ctx.Err() == nil {
-		c.latency.Observe(took())
-	}
+func (c *Client) Fetch(ctx context.Context, customerID string) (snap reconcile.Snapshot, err error) {
+	attempt.Timed(ctx, &c.latency, func(ctx context.Context) { snap, err = c.fetch(ctx, customerID) })
 	return snap, err
 }
 

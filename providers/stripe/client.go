@@ -145,7 +145,7 @@ type Client struct {
 	listRate    float64 // Config.ListRateLimit
 	// latency averages Fetch's durations and listLatency ListPage's
 	// (pages of 100 customers take longer than one), each less its waits
-	// for the rate limits (attempt.Measure): each sizes its own calls in
+	// for the rate limits (attempt.Timed): each sizes its own calls in
 	// flight.
 	latency, listLatency reconcile.LatencyMeter
 }
@@ -237,12 +237,8 @@ func (c *Client) ListBudget() reconcile.Budget {
 // data and 400 answers are *reconcile.PermanentError. Everything else
 // (network, timeouts, 429, 5xx, and also 401/403: a bad or revoked key is an
 // outage to alert on, not a reason to ignore events) is transient.
-func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
-	ctx, took := attempt.Measure(ctx)
-	snap, err := c.fetch(ctx, customerID)
-	if ctx.Err() == nil {
-		c.latency.Observe(took())
-	}
+func (c *Client) Fetch(ctx context.Context, customerID string) (snap reconcile.Snapshot, err error) {
+	attempt.Timed(ctx, &c.latency, func(ctx context.Context) { snap, err = c.fetch(ctx, customerID) })
 	return snap, err
 }
 

@@ -36,11 +36,7 @@ import (
 // before the client's shared one, so a sweep never takes the whole rate
 // from webhook-triggered fetches.
 func (c *Client) ListPage(ctx context.Context, cursor string) (snaps []reconcile.Snapshot, next string, more bool, err error) {
-	ctx, took := attempt.Measure(ctx)
-	snaps, next, more, err = c.listPage(ctx, cursor)
-	if ctx.Err() == nil {
-		c.listLatency.Observe(took())
-	}
+	attempt.Timed(ctx, &c.listLatency, func(ctx context.Context) { snaps, next, more, err = c.listPage(ctx, cursor) })
 	return snaps, next, more, err
 }
 

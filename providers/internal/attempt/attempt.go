@@ -48,17 +48,28 @@ type Transport struct {
 	OnAttempt func(status string)
 }
 
-// waitedKey carries the counter of Measure to the transport.
+// Timed runs call with a ctx whose attempts count their waits for the
+// rate limits (measure), and adds call's duration less those waits to m,
+// unless ctx ended first (a call cut short says nothing of the provider).
+func Timed(ctx context.Context, m *reconcile.LatencyMeter, call func(ctx context.Context)) {
+	ctx, took := measure(ctx)
+	call(ctx)
+	if ctx.Err() == nil {
+		m.Observe(took())
+	}
+}
+
+// waitedKey carries the counter of measure to the transport.
 type waitedKey struct{}
 
-// Measure returns ctx for a call's requests and a func that returns the
+// measure returns ctx for a call's requests and a func that returns the
 // time since Measure less what the call's attempts waited for the rate
 // limits: the call's own latency (the provider's answers, backoff between
 // retries, the client's work), which is what sizes the calls kept in
 // flight (reconcile.Budget). The whole duration would not do: it grows
 // with the wait for the limiter, and sizing by it grows the calls in
 // flight without end (more in flight, longer waits, more in flight).
-func Measure(ctx context.Context) (context.Context, func() time.Duration) {
+func measure(ctx context.Context) (context.Context, func() time.Duration) {
 	waited := new(atomic.Int64)
 	start := time.Now()
 	return context.WithValue(ctx, waitedKey{}, waited), func() time.Duration {
