@@ -63,7 +63,7 @@ func Timed(ctx context.Context, m *reconcile.LatencyMeter, call func(ctx context
 type waitedKey struct{}
 
 // measure returns ctx for a call's requests and a func that returns the
-// time since Measure less what the call's attempts waited for the rate
+// time since measure less what the call's attempts waited for the rate
 // limits: the call's own latency (the provider's answers, backoff between
 // retries, the client's work), which is what sizes the calls kept in
 // flight (reconcile.Budget). The whole duration would not do: it grows
