@@ -26,10 +26,14 @@ import (
 // (requests per second, in flight) are exact whatever the machine's load.
 
 // deepQueue is a reconcile.Store holding n due jobs, all for customer,
-// whose applies succeed after applyTakes (the database's part of a
-// reconcile, which must not take a fetch's place): a queue deeper than
-// the rate can drain.
-const applyTakes = 200 * time.Millisecond
+// answering as a busy database would: each claim and each time taken
+// before a fetch after dbTakes, each apply after applyTakes (the
+// database's part of a reconcile must not take a fetch's place, nor leave
+// a slot without its next job): a queue deeper than the rate can drain.
+const (
+	dbTakes    = 50 * time.Millisecond
+	applyTakes = 200 * time.Millisecond
+)
 
 type deepQueue struct {
 	mu       sync.Mutex
@@ -41,6 +45,7 @@ type deepQueue struct {
 func (q *deepQueue) store() *mock.Store {
 	return &mock.Store{
 		ClaimFn: func(_ context.Context, _ string, limit int, _ time.Duration) ([]reconcile.Job, error) {
+			time.Sleep(dbTakes)
 			q.mu.Lock()
 			defer q.mu.Unlock()
 			var jobs []reconcile.Job
