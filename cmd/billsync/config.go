@@ -46,7 +46,7 @@ type config struct {
 	KindeSweepPace    time.Duration
 
 	PlansPath string
-	// Workers bounds the reconciles in flight in this process; 0 = intake
+	// Workers bounds the provider fetches in flight in this process; 0 = intake
 	// only.
 	Workers int
 	// RecheckDelay is the worker's wait before reading a customer again
@@ -91,7 +91,7 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 		return err
 	})
 	c.bindReconcile(fs, getenv)
-	fs.IntVar(&c.Workers, "workers", reconcile.DefaultMaxInFlight, "the most reconciles in flight at once in this process (0: intake only); below it each provider keeps as many as its rate (-stripe-rate, -kinde-rate) can use at its observed latency, so this is a bound, not the throughput knob")
+	fs.IntVar(&c.Workers, "workers", reconcile.DefaultMaxInFlight, "the most provider fetches in flight at once in this process (0: intake only); below it each provider keeps as many as its rate (-stripe-rate, -kinde-rate) can use at its observed latency, so this is a bound, not the throughput knob")
 	fs.DurationVar(&c.RecheckDelay, "recheck-delay", time.Second,
 		"when a read contradicts the customer's newest event (the provider's API lagging its webhook), wait this long and read once more; negative: never")
 	fs.StringVar(&c.SweepSchedule, "sweep-schedule", cmp.Or(getenv("BILLSYNC_SWEEP_SCHEDULE"), defaultSweepSchedule),
