@@ -26,19 +26,23 @@ import (
 
 // DrainResult is the worker draining a burst stored before it starts.
 type DrainResult struct {
-	Events               int            `json:"events"`
-	Customers            int            `json:"customers"`
-	StoredVia            string         `json:"stored_via"`
-	LatencyMs            float64        `json:"provider_latency_ms"`
-	RateLimit            float64        `json:"rate_limit_per_sec"`
-	Workers              int            `json:"workers"`
-	Batch                int            `json:"batch"`
-	SeedSeconds          float64        `json:"seed_seconds"`
-	StoreSeconds         float64        `json:"store_seconds"`
-	Seconds              float64        `json:"seconds"` // workers start → queue empty
-	APIRequests          int64          `json:"api_requests"`
-	APIRequestsPerSec    float64        `json:"api_requests_per_sec"`
-	LimitShare           float64        `json:"limit_share"`
+	Events            int     `json:"events"`
+	Customers         int     `json:"customers"`
+	StoredVia         string  `json:"stored_via"`
+	LatencyMs         float64 `json:"provider_latency_ms"`
+	RateLimit         float64 `json:"rate_limit_per_sec"`
+	Workers           int     `json:"workers"`
+	Batch             int     `json:"batch"`
+	SeedSeconds       float64 `json:"seed_seconds"`
+	StoreSeconds      float64 `json:"store_seconds"`
+	Seconds           float64 `json:"seconds"` // workers start → queue empty
+	APIRequests       int64   `json:"api_requests"`
+	APIRequestsPerSec float64 `json:"api_requests_per_sec"`
+	LimitShare        float64 `json:"limit_share"`
+	// DeepShare is the share of the limit while the queue was deep: the
+	// requests over the time less one latency (the last requests' answers
+	// come back a latency after they were sent, with nothing left to send).
+	DeepShare            float64        `json:"limit_share_queue_deep"`
 	Reconciles           int            `json:"reconciles"`
 	ReconcilesPerSec     float64        `json:"reconciles_per_sec"`
 	RequestsPerReconcile float64        `json:"requests_per_reconcile"`
@@ -174,6 +178,9 @@ func runDrain(ctx context.Context, st *store.Store, cfg Config, live bool) (Drai
 	res.APIRequests, res.RateLimited, res.Connections = reqs, limited, conns
 	res.APIRequestsPerSec = round(float64(reqs)/took.Seconds(), 1)
 	res.LimitShare = round(float64(reqs)/took.Seconds()/cfg.RateLimit, 4)
+	if deep := took - cfg.Latency; deep > 0 {
+		res.DeepShare = round(float64(reqs)/deep.Seconds()/cfg.RateLimit, 4)
+	}
 	res.Reconciles = stats.Reconciles
 	res.ReconcilesPerSec = round(float64(stats.Reconciles)/took.Seconds(), 1)
 	if stats.Reconciles > 0 {

@@ -206,8 +206,8 @@ func (r Report) printDrain(w io.Writer) {
 	d := r.Drain
 	fmt.Fprintf(w, "DRAIN: %d events over %d customers, stored with %s; fake Stripe latency %s, client limit %.0f req/s, at most %d in flight (sized to rate × latency below it; batch %d)\n",
 		d.Events, d.Customers, d.StoredVia, time.Duration(d.LatencyMs*float64(time.Millisecond)), d.RateLimit, d.Workers, d.Batch)
-	fmt.Fprintf(w, "  queue empty after %.2f s: %d API requests = %.1f req/s = %.1f%% of the %.0f req/s limit\n",
-		d.Seconds, d.APIRequests, d.APIRequestsPerSec, d.LimitShare*100, d.RateLimit)
+	fmt.Fprintf(w, "  queue empty after %.2f s: %d API requests = %.1f req/s = %.1f%% of the %.0f req/s limit (%.1f%% over the time less one latency, while requests waited)\n",
+		d.Seconds, d.APIRequests, d.APIRequestsPerSec, d.LimitShare*100, d.RateLimit, d.DeepShare*100)
 	if b := d.Baseline; b != nil {
 		fmt.Fprintf(w, "  baseline, same run: at most %d in flight (serve's old %d fixed loops): %.2f s, %.1f req/s = %.1f%% of the limit\n",
 			b.Workers, b.Workers, b.Seconds, b.APIRequestsPerSec, b.LimitShare*100)
