@@ -42,7 +42,7 @@ func (s *benchSenders) Set(v string) error {
 var benchHidden = map[string]bool{
 	"senders": true, "intake-deliveries": true, "rounds": true, "drain-events": true,
 	"customers": true, "workers": true, "batch": true, "latency": true, "rate": true, "pool-conns": true,
-	"sweep-accounts": true, "only": true, "cpuprofile": true, "sweep-parallel": true, "baseline-workers": true, "load-seconds": true,
+	"sweep-accounts": true, "only": true, "cpuprofile": true, "sweep-parallel": true, "baseline-workers": true, "load-for": true,
 }
 
 func runBench(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) error {
@@ -62,7 +62,7 @@ operator's tables are never touched) and with an in-process fake Stripe:
           a worker bounded at 8 in flight (serve's old fixed loops); then
           a second burst posted through the intake while the workers run
   latency deliveries posted through the intake at half the limit for
-          -load-seconds: webhook → applied p50/p99, compared with the
+          -load-for: webhook → applied p50/p99, compared with the
           provider's latency and with the 8-in-flight baseline
   sweep   every account re-read in bulk from the fake at 100 req/s (the
           sweep's share: half) and 50 ms latency, 1% of them drifted
@@ -96,7 +96,7 @@ flags:`)
 	fs.IntVar(&bc.Customers, "customers", 0, "drain: customers the events are spread over")
 	fs.IntVar(&bc.SweepAccounts, "sweep-accounts", 0, "sweep: accounts at the fake, 1% of them drifted")
 	fs.StringVar(&bc.Only, "only", "", "run one part alone: intake, drain, latency or sweep")
-	fs.DurationVar(&bc.LoadSeconds, "load-seconds", 0, "latency: how long the steady load (half the rate limit) is posted (default 10s, 30s with -full)")
+	fs.DurationVar(&bc.LoadFor, "load-for", 0, "latency: how long the steady load (half the rate limit) is posted (default 10s, 30s with -full)")
 	fs.StringVar(&bc.CPUProfile, "cpuprofile", "", "write the measured sweep's CPU profile to this file")
 	fs.IntVar(&bc.SweepParallel, "sweep-parallel", 0, "sweep: list requests in flight (0: adapting, serve's default; 1: one page at a time)")
 	fs.IntVar(&bc.Workers, "workers", 0, "drain and latency: the most fetches in flight (default: serve's -workers)")

@@ -53,12 +53,12 @@ type Config struct {
 	DrainEvents      int
 	Customers        int
 	SweepAccounts    int
-	// LoadSeconds is how long the latency part posts its steady load.
-	LoadSeconds time.Duration
-	Workers     int
-	Batch       int
-	Latency     time.Duration
-	RateLimit   float64
+	// LoadFor is how long the latency part posts its steady load.
+	LoadFor   time.Duration
+	Workers   int
+	Batch     int
+	Latency   time.Duration
+	RateLimit float64
 	// PoolConns is the bench pools' size; 0 = what serve gets on the same
 	// URL (its pool_max_conns, else pgx's default: max(4, CPUs)).
 	PoolConns int
@@ -94,7 +94,7 @@ func (c Config) withDefaults() Config {
 		c.DrainEvents = cmp.Or(c.DrainEvents, 10000)
 		c.Customers = cmp.Or(c.Customers, 1000)
 		c.SweepAccounts = cmp.Or(c.SweepAccounts, 100000)
-		c.LoadSeconds = cmp.Or(c.LoadSeconds, 30*time.Second)
+		c.LoadFor = cmp.Or(c.LoadFor, 30*time.Second)
 	} else {
 		if len(c.Senders) == 0 {
 			c.Senders = []int{TargetSenders}
@@ -104,7 +104,7 @@ func (c Config) withDefaults() Config {
 		c.DrainEvents = cmp.Or(c.DrainEvents, 2000)
 		c.Customers = cmp.Or(c.Customers, 200)
 		c.SweepAccounts = cmp.Or(c.SweepAccounts, 5000)
-		c.LoadSeconds = cmp.Or(c.LoadSeconds, 10*time.Second)
+		c.LoadFor = cmp.Or(c.LoadFor, 10*time.Second)
 	}
 	c.Workers = cmp.Or(c.Workers, reconcile.DefaultMaxInFlight) // serve's -workers
 	c.BaselineWorkers = cmp.Or(c.BaselineWorkers, 8)            // serve's old fixed loops
@@ -139,8 +139,8 @@ func (c Config) Validate() error {
 	if c.Only != "" && c.Only != "intake" && c.Only != "drain" && c.Only != "latency" && c.Only != "sweep" {
 		errs = append(errs, errors.New("-only must be intake, drain, latency or sweep"))
 	}
-	if c.LoadSeconds < time.Second {
-		errs = append(errs, errors.New("-load-seconds must be 1s or more"))
+	if c.LoadFor < time.Second {
+		errs = append(errs, errors.New("-load-for must be 1s or more"))
 	}
 	if c.Workers < 1 || c.Batch < 1 || c.Latency < 0 || c.RateLimit <= 0 || c.PoolConns < 0 || c.SweepParallel < 0 {
 		errs = append(errs, errors.New("-workers and -batch must be 1 or more, -latency, -pool-conns and -sweep-parallel not negative, -rate positive"))

@@ -177,7 +177,7 @@ func TestLatencyAnswersEveryDelivery(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.NewStore(t)
 	cfg := toy()
-	cfg.LoadSeconds = time.Second
+	cfg.LoadFor = time.Second
 	cfg.BaselineWorkers = 2
 	res, err := runLatency(ctx, st, cfg)
 	require.NoError(t, err)

@@ -40,11 +40,11 @@ type Applied struct {
 }
 
 // runLatency posts deliveries through the HTTP intake at half the rate
-// limit for cfg.LoadSeconds while the worker runs (woken after each, as
+// limit for cfg.LoadFor while the worker runs (woken after each, as
 // serve's NOTIFY listener would), and times each to its reconcile.
 func runLatency(ctx context.Context, st *store.Store, cfg Config) (LatencyResult, error) {
 	res := LatencyResult{LatencyMs: float64(cfg.Latency) / float64(time.Millisecond), RateLimit: cfg.RateLimit,
-		LoadPerSec: cfg.RateLimit / 2, Seconds: cfg.LoadSeconds.Seconds(), Customers: cfg.Customers}
+		LoadPerSec: cfg.RateLimit / 2, Seconds: cfg.LoadFor.Seconds(), Customers: cfg.Customers}
 	d, err := newDrain(ctx, st, cfg)
 	if err != nil {
 		return res, err
@@ -106,7 +106,7 @@ func (d *drain) steady(ctx context.Context, cfg Config, workers int, name string
 
 	poster := newPoster(d.h.IntakeURL)
 	defer poster.close()
-	n := int(cfg.LoadSeconds.Seconds() * cfg.RateLimit / 2)
+	n := int(cfg.LoadFor.Seconds() * cfg.RateLimit / 2)
 	tick := time.NewTicker(time.Duration(float64(time.Second) / (cfg.RateLimit / 2)))
 	defer tick.Stop()
 	errs := make(chan error, n)
