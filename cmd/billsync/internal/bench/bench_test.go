@@ -34,7 +34,7 @@ func startIntake(t testing.TB, st *store.Store) *intake {
 // toy is a run small enough for a test.
 func toy() Config {
 	return Config{Senders: []int{1, 4}, IntakeDeliveries: 40, Rounds: 2,
-		DrainEvents: 30, Customers: 6, SweepAccounts: 300, Workers: 3, Latency: 2 * time.Millisecond, RateLimit: 500}.withDefaults()
+		DrainEvents: 30, Customers: 6, SweepAccounts: 300, Workers: 3, Latency: 2 * time.Millisecond, RateLimit: 500, LoadFor: time.Second}.withDefaults()
 }
 
 // TestIntakeStoresWhatItReports: read back from the database, every
@@ -262,7 +262,8 @@ func TestBenchQuick(t *testing.T) {
 	require.Equal(t, scratch.MaxConns(probe), rep.PoolConns, "the bench's pools are serve's size")
 	require.Len(t, rep.Intake, 2)
 	require.Equal(t, "intake throughput / ceiling, 4 senders", rep.Targets[0].Name)
-	require.Len(t, rep.Targets, 8)
+	require.Len(t, rep.Targets, 9)
+	require.Equal(t, int(cfg.RateLimit/2), rep.Latency.Measured.Events, "one second of load at half the limit")
 	require.Equal(t, 300, rep.Sweep.Accounts)
 	require.Equal(t, 3, rep.Sweep.Drifted, "1% of the accounts drifted")
 	require.Equal(t, rep.Sweep.Drifted, rep.Sweep.Healed, "the sweep healed exactly the drifted accounts")

@@ -139,7 +139,7 @@ func (r *Report) evaluateSweep(add func(Target)) {
 	add(Target{
 		Name: fmt.Sprintf("sweep wall time / provider-bound minimum, %d accounts", sw.Accounts), Value: sw.WallRatio, Unit: "ratio",
 		Target: fmt.Sprintf("<= %.1f", TargetSweepWall), Pass: sw.WallRatio > 0 && sw.WallRatio <= TargetSweepWall,
-		Baseline: fmt.Sprintf("%.2f s against %d list calls ÷ %.0f req/s = %.2f s", sw.Seconds, sw.ListCalls, sw.RateLimit, sw.ProviderBoundSeconds),
+		Baseline: fmt.Sprintf("%.2f s against %d list calls ÷ the sweep's %.0f req/s = %.2f s", sw.Seconds, sw.ListCalls, sw.ListRate, sw.ProviderBoundSeconds),
 	})
 	add(Target{
 		Name: "sweep per-account requests / list requests", Value: sw.CallReduction, Unit: "times",
