@@ -126,6 +126,10 @@ type SweeperConfig struct {
 type Sweeper struct {
 	cfg SweeperConfig
 	log *slog.Logger
+	// pageTime averages how long a part waits for the database's time
+	// before each list call: an adapting sweep sizes its parts by it and
+	// the list calls' latency together.
+	pageTime LatencyMeter
 }
 
 // NewSweeper validates cfg and returns a Sweeper.

@@ -43,7 +43,13 @@ func (s *Sweeper) parallel() parallelism {
 	case splitter.ListBudget().Rate <= 0:
 		return parallelism{bound: DefaultSweepParallel, limit: func() int { return DefaultSweepParallel }}
 	}
-	return parallelism{bound: MaxSweepParallel, limit: func() int { return splitter.ListBudget().InFlight(MaxSweepParallel) }}
+	return parallelism{bound: MaxSweepParallel, limit: func() int {
+		// A part's page is its database time (taken before the list call)
+		// and then the list call: both keep a part from its next request.
+		b := splitter.ListBudget()
+		b.Latency += s.pageTime.Latency()
+		return b.InFlight(MaxSweepParallel)
+	}}
 }
 
 // list lists the parts of a listing (cursors), at most parallel().limit
@@ -91,10 +97,12 @@ func (s *Sweeper) listPart(ctx context.Context, q *partQueue, splitter Splitter,
 	for {
 		// The page's time, taken before its list call: the snapshots are
 		// at least as fresh.
+		began := time.Now()
 		at, err := s.cfg.Store.Now(ctx)
 		if err != nil {
 			return false, err
 		}
+		s.pageTime.Observe(time.Since(began))
 		snaps, next, more, err := s.cfg.Lister.ListPage(ctx, cursor)
 		if err != nil {
 			return false, err
