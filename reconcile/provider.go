@@ -21,6 +21,11 @@ type Provider interface {
 	// not know is ErrCustomerUnknown; data billsync cannot read is a
 	// *PermanentError; anything else is transient and retried.
 	Fetch(ctx context.Context, customerID string) (Snapshot, error)
+	// Budget returns the requests per second this process may send the
+	// provider and its recent latency: the worker keeps as many fetches
+	// in flight as they call for (Budget.InFlight). A zero Rate is
+	// unknown: the worker then keeps its bound in flight.
+	Budget() Budget
 }
 
 // Lister is the optional bulk read the nightly sweep uses where a provider
@@ -44,6 +49,10 @@ type Splitter interface {
 	// the caller goes on (next, or next with what Split learnt). It may
 	// ask the provider (a few small requests).
 	Split(ctx context.Context, next string) (kept, given string, err error)
+	// ListBudget is the listing's share of the provider's rate and the
+	// latency of its list requests: an adapting sweep lists as many parts
+	// at once as they call for.
+	ListBudget() Budget
 }
 
 // ErrCustomerUnknown means the provider has no such customer: permanent.

@@ -45,10 +45,14 @@ type SweepReport struct {
 	Took     time.Duration
 }
 
-// DefaultSweepParallel is how many parts of a listing a sweep lists at
-// once by default: enough to keep a provider with a few hundred
-// milliseconds of latency busy at a sweep's share of its rate limit.
+// DefaultSweepParallel is how many parts of a listing an adapting sweep
+// lists at once when the Splitter's ListBudget has no rate.
 const DefaultSweepParallel = 8
+
+// MaxSweepParallel bounds how many parts an adapting sweep lists at once:
+// the listing's share of 100 requests a second (Stripe's live limit) at
+// a second of latency, with headroom.
+const MaxSweepParallel = 64
 
 // MaxHealedReported caps SweepReport.Healed; every healed account is
 // logged regardless.
@@ -100,8 +104,11 @@ type SweeperConfig struct {
 	// their own and webhook-triggered work (due now) goes first; default
 	// one account a second.
 	Pace time.Duration
-	// Parallel is how many parts of the listing are listed at once when
-	// the Lister is a Splitter; default DefaultSweepParallel. Each part's
+	// Parallel pins how many parts of the listing are listed at once when
+	// the Lister is a Splitter. 0 (the default) adapts: as many as the
+	// Splitter's ListBudget calls for (its share of the rate × the latency
+	// of its list requests, with headroom), at most MaxSweepParallel, and
+	// DefaultSweepParallel when the budget has no rate. Each part's
 	// requests still wait for the Lister's rate limit.
 	Parallel int
 	Plans    *Plans // required
@@ -119,6 +126,10 @@ type SweeperConfig struct {
 type Sweeper struct {
 	cfg SweeperConfig
 	log *slog.Logger
+	// pageTime averages how long a part waits for the database's time
+	// before each list call: an adapting sweep sizes its parts by it and
+	// the list calls' latency together.
+	pageTime LatencyMeter
 }
 
 // NewSweeper validates cfg and returns a Sweeper.
@@ -144,7 +155,6 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 	}
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)).With("provider", cfg.Provider, "component", "sweep")
 	cfg.Pace = cmp.Or(cfg.Pace, time.Second)
-	cfg.Parallel = cmp.Or(cfg.Parallel, DefaultSweepParallel)
 	return &Sweeper{cfg: cfg, log: log}, nil
 }
 
@@ -240,7 +250,7 @@ func (s *Sweeper) sweep(ctx context.Context, rep *SweepReport) error {
 	listCtx, stopListing := context.WithCancelCause(ctx)
 	defer stopListing(nil)
 	cursor := parseRunCursor(rep.Run.Cursor)
-	pages := make(chan listedPage, s.cfg.Parallel)
+	pages := make(chan listedPage, s.parallel().bound)
 	applied := make(chan error, 1)
 	go func() {
 		applied <- s.applyPages(context.WithoutCancel(ctx), stopListing, rep, cursor, pages)

@@ -324,3 +324,56 @@ func TestSweepPartQueueFailureStopsEveryLister(t *testing.T) {
 		require.Zero(t, st.enqueued)
 	})
 }
+
+// TestSweepPartsFollowTheListBudget: with Parallel 0 the sweep lists as
+// many parts at once as the Splitter's ListBudget calls for (rate ×
+// latency, with headroom), never more, and gives parts back when the
+// budget shrinks; every customer is still listed and recorded once.
+func TestSweepPartsFollowTheListBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 2000
+		l := newFakeListing(n)
+		st := newFakeSweep(l)
+		sp := l.splitter()
+		var mu sync.Mutex
+		budget := reconcile.Budget{Rate: 10, Latency: time.Second} // 14 in flight
+		sp.ListBudgetFn = func() reconcile.Budget { mu.Lock(); defer mu.Unlock(); return budget }
+		var inFlight, most, mostAfter int64
+		shrunk := false
+		peak := func() (int64, int64) { mu.Lock(); defer mu.Unlock(); return most, mostAfter }
+		list := sp.ListPageFn
+		sp.ListPageFn = func(ctx context.Context, cursor string) ([]reconcile.Snapshot, string, bool, error) {
+			mu.Lock()
+			inFlight++
+			most = max(most, inFlight)
+			if shrunk {
+				mostAfter = max(mostAfter, inFlight)
+			}
+			mu.Unlock()
+			defer func() { mu.Lock(); inFlight--; mu.Unlock() }()
+			time.Sleep(time.Second) // the provider's latency
+			return list(ctx, cursor)
+		}
+		s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: st.store(), Provider: "test", Lister: sp, Plans: testenv.Plans()})
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() { _, err := s.Run(context.Background()); done <- err }()
+		time.Sleep(5 * time.Second)
+		before, _ := peak()
+		require.Equal(t, int64(14), before, "rate 10 at 1 s: ceil(12.5)+1 parts at once")
+		mu.Lock()
+		budget = reconcile.Budget{Rate: 2, Latency: time.Second} // 4 in flight
+		mu.Unlock()
+		time.Sleep(2 * time.Second) // the pages in flight end; their parts are given back
+		mu.Lock()
+		shrunk = true
+		mu.Unlock()
+		require.NoError(t, <-done)
+		_, after := peak()
+		require.Equal(t, int64(4), after, "rate 2 at 1 s: 4 parts at once once the budget shrank")
+		require.Len(t, l.listed, n)
+		for c, times := range l.listed {
+			require.Equal(t, 1, times, "customer %s listed once", c)
+		}
+	})
+}

@@ -12,7 +12,6 @@ import (
 	"strings"
 
 	"github.com/billsync/billsync/cmd/billsync/internal/bench"
-	"github.com/billsync/billsync/reconcile"
 )
 
 // benchSenders is the comma-separated -senders flag.
@@ -43,7 +42,7 @@ func (s *benchSenders) Set(v string) error {
 var benchHidden = map[string]bool{
 	"senders": true, "intake-deliveries": true, "rounds": true, "drain-events": true,
 	"customers": true, "workers": true, "batch": true, "latency": true, "rate": true, "pool-conns": true,
-	"sweep-accounts": true, "only": true, "cpuprofile": true, "sweep-parallel": true,
+	"sweep-accounts": true, "only": true, "cpuprofile": true, "sweep-parallel": true, "baseline-workers": true, "load-for": true,
 }
 
 func runBench(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) error {
@@ -57,15 +56,19 @@ operator's tables are never touched) and with an in-process fake Stripe:
 
   intake  concurrent senders post signed deliveries (30% copies) over HTTP;
           compared with the same store transaction called directly
-  drain   a burst of events over many customers, reconciled against the
-          fake with 50 ms latency through a client limited to 100 req/s;
-          then a second burst posted through the intake while the
-          workers run
-  sweep   every account re-read in bulk from the fake at 100 req/s and
-          50 ms latency, 1% of them drifted (plan changed, webhook
-          lost); compared with the time its list calls need at that
-          limit, and with the requests of reconciling each account one
-          by one
+  drain   a burst of events over many customers, reconciled with serve's
+          defaults against the fake with 50 ms latency (-latency) through
+          a client limited to 100 req/s; compared with the limit and with
+          a worker bounded at 8 in flight (serve's old fixed loops); then
+          a second burst posted through the intake while the workers run
+  latency deliveries posted through the intake at half the limit for
+          -load-for: webhook → applied p50/p99, compared with the
+          provider's latency and with the 8-in-flight baseline
+  sweep   every account re-read in bulk from the fake at 100 req/s (the
+          sweep's share: half) and 50 ms latency, 1% of them drifted
+          (plan changed, webhook lost); compared with the time its list
+          calls need at its share, and with the requests of reconciling
+          each account one by one
   heal    plan changes at the fake timed until their accounts show them:
           by webhook (the baseline), then with every webhook dropped and
           the events feed alone, polling every 2 s (its 1 min default ÷ 30)
@@ -95,11 +98,13 @@ flags:`)
 	fs.IntVar(&bc.DrainEvents, "drain-events", 0, "drain: events to store before the workers start")
 	fs.IntVar(&bc.Customers, "customers", 0, "drain: customers the events are spread over")
 	fs.IntVar(&bc.SweepAccounts, "sweep-accounts", 0, "sweep: accounts at the fake, 1% of them drifted")
-	fs.StringVar(&bc.Only, "only", "", "run one part alone: intake, drain, sweep or heal")
+	fs.StringVar(&bc.Only, "only", "", "run one part alone: intake, drain, latency, sweep or heal")
+	fs.DurationVar(&bc.LoadFor, "load-for", 0, "latency: how long the steady load (half the rate limit) is posted (default 10s, 30s with -full)")
 	fs.StringVar(&bc.CPUProfile, "cpuprofile", "", "write the measured sweep's CPU profile to this file")
-	fs.IntVar(&bc.SweepParallel, "sweep-parallel", reconcile.DefaultSweepParallel, "sweep: list requests in flight (1: one page at a time)")
-	fs.IntVar(&bc.Workers, "workers", 0, "drain: reconcile loops")
-	fs.IntVar(&bc.Batch, "batch", 0, "drain: jobs claimed at once per loop (default: the worker's, reconcile.DefaultBatch)")
+	fs.IntVar(&bc.SweepParallel, "sweep-parallel", 0, "sweep: list requests in flight (0: adapting, serve's default; 1: one page at a time)")
+	fs.IntVar(&bc.Workers, "workers", 0, "drain and latency: the most fetches in flight (default: serve's -workers)")
+	fs.IntVar(&bc.BaselineWorkers, "baseline-workers", 0, "drain: the baseline measured in the same run, a worker bounded at this many in flight (default 8: serve's old fixed loops; -1 skips it)")
+	fs.IntVar(&bc.Batch, "batch", 0, "drain: claimed jobs kept waiting beyond those in flight, at least (default: the worker's, reconcile.DefaultBatch)")
 	fs.IntVar(&bc.PoolConns, "pool-conns", 0, "database connections of the bench pools (default: as serve gets them)")
 	fs.DurationVar(&bc.Latency, "latency", 0, "drain and sweep: latency the fake adds to every API request")
 	fs.Float64Var(&bc.RateLimit, "rate", 0, "drain: the Stripe client's requests per second")

@@ -46,7 +46,9 @@ type config struct {
 	KindeSweepPace    time.Duration
 
 	PlansPath string
-	Workers   int
+	// Workers bounds the provider fetches in flight in this process; 0 = intake
+	// only.
+	Workers int
 	// RecheckDelay is the worker's wait before reading a customer again
 	// when the first read contradicts its newest event (a stale read).
 	RecheckDelay time.Duration
@@ -59,8 +61,8 @@ type config struct {
 	AppToken      string
 	SweepSchedule string
 	eventsPollErr error // a bad BILLSYNC_EVENTS_POLL, reported by validateServe
-	// SweepParallel is how many parts of the Stripe customer list a sweep
-	// lists at once.
+	// SweepParallel pins how many parts of the Stripe customer list a
+	// sweep lists at once; 0 adapts to the latency.
 	SweepParallel int
 
 	// EventsPoll is how often the Stripe events feed lists events; 0 is
@@ -98,7 +100,7 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 		return err
 	})
 	c.bindReconcile(fs, getenv)
-	fs.IntVar(&c.Workers, "workers", 8, "reconcile loops in this process (0: intake only)")
+	fs.IntVar(&c.Workers, "workers", reconcile.DefaultMaxInFlight, "the most provider fetches in flight at once in this process (0: intake only); below it each provider keeps as many as its rate (-stripe-rate, -kinde-rate) can use at its observed latency, so this is a bound, not the throughput knob")
 	fs.DurationVar(&c.RecheckDelay, "recheck-delay", time.Second,
 		"when a read contradicts the customer's newest event (the provider's API lagging its webhook), wait this long and read once more; negative: never")
 	c.EventsPoll = reconcile.DefaultFeedInterval
@@ -142,7 +144,7 @@ func (c *config) bindReconcile(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.UserRefKey, "user-ref-key", "user_id", "Stripe customer metadata key holding the app's user reference")
 	fs.StringVar(&c.KindeDomain, "kinde-domain", getenv("KINDE_DOMAIN"), "Kinde business domain, e.g. https://yourbusiness.kinde.com (env KINDE_DOMAIN; Kinde is on when it and KINDE_CLIENT_ID/KINDE_CLIENT_SECRET are set)")
 	fs.Float64Var(&c.KindeRateLimit, "kinde-rate", 10, "Kinde Management API requests per second of this process (token requests, fetches and retries of every worker count; Kinde publishes no number, it answers 429 with RateLimit-Reset)")
-	fs.IntVar(&c.SweepParallel, "sweep-parallel", reconcile.DefaultSweepParallel, "Stripe list requests a sweep keeps in flight (parts of the customer list, by creation time), all within its half of -stripe-rate: at Stripe's latency one at a time uses a small share of it; 1 lists one page at a time, 0 the default")
+	fs.IntVar(&c.SweepParallel, "sweep-parallel", 0, "Stripe list requests a sweep keeps in flight (parts of the customer list, by creation time), all within its half of -stripe-rate; 0 (the default) adapts to what that half can use at the list requests' observed latency, a number pins it (1: one page at a time)")
 	fs.DurationVar(&c.KindeSweepPace, "kinde-sweep-pace", 0, "how far apart the sweep queues Kinde accounts (Kinde has no bulk listing, so a sweep reconciles each account); default 2/-kinde-rate, half of the budget, so webhook work goes first")
 	fs.StringVar(&c.PlansPath, "plans", getenv("BILLSYNC_PLANS"), "plans file (YAML; env BILLSYNC_PLANS; default: the built-in plans.example.yaml)")
 }

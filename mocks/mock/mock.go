@@ -58,13 +58,22 @@ func (s *Store) Release(ctx context.Context, worker string, jobs []reconcile.Job
 var _ reconcile.Provider = (*Provider)(nil)
 
 // Provider is a reconcile.Provider named ProviderName whose Fetch calls
-// FetchFn.
+// FetchFn. Its Budget is BudgetFn's, or unknown (the zero Budget) when
+// BudgetFn is nil: a worker then keeps its bound in flight.
 type Provider struct {
 	ProviderName string
 	FetchFn      func(ctx context.Context, customerID string) (reconcile.Snapshot, error)
+	BudgetFn     func() reconcile.Budget
 }
 
 func (p *Provider) Name() string { return p.ProviderName }
+
+func (p *Provider) Budget() reconcile.Budget {
+	if p.BudgetFn == nil {
+		return reconcile.Budget{}
+	}
+	return p.BudgetFn()
+}
 
 func (p *Provider) Fetch(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
 	return p.FetchFn(ctx, customerID)
@@ -170,10 +179,20 @@ var (
 )
 
 // Splitter is a reconcile.Lister that is a reconcile.Splitter too: the
-// sweep lists its parts at once.
+// sweep lists its parts at once. Its ListBudget is ListBudgetFn's, or
+// unknown when nil (an adapting sweep then lists
+// reconcile.DefaultSweepParallel parts at once).
 type Splitter struct {
 	Lister
-	SplitFn func(ctx context.Context, next string) (kept, given string, err error)
+	SplitFn      func(ctx context.Context, next string) (kept, given string, err error)
+	ListBudgetFn func() reconcile.Budget
+}
+
+func (s *Splitter) ListBudget() reconcile.Budget {
+	if s.ListBudgetFn == nil {
+		return reconcile.Budget{}
+	}
+	return s.ListBudgetFn()
 }
 
 func (s *Splitter) Split(ctx context.Context, next string) (string, string, error) {

@@ -60,6 +60,8 @@ type Client struct {
 	now      func() time.Time
 	pageSize int
 
+	latency reconcile.LatencyMeter // Fetch's, less its waits for the rate limit
+
 	mu     sync.Mutex
 	token  string
 	expiry time.Time
@@ -67,7 +69,7 @@ type Client struct {
 
 // NewClient validates cfg and returns a Client. It requests no token yet.
 func NewClient(cfg Config) (*Client, error) {
-	return newClient(cfg, http.DefaultTransport.(*http.Transport).Clone())
+	return newClient(cfg, attempt.NetTransport())
 }
 
 // newClient is NewClient sending each attempt through base: tests put an
@@ -101,6 +103,7 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)).With("provider", Provider)
 	rc := retryablehttp.NewClient()
 	limiter := rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.Burst)
+	c := &Client{domain: domain, cfg: cfg, log: log, now: cfg.Now, pageSize: cmp.Or(cfg.PageSize, 100)}
 	rc.HTTPClient = &http.Client{Transport: &attempt.Transport{
 		Base:      base,
 		Limits:    func(*http.Request) []attempt.Limit { return []attempt.Limit{{Name: "kinde", Limiter: limiter}} },
@@ -111,7 +114,7 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 	rc.Backoff = backoff
 	rc.ErrorHandler = retryablehttp.PassthroughErrorHandler
 	rc.Logger = nil
-	c := &Client{domain: domain, cfg: cfg, http: rc.StandardClient(), log: log, now: cfg.Now, pageSize: cmp.Or(cfg.PageSize, 100)}
+	c.http = rc.StandardClient()
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -120,6 +123,13 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 
 // Name returns "kinde".
 func (c *Client) Name() string { return Provider }
+
+// Budget returns the client's rate limit and its recent fetches' latency
+// (token requests included): the worker keeps as many Kinde fetches in
+// flight as they call for.
+func (c *Client) Budget() reconcile.Budget {
+	return reconcile.Budget{Rate: c.cfg.RateLimit, Latency: c.latency.Latency()}
+}
 
 // backoff waits exactly RateLimit-Reset (seconds) on a 429 that carries it,
 // else retryablehttp's default (Retry-After, or doubling).

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/billsync/billsync/providers/internal/attempt"
 	"github.com/billsync/billsync/reconcile"
 )
 
@@ -18,7 +19,12 @@ var _ reconcile.Provider = (*Client)(nil)
 // plan. Kinde answers the agreements of a customer it does not know with
 // an empty list, so such a customer is not told apart from one without a
 // plan.
-func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
+func (c *Client) Fetch(ctx context.Context, customerID string) (snap reconcile.Snapshot, err error) {
+	attempt.Timed(ctx, &c.latency, func(ctx context.Context) { snap, err = c.fetch(ctx, customerID) })
+	return snap, err
+}
+
+func (c *Client) fetch(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
 	if customerID == "" {
 		return reconcile.Snapshot{}, reconcile.Permanent("kinde: empty customer id")
 	}

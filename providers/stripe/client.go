@@ -141,6 +141,13 @@ type Client struct {
 	userRefKey  string
 	log         *slog.Logger
 	listLimiter *rate.Limiter
+	rate        float64 // Config.RateLimit
+	listRate    float64 // Config.ListRateLimit
+	// latency averages Fetch's durations and listLatency ListPage's
+	// (pages of 100 customers take longer than one), each less its waits
+	// for the rate limits (attempt.Timed): each sizes its own calls in
+	// flight.
+	latency, listLatency reconcile.LatencyMeter
 }
 
 var (
@@ -152,7 +159,7 @@ var (
 
 // NewClient validates cfg and returns a Client.
 func NewClient(cfg Config) (*Client, error) {
-	return newClient(cfg, http.DefaultTransport.(*http.Transport).Clone())
+	return newClient(cfg, attempt.NetTransport())
 }
 
 // newClient is NewClient sending each attempt through base: tests put an
@@ -163,6 +170,15 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 		return nil, fmt.Errorf("stripe client config: %w", err)
 	}
 	rc := retryablehttp.NewClient()
+	c := &Client{
+		baseURL:     cmp.Or(strings.TrimRight(cfg.BaseURL, "/"), stripeapi.APIURL),
+		apiKey:      cfg.APIKey,
+		userRefKey:  cfg.UserRefKey,
+		log:         cfg.Logger.With("provider", Provider),
+		listLimiter: rate.NewLimiter(rate.Limit(cfg.ListRateLimit), 1),
+		rate:        cfg.RateLimit,
+		listRate:    cfg.ListRateLimit,
+	}
 	shared := rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.Burst)
 	endpoints := newEndpointLimiters(cfg.EndpointRateLimit, cfg.Burst)
 	rc.HTTPClient = &http.Client{Transport: &attempt.Transport{
@@ -187,18 +203,25 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 	rc.CheckRetry = checkRetry
 	rc.ErrorHandler = lastResponse
 	rc.Logger = debugLogger{cfg.Logger}
-	return &Client{
-		http:        rc.StandardClient(),
-		baseURL:     cmp.Or(strings.TrimRight(cfg.BaseURL, "/"), stripeapi.APIURL),
-		apiKey:      cfg.APIKey,
-		userRefKey:  cfg.UserRefKey,
-		log:         cfg.Logger.With("provider", Provider),
-		listLimiter: rate.NewLimiter(rate.Limit(cfg.ListRateLimit), 1),
-	}, nil
+	c.http = rc.StandardClient()
+	return c, nil
 }
 
 // Name returns "stripe".
 func (c *Client) Name() string { return Provider }
+
+// Budget returns the client's rate limit and its recent fetches' latency:
+// the worker keeps as many fetches in flight as they call for.
+func (c *Client) Budget() reconcile.Budget {
+	return reconcile.Budget{Rate: c.rate, Latency: c.latency.Latency()}
+}
+
+// ListBudget returns the listing's share of the rate (ListRateLimit) and
+// its recent pages' latency: an adapting sweep lists as many parts at once
+// as they call for.
+func (c *Client) ListBudget() reconcile.Budget {
+	return reconcile.Budget{Rate: c.listRate, Latency: c.listLatency.Latency()}
+}
 
 // Fetch returns the customer's snapshot now, in one request where it can:
 // the customer retrieved with its subscriptions expanded
@@ -214,7 +237,12 @@ func (c *Client) Name() string { return Provider }
 // data and 400 answers are *reconcile.PermanentError. Everything else
 // (network, timeouts, 429, 5xx, and also 401/403: a bad or revoked key is an
 // outage to alert on, not a reason to ignore events) is transient.
-func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
+func (c *Client) Fetch(ctx context.Context, customerID string) (snap reconcile.Snapshot, err error) {
+	attempt.Timed(ctx, &c.latency, func(ctx context.Context) { snap, err = c.fetch(ctx, customerID) })
+	return snap, err
+}
+
+func (c *Client) fetch(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
 	if customerID == "" {
 		return reconcile.Snapshot{}, reconcile.Permanent("stripe: empty customer id")
 	}

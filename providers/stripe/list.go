@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/billsync/billsync/providers/internal/attempt"
 	"github.com/billsync/billsync/reconcile"
 )
 
@@ -35,6 +36,11 @@ import (
 // before the client's shared one, so a sweep never takes the whole rate
 // from webhook-triggered fetches.
 func (c *Client) ListPage(ctx context.Context, cursor string) (snaps []reconcile.Snapshot, next string, more bool, err error) {
+	attempt.Timed(ctx, &c.listLatency, func(ctx context.Context) { snaps, next, more, err = c.listPage(ctx, cursor) })
+	return snaps, next, more, err
+}
+
+func (c *Client) listPage(ctx context.Context, cursor string) (snaps []reconcile.Snapshot, next string, more bool, err error) {
 	cur, err := parseListCursor(cursor)
 	if err != nil {
 		return nil, "", false, err

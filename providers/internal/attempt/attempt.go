@@ -10,10 +10,24 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/billsync/billsync/reconcile"
 )
+
+// NetTransport returns the network transport under a provider's client:
+// Go's default, keeping up to reconcile.DefaultMaxInFlight idle
+// connections to the provider instead of two, since the worker keeps that
+// many requests in flight at most; with two, every request beyond them
+// would open (and TLS-handshake) a connection of its own.
+func NetTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = reconcile.DefaultMaxInFlight
+	return t
+}
 
 // Limit is a rate limiter an attempt waits for, named for the error when
 // the wait is cut short.
@@ -34,9 +48,39 @@ type Transport struct {
 	OnAttempt func(status string)
 }
 
+// Timed runs call with a ctx whose attempts count their waits for the
+// rate limits (measure), and adds call's duration less those waits to m,
+// unless ctx ended first (a call cut short says nothing of the provider).
+func Timed(ctx context.Context, m *reconcile.LatencyMeter, call func(ctx context.Context)) {
+	ctx, took := measure(ctx)
+	call(ctx)
+	if ctx.Err() == nil {
+		m.Observe(took())
+	}
+}
+
+// waitedKey carries the counter of measure to the transport.
+type waitedKey struct{}
+
+// measure returns ctx for a call's requests and a func that returns the
+// time since measure less what the call's attempts waited for the rate
+// limits: the call's own latency (the provider's answers, backoff between
+// retries, the client's work), which is what sizes the calls kept in
+// flight (reconcile.Budget). The whole duration would not do: it grows
+// with the wait for the limiter, and sizing by it grows the calls in
+// flight without end (more in flight, longer waits, more in flight).
+func measure(ctx context.Context) (context.Context, func() time.Duration) {
+	waited := new(atomic.Int64)
+	start := time.Now()
+	return context.WithValue(ctx, waitedKey{}, waited), func() time.Duration {
+		return time.Since(start) - time.Duration(waited.Load())
+	}
+}
+
 // RoundTrip waits for the limits, then sends req within Timeout.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.Limits != nil {
+		began := time.Now()
 		for _, l := range t.Limits(req) {
 			if l.Limiter == nil {
 				continue
@@ -44,6 +88,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if err := l.Limiter.Wait(req.Context()); err != nil {
 				return nil, fmt.Errorf("wait for the %s rate limit: %w", l.Name, err)
 			}
+		}
+		if waited, ok := req.Context().Value(waitedKey{}).(*atomic.Int64); ok {
+			waited.Add(int64(time.Since(began)))
 		}
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), t.Timeout)

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/billsync/billsync/reconcile"
@@ -31,6 +32,7 @@ const (
 	TargetIntakeP99   = 20 * time.Millisecond // intake p99, at TargetSenders
 	TargetLimitShare  = 0.95                  // drain: API requests/s as a share of the client's limit
 	TargetFetches     = 1.1                   // drain: provider fetches per customer per burst
+	TargetAppliedP99  = 2.0                   // latency: webhook → applied p99 / provider latency, at half the limit
 	TargetSweepWall   = 2.0                   // sweep: wall time / provider-bound minimum (list calls ÷ rate)
 	TargetSweepCalls  = 80.0                  // sweep: per-account requests / list requests
 	TargetSweepRSSMiB = 200.0                 // sweep: peak RSS of billsync sweep in a process of its own
@@ -51,18 +53,24 @@ type Config struct {
 	DrainEvents      int
 	Customers        int
 	SweepAccounts    int
-	Workers          int
-	Batch            int
-	Latency          time.Duration
-	RateLimit        float64
+	// LoadFor is how long the latency part posts its steady load.
+	LoadFor   time.Duration
+	Workers   int
+	Batch     int
+	Latency   time.Duration
+	RateLimit float64
 	// PoolConns is the bench pools' size; 0 = what serve gets on the same
 	// URL (its pool_max_conns, else pgx's default: max(4, CPUs)).
 	PoolConns int
 	// Only, when set (intake, drain, sweep or heal), runs that part alone.
 	Only string
-	// SweepParallel is how many list requests the sweeps keep in flight;
-	// default reconcile.DefaultSweepParallel.
+	// SweepParallel pins how many list requests the sweeps keep in
+	// flight; 0 adapts, as serve's default.
 	SweepParallel int
+	// BaselineWorkers is the drain's baseline, measured in the same run:
+	// the worker bounded at this many in flight (8: serve's old fixed
+	// loops, throughput = loops ÷ latency); negative skips it.
+	BaselineWorkers int
 	// CPUProfile, when set, is the file the measured sweep's CPU profile
 	// is written to (pprof format): the sweep alone, not its setup.
 	CPUProfile string
@@ -86,6 +94,7 @@ func (c Config) withDefaults() Config {
 		c.DrainEvents = cmp.Or(c.DrainEvents, 10000)
 		c.Customers = cmp.Or(c.Customers, 1000)
 		c.SweepAccounts = cmp.Or(c.SweepAccounts, 100000)
+		c.LoadFor = cmp.Or(c.LoadFor, 30*time.Second)
 	} else {
 		if len(c.Senders) == 0 {
 			c.Senders = []int{TargetSenders}
@@ -95,11 +104,12 @@ func (c Config) withDefaults() Config {
 		c.DrainEvents = cmp.Or(c.DrainEvents, 2000)
 		c.Customers = cmp.Or(c.Customers, 200)
 		c.SweepAccounts = cmp.Or(c.SweepAccounts, 5000)
+		c.LoadFor = cmp.Or(c.LoadFor, 10*time.Second)
 	}
-	c.Workers = cmp.Or(c.Workers, 16)
-	c.Batch = cmp.Or(c.Batch, reconcile.DefaultBatch) // as serve runs it
+	c.Workers = cmp.Or(c.Workers, reconcile.DefaultMaxInFlight) // serve's -workers
+	c.BaselineWorkers = cmp.Or(c.BaselineWorkers, 8)            // serve's old fixed loops
+	c.Batch = cmp.Or(c.Batch, reconcile.DefaultBatch)           // as serve runs it
 	c.Latency = cmp.Or(c.Latency, 50*time.Millisecond)
-	c.SweepParallel = cmp.Or(c.SweepParallel, reconcile.DefaultSweepParallel)
 	c.RateLimit = cmp.Or(c.RateLimit, 100)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -126,11 +136,14 @@ func (c Config) Validate() error {
 	if c.SweepAccounts < 100 {
 		errs = append(errs, errors.New("-sweep-accounts must be 100 or more"))
 	}
-	if c.Only != "" && c.Only != "intake" && c.Only != "drain" && c.Only != "sweep" && c.Only != "heal" {
-		errs = append(errs, errors.New("-only must be intake, drain, sweep or heal"))
+	if c.Only != "" && c.Only != "intake" && c.Only != "drain" && c.Only != "latency" && c.Only != "sweep" && c.Only != "heal" {
+		errs = append(errs, errors.New("-only must be intake, drain, latency, sweep or heal"))
 	}
-	if c.Workers < 1 || c.Batch < 1 || c.Latency < 0 || c.RateLimit <= 0 || c.PoolConns < 0 {
-		errs = append(errs, errors.New("-workers and -batch must be 1 or more, -latency and -pool-conns not negative, -rate positive"))
+	if c.LoadFor < time.Second {
+		errs = append(errs, errors.New("-load-for must be 1s or more"))
+	}
+	if c.Workers < 1 || c.Batch < 1 || c.Latency < 0 || c.RateLimit <= 0 || c.PoolConns < 0 || c.SweepParallel < 0 {
+		errs = append(errs, errors.New("-workers and -batch must be 1 or more, -latency, -pool-conns and -sweep-parallel not negative, -rate positive"))
 	}
 	return errors.Join(errs...)
 }
@@ -159,12 +172,23 @@ func Run(ctx context.Context, databaseURL string, cfg Config) (Report, error) {
 		run  func(st *store.Store) error
 	}{
 		{"intake", func(st *store.Store) (err error) { rep.Intake, err = runIntake(ctx, st, cfg); return err }},
-		{"drain", func(st *store.Store) (err error) { rep.Drain, err = runDrain(ctx, st, cfg); return err }},
+		{"drain", func(st *store.Store) (err error) { rep.Drain, err = runDrain(ctx, st, cfg, true); return err }},
+		{"drain_baseline", func(st *store.Store) (err error) {
+			if cfg.BaselineWorkers <= 0 {
+				return nil
+			}
+			base := cfg
+			base.Workers = cfg.BaselineWorkers
+			d, err := runDrain(ctx, st, base, false)
+			rep.Drain.Baseline = &DrainBaseline{Workers: d.Workers, Seconds: d.Seconds, APIRequestsPerSec: d.APIRequestsPerSec, LimitShare: d.LimitShare}
+			return err
+		}},
+		{"latency", func(st *store.Store) (err error) { rep.Latency, err = runLatency(ctx, st, cfg); return err }},
 		{"sweep", func(st *store.Store) (err error) { rep.Sweep, err = runSweep(ctx, st, cfg); return err }},
 		{"heal", func(st *store.Store) (err error) { rep.Heal, err = runHeal(ctx, st, cfg); return err }},
 	}
 	for _, part := range parts {
-		if cfg.Only != "" && cfg.Only != part.name {
+		if cfg.Only != "" && cfg.Only != strings.TrimSuffix(part.name, "_baseline") {
 			continue
 		}
 		err := withDatabase(ctx, databaseURL, fmt.Sprintf("billsync_bench_%d_%s", stamp, part.name), cfg, func(st *store.Store) error {

@@ -34,7 +34,7 @@ func startIntake(t testing.TB, st *store.Store) *intake {
 // toy is a run small enough for a test.
 func toy() Config {
 	return Config{Senders: []int{1, 4}, IntakeDeliveries: 40, Rounds: 2,
-		DrainEvents: 30, Customers: 6, SweepAccounts: 300, Workers: 3, Latency: 2 * time.Millisecond, RateLimit: 500}.withDefaults()
+		DrainEvents: 30, Customers: 6, SweepAccounts: 300, Workers: 3, Latency: 2 * time.Millisecond, RateLimit: 500, LoadFor: time.Second}.withDefaults()
 }
 
 // TestIntakeStoresWhatItReports: read back from the database, every
@@ -170,6 +170,30 @@ func TestIntakeThatDropsDeliveriesFailsTheRun(t *testing.T) {
 	require.ErrorContains(t, err, "lost work")
 }
 
+// TestLatencyAnswersEveryDelivery: every delivery of the steady load is
+// timed to the reconcile that answered it, for the measured worker and
+// the baseline, and every event ends applied.
+func TestLatencyAnswersEveryDelivery(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	cfg := toy()
+	cfg.LoadFor = time.Second
+	cfg.BaselineWorkers = 2
+	res, err := runLatency(ctx, st, cfg)
+	require.NoError(t, err)
+	load := int(cfg.RateLimit / 2) // one second at half the limit
+	require.Equal(t, load, res.Measured.Events)
+	require.NotNil(t, res.Baseline)
+	require.Equal(t, load, res.Baseline.Events)
+	require.Equal(t, 2, res.Baseline.Workers)
+	require.GreaterOrEqual(t, res.Measured.P99Ms, 2.0, "each includes the fake's 2 ms")
+	require.LessOrEqual(t, res.Measured.P50Ms, res.Measured.P99Ms)
+	stats, err := scratch.ReadStats(ctx, st)
+	require.NoError(t, err)
+	require.Equal(t, 2*load, stats.Events)
+	require.Equal(t, stats.Events, stats.Applied)
+}
+
 // TestDrainAnswersEveryEvent: read back from the database after both
 // drains, every event sent is stored and applied, the queue is empty, and
 // each customer's account has the plan of its subscription at the fake;
@@ -180,7 +204,7 @@ func TestDrainAnswersEveryEvent(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.NewStore(t)
 	cfg := toy()
-	res, err := runDrain(ctx, st, cfg)
+	res, err := runDrain(ctx, st, cfg, true)
 	require.NoError(t, err)
 
 	counts := storetest.Counts(t, st)
@@ -238,7 +262,8 @@ func TestBenchQuick(t *testing.T) {
 	require.Equal(t, scratch.MaxConns(probe), rep.PoolConns, "the bench's pools are serve's size")
 	require.Len(t, rep.Intake, 2)
 	require.Equal(t, "intake throughput / ceiling, 4 senders", rep.Targets[0].Name)
-	require.Len(t, rep.Targets, 9)
+	require.Len(t, rep.Targets, 10)
+	require.Equal(t, int(cfg.RateLimit/2), rep.Latency.Measured.Events, "one second of load at half the limit")
 	require.Equal(t, 300, rep.Sweep.Accounts)
 	require.Equal(t, 3, rep.Sweep.Drifted, "1% of the accounts drifted")
 	require.Equal(t, rep.Sweep.Drifted, rep.Sweep.Healed, "the sweep healed exactly the drifted accounts")

@@ -26,19 +26,23 @@ import (
 
 // DrainResult is the worker draining a burst stored before it starts.
 type DrainResult struct {
-	Events               int            `json:"events"`
-	Customers            int            `json:"customers"`
-	StoredVia            string         `json:"stored_via"`
-	LatencyMs            float64        `json:"provider_latency_ms"`
-	RateLimit            float64        `json:"rate_limit_per_sec"`
-	Workers              int            `json:"workers"`
-	Batch                int            `json:"batch"`
-	SeedSeconds          float64        `json:"seed_seconds"`
-	StoreSeconds         float64        `json:"store_seconds"`
-	Seconds              float64        `json:"seconds"` // workers start → queue empty
-	APIRequests          int64          `json:"api_requests"`
-	APIRequestsPerSec    float64        `json:"api_requests_per_sec"`
-	LimitShare           float64        `json:"limit_share"`
+	Events            int     `json:"events"`
+	Customers         int     `json:"customers"`
+	StoredVia         string  `json:"stored_via"`
+	LatencyMs         float64 `json:"provider_latency_ms"`
+	RateLimit         float64 `json:"rate_limit_per_sec"`
+	Workers           int     `json:"workers"`
+	Batch             int     `json:"batch"`
+	SeedSeconds       float64 `json:"seed_seconds"`
+	StoreSeconds      float64 `json:"store_seconds"`
+	Seconds           float64 `json:"seconds"` // workers start → queue empty
+	APIRequests       int64   `json:"api_requests"`
+	APIRequestsPerSec float64 `json:"api_requests_per_sec"`
+	LimitShare        float64 `json:"limit_share"`
+	// DeepShare is the share of the limit while the queue was deep: the
+	// requests over the time less one latency (the last requests' answers
+	// come back a latency after they were sent, with nothing left to send).
+	DeepShare            float64        `json:"limit_share_queue_deep"`
 	Reconciles           int            `json:"reconciles"`
 	ReconcilesPerSec     float64        `json:"reconciles_per_sec"`
 	RequestsPerReconcile float64        `json:"requests_per_reconcile"`
@@ -53,6 +57,17 @@ type DrainResult struct {
 	EventsPending        int            `json:"events_pending"`
 	EventsOther          int            `json:"events_ignored_or_dead"`
 	Live                 LiveResult     `json:"live"`
+	// Baseline is the same drain, in the same run, by a worker bounded at
+	// BaselineWorkers in flight: serve's old fixed loops.
+	Baseline *DrainBaseline `json:"baseline,omitempty"`
+}
+
+// DrainBaseline is the drain's baseline: the old fixed loops.
+type DrainBaseline struct {
+	Workers           int     `json:"workers"`
+	Seconds           float64 `json:"seconds"`
+	APIRequestsPerSec float64 `json:"api_requests_per_sec"`
+	LimitShare        float64 `json:"limit_share"`
 }
 
 // LiveResult is the drain with the events arriving while the workers run,
@@ -81,45 +96,30 @@ type drain struct {
 	counted   *countingHandler
 	customers []string
 	subjects  []subject // what each customer's events name: its subscription and price at the fake
+
+	seedSeconds float64
 }
 
 // runDrain seeds the fake with customers and subscriptions, stores a burst
 // of events for them, then times the workers until the queue is empty; then
 // does it again with the burst posted through the intake while they run.
-func runDrain(ctx context.Context, st *store.Store, cfg Config) (DrainResult, error) {
+// live false skips the second part (the baseline's).
+func runDrain(ctx context.Context, st *store.Store, cfg Config, live bool) (DrainResult, error) {
 	res := DrainResult{
 		Events: cfg.DrainEvents, Customers: cfg.Customers, StoredVia: "store.StoreDelivery (no HTTP)",
 		LatencyMs: float64(cfg.Latency) / float64(time.Millisecond), RateLimit: cfg.RateLimit,
 		Workers: cfg.Workers, Batch: cfg.Batch, Outcomes: map[string]int{},
 	}
-	plans := testenv.Plans()
-	d := &drain{st: st, plans: plans, counted: &countingHandler{}}
-	var err error
-	d.h, err = testenv.New(testenv.Stripe, testenv.Options{
-		Store: st, Wrap: d.counted.wrap, ConnState: d.counted.connState,
-		Stripe: testenv.StripeOptions{
-			// The fake's own webhooks are not the burst: seeding sends none.
-			Fake: stripemock.Options{Faults: stripemock.Faults{DropRate: 1}},
-			// billsync's client as serve runs it, at the bench's limit.
-			Client: stripe.Config{RateLimit: cfg.RateLimit},
-		},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	d, err := newDrain(ctx, st, cfg)
 	if err != nil {
 		return res, err
 	}
 	defer d.h.Close()
-
-	t0 := time.Now()
-	if err := d.seed(ctx, cfg.Customers); err != nil {
-		return res, err
-	}
-	res.SeedSeconds = round(time.Since(t0).Seconds(), 2)
-	cfg.Logger.Info("bench drain: fake seeded", slog.Int("customers", len(d.customers)), slog.Float64("seconds", res.SeedSeconds))
+	res.SeedSeconds = d.seedSeconds
 
 	// Store the burst: event k of every customer before event k+1 of any,
 	// as a burst over many customers arrives.
-	t0 = time.Now()
+	t0 := time.Now()
 	deliveries := make([]reconcile.Delivery, 0, cfg.DrainEvents)
 	for i := range cfg.DrainEvents {
 		body := eventBody(fmt.Sprintf("evt_drain_%06d", i), d.subjects[i%len(d.subjects)], i)
@@ -178,6 +178,9 @@ func runDrain(ctx context.Context, st *store.Store, cfg Config) (DrainResult, er
 	res.APIRequests, res.RateLimited, res.Connections = reqs, limited, conns
 	res.APIRequestsPerSec = round(float64(reqs)/took.Seconds(), 1)
 	res.LimitShare = round(float64(reqs)/took.Seconds()/cfg.RateLimit, 4)
+	if deep := took - cfg.Latency; deep > 0 {
+		res.DeepShare = round(float64(reqs)/deep.Seconds()/cfg.RateLimit, 4)
+	}
 	res.Reconciles = stats.Reconciles
 	res.ReconcilesPerSec = round(float64(stats.Reconciles)/took.Seconds(), 1)
 	if stats.Reconciles > 0 {
@@ -193,7 +196,9 @@ func runDrain(ctx context.Context, st *store.Store, cfg Config) (DrainResult, er
 	}
 	cfg.Logger.Info("bench drain: queue empty", slog.Float64("seconds", res.Seconds), slog.Int64("api_requests", reqs))
 
-	res.Live, err = d.live(ctx, cfg)
+	if live {
+		res.Live, err = d.live(ctx, cfg)
+	}
 	return res, err
 }
 
@@ -299,6 +304,35 @@ func (d *drain) waitEmpty(ctx context.Context, start time.Time, cfg Config) (tim
 			}
 		}
 	}
+}
+
+// newDrain starts the fake Stripe (counted, its own webhooks dropped)
+// with billsync wired to it at cfg's rate, and seeds cfg.Customers
+// customers there. The caller closes d.h.
+func newDrain(ctx context.Context, st *store.Store, cfg Config) (*drain, error) {
+	d := &drain{st: st, plans: testenv.Plans(), counted: &countingHandler{}}
+	var err error
+	d.h, err = testenv.New(testenv.Stripe, testenv.Options{
+		Store: st, Wrap: d.counted.wrap, ConnState: d.counted.connState,
+		Stripe: testenv.StripeOptions{
+			// The fake's own webhooks are not the load: seeding sends none.
+			Fake: stripemock.Options{Faults: stripemock.Faults{DropRate: 1}},
+			// billsync's client as serve runs it, at the bench's limit.
+			Client: stripe.Config{RateLimit: cfg.RateLimit},
+		},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	if err := d.seed(ctx, cfg.Customers); err != nil {
+		d.h.Close()
+		return nil, err
+	}
+	d.seedSeconds = round(time.Since(t0).Seconds(), 2)
+	cfg.Logger.Info("bench: fake seeded", slog.Int("customers", len(d.customers)), slog.Float64("seconds", d.seedSeconds))
+	return d, nil
 }
 
 // seed creates n customers at the fake for the drain.

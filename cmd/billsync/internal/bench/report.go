@@ -19,6 +19,7 @@ type Report struct {
 	Seconds   float64        `json:"seconds"`
 	Intake    []IntakeResult `json:"intake"`
 	Drain     DrainResult    `json:"drain"`
+	Latency   LatencyResult  `json:"latency"`
 	Sweep     SweepResult    `json:"sweep"`
 	Heal      HealResult     `json:"heal"`
 	Targets   []Target       `json:"targets"`
@@ -69,6 +70,9 @@ func (r *Report) evaluate() {
 	if d := r.Drain; d.Events > 0 {
 		r.evaluateDrain(add)
 	}
+	if r.Latency.Measured.Events > 0 {
+		r.evaluateLatency(add)
+	}
 	if r.Sweep.Accounts > 0 {
 		r.evaluateSweep(add)
 	}
@@ -87,7 +91,7 @@ func (r *Report) evaluateDrain(add func(Target)) {
 	add(Target{
 		Name: "drain API requests/s / client limit", Value: d.LimitShare, Unit: "share",
 		Target: fmt.Sprintf(">= %.0f%%", TargetLimitShare*100), Pass: d.LimitShare >= TargetLimitShare,
-		Baseline: fmt.Sprintf("%.1f of %.0f req/s", d.APIRequestsPerSec, d.RateLimit),
+		Baseline: drainBaseline(d),
 	})
 	add(Target{
 		Name: "drain fetches per customer, burst stored first", Value: d.FetchesPerCustomer, Unit: "fetches",
@@ -101,12 +105,50 @@ func (r *Report) evaluateDrain(add func(Target)) {
 	})
 }
 
+func (r *Report) evaluateLatency(add func(Target)) {
+	l := r.Latency
+	ratio := round(l.Measured.P99Ms/l.LatencyMs, 2)
+	base := fmt.Sprintf("provider latency %.0f ms", l.LatencyMs)
+	if b := l.Baseline; b != nil {
+		base += fmt.Sprintf("; %d fixed: p99 %.0f ms", b.Workers, b.P99Ms)
+	}
+	add(Target{
+		Name: "webhook → applied p99 / provider latency, load at half the limit", Value: ratio, Unit: "times",
+		Target: fmt.Sprintf("<= %.1f", TargetAppliedP99), Pass: l.LatencyMs > 0 && ratio <= TargetAppliedP99,
+		Baseline: base,
+	})
+}
+
+func (r Report) printLatency(w io.Writer) {
+	l := r.Latency
+	fmt.Fprintf(w, "LATENCY: %.0f deliveries/s (half the %.0f req/s limit) for %.0f s through the HTTP intake, over %d customers; fake Stripe latency %.0f ms\n",
+		l.LoadPerSec, l.RateLimit, l.Seconds, l.Customers, l.LatencyMs)
+	for _, a := range []*Applied{&l.Measured, l.Baseline} {
+		if a == nil {
+			continue
+		}
+		fmt.Fprintf(w, "  at most %d in flight: %d deliveries, webhook → applied p50 %.0f ms, p99 %.0f ms, max %.0f ms\n",
+			a.Workers, a.Events, a.P50Ms, a.P99Ms, a.MaxMs)
+	}
+	fmt.Fprintln(w)
+}
+
+// drainBaseline says what the drain did against its baseline in the same
+// run: the old fixed loops, and the limit itself.
+func drainBaseline(d DrainResult) string {
+	s := fmt.Sprintf("%.1f of %.0f req/s", d.APIRequestsPerSec, d.RateLimit)
+	if b := d.Baseline; b != nil {
+		s += fmt.Sprintf("; %d fixed: %.1f req/s (%.1f%%), %.1f× slower", b.Workers, b.APIRequestsPerSec, b.LimitShare*100, b.Seconds/d.Seconds)
+	}
+	return s
+}
+
 func (r *Report) evaluateSweep(add func(Target)) {
 	sw := r.Sweep
 	add(Target{
 		Name: fmt.Sprintf("sweep wall time / provider-bound minimum, %d accounts", sw.Accounts), Value: sw.WallRatio, Unit: "ratio",
 		Target: fmt.Sprintf("<= %.1f", TargetSweepWall), Pass: sw.WallRatio > 0 && sw.WallRatio <= TargetSweepWall,
-		Baseline: fmt.Sprintf("%.2f s against %d list calls ÷ %.0f req/s = %.2f s", sw.Seconds, sw.ListCalls, sw.RateLimit, sw.ProviderBoundSeconds),
+		Baseline: fmt.Sprintf("%.2f s against %d list calls ÷ the sweep's %.0f req/s = %.2f s", sw.Seconds, sw.ListCalls, sw.ListRate, sw.ProviderBoundSeconds),
 	})
 	add(Target{
 		Name: "sweep per-account requests / list requests", Value: sw.CallReduction, Unit: "times",
@@ -149,6 +191,9 @@ func (r Report) Print(w io.Writer) {
 	if r.Drain.Events > 0 {
 		r.printDrain(w)
 	}
+	if r.Latency.Measured.Events > 0 {
+		r.printLatency(w)
+	}
 	if r.Sweep.Accounts > 0 {
 		r.printSweep(w)
 	}
@@ -176,10 +221,14 @@ func (r Report) Print(w io.Writer) {
 
 func (r Report) printDrain(w io.Writer) {
 	d := r.Drain
-	fmt.Fprintf(w, "DRAIN: %d events over %d customers, stored with %s; fake Stripe latency %s, client limit %.0f req/s, %d workers (batch %d)\n",
+	fmt.Fprintf(w, "DRAIN: %d events over %d customers, stored with %s; fake Stripe latency %s, client limit %.0f req/s, at most %d in flight (sized to rate × latency below it; batch %d)\n",
 		d.Events, d.Customers, d.StoredVia, time.Duration(d.LatencyMs*float64(time.Millisecond)), d.RateLimit, d.Workers, d.Batch)
-	fmt.Fprintf(w, "  queue empty after %.2f s: %d API requests = %.1f req/s = %.1f%% of the %.0f req/s limit\n",
-		d.Seconds, d.APIRequests, d.APIRequestsPerSec, d.LimitShare*100, d.RateLimit)
+	fmt.Fprintf(w, "  queue empty after %.2f s: %d API requests = %.1f req/s = %.1f%% of the %.0f req/s limit (%.1f%% over the time less one latency, while requests waited)\n",
+		d.Seconds, d.APIRequests, d.APIRequestsPerSec, d.LimitShare*100, d.RateLimit, d.DeepShare*100)
+	if b := d.Baseline; b != nil {
+		fmt.Fprintf(w, "  baseline, same run: at most %d in flight (serve's old %d fixed loops): %.2f s, %.1f req/s = %.1f%% of the limit\n",
+			b.Workers, b.Workers, b.Seconds, b.APIRequestsPerSec, b.LimitShare*100)
+	}
 	fmt.Fprintf(w, "  %d reconciles = %.1f reconciles/s (each costs %.1f requests, so the limit allows at most %.1f/s)\n",
 		d.Reconciles, d.ReconcilesPerSec, d.RequestsPerReconcile, d.MaxReconcilesPerSec)
 	fmt.Fprintf(w, "  %d provider fetches for %d customers = %.2f per customer; %d answers 429; %d connections opened to the fake\n",
@@ -195,9 +244,13 @@ func (r Report) printDrain(w io.Writer) {
 
 func (r Report) printSweep(w io.Writer) {
 	sw := r.Sweep
-	fmt.Fprintf(w, "SWEEP: %d accounts at the fake (%d drifted: plan changed at Stripe, webhook lost), client and fake limit %.0f req/s, %.0f ms latency, %d list requests in flight\n",
-		sw.Accounts, sw.Drifted, sw.RateLimit, sw.LatencyMs, sw.Parallel)
-	fmt.Fprintf(w, "  %.2f s for %d list calls (%d answered 429); at the limit they need %.2f s, so wall time is %.2f× that\n",
+	parallel := "adapting to rate × latency"
+	if sw.Parallel > 0 {
+		parallel = fmt.Sprintf("pinned at %d", sw.Parallel)
+	}
+	fmt.Fprintf(w, "SWEEP: %d accounts at the fake (%d drifted: plan changed at Stripe, webhook lost), client and fake limit %.0f req/s (the sweep's share %.0f), %.0f ms latency, list requests in flight %s\n",
+		sw.Accounts, sw.Drifted, sw.RateLimit, sw.ListRate, sw.LatencyMs, parallel)
+	fmt.Fprintf(w, "  %.2f s for %d list calls (%d answered 429); at the sweep's share they need %.2f s, so wall time is %.2f× that\n",
 		sw.Seconds, sw.ListCalls, sw.RateLimited, sw.ProviderBoundSeconds, sw.WallRatio)
 	fmt.Fprintf(w, "  %.0f accounts/s; %d healed of %d drifted; one by one would cost %d requests (%.2f per fetch): %.1f× more\n",
 		sw.AccountsPerSec, sw.Healed, sw.Drifted, sw.PerAccountCalls, sw.RequestsPerFetch, sw.CallReduction)

@@ -27,9 +27,12 @@ type SweepResult struct {
 	Drifted   int     `json:"drifted"`
 	Healed    int     `json:"healed"`
 	RateLimit float64 `json:"rate_limit"`
+	// ListRate is the sweep's own share of RateLimit, as serve gives it
+	// (half): the provider-bound time is list calls ÷ ListRate.
+	ListRate float64 `json:"list_rate"`
 	// LatencyMs is what the fake adds to each answer of the measured
 	// sweeps; Parallel is how many list requests the sweep keeps in
-	// flight (parts of the customer list).
+	// flight (parts of the customer list), 0 = adapting (serve's default).
 	LatencyMs float64 `json:"provider_latency_ms"`
 	Parallel  int     `json:"parallel"`
 	// ListCalls are the API requests of the measured sweep, counted at the
@@ -75,7 +78,8 @@ const sweepGCPercent = 400
 const fetchSample = 100
 
 func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, error) {
-	res := SweepResult{Accounts: cfg.SweepAccounts, RateLimit: cfg.RateLimit,
+	listRate := cfg.RateLimit / 2 // the sweep's share, as serve gives it
+	res := SweepResult{Accounts: cfg.SweepAccounts, RateLimit: cfg.RateLimit, ListRate: listRate,
 		LatencyMs: float64(cfg.Latency) / float64(time.Millisecond), Parallel: cfg.SweepParallel}
 	plans := testenv.Plans()
 	counted := &countingHandler{}
@@ -151,7 +155,7 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 
 	// The measured sweep: Stripe's limit enforced at the fake (429 over
 	// it) and the provider's latency, billsync's client at the same rate,
-	// all of it for the sweep.
+	// the sweep's share of it half (the client's default, as in serve).
 	metered := stripemock.Faults{DropRate: 1, RequestsPerSecond: cfg.RateLimit, Latency: cfg.Latency}
 	h.Stripe.Fake.SetFaults(metered)
 	// The in-process fake holds every customer, subscription, invoice and
@@ -161,7 +165,7 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	// process collects less often while the sweeps run; billsync sweep
 	// in its own process keeps the default.
 	defer debug.SetGCPercent(debug.SetGCPercent(sweepGCPercent))
-	client, err := h.Stripe.NewClient(stripe.Config{RateLimit: cfg.RateLimit, ListRateLimit: cfg.RateLimit})
+	client, err := h.Stripe.NewClient(stripe.Config{RateLimit: cfg.RateLimit})
 	if err != nil {
 		return res, err
 	}
@@ -192,13 +196,13 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 			rep.Run.Seen, len(customers), rep.Run.Healed, res.Drifted, rep.Run.Failed)
 	}
 	res.Seconds = round(took.Seconds(), 2)
-	res.ProviderBoundSeconds = round(float64(res.ListCalls)/cfg.RateLimit, 2)
-	res.WallRatio = wallRatio(took.Seconds(), res.ListCalls, cfg.RateLimit)
+	res.ProviderBoundSeconds = round(float64(res.ListCalls)/listRate, 2)
+	res.WallRatio = wallRatio(took.Seconds(), res.ListCalls, listRate)
 	if res.ListCalls > 0 {
 		res.CallReduction = round(float64(res.PerAccountCalls)/float64(res.ListCalls), 1)
 	}
 	res.AccountsPerSec = round(float64(len(customers))/took.Seconds(), 0)
-	res.Projected1MSeconds = round(float64(res.ListCalls)/cfg.RateLimit*1e6/float64(len(customers))*res.WallRatio, 0)
+	res.Projected1MSeconds = round(float64(res.ListCalls)/listRate*1e6/float64(len(customers))*res.WallRatio, 0)
 	res.HeapPeakMiB = round(float64(peak.max.Load()-int64(before.HeapAlloc))/(1<<20), 1)
 	res.PeakRSSMiB = round(peakRSSMiB(), 1)
 	cfg.Logger.Info("bench sweep: done", slog.Float64("seconds", res.Seconds), slog.Int64("list_calls", res.ListCalls))
@@ -221,7 +225,7 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 		return res, err
 	}
 	ran.Drifted, ran.ListCalls = drifted, counted.requests.Load()-reqs0
-	ran.WallRatio = wallRatio(ran.Seconds, ran.ListCalls, cfg.RateLimit)
+	ran.WallRatio = wallRatio(ran.Seconds, ran.ListCalls, listRate)
 	if ran.Seen != len(customers) || ran.Healed != ran.Drifted {
 		return res, fmt.Errorf("sweep bench: billsync sweep saw %d of %d customers and healed %d of %d drifted",
 			ran.Seen, len(customers), ran.Healed, ran.Drifted)
