@@ -61,6 +61,11 @@ type config struct {
 	// SweepParallel is how many parts of the Stripe customer list a sweep
 	// lists at once.
 	SweepParallel int
+	// PruneSchedule is when serve prunes (off by default); PruneOlderThan
+	// what it keeps.
+	PruneSchedule  string
+	PruneOlderThan retentionFlag
+	pruneEnvErr    error
 }
 
 // bindCommon registers the flags every database-using command shares,
@@ -94,6 +99,10 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 		"when a read contradicts the customer's newest event (the provider's API lagging its webhook), wait this long and read once more; negative: never")
 	fs.StringVar(&c.SweepSchedule, "sweep-schedule", cmp.Or(getenv("BILLSYNC_SWEEP_SCHEDULE"), defaultSweepSchedule),
 		"when to sweep: a five-field cron spec in UTC, or off (env BILLSYNC_SWEEP_SCHEDULE; one replica sweeps at a time; needs -workers > 0)")
+	fs.StringVar(&c.PruneSchedule, "prune-schedule", cmp.Or(getenv("BILLSYNC_PRUNE_SCHEDULE"), "off"),
+		"when to prune (see billsync prune): a five-field cron spec in UTC, or off (env BILLSYNC_PRUNE_SCHEDULE; one replica prunes at a time)")
+	c.PruneOlderThan.d, c.pruneEnvErr = parseAge(cmp.Or(getenv("BILLSYNC_PRUNE_OLDER_THAN"), defaultRetention))
+	fs.Var(&c.PruneOlderThan, "prune-older-than", "what a scheduled prune deletes: handled events and log rows older than this, days (90d) or a duration (env BILLSYNC_PRUNE_OLDER_THAN; default 90d; at least 72h)")
 }
 
 // bindReconcile registers the flags of every command that reconciles
@@ -187,6 +196,17 @@ func (c *config) validateServe() error {
 	}
 	if _, err := parseSweepSchedule(c.SweepSchedule); err != nil {
 		errs = append(errs, err)
+	}
+	switch sched, err := parsePruneSchedule(c.PruneSchedule); {
+	case err != nil:
+		errs = append(errs, err)
+	case sched == nil: // off: what it would keep does not matter
+	case c.pruneEnvErr != nil:
+		errs = append(errs, fmt.Errorf("BILLSYNC_PRUNE_OLDER_THAN %w", c.pruneEnvErr))
+	default:
+		if err := (reconcile.Retention{OlderThan: c.PruneOlderThan.d}).Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("-prune-older-than: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -29,6 +29,7 @@ func commands() []command {
 		{"resync", "reconcile one customer now (by customer, account, user or email); --dry-run shows the diff", runResync},
 		{"replay", "reconcile a stored event's customer again, now; harmless by design", runReplay},
 		{"plans", "check the plans file against the provider: 'plans check' lists active prices no plan maps", runPlans},
+		{"prune", "delete handled events, their receipts and reconcile log rows older than -older-than (default 90d), in small batches", runPrune},
 		{"mock", "run the fake Stripe (real wire protocol, signed webhooks, fault knobs)", runMock},
 		{"bench", "measure intake and drain throughput against baselines measured in the same run", runBench},
 	}

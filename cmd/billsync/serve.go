@@ -140,6 +140,11 @@ one must be. Each secret also as *_FILE; see README.md.`)
 			go func() { defer wg.Done(); <-ctx.Done(); wait() }()
 		}
 	}
+	if sched, _ := parsePruneSchedule(cfg.PruneSchedule); sched != nil { // validated above
+		wait := schedulePrunes(ctx, sched, st, reconcile.Retention{OlderThan: cfg.PruneOlderThan.d}, logger)
+		wg.Add(1)
+		go func() { defer wg.Done(); <-ctx.Done(); wait() }()
+	}
 	srv := server.New(server.Config{
 		Logger:    logger,
 		Inbox:     st,
