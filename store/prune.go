@@ -80,8 +80,9 @@ func (s *Store) Prune(ctx context.Context, r reconcile.Retention) (reconcile.Pru
 	}
 	defer conn.Release()
 	var ok bool
-	err = conn.QueryRow(bctx, `SELECT pg_try_advisory_lock(hashtextextended('billsync.prune', 0)), now() - make_interval(secs => $1)`,
-		r.OlderThan.Seconds()).Scan(&ok, &p.Cutoff)
+	var now time.Time
+	err = conn.QueryRow(bctx, `SELECT pg_try_advisory_lock(hashtextextended('billsync.prune', 0)), now(), now() - make_interval(secs => $1)`,
+		r.OlderThan.Seconds()).Scan(&ok, &now, &p.Cutoff)
 	cancel()
 	if err != nil {
 		return p, fmt.Errorf("prune: lock: %w", classify(err))
@@ -98,13 +99,16 @@ func (s *Store) Prune(ctx context.Context, r reconcile.Retention) (reconcile.Pru
 	}()
 	// Receipts before events: an event's receipts then go in batches of
 	// their own rather than by cascade inside an event batch.
+	// Sessions go once expired, whatever the retention.
 	steps := []struct {
-		sql string
-		n   *int64
-	}{{pruneReceiptsSQL, &p.Receipts}, {pruneEventsSQL, &p.Events}, {pruneLogSQL, &p.LogRows}, {pruneSessionsSQL, &p.Sessions}}
+		sql    string
+		before time.Time
+		n      *int64
+	}{{pruneReceiptsSQL, p.Cutoff, &p.Receipts}, {pruneEventsSQL, p.Cutoff, &p.Events}, {pruneLogSQL, p.Cutoff, &p.LogRows},
+		{pruneSessionsSQL, now, &p.Sessions}}
 	for _, step := range steps {
 		for {
-			n, err := s.pruneBatch(ctx, conn, step.sql, p.Cutoff, batch)
+			n, err := s.pruneBatch(ctx, conn, step.sql, step.before, batch)
 			if err != nil {
 				return p, err
 			}
