@@ -65,7 +65,6 @@ type config struct {
 	// what it keeps.
 	PruneSchedule  string
 	PruneOlderThan retentionFlag
-	pruneEnvErr    error
 }
 
 // bindCommon registers the flags every database-using command shares,
@@ -101,7 +100,7 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 		"when to sweep: a five-field cron spec in UTC, or off (env BILLSYNC_SWEEP_SCHEDULE; one replica sweeps at a time; needs -workers > 0)")
 	fs.StringVar(&c.PruneSchedule, "prune-schedule", cmp.Or(getenv("BILLSYNC_PRUNE_SCHEDULE"), "off"),
 		"when to prune (see billsync prune): a five-field cron spec in UTC, or off (env BILLSYNC_PRUNE_SCHEDULE; one replica prunes at a time)")
-	c.PruneOlderThan.d, c.pruneEnvErr = parseAge(cmp.Or(getenv("BILLSYNC_PRUNE_OLDER_THAN"), defaultRetention))
+	c.PruneOlderThan.fromEnv(cmp.Or(getenv("BILLSYNC_PRUNE_OLDER_THAN"), defaultRetention))
 	fs.Var(&c.PruneOlderThan, "prune-older-than", "what a scheduled prune deletes: handled events and log rows older than this, days (90d) or a duration (env BILLSYNC_PRUNE_OLDER_THAN; default 90d; at least 72h)")
 }
 
@@ -201,8 +200,8 @@ func (c *config) validateServe() error {
 	case err != nil:
 		errs = append(errs, err)
 	case sched == nil: // off: what it would keep does not matter
-	case c.pruneEnvErr != nil:
-		errs = append(errs, fmt.Errorf("BILLSYNC_PRUNE_OLDER_THAN %w", c.pruneEnvErr))
+	case c.PruneOlderThan.envErr != nil:
+		errs = append(errs, fmt.Errorf("BILLSYNC_PRUNE_OLDER_THAN %w", c.PruneOlderThan.envErr))
 	default:
 		if err := (reconcile.Retention{OlderThan: c.PruneOlderThan.d}).Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("-prune-older-than: %w", err))

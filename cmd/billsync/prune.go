@@ -25,15 +25,25 @@ import (
 const defaultRetention = "90d"
 
 // retentionFlag is a -older-than value: a Go duration, or whole days
-// ("90d").
-type retentionFlag struct{ d time.Duration }
+// ("90d"). envErr is why its environment variable's value was refused;
+// the flag, when given, replaces it.
+type retentionFlag struct {
+	d      time.Duration
+	envErr error
+}
 
 func (r *retentionFlag) String() string { return r.d.String() }
 
 func (r *retentionFlag) Set(v string) error {
 	d, err := parseAge(v)
-	r.d = d
+	r.d, r.envErr = d, nil
 	return err
+}
+
+// fromEnv takes the default from the environment's value, keeping why it
+// is wrong for the configuration's check.
+func (r *retentionFlag) fromEnv(v string) {
+	r.d, r.envErr = parseAge(v)
 }
 
 // parseAge reads "90d" (days) or a Go duration ("2160h").

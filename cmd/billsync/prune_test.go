@@ -82,3 +82,22 @@ func TestServePruneSchedule(t *testing.T) {
 	require.Contains(t, p.logs.String(), "prune scheduled")
 	require.NotEmpty(t, storetest.Accounts(t, e.st))
 }
+
+// TestPruneConfig: serve checks the prune settings only when a schedule
+// is on; a wrong BILLSYNC_PRUNE_OLDER_THAN is named, and a flag replaces
+// it.
+func TestPruneConfig(t *testing.T) {
+	cfg := config{Addr: "127.0.0.1:0", StripeWebhookSecrets: []string{"whsec_x"}, StripeAPIKey: "sk_test",
+		StripeRateLimit: 1, ShutdownTimeout: 1, DBTimeout: 1, IntakeTimeout: 1, StripeTolerance: 1, Workers: 1,
+		SweepSchedule: "off", PruneSchedule: "off"}
+	cfg.PruneOlderThan.fromEnv("ninety days")
+	require.NoError(t, cfg.validateServe(), "off: the retention is not used")
+	cfg.PruneSchedule = "nightly"
+	require.ErrorContains(t, cfg.validateServe(), `BILLSYNC_PRUNE_SCHEDULE "nightly": want a five-field cron spec`)
+	cfg.PruneSchedule = "30 4 * * *"
+	require.ErrorContains(t, cfg.validateServe(), `BILLSYNC_PRUNE_OLDER_THAN "ninety days": want whole days like 90d`)
+	require.NoError(t, cfg.PruneOlderThan.Set("30d"))
+	require.NoError(t, cfg.validateServe())
+	require.NoError(t, cfg.PruneOlderThan.Set("48h"))
+	require.ErrorContains(t, cfg.validateServe(), "-prune-older-than: invalid request: older-than 48h0m0s is below 72h0m0s")
+}
