@@ -28,7 +28,7 @@ import (
 // pruned: only accounts and the ledger remain. docs/capacity.md quotes its
 // figures; BILLSYNC_FOOTPRINT_ACCOUNTS sets the scale (default 1000):
 //
-//	BILLSYNC_FOOTPRINT_ACCOUNTS=20000 go test -run TestStorageFootprint -v ./store/
+//	BILLSYNC_FOOTPRINT_ACCOUNTS=5000 go test -run TestStorageFootprint -v -timeout 30m ./store/
 func TestStorageFootprint(t *testing.T) {
 	ctx := context.Background()
 	accounts := 1000
