@@ -24,6 +24,8 @@ type AdminStore interface {
 	FeedStates(ctx context.Context) ([]reconcile.FeedState, error)
 	EventPayload(ctx context.Context, id int64) ([]byte, error)
 	Retries(ctx context.Context, limit int) ([]reconcile.Retry, error)
+	// Overview is the console's first page (store.Store.Overview).
+	Overview(ctx context.Context) (reconcile.Overview, error)
 	// The console's sessions, by their hash (see sessions).
 	StartSession(ctx context.Context, hash []byte, ttl time.Duration) error
 	SessionActive(ctx context.Context, hash []byte) (bool, error)
@@ -53,6 +55,9 @@ type Admin struct {
 	// Sweeps starts the sweeps POST /admin/api/sweeps and the console
 	// ask for; nil answers 503 like Reconciler.
 	Sweeps Sweeps
+	// ProviderLimits are this process's provider request limits (requests
+	// per second, by provider), drawn on the overview's request charts.
+	ProviderLimits map[string]float64
 }
 
 // Audit log actors of the reconciles the admin API and the console run.

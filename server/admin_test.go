@@ -19,11 +19,16 @@ import (
 	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/server"
+	"github.com/billsync/billsync/server/openapitest"
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
 )
 
 const adminToken = "test-admin-token-0123456789"
+
+// apiClient sends every admin and app API request of these tests: it
+// checks each request and answer against server/openapi.yaml.
+var apiClient = openapitest.Client()
 
 // adminEnv is the admin API on a real store, with a worker on billsync's
 // Stripe client at the fake for resyncs and replays.
@@ -94,7 +99,10 @@ func bearerRequest(t testing.TB, method, url, token, body string) (int, string, 
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := apiClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
@@ -166,7 +174,7 @@ func TestAdminRefusesWrongToken(t *testing.T) {
 		// A token sent without "Bearer " is refused too.
 		req, _ := http.NewRequest(r.method, e.url+r.path, nil)
 		req.Header.Set("Authorization", adminToken)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := apiClient.Do(req)
 		require.NoError(t, err)
 		resp.Body.Close()
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -138,6 +139,9 @@ func parseUsage(body io.Reader, userRef, provider string) (reconcile.Debit, erro
 	if err = dec.Decode(&req); err == nil && len(bytes.TrimSpace(b[dec.InputOffset():])) > 0 {
 		err = errors.New("data after the object")
 	}
+	if err == nil {
+		err = exactNames(b, "idempotency_key", "amount")
+	}
 	switch {
 	case err != nil:
 		return reconcile.Debit{}, fmt.Errorf(`%w: body is not {"idempotency_key": "<1-255 bytes>", "amount": <whole number above 0>}: %s`, reconcile.ErrInvalid, err)
@@ -157,6 +161,23 @@ func parseUsage(body io.Reader, userRef, provider string) (reconcile.Debit, erro
 		return reconcile.Debit{}, err
 	}
 	return d, nil
+}
+
+// exactNames refuses an object member whose name is not one of names
+// exactly: encoding/json matches names regardless of case, so without it
+// {"IDEMPOTENCY_KEY": …} would be read as the documented field
+// (server/openapi.yaml), which is case-sensitive like JSON.
+func exactNames(object []byte, names ...string) error {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(object, &members); err != nil {
+		return err
+	}
+	for name := range members {
+		if !slices.Contains(names, name) {
+			return fmt.Errorf("json: unknown field %q", name)
+		}
+	}
+	return nil
 }
 
 // writeAppError answers an app API failure: its status (from errorStatus)

@@ -151,7 +151,7 @@ func TestAppRefusesWrongToken(t *testing.T) {
 		req, err := http.NewRequest(r.method, e.url+r.path, strings.NewReader(r.body))
 		require.NoError(t, err)
 		req.Header.Set("Authorization", appToken)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := apiClient.Do(req)
 		require.NoError(t, err)
 		resp.Body.Close()
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
@@ -360,6 +360,7 @@ func TestAppDebitBadInput(t *testing.T) {
 		"ErrNotJSON":      {`amount=1`, "body is not"},
 		"ErrArray":        {`[{"idempotency_key": "k", "amount": 1}]`, "body is not"},
 		"ErrUnknownField": {`{"idempotency_key": "k", "amount": 1, "user": "u2"}`, `unknown field "user"`},
+		"ErrNameCase":     {`{"IDEMPOTENCY_KEY": "k", "Amount": 1}`, `unknown field "`},
 		"ErrNoKey":        {`{"amount": 1}`, "idempotency_key is missing"},
 		"ErrNullKey":      {`{"idempotency_key": null, "amount": 1}`, "idempotency_key is missing"},
 		"ErrEmptyKey":     {`{"idempotency_key": "", "amount": 1}`, "idempotency_key is empty"},

@@ -38,7 +38,7 @@ const sessionCookie = "billsync_session"
 // maxFormBytes bounds a console form's body.
 const maxFormBytes = 16 << 10
 
-var consoleTemplates = parseConsole("signin", "search", "account", "event", "outcome", "events", "sweeps", "error")
+var consoleTemplates = parseConsole("signin", "overview", "search", "account", "event", "outcome", "events", "sweeps", "error")
 
 func parseConsole(pages ...string) map[string]*template.Template {
 	funcs := template.FuncMap{
@@ -293,13 +293,15 @@ type searchData struct {
 	Accounts []reconcile.Account
 }
 
+// search is /admin/: the overview, or with ?q= the accounts found.
 func (c *console) search(w http.ResponseWriter, r *http.Request, session string) error {
 	d := searchData{Q: strings.TrimSpace(r.URL.Query().Get("q"))}
-	if d.Q != "" {
-		var err error
-		if d.Accounts, err = c.s.findAccounts(r.Context(), d.Q); err != nil {
-			return err
-		}
+	if d.Q == "" {
+		return c.overview(w, r, session)
+	}
+	var err error
+	if d.Accounts, err = c.s.findAccounts(r.Context(), d.Q); err != nil {
+		return err
 	}
 	c.show(w, session, "search", "Find a customer", d)
 	return nil

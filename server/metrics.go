@@ -28,12 +28,18 @@ type Metrics struct {
 	connect    *prometheus.CounterVec
 	unmapped   *prometheus.CounterVec
 	rechecks   *prometheus.CounterVec
+	// For the console's overview: this process's provider requests per
+	// second over the last minute, and when its counters began.
+	rates   *requestRates
+	started time.Time
 }
 
 // NewMetrics returns the registry; depth may be nil.
 func NewMetrics(depth QueueDepthFunc, logger *slog.Logger) *Metrics {
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
+		reg:     prometheus.NewRegistry(),
+		rates:   newRequestRates(),
+		started: time.Now(),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "billsync_webhook_deliveries_total",
 			Help: "Webhook deliveries by provider and answer: stored, duplicate, ignored; client_error (the client hung up, sent a short body or was too slow); busy (refused: body memory in use); or the HTTP status of any other refusal. Alert on 5xx.",
@@ -103,6 +109,7 @@ func (m *Metrics) ObserveReconcile(job reconcile.Job, out reconcile.Outcome) {
 // it to the client's OnAttempt).
 func (m *Metrics) ObserveProviderRequest(provider, status string) {
 	m.calls.WithLabelValues(provider, status).Inc()
+	m.rates.add(provider, time.Now())
 }
 
 func (m *Metrics) handler() http.Handler {

@@ -129,6 +129,7 @@ func New(cfg Config) *Server {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	s.mux.HandleFunc("GET /readyz", s.handleReady)
+	s.mux.HandleFunc("GET /api/openapi.json", s.handleOpenAPI)
 	if s.metrics != nil {
 		s.mux.Handle("GET /metrics", s.metrics.handler())
 	}

@@ -18,8 +18,13 @@ func TestMigrationsAreNumberedInOrder(t *testing.T) {
 	ms, err := store.Migrations()
 	require.NoError(t, err)
 	require.NotEmpty(t, ms)
-	for i, m := range ms {
-		require.Equal(t, i+1, m.Version, "migration %s: versions must run 1, 2, 3… without gaps", m.Name)
+	// Versions rise; a gap is allowed, because numbers are handed out to
+	// work in progress on parallel branches (009 to 012), and Migrate
+	// applies every version schema_migrations does not hold, in order,
+	// whatever the gaps: a 009 merged after 012 shipped is applied then.
+	require.Equal(t, 1, ms[0].Version)
+	for i, m := range ms[1:] {
+		require.Greater(t, m.Version, ms[i].Version, "migration %s: versions must rise", m.Name)
 	}
 }
 

@@ -298,21 +298,26 @@ func (s *Store) SweepRuns(ctx context.Context, limit int) ([]reconcile.SweepReco
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(ctx, `
-		SELECT id, provider, status, started_at, heartbeat_at, finished_at, seen, changed, failed, coalesce(error, '')
+		SELECT `+sweepRecordColumns+`
 		FROM sweep_runs ORDER BY id DESC LIMIT $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sweep runs: %w", classify(err))
 	}
-	runs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (reconcile.SweepRecord, error) {
-		var run reconcile.SweepRecord
-		err := r.Scan(&run.ID, &run.Provider, &run.Status, &run.StartedAt, &run.HeartbeatAt, &run.FinishedAt,
-			&run.Seen, &run.Healed, &run.Failed, &run.Error)
-		return run, err
-	})
+	runs, err := pgx.CollectRows(rows, scanSweepRecord)
 	if err != nil {
 		return nil, fmt.Errorf("sweep runs: %w", classify(err))
 	}
 	return runs, nil
+}
+
+// sweepRecordColumns are what scanSweepRecord reads of a sweep_runs row.
+const sweepRecordColumns = `id, provider, status, started_at, heartbeat_at, finished_at, seen, changed, failed, coalesce(error, '')`
+
+func scanSweepRecord(r pgx.CollectableRow) (reconcile.SweepRecord, error) {
+	var run reconcile.SweepRecord
+	err := r.Scan(&run.ID, &run.Provider, &run.Status, &run.StartedAt, &run.HeartbeatAt, &run.FinishedAt,
+		&run.Seen, &run.Healed, &run.Failed, &run.Error)
+	return run, err
 }
 
 // SweptAccounts returns the accounts provider holds for customers, by

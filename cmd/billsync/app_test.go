@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/billsync/billsync/server/openapitest"
 	"github.com/billsync/billsync/store/storetest"
 )
 
@@ -23,7 +24,7 @@ func TestServeAppAPI(t *testing.T) {
 		if auth != "" {
 			req.Header.Set("Authorization", "Bearer "+auth)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := openapitest.Client().Do(req)
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		b, err := io.ReadAll(resp.Body)

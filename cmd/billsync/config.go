@@ -72,6 +72,10 @@ type config struct {
 	// StripeEndpointID is the Stripe webhook endpoint whose status the feed
 	// reads (STRIPE_WEBHOOK_ENDPOINT_ID); empty: found by URL.
 	StripeEndpointID string
+	// PruneSchedule is when serve prunes (off by default); PruneOlderThan
+	// what it keeps.
+	PruneSchedule  string
+	PruneOlderThan retentionFlag
 }
 
 // bindCommon registers the flags every database-using command shares,
@@ -116,6 +120,10 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 	c.StripeEndpointID = getenv("STRIPE_WEBHOOK_ENDPOINT_ID")
 	fs.StringVar(&c.SweepSchedule, "sweep-schedule", cmp.Or(getenv("BILLSYNC_SWEEP_SCHEDULE"), defaultSweepSchedule),
 		"when to sweep: a five-field cron spec in UTC, or off (env BILLSYNC_SWEEP_SCHEDULE; one replica sweeps at a time; needs -workers > 0)")
+	fs.StringVar(&c.PruneSchedule, "prune-schedule", cmp.Or(getenv("BILLSYNC_PRUNE_SCHEDULE"), "off"),
+		"when to prune (see billsync prune): a five-field cron spec in UTC, or off (env BILLSYNC_PRUNE_SCHEDULE; one replica prunes at a time)")
+	c.PruneOlderThan.fromEnv(cmp.Or(getenv("BILLSYNC_PRUNE_OLDER_THAN"), defaultRetention))
+	fs.Var(&c.PruneOlderThan, "prune-older-than", "what a scheduled prune deletes: handled events and log rows older than this, days (90d) or a duration (env BILLSYNC_PRUNE_OLDER_THAN; default 90d; at least 72h)")
 }
 
 // setEventsPoll reads -events-poll: a positive duration, or off.
@@ -230,6 +238,17 @@ func (c *config) validateServe() error {
 	errs = append(errs, c.eventsPollErr)
 	if c.EventsOverlap < 0 {
 		errs = append(errs, errors.New("-events-overlap must not be negative"))
+	}
+	switch sched, err := parsePruneSchedule(c.PruneSchedule); {
+	case err != nil:
+		errs = append(errs, err)
+	case sched == nil: // off: what it would keep does not matter
+	case c.PruneOlderThan.envErr != nil:
+		errs = append(errs, fmt.Errorf("BILLSYNC_PRUNE_OLDER_THAN %w", c.PruneOlderThan.envErr))
+	default:
+		if err := (reconcile.Retention{OlderThan: c.PruneOlderThan.d}).Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("-prune-older-than: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -19,6 +19,7 @@ import (
 	kindemock "github.com/billsync/billsync/mocks/kinde"
 	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/server/openapitest"
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
 )
@@ -69,7 +70,7 @@ func TestServeReconcilesAgainstKinde(t *testing.T) {
 		req, err := http.NewRequest(http.MethodPost, "http://"+addr+path, nil)
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+adminToken)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := openapitest.Client().Do(req)
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		b, err := io.ReadAll(resp.Body)

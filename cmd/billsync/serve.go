@@ -150,6 +150,11 @@ one must be. Each secret also as *_FILE; see README.md.`)
 			go func() { defer wg.Done(); <-ctx.Done(); wait() }()
 		}
 	}
+	if sched, _ := parsePruneSchedule(cfg.PruneSchedule); sched != nil { // validated above
+		wait := schedulePrunes(ctx, sched, st, reconcile.Retention{OlderThan: cfg.PruneOlderThan.d}, logger)
+		wg.Add(1)
+		go func() { defer wg.Done(); <-ctx.Done(); wait() }()
+	}
 	srv := server.New(server.Config{
 		Logger:    logger,
 		Inbox:     st,
@@ -159,8 +164,9 @@ one must be. Each secret also as *_FILE; see README.md.`)
 		// A hung database gets the provider a 503 (it retries), not a
 		// request held open for as long as the database hangs.
 		StoreTimeout: cfg.IntakeTimeout,
-		Admin:        server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler, Sweeps: sweeps},
-		App:          server.App{Token: cfg.AppToken, Store: st},
+		Admin: server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler, Sweeps: sweeps,
+			ProviderLimits: map[string]float64{stripe.Provider: cfg.StripeRateLimit, kinde.Provider: cfg.KindeRateLimit}},
+		App: server.App{Token: cfg.AppToken, Store: st},
 	})
 	// Workers finish the job in hand and release their leases; sweeps
 	// apply the pages in hand and stay resumable.

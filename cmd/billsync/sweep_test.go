@@ -20,6 +20,7 @@ import (
 	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/server"
+	"github.com/billsync/billsync/server/openapitest"
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
 )
@@ -234,7 +235,7 @@ func TestServeSIGTERMStopsAnAdminSweep(t *testing.T) {
 	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/admin/api/sweeps", nil)
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := openapitest.Client().Do(req)
 	require.NoError(t, err)
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()

@@ -89,3 +89,18 @@ func Checkpoint(t TB, st *store.Store) {
 	t.Helper()
 	change(t, st, 0, `CHECKPOINT`)
 }
+
+// AgeCustomer moves the customer's events (received, last seen,
+// processed), their receipts and its reconcile log rows age into the past,
+// as if they had been written then: what a prune would find.
+func AgeCustomer(t TB, st *store.Store, provider, customerID string, age time.Duration) {
+	t.Helper()
+	change(t, st, someRows, `
+		WITH e AS (UPDATE inbox_events SET received_at = now() - make_interval(secs => $3),
+		               last_seen_at = now() - make_interval(secs => $3),
+		               processed_at = CASE WHEN processed_at IS NOT NULL THEN now() - make_interval(secs => $3) END
+		           WHERE provider = $1 AND customer_id = $2 RETURNING id),
+		     r AS (UPDATE receipts SET received_at = now() - make_interval(secs => $3) WHERE event_id IN (SELECT id FROM e))
+		UPDATE reconcile_log SET created_at = now() - make_interval(secs => $3)
+		WHERE provider = $1 AND customer_id = $2`, provider, customerID, age.Seconds())
+}

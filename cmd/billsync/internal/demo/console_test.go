@@ -22,8 +22,9 @@ import (
 // the demo's result, for each provider: sign in with the token the demo
 // prints, find the demo customer, open its account, resync (the dry run
 // writes nothing, the apply heals), replay an event, and see each outcome
-// on the page; then the page on a phone's width, and sign-out. The account
-// page's screenshots are saved as test artifacts.
+// on the page; then the page on a phone's width, and sign-out. The
+// overview's and the account page's screenshots are saved as test
+// artifacts.
 func TestConsoleInBrowser(t *testing.T) {
 	browser := startBrowser(t)
 	for _, provider := range []string{"stripe", "kinde"} {
@@ -80,12 +81,27 @@ func testConsoleInBrowser(t *testing.T, browser context.Context, provider string
 		saveArtifact(t, name, png)
 	}
 
-	// Sign in, search, open the account.
+	// Sign in: the overview comes first, with the demo's deliveries and
+	// reconciles charted.
 	do(chromedp.Navigate(wh.ConsoleURL),
 		chromedp.WaitVisible(chromedp.ID("token")),
 		chromedp.SendKeys(chromedp.ID("token"), wh.ConsoleToken),
 		chromedp.Click(chromedp.ID("signin")),
-		chromedp.WaitVisible(chromedp.ID("q")),
+		chromedp.WaitVisible(chromedp.ID("health")))
+	require.Equal(t, "Overview", get(chromedp.Text(chromedp.CSS("h1"))))
+	require.Regexp(t, `\d+ pending, \d+ due now`, text("queue"))
+	require.Contains(t, text("last-sweep"), "No sweep has run yet.")
+	require.Regexp(t, `new events: [1-9]\d* +copies: [1-9]\d*`, text("deliveries"), "the demo sends copies")
+	require.Regexp(t, `applied: [1-9]\d*`, text("reconciles"))
+	ctx1, cancel1 := context.WithTimeout(tab, time.Minute)
+	defer cancel1()
+	bars, err := chromedp.Run(ctx1, chromedp.Evaluate[int](`document.querySelectorAll("#reconciles svg rect.applied").length`))
+	require.NoError(t, err)
+	require.Positive(t, bars, "no bar of applied reconciles is drawn")
+	screenshot("console-overview-" + provider + ".png")
+
+	// Search, open the account.
+	do(chromedp.WaitVisible(chromedp.ID("q")),
 		chromedp.SendKeys(chromedp.ID("q"), res.Customer),
 		chromedp.Click(chromedp.ID("search")),
 		chromedp.WaitVisible(chromedp.ID("results")),

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store"
+)
+
+// defaultRetention is how long handled events, their receipts and the
+// reconcile log are kept by default: a quarter of support history.
+const defaultRetention = "90d"
+
+// retentionFlag is a -older-than value: a Go duration, or whole days
+// ("90d"). envErr is why its environment variable's value was refused;
+// the flag, when given, replaces it.
+type retentionFlag struct {
+	d      time.Duration
+	envErr error
+}
+
+func (r *retentionFlag) String() string { return r.d.String() }
+
+func (r *retentionFlag) Set(v string) error {
+	d, err := parseAge(v)
+	r.d, r.envErr = d, nil
+	return err
+}
+
+// fromEnv takes the default from the environment's value, keeping why it
+// is wrong for the configuration's check.
+func (r *retentionFlag) fromEnv(v string) {
+	r.d, r.envErr = parseAge(v)
+}
+
+// parseAge reads "90d" (days) or a Go duration ("2160h").
+func parseAge(v string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(v, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 0 || n > 100*365 {
+			return 0, fmt.Errorf("%q: want whole days like 90d, or a duration like 2160h", v)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%q: want whole days like 90d, or a duration like 2160h", v)
+	}
+	return d, nil
+}
+
+func runPrune(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) error {
+	fs := flag.NewFlagSet("prune", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `usage: billsync prune [flags]
+
+Deletes what billsync no longer needs, in batches of short transactions
+that skip rows in use: handled (applied or ignored) events last seen
+before -older-than, with their payloads and receipts, and reconcile log
+rows written before it. Pending and dead events, the queue, accounts, the
+ledger and sweep runs are never deleted. -older-than below %s is refused:
+a provider may still retry such an event (Stripe for 3 days, Kinde within
+KINDE_REPLAY_WINDOW), and its copy must be recognised. One prune runs at a
+time across replicas. See docs/retention.md.
+
+`, reconcile.MinRetention)
+		fs.PrintDefaults()
+	}
+	var cfg config
+	cfg.bindCommon(fs, os.Getenv)
+	var r reconcile.Retention
+	age := retentionFlag{}
+	if err := age.Set(cmp.Or(os.Getenv("BILLSYNC_PRUNE_OLDER_THAN"), defaultRetention)); err != nil {
+		return fmt.Errorf("%w: BILLSYNC_PRUNE_OLDER_THAN %w", errUsage, err)
+	}
+	fs.Var(&age, "older-than", "delete handled events and log rows older than this: days (90d) or a duration (env BILLSYNC_PRUNE_OLDER_THAN; default 90d)")
+	fs.IntVar(&r.Batch, "batch", reconcile.DefaultPruneBatch, "rows one statement deletes (each batch is its own short transaction)")
+	sizes := fs.Bool("sizes", false, "print each table's rows (PostgreSQL's estimate) and bytes (pg_total_relation_size) after pruning")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	r.OlderThan = age.d
+	if err := r.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	st, closeDB, err := openDatabase(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	if err := prepareSchema(ctx, st, true, logger); err != nil {
+		return err
+	}
+	p, err := st.Prune(ctx, r)
+	printPruned(stdout, p)
+	if err != nil {
+		return err
+	}
+	if *sizes {
+		return printSizes(ctx, stdout, st)
+	}
+	return nil
+}
+
+func printPruned(w io.Writer, p reconcile.Pruned) {
+	fmt.Fprintf(w, "pruned before %s: %d events, %d receipts, %d reconcile log rows, %d expired sessions (%d batches, at most %d rows each)\n",
+		p.Cutoff.UTC().Format(time.RFC3339), p.Events, p.Receipts, p.LogRows, p.Sessions, p.Batches, p.MaxInBatch)
+}
+
+func printSizes(ctx context.Context, w io.Writer, st *store.Store) error {
+	sizes, err := st.TableSizes(ctx)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "table\trows\tbytes\tbytes/row\t")
+	for _, s := range sizes {
+		per := "-"
+		if s.Rows > 0 {
+			per = strconv.FormatInt(s.Bytes/s.Rows, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t\n", s.Table, s.Rows, s.Bytes, per)
+	}
+	return tw.Flush()
+}
+
+// parsePruneSchedule reads -prune-schedule: a cron spec, or off (nil).
+func parsePruneSchedule(spec string) (cron.Schedule, error) {
+	if spec == "off" || spec == "" {
+		return nil, nil
+	}
+	s, err := cron.ParseStandard(spec)
+	if err != nil {
+		return nil, fmt.Errorf("BILLSYNC_PRUNE_SCHEDULE %q: want a five-field cron spec like \"30 4 * * *\" (UTC), or off: %w", spec, err)
+	}
+	return s, nil
+}
+
+// schedulePrunes prunes on schedule until ctx ends; one replica prunes
+// at a time (the others log that they skipped). It returns a function
+// that waits for the schedule, and a prune in progress, to stop: a prune
+// stops between two batches when ctx ends.
+func schedulePrunes(ctx context.Context, sched cron.Schedule, st *store.Store, r reconcile.Retention, logger *slog.Logger) (wait func()) {
+	c := cron.New(cron.WithLocation(time.UTC))
+	c.Schedule(sched, cron.FuncJob(func() {
+		p, err := st.Prune(ctx, r)
+		switch {
+		case errors.Is(err, reconcile.ErrPruneRunning):
+			logger.Info("scheduled prune skipped: another replica is pruning")
+		case err != nil && ctx.Err() != nil:
+			logger.Info("scheduled prune stopped by shutdown", "events", p.Events, "receipts", p.Receipts, "log_rows", p.LogRows)
+		case err != nil:
+			logger.Error("scheduled prune failed", "events", p.Events, "receipts", p.Receipts, "log_rows", p.LogRows, slog.Any("error", err))
+		default:
+			logger.Info("pruned", "before", p.Cutoff, "events", p.Events, "receipts", p.Receipts, "log_rows", p.LogRows,
+				"sessions", p.Sessions, "batches", p.Batches)
+		}
+	}))
+	c.Start()
+	logger.Info("prune scheduled", "older_than", r.OlderThan, "next", sched.Next(time.Now().UTC()).Format(time.RFC3339))
+	return func() { <-c.Stop().Done() }
+}

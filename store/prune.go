@@ -1,0 +1,173 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/billsync/billsync/reconcile"
+)
+
+// Retention's deletes. Each takes the cutoff ($1) and the batch size ($2)
+// and deletes at most that many rows, oldest first; FOR UPDATE SKIP LOCKED
+// passes over any row a worker or the intake holds at that moment (it is
+// taken by a later prune), so a prune never waits on a row lock.
+const (
+	// Receipts of handled events, older than the cutoff.
+	pruneReceiptsSQL = `
+		DELETE FROM receipts WHERE id IN (
+			SELECT r.id FROM receipts r JOIN inbox_events e ON e.id = r.event_id
+			WHERE r.received_at < $1 AND e.status IN ('applied', 'ignored')
+			ORDER BY r.id LIMIT $2
+			FOR UPDATE OF r SKIP LOCKED)`
+	// Handled events last seen before the cutoff, with their payloads
+	// (and any receipt left, by the foreign key's cascade). Kept: the
+	// customer's newest event naming the app's user reference, unless the
+	// account already holds that reference: a reconcile hands it to the
+	// account (newestUserRef), and it may not have yet (an ignored
+	// reconcile writes no account).
+	pruneEventsSQL = `
+		DELETE FROM inbox_events WHERE id IN (
+			SELECT e.id FROM inbox_events e
+			WHERE e.status IN ('applied', 'ignored') AND e.last_seen_at < $1 AND e.received_at < $1
+			  AND (e.user_ref IS NULL
+			    OR EXISTS (SELECT 1 FROM accounts a
+			               WHERE a.provider = e.provider AND a.customer_id = e.customer_id AND a.user_ref = e.user_ref)
+			    OR e.id <> (SELECT n.id FROM inbox_events n
+			                WHERE n.provider = e.provider AND n.customer_id = e.customer_id AND n.user_ref IS NOT NULL
+			                ORDER BY n.event_time DESC NULLS LAST, n.id DESC LIMIT 1))
+			ORDER BY e.id LIMIT $2
+			FOR UPDATE SKIP LOCKED)`
+	pruneLogSQL = `
+		DELETE FROM reconcile_log WHERE id IN (
+			SELECT id FROM reconcile_log WHERE created_at < $1
+			ORDER BY id LIMIT $2
+			FOR UPDATE SKIP LOCKED)`
+	pruneSessionsSQL = `
+		DELETE FROM console_sessions WHERE session_hash IN (
+			SELECT session_hash FROM console_sessions WHERE expires_at < $1
+			LIMIT $2 FOR UPDATE SKIP LOCKED)`
+)
+
+// pruneLockTimeout bounds how long one batch may wait for a table lock
+// (a migration, a VACUUM FULL): the prune then fails and the next one
+// tries again, rather than queue the intake behind it.
+const pruneLockTimeout = "2s"
+
+// Prune deletes what r allows, in batches of r.Batch rows, each its own
+// transaction; see reconcile.Retention. It never touches pending or dead
+// events (nor their receipts), the queue, accounts, the ledger or sweep
+// runs. One prune runs at a time across replicas (an advisory lock);
+// another gets reconcile.ErrPruneRunning. Cancelled, it returns what it
+// deleted so far with the error.
+func (s *Store) Prune(ctx context.Context, r reconcile.Retention) (reconcile.Pruned, error) {
+	if err := r.Validate(); err != nil {
+		return reconcile.Pruned{}, err
+	}
+	batch := r.Batch
+	if batch == 0 {
+		batch = reconcile.DefaultPruneBatch
+	}
+	var p reconcile.Pruned
+	bctx, cancel := s.bound(ctx)
+	conn, err := s.pool.Acquire(bctx)
+	if err != nil {
+		cancel()
+		return p, fmt.Errorf("prune: %w", classify(err))
+	}
+	defer conn.Release()
+	var ok bool
+	var now time.Time
+	err = conn.QueryRow(bctx, `SELECT pg_try_advisory_lock(hashtextextended('billsync.prune', 0)), now(), now() - make_interval(secs => $1)`,
+		r.OlderThan.Seconds()).Scan(&ok, &now, &p.Cutoff)
+	cancel()
+	if err != nil {
+		return p, fmt.Errorf("prune: lock: %w", classify(err))
+	}
+	if !ok {
+		return p, reconcile.ErrPruneRunning
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+		defer cancel()
+		if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended('billsync.prune', 0))`); err != nil {
+			conn.Conn().Close(ctx) //nolint:errcheck // closing the session releases the lock
+		}
+	}()
+	// Receipts before events: an event's receipts then go in batches of
+	// their own rather than by cascade inside an event batch.
+	// Sessions go once expired, whatever the retention.
+	steps := []struct {
+		sql    string
+		before time.Time
+		n      *int64
+	}{{pruneReceiptsSQL, p.Cutoff, &p.Receipts}, {pruneEventsSQL, p.Cutoff, &p.Events}, {pruneLogSQL, p.Cutoff, &p.LogRows},
+		{pruneSessionsSQL, now, &p.Sessions}}
+	for _, step := range steps {
+		for {
+			n, err := s.pruneBatch(ctx, conn, step.sql, step.before, batch)
+			if err != nil {
+				return p, err
+			}
+			p.Batches++
+			*step.n += n
+			p.MaxInBatch = max(p.MaxInBatch, n)
+			if n < int64(batch) {
+				break
+			}
+		}
+	}
+	return p, nil
+}
+
+// pruneBatch runs one delete of at most batch rows in a transaction of
+// its own.
+func (s *Store) pruneBatch(ctx context.Context, conn *pgxpool.Conn, sql string, cutoff time.Time, batch int) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var n int64
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+pruneLockTimeout+`'`); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, sql, cutoff, batch)
+		n = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("prune: %w", classify(err))
+	}
+	return n, nil
+}
+
+// TableSizes returns the footprint of billsync's tables: bytes with
+// indexes and TOAST (pg_total_relation_size), and rows as PostgreSQL
+// estimates them (exact after ANALYZE; counting a large table would take
+// long), largest first.
+func (s *Store) TableSizes(ctx context.Context) ([]reconcile.TableSize, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `
+		SELECT c.relname, greatest(c.reltuples, 0)::bigint, pg_total_relation_size(c.oid)
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relkind = 'r' AND n.nspname = current_schema()
+		ORDER BY 3 DESC, 1`)
+	if err != nil {
+		return nil, fmt.Errorf("table sizes: %w", classify(err))
+	}
+	sizes, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (reconcile.TableSize, error) {
+		var t reconcile.TableSize
+		err := row.Scan(&t.Table, &t.Rows, &t.Bytes)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("table sizes: %w", classify(err))
+	}
+	return sizes, nil
+}
