@@ -377,7 +377,13 @@ func (c *Client) do(req *http.Request) ([]byte, error) {
 		return nil, fmt.Errorf("read the answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, apiErrorOf(resp, body)
+		apiErr := apiErrorOf(resp, body)
+		if ctxErr := req.Context().Err(); ctxErr != nil {
+			// The caller's deadline ended the retries: say so, whatever
+			// the last attempt's answer was (it may have come after it).
+			return nil, fmt.Errorf("%w (retries stopped: %w)", apiErr, ctxErr)
+		}
+		return nil, apiErr
 	}
 	return body, nil
 }
