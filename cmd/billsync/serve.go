@@ -29,9 +29,12 @@ func runServe(ctx context.Context, args []string, stdout io.Writer, logger *slog
 
 Verifies webhooks and stores them in PostgreSQL before answering 200, and
 runs the workers that reconcile each signalled customer against its
-provider's API. Stripe is on with STRIPE_WEBHOOK_SECRET and STRIPE_API_KEY;
-Kinde with KINDE_DOMAIN, KINDE_CLIENT_ID and KINDE_CLIENT_SECRET; at least
-one must be. Each secret also as *_FILE; see README.md.`)
+provider's API. Stripe is on with STRIPE_WEBHOOK_SECRET and STRIPE_API_KEY,
+or with STRIPE_API_KEY alone on the events feed (webhook-free; see
+docs/events-feed.md); Kinde with KINDE_DOMAIN, KINDE_CLIENT_ID and
+KINDE_CLIENT_SECRET; at least one must be. With STRIPE_API_KEY, one replica
+also lists Stripe's events every -events-poll as a second signal. Each
+secret also as *_FILE; see README.md.`)
 		fs.PrintDefaults()
 	}
 	var cfg config

@@ -72,7 +72,7 @@ func TestReadsShowWhatTheIntakeStored(t *testing.T) {
 
 	receipts := storetest.Receipts(t, st)
 	require.Len(t, receipts, 3)
-	require.Equal(t, storetest.ReceiptRow{EventID: a.ID, RemoteAddr: "10.0.0.2", Duplicate: true}, receipts[1])
+	require.Equal(t, storetest.ReceiptRow{EventID: a.ID, RemoteAddr: "10.0.0.2", Duplicate: true, Source: reconcile.SourceWebhook}, receipts[1])
 
 	queue := storetest.Queue(t, st)
 	require.Len(t, queue, 2)
