@@ -23,6 +23,14 @@ type Account struct {
 	// time); zero for an account never reconciled. Only a later snapshot
 	// may change the account.
 	ObservedAt time.Time `json:"observed_at"`
+	// Features are the account's features as resolved from its plans and
+	// its provider's entitlements (ResolveFeatures), sorted by key; only
+	// granted ones. Written with the plan, in the same transaction.
+	Features []Feature `json:"features"`
+	// Entitlements are the provider's entitlements last read for the
+	// customer (one of the sources of Features), kept so a snapshot that
+	// did not read them (a sweep's bulk listing) resolves from them.
+	Entitlements []Entitlement `json:"entitlements,omitempty"`
 }
 
 // sameState reports whether a and b hold the same billing state (ids and
@@ -30,7 +38,8 @@ type Account struct {
 func sameState(a, b Account) bool {
 	return a.UserRef == b.UserRef && a.Email == b.Email && a.Plan == b.Plan && a.Status == b.Status &&
 		a.SubscriptionID == b.SubscriptionID && a.PeriodStart.Equal(b.PeriodStart) &&
-		a.PeriodEnd.Equal(b.PeriodEnd) && a.CancelAtPeriodEnd == b.CancelAtPeriodEnd
+		a.PeriodEnd.Equal(b.PeriodEnd) && a.CancelAtPeriodEnd == b.CancelAtPeriodEnd &&
+		sameFeatures(a.Features, b.Features) && sameEntitlements(a.Entitlements, b.Entitlements)
 }
 
 // calendarMonth returns the UTC calendar month holding t: the period of

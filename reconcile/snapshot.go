@@ -31,6 +31,15 @@ type Snapshot struct {
 	// the best plan any of their items maps to; a provider must not pick
 	// one for it.
 	Subscriptions []Subscription
+	// Entitlements are the features the provider grants the customer now
+	// (Stripe's active entitlements, Kinde's entitlements), when
+	// EntitlementsRead. A provider whose entitlements are not enabled
+	// reports none, read.
+	Entitlements []Entitlement
+	// EntitlementsRead says Entitlements are what the provider says now;
+	// false when this read did not ask (a sweep's bulk listing): the
+	// account keeps the entitlements it had.
+	EntitlementsRead bool
 }
 
 // Subscription is one of a customer's subscriptions.
