@@ -26,7 +26,14 @@ func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapsh
 	if err != nil {
 		return reconcile.Snapshot{}, err
 	}
-	return snapshotOf(customerID, agreements, c.now()), nil
+	snap := snapshotOf(customerID, agreements, c.now())
+	snap.EntitlementsRead = true // with entitlements off: none from Kinde
+	if c.cfg.Entitlements {
+		if snap.Entitlements, err = c.entitlements(ctx, customerID); err != nil {
+			return reconcile.Snapshot{}, err
+		}
+	}
+	return snap, nil
 }
 
 func snapshotOf(customerID string, agreements []agreement, now time.Time) reconcile.Snapshot {

@@ -38,6 +38,13 @@ type Config struct {
 	// reference; default "user_id".
 	UserRefKey string
 
+	// Entitlements: Fetch also reads the customer's active entitlements
+	// (Stripe Entitlements; one more request, two or more past 100), a
+	// source of the account's features. Off by default: then the account
+	// has no feature from Stripe. The sweep's bulk listing never reads
+	// them (one request per customer): accounts keep those last fetched.
+	Entitlements bool
+
 	// RateLimit is requests per second shared by every call of this client,
 	// retries included; default 25 (Stripe's test-mode limit). Burst is the
 	// limiter's bucket size; default 1 (evenly spaced requests).
@@ -135,12 +142,14 @@ func (cfg Config) validate() error {
 //	  rate limiter; then run the attempt under its own Timeout)
 //	http.Transport
 type Client struct {
-	http        *http.Client // retrying and limited: the layers above
-	baseURL     string
-	apiKey      string // never logged
-	userRefKey  string
-	log         *slog.Logger
-	listLimiter *rate.Limiter
+	http       *http.Client // retrying and limited: the layers above
+	baseURL    string
+	apiKey     string // never logged
+	userRefKey string
+	// entitlements: Fetch reads active entitlements (Config.Entitlements).
+	entitlements bool
+	log          *slog.Logger
+	listLimiter  *rate.Limiter
 }
 
 var (
@@ -188,12 +197,13 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 	rc.ErrorHandler = lastResponse
 	rc.Logger = debugLogger{cfg.Logger}
 	return &Client{
-		http:        rc.StandardClient(),
-		baseURL:     cmp.Or(strings.TrimRight(cfg.BaseURL, "/"), stripeapi.APIURL),
-		apiKey:      cfg.APIKey,
-		userRefKey:  cfg.UserRefKey,
-		log:         cfg.Logger.With("provider", Provider),
-		listLimiter: rate.NewLimiter(rate.Limit(cfg.ListRateLimit), 1),
+		http:         rc.StandardClient(),
+		baseURL:      cmp.Or(strings.TrimRight(cfg.BaseURL, "/"), stripeapi.APIURL),
+		apiKey:       cfg.APIKey,
+		userRefKey:   cfg.UserRefKey,
+		entitlements: cfg.Entitlements,
+		log:          cfg.Logger.With("provider", Provider),
+		listLimiter:  rate.NewLimiter(rate.Limit(cfg.ListRateLimit), 1),
 	}, nil
 }
 
@@ -231,8 +241,11 @@ func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapsh
 	if err != nil {
 		return reconcile.Snapshot{}, err
 	}
+	if snap, err = c.withEntitlements(ctx, snap); err != nil {
+		return reconcile.Snapshot{}, err
+	}
 	c.log.DebugContext(ctx, "stripe snapshot fetched", "customer", customerID,
-		"deleted", snap.Deleted, "subscriptions", len(snap.Subscriptions))
+		"deleted", snap.Deleted, "subscriptions", len(snap.Subscriptions), "entitlements", len(snap.Entitlements))
 	return snap, nil
 }
 
@@ -245,7 +258,9 @@ func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapsh
 // page.
 func (c *Client) resolve(ctx context.Context, cust customerJSON) (reconcile.Snapshot, error) {
 	var err error
-	snap := reconcile.Snapshot{Provider: Provider, CustomerID: cust.id}
+	// A listing reads no entitlements: with them on, the account keeps
+	// those last fetched; with them off, there are none to keep.
+	snap := reconcile.Snapshot{Provider: Provider, CustomerID: cust.id, EntitlementsRead: !c.entitlements}
 	if cust.deleted {
 		snap.Deleted = true
 		return snap, nil
