@@ -155,14 +155,23 @@ func checkValue(d FeatureDef, where string, v FeatureValue) []error {
 	return nil
 }
 
+// defs returns the declared features; none for nil plans (an app API
+// configured without a plans file).
+func (p *Plans) defs() map[string]FeatureDef {
+	if p == nil {
+		return nil
+	}
+	return p.features
+}
+
 // FeatureDefs returns the declared features, sorted by key.
 func (p *Plans) FeatureDefs() []FeatureDef {
-	return slices.SortedFunc(maps.Values(p.features), func(a, b FeatureDef) int { return cmp.Compare(a.Key, b.Key) })
+	return slices.SortedFunc(maps.Values(p.defs()), func(a, b FeatureDef) int { return cmp.Compare(a.Key, b.Key) })
 }
 
 // FeatureDef returns the declared feature key.
 func (p *Plans) FeatureDef(key string) (FeatureDef, bool) {
-	d, ok := p.features[key]
+	d, ok := p.defs()[key]
 	return d, ok
 }
 
@@ -179,7 +188,10 @@ func (e *UnknownFeatureError) Error() string {
 	return fmt.Sprintf("%s %q: the plans file declares %s", ErrUnknownFeature, e.Key, orNoneList(e.Known))
 }
 
-func (e *UnknownFeatureError) Is(target error) bool { return target == ErrUnknownFeature }
+// Is makes it ErrUnknownFeature and ErrNotFound (404).
+func (e *UnknownFeatureError) Is(target error) bool {
+	return target == ErrUnknownFeature || target == ErrNotFound
+}
 
 func orNoneList(keys []string) string {
 	if len(keys) == 0 {
@@ -191,7 +203,7 @@ func orNoneList(keys []string) string {
 // Unknown returns an *UnknownFeatureError for key, naming the declared
 // features.
 func (p *Plans) Unknown(key string) error {
-	known := make([]string, 0, len(p.features))
+	known := make([]string, 0, len(p.defs()))
 	for _, d := range p.FeatureDefs() {
 		known = append(known, d.Key)
 	}
@@ -355,16 +367,90 @@ func describeFeatures(before, after []Feature) []string {
 
 // describeFeature renders a feature's value and source: "20 from
 // plan:team", "on from stripe:export", "unlimited from kinde:seats".
-func describeFeature(f Feature) string {
-	v := "on"
+func describeFeature(f Feature) string { return FeatureValueText(f) + " from " + f.Source }
+
+// FeatureValueText renders a granted feature's value: "on", its limit
+// (a meter's monthly allowance), or "unlimited".
+func FeatureValueText(f Feature) string {
 	switch {
 	case f.Limit != nil:
-		v = fmt.Sprint(*f.Limit)
+		return fmt.Sprint(*f.Limit)
 	case f.Type != FeatureBoolean:
-		v = "unlimited"
+		return "unlimited"
 	}
-	return v + " from " + f.Source
+	return "on"
 }
 
 // DescribeFeature is describeFeature for the console and the CLI.
 func DescribeFeature(f Feature) string { return describeFeature(f) }
+
+// FeatureCheck is the app's answer for one feature of one account.
+type FeatureCheck struct {
+	Type FeatureType `json:"type"`
+	// Allowed: a boolean or a limit is granted by some source; a meter
+	// has some of its allowance left this period.
+	Allowed bool `json:"allowed"`
+	// Limit is the limit or the meter's monthly allowance; null for a
+	// boolean, an unlimited limit, or a feature no source grants.
+	Limit *int64 `json:"limit"`
+	// Used and Remaining are a meter's figures for the current period
+	// (null for other features).
+	Used      *int64 `json:"used"`
+	Remaining *int64 `json:"remaining"`
+	// Source names what granted it (plan:pro, stripe:<lookup key>,
+	// kinde:<feature code>); null when nothing does.
+	Source *string `json:"source"`
+}
+
+// Check answers feature d for u. A meter the account lost mid-period
+// keeps what it was granted (never clawed back): it is allowed while some
+// is left, as a debit would be.
+func Check(d FeatureDef, u UserAccount) FeatureCheck {
+	c := FeatureCheck{Type: d.Type}
+	f, granted := FeatureNamed(u.Account.Features, d.Key)
+	if granted {
+		src := f.Source
+		c.Source, c.Limit, c.Allowed = &src, f.Limit, true
+	}
+	if d.Type == FeatureMetered {
+		m := MeterOf(u.Meters, d.Key)
+		used, left := m.Used, m.Balance
+		c.Used, c.Remaining, c.Allowed = &used, &left, left > 0
+	}
+	return c
+}
+
+// Checks answers every declared feature for u, by key.
+func (p *Plans) Checks(u UserAccount) map[string]FeatureCheck {
+	out := make(map[string]FeatureCheck, len(p.defs()))
+	for key, d := range p.defs() {
+		out[key] = Check(d, u)
+	}
+	return out
+}
+
+// CheckNamed answers feature key for u; an undeclared key is an
+// *UnknownFeatureError.
+func (p *Plans) CheckNamed(key string, u UserAccount) (FeatureCheck, error) {
+	d, ok := p.defs()[key]
+	if !ok {
+		return FeatureCheck{}, p.Unknown(key)
+	}
+	return Check(d, u), nil
+}
+
+// CheckDebit reports why d cannot debit under these plans: an undeclared
+// feature (*UnknownFeatureError) or one that is not metered (ErrInvalid).
+func (p *Plans) CheckDebit(d Debit) error {
+	if d.Feature == "" {
+		return nil
+	}
+	def, ok := p.defs()[d.Feature]
+	switch {
+	case !ok:
+		return p.Unknown(d.Feature)
+	case def.Type != FeatureMetered:
+		return fmt.Errorf("%w: feature %q is a %s, not metered: only a meter is debited", ErrInvalid, d.Feature, def.Type)
+	}
+	return nil
+}

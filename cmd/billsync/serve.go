@@ -150,7 +150,7 @@ one must be. Each secret also as *_FILE; see README.md.`)
 		// request held open for as long as the database hangs.
 		StoreTimeout: cfg.IntakeTimeout,
 		Admin:        server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler, Sweeps: sweeps},
-		App:          server.App{Token: cfg.AppToken, Store: st},
+		App:          server.App{Token: cfg.AppToken, Store: st, Plans: plans},
 	})
 	// Workers finish the job in hand and release their leases; sweeps
 	// apply the pages in hand and stay resumable.
