@@ -250,8 +250,8 @@ func ResolveFeatures(plans *Plans, planNames []string, ents []Entitlement) []Fea
 		d := plans.features[key]
 		var best *grant
 		for i, g := range byKey[key] {
-			if !g.v.On {
-				continue
+			if !g.v.On || d.Type == FeatureMetered && g.v.N == nil {
+				continue // not granted; a meter needs a number
 			}
 			if best == nil || largerLimit(g.v.N, best.v.N) {
 				best = &byKey[key][i]
@@ -264,9 +264,6 @@ func ResolveFeatures(plans *Plans, planNames []string, ents []Entitlement) []Fea
 		if d.Type != FeatureBoolean && best.v.N != nil {
 			n := *best.v.N
 			f.Limit = &n
-		}
-		if d.Type == FeatureMetered && f.Limit == nil {
-			continue // a meter needs a number
 		}
 		out = append(out, f)
 	}
