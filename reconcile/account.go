@@ -2,6 +2,8 @@ package reconcile
 
 import (
 	"cmp"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -63,12 +65,26 @@ func (d FieldDiff) Changed() bool { return d.Before != d.After }
 // before and after a reconcile; "-" stands for none.
 func Diff(before, after Account) []FieldDiff {
 	dash := func(s string) string { return cmp.Or(s, "-") }
-	return []FieldDiff{
+	diffs := []FieldDiff{
 		{"plan", dash(before.Plan), dash(after.Plan)},
 		{"status", dash(before.Status), dash(after.Status)},
 		{"period", Period(before), Period(after)},
 		{"email", dash(before.Email), dash(after.Email)},
 	}
+	if len(before.Features)+len(after.Features) > 0 { // none without a features: block, as before
+		diffs = append(diffs, FieldDiff{"features", dash(featureList(before.Features)), dash(featureList(after.Features))})
+	}
+	return diffs
+}
+
+// featureList renders features as "export on (plan:pro), seats 20
+// (plan:team)".
+func featureList(fs []Feature) string {
+	parts := make([]string, len(fs))
+	for i, f := range fs {
+		parts[i] = fmt.Sprintf("%s %s (%s)", f.Key, FeatureValueText(f), f.Source)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Period renders the account's period as "2026-01-01 – 2026-02-01" (UTC),
