@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
@@ -60,4 +61,35 @@ func TestStripeEntitlementRemoved(t *testing.T) {
 	require.Equal(t, reconcile.Feature{Key: "seats", Type: reconcile.FeatureLimit, Limit: n(5), Source: "plan:pro"}, seats)
 	require.Equal(t, reconcile.EventApplied, storetest.CustomerEvents(t, st, "stripe", cus)[stored].Status)
 	require.Equal(t, []reconcile.Entitlement{{Provider: "stripe", Key: "export"}}, a.Entitlements, "seats-50 is gone, export stays")
+}
+
+// TestSweepRestoresALostMeterGrant: the sweep's check that an account is
+// already right counts every meter: an account whose default grant is in
+// place but whose meter's grant is lost is healed, and the others are
+// left alone.
+func TestSweepRestoresALostMeterGrant(t *testing.T) {
+	t.Parallel()
+	h, _ := newSweepHarness(t, stripemock.Options{}, false)
+	h.Plans = testenv.FeaturePlans()
+	customers, _ := h.subscribeMany(3, func(int) string { return "price_pro" })
+	ctx := context.Background()
+	_, err := h.sweeper(nil, nil).Run(ctx)
+	require.NoError(t, err)
+	rep, err := h.sweeper(nil, nil).Run(ctx)
+	require.NoError(t, err)
+	require.Zero(t, rep.Run.Healed, "every meter granted: nothing to heal")
+
+	lost, err := h.Store.Account(ctx, stripe.Provider, customers[0])
+	require.NoError(t, err)
+	storetest.LoseMeter(t, h.Store, lost.ID, "ai_credits")
+	rep, err = h.sweeper(nil, nil).Run(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Run.Healed)
+	require.Equal(t, customers[0], rep.Healed[0].CustomerID)
+	for _, c := range customers {
+		a, err := h.Store.Account(ctx, stripe.Provider, c)
+		require.NoError(t, err)
+		require.Equal(t, map[string]storetest.MeterRows{"": {Grants: 1, Sum: 500}, "ai_credits": {Grants: 1, Sum: 1000}},
+			storetest.Meters(t, h.Store, a.ID), c)
+	}
 }
