@@ -64,8 +64,9 @@ func TestStripeEntitlementRemoved(t *testing.T) {
 }
 
 // TestSweepRestoresALostMeterGrant: the sweep's check that an account is
-// already right counts every meter: an account whose default grant is in
-// place but whose meter's grant is lost is healed, and the others are
+// already right counts every meter apart: an account whose default grant
+// is in place but whose meter's grant is lost is healed, one that lost its
+// default grant but holds a larger meter grant too, and the others are
 // left alone.
 func TestSweepRestoresALostMeterGrant(t *testing.T) {
 	t.Parallel()
@@ -82,10 +83,17 @@ func TestSweepRestoresALostMeterGrant(t *testing.T) {
 	lost, err := h.Store.Account(ctx, stripe.Provider, customers[0])
 	require.NoError(t, err)
 	storetest.LoseMeter(t, h.Store, lost.ID, "ai_credits")
+	lostDefault, err := h.Store.Account(ctx, stripe.Provider, customers[1])
+	require.NoError(t, err)
+	storetest.LoseMeter(t, h.Store, lostDefault.ID, "")
 	rep, err = h.sweeper(nil, nil).Run(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 1, rep.Run.Healed)
-	require.Equal(t, customers[0], rep.Healed[0].CustomerID)
+	require.Equal(t, 2, rep.Run.Healed)
+	var healed []string
+	for _, x := range rep.Healed {
+		healed = append(healed, x.CustomerID)
+	}
+	require.ElementsMatch(t, customers[:2], healed)
 	for _, c := range customers {
 		a, err := h.Store.Account(ctx, stripe.Provider, c)
 		require.NoError(t, err)
