@@ -20,7 +20,8 @@ func newFeatureAppEnv(t *testing.T) *appEnv {
 	t.Helper()
 	e := &appEnv{t: t, st: storetest.NewStore(t), plans: testenv.FeaturePlans()}
 	srv := httptest.NewServer(server.New(server.Config{Inbox: e.st,
-		App: server.App{Token: appToken, Store: e.st, Plans: e.plans}}))
+		Admin: server.Admin{Token: adminToken, Store: e.st},
+		App:   server.App{Token: appToken, Store: e.st, Plans: e.plans}}))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	return e
@@ -143,4 +144,27 @@ func TestAppConcurrentDebitsPerMeter(t *testing.T) {
 		require.Equal(t, storetest.MeterRows{Grants: 1, Usages: int(held / amount), Sum: held % amount}, rows[meter], meter)
 	}
 	require.Equal(t, int64(500%amount), e.balance(id))
+}
+
+// TestConsoleShowsFeatures: the account page lists the features with
+// value and source, and each meter's figures for the period.
+func TestConsoleShowsFeatures(t *testing.T) {
+	e := newFeatureAppEnv(t)
+	id := e.account("stripe", "cus_1", "u1", "price_pro")
+	require.Equal(t, http.StatusOK, e.debitMeter("u1", "ai_credits", "k1", 250).code)
+	b := (&adminEnv{t: t, url: e.url}).browser()
+	b.signIn(adminToken)
+	code, body := b.get(fmt.Sprintf("/admin/accounts/%d", id))
+	require.Equal(t, http.StatusOK, code, body)
+	for _, row := range []string{
+		`<tr><td><code>seats</code></td><td>limit</td><td class="num">5</td><td><code>plan:pro</code></td></tr>`,
+		`<tr><td><code>export</code></td><td>boolean</td><td class="num">on</td><td><code>plan:pro</code></td></tr>`,
+		`<tr><td><code>ai_credits</code></td><td>metered</td><td class="num">1000</td><td><code>plan:pro</code></td></tr>`,
+		`<tr><td><code>ai_credits</code></td><td class="num">1000</td><td class="num">250</td><td class="num">750</td></tr>`,
+	} {
+		require.Contains(t, body, row)
+	}
+	require.Contains(t, body, `<dd id="balance">500`)
+	require.Contains(t, body, `usage <code>ai_credits</code>`)
+	require.NotContains(t, body, "sso", "a feature nothing grants is not listed as the account's")
 }
