@@ -31,7 +31,7 @@ func oneUser(rows pgx.Rows, userRef string) (reconcile.Account, error) {
 }
 
 // periodBalance is the sum of the account's ledger rows of one meter
-// ($2; '' the default one) for its current period ($1: account id).
+// ($2; ” the default one) for its current period ($1: account id).
 const periodBalance = `SELECT coalesce(sum(l.delta), 0) FROM accounts a
 	JOIN ledger l ON l.account_id = a.id AND l.period_start = a.period_start AND l.meter = $2 WHERE a.id = $1`
 

@@ -106,12 +106,12 @@ func TestEntitlementsPageOf(t *testing.T) {
 	}{
 		"expanded feature": {page: `{"data":[{"id":"ent_1","feature":{"id":"feat_1","lookup_key":"export"}}],"has_more":true}`,
 			want: []reconcile.Entitlement{{Provider: "stripe", Key: "export"}}, more: true},
-		"no lookup key":   {page: `{"data":[{"id":"ent_1","feature":"feat_1"}],"has_more":false}`},
-		"repeated key":    {page: `{"data":[{"id":"a","lookup_key":"x"},{"id":"b","lookup_key":"x"}]}`, want: []reconcile.Entitlement{{Provider: "stripe", Key: "x"}}},
+		"no lookup key":    {page: `{"data":[{"id":"ent_1","feature":"feat_1"}],"has_more":false}`},
+		"repeated key":     {page: `{"data":[{"id":"a","lookup_key":"x"},{"id":"b","lookup_key":"x"}]}`, want: []reconcile.Entitlement{{Provider: "stripe", Key: "x"}}},
 		"entry not object": {page: `{"data":[7,{"id":"b","lookup_key":"y"}]}`, want: []reconcile.Entitlement{{Provider: "stripe", Key: "y"}}},
-		"data not a list": {page: `{"data":{},"has_more":false}`, err: "not an array"},
-		"has_more string": {page: `{"data":[],"has_more":"yes"}`, err: "not a boolean"},
-		"not JSON":        {page: `<html>`, err: "invalid character"},
+		"data not a list":  {page: `{"data":{},"has_more":false}`, err: "not an array"},
+		"has_more string":  {page: `{"data":[],"has_more":"yes"}`, err: "not a boolean"},
+		"not JSON":         {page: `<html>`, err: "invalid character"},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
