@@ -28,7 +28,7 @@ type Account struct {
 	// Features are the account's features as resolved from its plans and
 	// its provider's entitlements (ResolveFeatures), sorted by key; only
 	// granted ones. Written with the plan, in the same transaction.
-	Features []Feature `json:"features"`
+	Features []Feature `json:"features,omitempty"`
 	// Entitlements are the provider's entitlements last read for the
 	// customer (one of the sources of Features), kept so a snapshot that
 	// did not read them (a sweep's bulk listing) resolves from them.

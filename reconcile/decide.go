@@ -81,7 +81,7 @@ func Decide(cur Account, snap Snapshot, plans *Plans, observedAt time.Time) Chan
 	}
 	next := accountFor(cur, snap, c, observedAt)
 	next.Entitlements = cur.Entitlements
-	if snap.EntitlementsRead || snap.Deleted {
+	if !snap.KeepEntitlements || snap.Deleted {
 		next.Entitlements = plans.Mapped(snap.Entitlements)
 	}
 	next.Features = ResolveFeatures(plans, c.plans, next.Entitlements)

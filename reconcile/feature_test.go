@@ -141,18 +141,18 @@ func TestResolveSources(t *testing.T) {
 func TestDecideEntitlements(t *testing.T) {
 	plans := testenv.FeaturePlans()
 	withExport := snap("active", "price_free")
-	withExport.Entitlements, withExport.EntitlementsRead = []reconcile.Entitlement{{Provider: "stripe", Key: "export"}, {Provider: "stripe", Key: "other"}}, true
+	withExport.Entitlements = []reconcile.Entitlement{{Provider: "stripe", Key: "export"}, {Provider: "stripe", Key: "other"}}
 	first := reconcile.Decide(reconcile.Account{ID: 7}, withExport, plans, t0)
 	require.Equal(t, "stripe:export", featureOf(t, first.Next, "export").Source)
 	require.Equal(t, []reconcile.Entitlement{{Provider: "stripe", Key: "export"}}, first.Next.Entitlements, "only mapped ones are kept")
 
-	listed := snap("active", "price_free") // EntitlementsRead false
+	listed := snap("active", "price_free")
+	listed.KeepEntitlements = true // a listing that did not read them
 	kept := reconcile.Decide(first.Next, listed, plans, t0.Add(time.Minute))
 	require.Equal(t, reconcile.ResultUnchanged, kept.Result)
 	require.Equal(t, first.Next.Features, kept.Next.Features)
 
-	removed := snap("active", "price_free")
-	removed.EntitlementsRead = true
+	removed := snap("active", "price_free") // read now: none
 	gone := reconcile.Decide(kept.Next, removed, plans, t0.Add(2*time.Minute))
 	require.Equal(t, reconcile.ResultApplied, gone.Result)
 	_, has := reconcile.FeatureNamed(gone.Next.Features, "export")

@@ -32,14 +32,13 @@ type Snapshot struct {
 	// one for it.
 	Subscriptions []Subscription
 	// Entitlements are the features the provider grants the customer now
-	// (Stripe's active entitlements, Kinde's entitlements), when
-	// EntitlementsRead. A provider whose entitlements are not enabled
-	// reports none, read.
+	// (Stripe's active entitlements, Kinde's entitlements). A provider
+	// whose entitlements are not enabled reports none.
 	Entitlements []Entitlement
-	// EntitlementsRead says Entitlements are what the provider says now;
-	// false when this read did not ask (a sweep's bulk listing): the
-	// account keeps the entitlements it had.
-	EntitlementsRead bool
+	// KeepEntitlements says this read did not ask for the entitlements
+	// although they are enabled (a sweep's bulk listing): the account
+	// keeps the ones it had, and Entitlements means nothing.
+	KeepEntitlements bool
 }
 
 // Subscription is one of a customer's subscriptions.

@@ -30,7 +30,7 @@ func TestFeaturesStoredWithThePlan(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.NewStore(t)
 	snap := liveSnap("cus_1", "price_pro")
-	snap.Entitlements, snap.EntitlementsRead = []reconcile.Entitlement{{Provider: "stripe", Key: "seats-50"}}, true
+	snap.Entitlements = []reconcile.Entitlement{{Provider: "stripe", Key: "seats-50"}}
 	out := reconcileAs(t, st, "evt_1", snap, testenv.FeaturePlans())
 	a, err := st.Account(ctx, "stripe", "cus_1")
 	require.NoError(t, err)

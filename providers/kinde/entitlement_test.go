@@ -31,7 +31,7 @@ func TestFetchEntitlementsPaged(t *testing.T) {
 	c := testClient(t, f, Config{PageSize: 5, Entitlements: true})
 	snap, err := c.Fetch(context.Background(), "customer_1")
 	require.NoError(t, err)
-	require.True(t, snap.EntitlementsRead)
+	require.False(t, snap.KeepEntitlements)
 	require.Len(t, snap.Entitlements, 14)
 	require.Contains(t, snap.Entitlements, reconcile.Entitlement{Provider: "kinde", Key: "seats", Limit: limit(20)})
 	require.Contains(t, snap.Entitlements, reconcile.Entitlement{Provider: "kinde", Key: "seats", Limit: limit(5)})
@@ -41,7 +41,7 @@ func TestFetchEntitlementsPaged(t *testing.T) {
 	off := testClient(t, f, Config{PageSize: 5})
 	snap, err = off.Fetch(context.Background(), "customer_1")
 	require.NoError(t, err)
-	require.True(t, snap.EntitlementsRead)
+	require.False(t, snap.KeepEntitlements)
 	require.Empty(t, snap.Entitlements)
 	require.Equal(t, 3, f.count("/api/v1/billing/entitlements"), "off: not asked")
 }

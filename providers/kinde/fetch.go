@@ -27,8 +27,7 @@ func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapsh
 		return reconcile.Snapshot{}, err
 	}
 	snap := snapshotOf(customerID, agreements, c.now())
-	snap.EntitlementsRead = true // with entitlements off: none from Kinde
-	if c.cfg.Entitlements {
+	if c.cfg.Entitlements { // off: none from Kinde
 		if snap.Entitlements, err = c.entitlements(ctx, customerID); err != nil {
 			return reconcile.Snapshot{}, err
 		}

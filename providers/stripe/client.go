@@ -216,7 +216,9 @@ func (c *Client) Name() string { return Provider }
 // customer's current subscriptions (every status but canceled), newest
 // first, up to 10; only when it says has_more are they read from the
 // subscription list instead (see resolve). A customer with no current
-// subscription costs that one request and has empty Subscriptions.
+// subscription costs that one request and has empty Subscriptions. With
+// Config.Entitlements, the customer's active entitlements are listed at
+// the same time (see startEntitlements): one round trip still.
 //
 // A deleted customer (Stripe answers {"deleted": true} and has canceled its
 // subscriptions) is a snapshot with Deleted set; a customer Stripe never
@@ -228,6 +230,29 @@ func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapsh
 	if customerID == "" {
 		return reconcile.Snapshot{}, reconcile.Permanent("stripe: empty customer id")
 	}
+	// The entitlements (when on) are listed while the customer is
+	// retrieved: at Stripe's latency a reconcile then takes one round
+	// trip, not two. Every return waits for that list to end.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ents := c.startEntitlements(ctx, customerID)
+	snap, err := c.fetchCustomer(ctx, customerID)
+	if err != nil {
+		cancel()
+		ents.wait()
+		return reconcile.Snapshot{}, err
+	}
+	if snap, err = ents.complete(snap); err != nil {
+		return reconcile.Snapshot{}, err
+	}
+	c.log.DebugContext(ctx, "stripe snapshot fetched", "customer", customerID,
+		"deleted", snap.Deleted, "subscriptions", len(snap.Subscriptions), "entitlements", len(snap.Entitlements))
+	return snap, nil
+}
+
+// fetchCustomer retrieves the customer with its subscriptions expanded
+// and resolves its snapshot (without entitlements).
+func (c *Client) fetchCustomer(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
 	op := "retrieve customer " + customerID
 	body, err := c.get(ctx, "/v1/customers/"+url.PathEscape(customerID), url.Values{"expand[0]": {"subscriptions"}})
 	if err != nil {
@@ -237,16 +262,7 @@ func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapsh
 	if err != nil {
 		return reconcile.Snapshot{}, fmt.Errorf("stripe %s: %w", op, err)
 	}
-	snap, err := c.resolve(ctx, read)
-	if err != nil {
-		return reconcile.Snapshot{}, err
-	}
-	if snap, err = c.withEntitlements(ctx, snap); err != nil {
-		return reconcile.Snapshot{}, err
-	}
-	c.log.DebugContext(ctx, "stripe snapshot fetched", "customer", customerID,
-		"deleted", snap.Deleted, "subscriptions", len(snap.Subscriptions), "entitlements", len(snap.Entitlements))
-	return snap, nil
+	return c.resolve(ctx, read)
 }
 
 // resolve turns one customer object (retrieved, or listed by ListPage) into
@@ -259,8 +275,9 @@ func (c *Client) Fetch(ctx context.Context, customerID string) (reconcile.Snapsh
 func (c *Client) resolve(ctx context.Context, cust customerJSON) (reconcile.Snapshot, error) {
 	var err error
 	// A listing reads no entitlements: with them on, the account keeps
-	// those last fetched; with them off, there are none to keep.
-	snap := reconcile.Snapshot{Provider: Provider, CustomerID: cust.id, EntitlementsRead: !c.entitlements}
+	// those last fetched (Fetch reads them); with them off, there are
+	// none to keep.
+	snap := reconcile.Snapshot{Provider: Provider, CustomerID: cust.id, KeepEntitlements: c.entitlements}
 	if cust.deleted {
 		snap.Deleted = true
 		return snap, nil

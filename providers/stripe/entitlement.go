@@ -58,18 +58,44 @@ func (c *Client) activeEntitlements(ctx context.Context, customerID string) ([]r
 	return entitlementsOf(list), nil
 }
 
-// withEntitlements completes a fetched snapshot with the customer's
-// active entitlements when the client reads them (Config.Entitlements);
-// otherwise the snapshot says the customer has none from Stripe.
-func (c *Client) withEntitlements(ctx context.Context, snap reconcile.Snapshot) (reconcile.Snapshot, error) {
-	snap.EntitlementsRead = true
-	if !c.entitlements || snap.Deleted {
+// pendingEntitlements is a list of active entitlements under way (or none
+// asked, with entitlements off).
+type pendingEntitlements struct {
+	asked bool
+	done  chan struct{}
+	ents  []reconcile.Entitlement
+	err   error
+}
+
+// startEntitlements starts listing the customer's active entitlements when
+// the client reads them (Config.Entitlements); ctx ends the list.
+func (c *Client) startEntitlements(ctx context.Context, customerID string) *pendingEntitlements {
+	p := &pendingEntitlements{asked: c.entitlements, done: make(chan struct{})}
+	if !p.asked {
+		close(p.done)
+		return p
+	}
+	go func() {
+		defer close(p.done)
+		p.ents, p.err = c.activeEntitlements(ctx, customerID)
+	}()
+	return p
+}
+
+func (p *pendingEntitlements) wait() { <-p.done }
+
+// complete waits for the list and puts it in snap: with entitlements off,
+// the snapshot says the customer has none from Stripe; a deleted customer
+// has none (whatever the list answered).
+func (p *pendingEntitlements) complete(snap reconcile.Snapshot) (reconcile.Snapshot, error) {
+	p.wait()
+	snap.KeepEntitlements = false // read now (or off: none)
+	if !p.asked || snap.Deleted {
 		return snap, nil
 	}
-	ents, err := c.activeEntitlements(ctx, snap.CustomerID)
-	if err != nil {
-		return reconcile.Snapshot{}, fmt.Errorf("stripe customer %s: %w", snap.CustomerID, err)
+	if p.err != nil {
+		return reconcile.Snapshot{}, fmt.Errorf("stripe customer %s: %w", snap.CustomerID, p.err)
 	}
-	snap.Entitlements = ents
+	snap.Entitlements = p.ents
 	return snap, nil
 }
