@@ -235,11 +235,7 @@ func ResolveFeatures(plans *Plans, planNames []string, ents []Entitlement) []Fea
 			byKey[key] = append(byKey[key], grant{sourcePlan + ":" + name, pl.Features[key]})
 		}
 	}
-	ents = slices.Clone(ents)
-	slices.SortStableFunc(ents, func(a, b Entitlement) int {
-		return cmp.Or(cmp.Compare(a.Provider, b.Provider), cmp.Compare(a.Key, b.Key))
-	})
-	for _, e := range ents {
+	for _, e := range sortedEntitlements(slices.Clone(ents)) {
 		d, v, ok := plans.entitlementGrants(e)
 		if ok {
 			byKey[d.Key] = append(byKey[d.Key], grant{e.Provider + ":" + e.Key, v})
@@ -313,10 +309,16 @@ func (p *Plans) Mapped(ents []Entitlement) []Entitlement {
 			out = append(out, e)
 		}
 	}
-	slices.SortStableFunc(out, func(a, b Entitlement) int {
+	return sortedEntitlements(out)
+}
+
+// sortedEntitlements sorts ents by provider and key (stable: a key a
+// provider gives twice keeps its order) and returns them.
+func sortedEntitlements(ents []Entitlement) []Entitlement {
+	slices.SortStableFunc(ents, func(a, b Entitlement) int {
 		return cmp.Or(cmp.Compare(a.Provider, b.Provider), cmp.Compare(a.Key, b.Key))
 	})
-	return out
+	return ents
 }
 
 // FeatureNamed returns the account's answer for key, if granted.
