@@ -2,6 +2,8 @@ package reconcile
 
 import (
 	"cmp"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -23,6 +25,14 @@ type Account struct {
 	// time); zero for an account never reconciled. Only a later snapshot
 	// may change the account.
 	ObservedAt time.Time `json:"observed_at"`
+	// Features are the account's features as resolved from its plans and
+	// its provider's entitlements (ResolveFeatures), sorted by key; only
+	// granted ones. Written with the plan, in the same transaction.
+	Features []Feature `json:"features,omitempty"`
+	// Entitlements are the provider's entitlements last read for the
+	// customer (one of the sources of Features), kept so a snapshot that
+	// did not read them (a sweep's bulk listing) resolves from them.
+	Entitlements []Entitlement `json:"entitlements,omitempty"`
 }
 
 // sameState reports whether a and b hold the same billing state (ids and
@@ -30,7 +40,8 @@ type Account struct {
 func sameState(a, b Account) bool {
 	return a.UserRef == b.UserRef && a.Email == b.Email && a.Plan == b.Plan && a.Status == b.Status &&
 		a.SubscriptionID == b.SubscriptionID && a.PeriodStart.Equal(b.PeriodStart) &&
-		a.PeriodEnd.Equal(b.PeriodEnd) && a.CancelAtPeriodEnd == b.CancelAtPeriodEnd
+		a.PeriodEnd.Equal(b.PeriodEnd) && a.CancelAtPeriodEnd == b.CancelAtPeriodEnd &&
+		sameFeatures(a.Features, b.Features) && sameEntitlements(a.Entitlements, b.Entitlements)
 }
 
 // calendarMonth returns the UTC calendar month holding t: the period of
@@ -54,12 +65,26 @@ func (d FieldDiff) Changed() bool { return d.Before != d.After }
 // before and after a reconcile; "-" stands for none.
 func Diff(before, after Account) []FieldDiff {
 	dash := func(s string) string { return cmp.Or(s, "-") }
-	return []FieldDiff{
+	diffs := []FieldDiff{
 		{"plan", dash(before.Plan), dash(after.Plan)},
 		{"status", dash(before.Status), dash(after.Status)},
 		{"period", Period(before), Period(after)},
 		{"email", dash(before.Email), dash(after.Email)},
 	}
+	if len(before.Features)+len(after.Features) > 0 { // none without a features: block, as before
+		diffs = append(diffs, FieldDiff{"features", dash(featureList(before.Features)), dash(featureList(after.Features))})
+	}
+	return diffs
+}
+
+// featureList renders features as "export on (plan:pro), seats 20
+// (plan:team)".
+func featureList(fs []Feature) string {
+	parts := make([]string, len(fs))
+	for i, f := range fs {
+		parts[i] = fmt.Sprintf("%s %s (%s)", f.Key, FeatureValueText(f), f.Source)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Period renders the account's period as "2026-01-01 – 2026-02-01" (UTC),

@@ -7,9 +7,16 @@ import (
 )
 
 // Grant tops an account's allowance for one period up to Allowance, once
-// per (account, period, plan, allowance).
+// per (account, period, plan, allowance); or, with Meter set, one metered
+// feature's allowance, once per (account, meter, period, allowance).
 type Grant struct {
-	Plan        string
+	// Meter is the metered feature topped up; "" is the default meter
+	// (the plan's allowance, as before features).
+	Meter string
+	Plan  string
+	// Source names what granted a meter's allowance (plan:pro,
+	// stripe:…, kinde:…); empty for the default meter.
+	Source      string
 	Allowance   int64
 	PeriodStart time.Time
 	PeriodEnd   time.Time
@@ -20,7 +27,14 @@ type Grant struct {
 // allowance within one period (more seats bought mid-period), and that
 // top-up is a grant of its own. The top-up is computed from what the
 // period already holds, so a repeat of any earlier target adds nothing.
+// The default meter's key is unchanged from before features
+// (grant:{account}:{period_start}:{plan}:{allowance}); a named meter's is
+// grant.{meter}:{account}:{period_start}:{allowance}, which no default
+// key can equal (a feature key holds no colon).
 func (g Grant) Key(accountID int64) string {
+	if g.Meter != "" {
+		return fmt.Sprintf("grant.%s:%d:%s:%d", g.Meter, accountID, g.PeriodStart.UTC().Format(time.RFC3339), g.Allowance)
+	}
 	return fmt.Sprintf("grant:%d:%s:%s:%d", accountID, g.PeriodStart.UTC().Format(time.RFC3339), g.Plan, g.Allowance)
 }
 
@@ -33,6 +47,10 @@ type Change struct {
 	Result Result
 	Next   Account // the state to write; meaningful unless Result is stale or ignored
 	Grant  *Grant  // nil when nothing may be granted
+	// Meters are the metered features' grants for the period (each with
+	// Meter set): given exactly when Grant is (the same rules: once per
+	// period, never clawed back, waiting while payment is).
+	Meters []Grant
 	// Outcome says in words what happened (the grant is added by Describe).
 	Outcome string
 	// Unmapped names the prices (the first ref of each item) of the
@@ -62,8 +80,13 @@ func Decide(cur Account, snap Snapshot, plans *Plans, observedAt time.Time) Chan
 			Outcome: c.unmapped.describe()}
 	}
 	next := accountFor(cur, snap, c, observedAt)
+	next.Entitlements = cur.Entitlements
+	if !snap.KeepEntitlements || snap.Deleted {
+		next.Entitlements = plans.Mapped(snap.Entitlements)
+	}
+	next.Features = ResolveFeatures(plans, c.plans, next.Entitlements)
 	grant, note := grantFor(cur, &next, c, plans)
-	ch := Change{Result: ResultUnchanged, Next: next, Grant: grant}
+	ch := Change{Result: ResultUnchanged, Next: next, Grant: grant, Meters: meterGrants(next, grant)}
 	if cur.ObservedAt.IsZero() || !sameState(cur, next) {
 		ch.Result = ResultApplied
 	}
@@ -117,6 +140,11 @@ type choice struct {
 	// unmapped is set when subscriptions keep their plan but no item of
 	// theirs maps to a plan: nothing can be applied.
 	unmapped *unmappedPrices
+	// plans are the plans whose features the account has: the deciding
+	// plan first, then every other plan an item of a subscription that
+	// keeps its plan maps to (two live subscriptions both count); the
+	// default plan alone when none keeps its plan.
+	plans []string
 }
 
 // candidate is one mapped item of a subscription that keeps its plan.
@@ -132,11 +160,12 @@ type candidate struct {
 // when any maps). A deleted customer, or one with no subscription keeping
 // its plan, gets the default plan.
 func choose(snap Snapshot, plans *Plans) choice {
-	def := choice{plan: plans.Default()}
+	def := choice{plan: plans.Default(), plans: []string{plans.Default().Name}}
 	if snap.Deleted {
 		return def
 	}
 	var best *candidate
+	var mapped []string
 	var unmapped unmappedPrices
 	keeping := false
 	for _, sub := range snap.Subscriptions {
@@ -150,6 +179,7 @@ func choose(snap Snapshot, plans *Plans) choice {
 				unmapped.add(item.PriceRefs)
 				continue
 			}
+			mapped = append(mapped, pl.Name)
 			c := candidate{plan: pl, sub: sub, item: item, grant: pl.grantFor(item.Quantity, false)}
 			if best == nil || better(c, *best) {
 				best = &c
@@ -158,7 +188,7 @@ func choose(snap Snapshot, plans *Plans) choice {
 	}
 	switch {
 	case best != nil:
-		return choice{plan: best.plan, sub: best.sub, item: best.item, kept: true}
+		return choice{plan: best.plan, sub: best.sub, item: best.item, kept: true, plans: append([]string{best.plan.Name}, mapped...)}
 	case keeping:
 		return choice{unmapped: &unmapped}
 	}
@@ -227,6 +257,34 @@ func grantFor(cur Account, next *Account, c choice, plans *Plans) (g *Grant, not
 		PeriodStart: next.PeriodStart, PeriodEnd: next.PeriodEnd}, ""
 }
 
+// meterGrants returns the period's grant of each metered feature the
+// account has, when the default meter is granted (grant not nil): the
+// same period, the feature's allowance, named by its source.
+func meterGrants(next Account, grant *Grant) []Grant {
+	if grant == nil {
+		return nil
+	}
+	var gs []Grant
+	for _, f := range next.Features {
+		if f.Type == FeatureMetered && f.Limit != nil {
+			gs = append(gs, Grant{Meter: f.Key, Plan: next.Plan, Source: f.Source, Allowance: *f.Limit,
+				PeriodStart: grant.PeriodStart, PeriodEnd: grant.PeriodEnd})
+		}
+	}
+	return gs
+}
+
+// Grants returns every grant of the change: the default meter's first
+// (when there is one), then each metered feature's. The store writes them
+// in this order and hands Done what each added.
+func (c Change) Grants() []Grant {
+	var gs []Grant
+	if c.Grant != nil {
+		gs = append(gs, *c.Grant)
+	}
+	return append(gs, c.Meters...)
+}
+
 func describeUnpaid(sub Subscription) string {
 	if sub.CollectionPaused {
 		return sub.Status + " with collection paused"
@@ -264,18 +322,42 @@ func (c Change) Writes() bool {
 }
 
 // Done returns what applying the change to cur did, once the store knows
-// what the grant added: an otherwise unchanged account whose ledger moved
-// (a new period, or a grant a crash lost) counts as applied.
-func (c Change) Done(cur Account, granted int64) Outcome {
-	out := Outcome{AccountID: cur.ID, Result: c.Result, Text: c.Describe(granted), Granted: granted, Before: cur, After: c.Next,
+// what each grant added (granted[i] is what Grants()[i] added; missing
+// entries added nothing): an otherwise unchanged account whose ledger
+// moved (a new period, or a grant a crash lost) counts as applied.
+func (c Change) Done(cur Account, granted ...int64) Outcome {
+	var def int64
+	var meters []string
+	var moved bool
+	for i, g := range c.Grants() {
+		if i >= len(granted) || granted[i] <= 0 {
+			continue
+		}
+		moved = true
+		if g.Meter == "" {
+			def = granted[i]
+		} else {
+			meters = append(meters, fmt.Sprintf("%s +%d", g.Meter, granted[i]))
+		}
+	}
+	text := c.Describe(def)
+	if len(meters) > 0 {
+		sep := ", "
+		if def == 0 && c.Result == ResultUnchanged {
+			text, sep = "", ""
+		}
+		text += sep + "granted " + strings.Join(meters, ", ")
+	}
+	out := Outcome{AccountID: cur.ID, Result: c.Result, Text: text, Granted: def, Before: cur, After: c.Next,
 		Unmapped: c.Unmapped}
-	if granted > 0 {
+	if moved {
 		out.Result = ResultApplied
 	}
 	return out
 }
 
-// Describe returns the readable outcome once the grant's top-up is known.
+// Describe returns the readable outcome once the default grant's top-up
+// is known.
 func (c Change) Describe(granted int64) string {
 	if granted <= 0 {
 		return c.Outcome
@@ -313,6 +395,7 @@ func describeChange(cur, next Account) string {
 	if cur.Email != next.Email && len(parts) == 0 {
 		parts = append(parts, fmt.Sprintf("email now %q", next.Email))
 	}
+	parts = append(parts, describeFeatures(cur.Features, next.Features)...)
 	if len(parts) == 0 {
 		return fmt.Sprintf("no change: %s says plan %s (%s) now, as already applied", next.Provider, next.Plan, orNone(next.Status))
 	}

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -38,6 +39,10 @@ type Plan struct {
 	// SeatAllowance is added per unit of the deciding item's quantity
 	// (seats), on top of Allowance (or TrialAllowance).
 	SeatAllowance int64 `yaml:"seat_allowance"`
+	// Features are what the plan grants of the features the plans file
+	// declares: true/false for a boolean, a number for a limit or a
+	// meter's monthly allowance. Absent: not granted by this plan.
+	Features map[string]FeatureValue `yaml:"features"`
 }
 
 // grantFor returns what one period of the plan grants for quantity units
@@ -62,6 +67,9 @@ type Plans struct {
 	def     string
 	byPrice map[string]map[string]string // provider → price ref → plan name
 	policy  policy
+	// features are the declared features by key (none without a
+	// features: block: then accounts have no features, as before).
+	features map[string]FeatureDef
 }
 
 // Policy is the plans file's optional policy block: which subscriptions
@@ -126,7 +134,9 @@ func (p Policy) resolve() (policy, []error) {
 type plansFile struct {
 	Default string `yaml:"default"`
 	Policy  Policy `yaml:"policy"`
-	Plans   []Plan `yaml:"plans"`
+	// Features declares the features plans and providers may grant.
+	Features []FeatureDef `yaml:"features"`
+	Plans    []Plan       `yaml:"plans"`
 }
 
 // ParsePlans reads a plans file (YAML). Unknown keys, duplicate names or
@@ -169,6 +179,9 @@ func ParsePlans(data []byte) (*Plans, error) {
 			}
 		}
 	}
+	var ferrs []error
+	p.features, ferrs = parseFeatures(f.Features, f.Plans)
+	errs = append(errs, ferrs...)
 	switch {
 	case len(f.Plans) == 0:
 		errs = append(errs, errors.New("plans: no plans defined"))
@@ -212,6 +225,7 @@ func (p *Plans) List() []Plan {
 	list := make([]Plan, len(p.list))
 	for i, pl := range p.list {
 		pl.StripePrices, pl.KindePlans = slices.Clone(pl.StripePrices), slices.Clone(pl.KindePlans)
+		pl.Features = maps.Clone(pl.Features)
 		list[i] = pl
 	}
 	return list

@@ -7,9 +7,10 @@
 // snapshot fetched from the provider's API.
 //
 // Where things are: the nouns (account.go, event.go, job.go, snapshot.go,
-// plan.go, outcome.go, support.go's read models), the interfaces the
-// adapters implement (store.go, provider.go), the pure decisions (decide.go,
-// usage.go's DecideDebit, stale.go), the limits on outside input
+// plan.go, feature.go, outcome.go, support.go's read models), the
+// interfaces the adapters implement (store.go, provider.go), the pure
+// decisions (decide.go, feature.go's ResolveFeatures and Check, usage.go's
+// DecideDebit, stale.go), the limits on outside input
 // (limit.go), and the running parts: the worker (worker.go), reconciling one
 // customer on demand (ondemand.go), and the sweep (sweep.go, sweeplist.go's
 // parts, sweeprun.go's start, refusal and stop).

@@ -31,6 +31,14 @@ type Snapshot struct {
 	// the best plan any of their items maps to; a provider must not pick
 	// one for it.
 	Subscriptions []Subscription
+	// Entitlements are the features the provider grants the customer now
+	// (Stripe's active entitlements, Kinde's entitlements). A provider
+	// whose entitlements are not enabled reports none.
+	Entitlements []Entitlement
+	// KeepEntitlements says this read did not ask for the entitlements
+	// although they are enabled (a sweep's bulk listing): the account
+	// keeps the ones it had, and Entitlements means nothing.
+	KeepEntitlements bool
 }
 
 // Subscription is one of a customer's subscriptions.

@@ -45,6 +45,9 @@ type LedgerEntry struct {
 	PeriodStart time.Time `json:"period_start"`
 	Note        string    `json:"note,omitempty"`
 	CreatedAt   time.Time `json:"created_at"`
+	// Meter is the metered feature the row belongs to; "" the default
+	// meter (the plan's allowance).
+	Meter string `json:"meter,omitempty"`
 }
 
 // LogEntry is one reconcile_log row: who asked, why, and what it did.
@@ -64,9 +67,11 @@ const DetailLimit = 100
 // AccountDetail is everything billsync holds about one account, newest
 // first: what support staff read before (and after) a resync.
 type AccountDetail struct {
-	Account Account       `json:"account"`
-	Balance int64         `json:"balance"`
-	Ledger  []LedgerEntry `json:"ledger"`
-	Events  []StoredEvent `json:"events"`
-	History []LogEntry    `json:"history"`
+	Account Account `json:"account"`
+	Balance int64   `json:"balance"`
+	// Meters are the named meters' figures in the current period.
+	Meters  []MeterBalance `json:"meters,omitempty"`
+	Ledger  []LedgerEntry  `json:"ledger"`
+	Events  []StoredEvent  `json:"events"`
+	History []LogEntry     `json:"history"`
 }

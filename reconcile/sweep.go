@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"time"
 )
 
@@ -378,18 +379,20 @@ func (s *Sweeper) settled(ctx context.Context, ids []string, byCustomer map[stri
 		return nil, err
 	}
 	settled := make(map[string]bool, len(accounts))
-	var pending []string
+	var pending []string // one per grant: a customer has one per meter
 	var accountIDs []int64
 	var grants []Grant
 	for id, cur := range accounts {
 		ch := Decide(cur, byCustomer[id], s.cfg.Plans, at)
-		switch {
-		case ch.Result == ResultStale, ch.Result == ResultUnchanged && ch.Grant == nil:
+		switch gs := ch.Grants(); {
+		case ch.Result == ResultStale, ch.Result == ResultUnchanged && len(gs) == 0:
 			settled[id] = true
 		case ch.Result == ResultUnchanged:
-			pending = append(pending, id)
-			accountIDs = append(accountIDs, cur.ID)
-			grants = append(grants, *ch.Grant)
+			for _, g := range gs {
+				pending = append(pending, id)
+				accountIDs = append(accountIDs, cur.ID)
+				grants = append(grants, g)
+			}
 		}
 	}
 	if len(grants) == 0 {
@@ -399,9 +402,14 @@ func (s *Sweeper) settled(ctx context.Context, ids []string, byCustomer map[stri
 	if err != nil {
 		return nil, err
 	}
+	full := map[string]bool{}
 	for i, id := range pending {
-		settled[id] = grants[i].TopUp(granted[i]) == 0
+		if _, seen := full[id]; !seen {
+			full[id] = true
+		}
+		full[id] = full[id] && grants[i].TopUp(granted[i]) == 0
 	}
+	maps.Copy(settled, full)
 	return settled, nil
 }
 

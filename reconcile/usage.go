@@ -29,7 +29,29 @@ const MaxIdempotencyKey = 255
 // UserAccount is an account with its balance, as the app reads it.
 type UserAccount struct {
 	Account Account
-	Balance int64
+	Balance int64 // the default meter's, in the current period
+	// Meters are the named meters' figures in the current period, by
+	// meter key (only meters with ledger rows in it).
+	Meters []MeterBalance
+}
+
+// MeterBalance is one named meter's figures for the account's current
+// period.
+type MeterBalance struct {
+	Meter   string `json:"meter"`
+	Granted int64  `json:"granted"`
+	Used    int64  `json:"used"`
+	Balance int64  `json:"balance"`
+}
+
+// MeterOf returns the meter's figures, zero when it has no rows.
+func MeterOf(meters []MeterBalance, key string) MeterBalance {
+	for _, m := range meters {
+		if m.Meter == key {
+			return m
+		}
+	}
+	return MeterBalance{Meter: key}
 }
 
 // Debit asks to spend Amount of the allowance of the account whose app
@@ -38,8 +60,11 @@ type Debit struct {
 	UserRef string
 	// Provider, when set, picks among several accounts with UserRef.
 	Provider string
-	Key      string
-	Amount   int64
+	// Feature names the metered feature to debit; "" is the default
+	// meter (the plan's allowance).
+	Feature string
+	Key     string
+	Amount  int64
 }
 
 // Validate reports why d cannot be a debit (wrapping ErrInvalid), or nil.
@@ -56,6 +81,8 @@ func (d Debit) Validate() error {
 		return fmt.Errorf("%w: idempotency_key must be UTF-8 text without NUL", ErrInvalid)
 	case d.Amount <= 0:
 		return fmt.Errorf("%w: amount must be a whole number above 0, got %d", ErrInvalid, d.Amount)
+	case d.Feature != "" && !featureKey.MatchString(d.Feature):
+		return fmt.Errorf("%w: feature %q is no feature key (a-z, 0-9, _ and -, starting with a letter)", ErrInvalid, d.Feature)
 	}
 	return nil
 }
@@ -75,8 +102,13 @@ func CheckUserRef(userRef, provider string) error {
 	return nil
 }
 
-// LedgerKey is the debit's ledger key for the account: one row per key.
+// LedgerKey is the debit's ledger key for the account: one row per key
+// and meter. The default meter's is unchanged from before features
+// (usage:{account}:{key}); a named meter's is usage.{meter}:{account}:{key}.
 func (d Debit) LedgerKey(accountID int64) string {
+	if d.Feature != "" {
+		return fmt.Sprintf("usage.%s:%d:%s", d.Feature, accountID, d.Key)
+	}
 	return fmt.Sprintf("usage:%d:%s", accountID, d.Key)
 }
 
@@ -85,6 +117,7 @@ func (d Debit) LedgerKey(accountID int64) string {
 type DebitResult struct {
 	AccountID int64       `json:"account_id"`
 	UserRef   string      `json:"user_ref"`
+	Feature   string      `json:"feature,omitempty"` // the meter debited; absent for the default one
 	Key       string      `json:"idempotency_key"`
 	Amount    int64       `json:"amount"`
 	Balance   int64       `json:"balance"` // right after this debit
@@ -103,7 +136,8 @@ type DebitState struct {
 	// PriorBalance is the balance right after Prior (0 for an entry older
 	// than the balance_after column).
 	PriorBalance int64
-	// Balance is the account's balance in its current period now.
+	// Balance is the balance of the debit's meter in the account's
+	// current period now.
 	Balance int64
 }
 
@@ -115,7 +149,7 @@ type DebitState struct {
 // the balance after it. A refusal writes nothing. It is pure: the store
 // runs it under the account's row lock and writes what it returns.
 func DecideDebit(d Debit, cur DebitState) (DebitResult, error) {
-	res := DebitResult{AccountID: cur.Account.ID, UserRef: d.UserRef, Key: d.Key, Amount: d.Amount}
+	res := DebitResult{AccountID: cur.Account.ID, UserRef: d.UserRef, Feature: d.Feature, Key: d.Key, Amount: d.Amount}
 	if p := cur.Prior; p != nil {
 		// A replay answers the first result, whatever the balance is now.
 		if -p.Delta != d.Amount {
@@ -126,23 +160,30 @@ func DecideDebit(d Debit, cur DebitState) (DebitResult, error) {
 	}
 	// An account never granted a period (no period start) has a balance
 	// of 0, which no amount (above 0) fits in.
+	// A meter the account was never granted in this period has a balance
+	// of 0 too. One it lost mid-period keeps what it was granted (never
+	// clawed back), as the default meter does on a downgrade.
 	if cur.Balance < d.Amount {
-		return DebitResult{}, &InsufficientError{AccountID: cur.Account.ID, Balance: cur.Balance, Amount: d.Amount}
+		return DebitResult{}, &InsufficientError{AccountID: cur.Account.ID, Feature: d.Feature, Balance: cur.Balance, Amount: d.Amount}
 	}
 	res.Balance = cur.Balance - d.Amount
 	res.Entry = LedgerEntry{Key: d.LedgerKey(cur.Account.ID), Kind: "usage", Plan: cur.Account.Plan,
-		Delta: -d.Amount, PeriodStart: cur.Account.PeriodStart}
+		Delta: -d.Amount, PeriodStart: cur.Account.PeriodStart, Meter: d.Feature}
 	return res, nil
 }
 
 // InsufficientError is a debit refused for want of allowance.
 type InsufficientError struct {
 	AccountID int64
+	Feature   string // the meter; "" the default one
 	Balance   int64
 	Amount    int64
 }
 
 func (e *InsufficientError) Error() string {
+	if e.Feature != "" {
+		return fmt.Sprintf("%s: account %d has %d of %s left, the debit asks for %d", ErrInsufficient, e.AccountID, e.Balance, e.Feature, e.Amount)
+	}
 	return fmt.Sprintf("%s: account %d has %d left, the debit asks for %d", ErrInsufficient, e.AccountID, e.Balance, e.Amount)
 }
 

@@ -31,6 +31,8 @@ type AppStore interface {
 type App struct {
 	Token string
 	Store AppStore
+	// Plans declares the features the app may ask about (nil: none).
+	Plans *reconcile.Plans
 }
 
 // MaxUsageBodyBytes bounds a usage request's body: it holds one key of at
@@ -64,12 +66,35 @@ func (s *Server) routeApp(a App) {
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, userJSON(u))
+		writeJSON(w, http.StatusOK, userJSON(u, a.Plans))
+		return nil
+	})
+	handle("GET /api/users/{user_ref}/features/{key}", func(w http.ResponseWriter, r *http.Request) error {
+		ref, provider := r.PathValue("user_ref"), r.URL.Query().Get("provider")
+		if err := reconcile.CheckUserRef(ref, provider); err != nil {
+			return err
+		}
+		key := r.PathValue("key")
+		if _, ok := a.Plans.FeatureDef(key); !ok {
+			return a.Plans.Unknown(key) // before the database: the names are the plans file's
+		}
+		u, err := a.Store.UserAccount(r.Context(), ref, provider)
+		if err != nil {
+			return err
+		}
+		check, err := a.Plans.CheckNamed(key, u)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, check)
 		return nil
 	})
 	handle("POST /api/users/{user_ref}/usage", func(w http.ResponseWriter, r *http.Request) error {
 		d, err := parseUsage(http.MaxBytesReader(w, r.Body, MaxUsageBodyBytes), r.PathValue("user_ref"), r.URL.Query().Get("provider"))
 		if err != nil {
+			return err
+		}
+		if err := a.Plans.CheckDebit(d); err != nil {
 			return err
 		}
 		res, err := a.Store.Debit(r.Context(), d, reconcile.DecideDebit)
@@ -96,9 +121,12 @@ type userAnswer struct {
 	PeriodStart *time.Time `json:"period_start"`
 	PeriodEnd   *time.Time `json:"period_end"`
 	Balance     int64      `json:"balance"`
+	// Features answers every feature the plans file declares, by key
+	// (absent when it declares none: the answer is then as before features).
+	Features map[string]reconcile.FeatureCheck `json:"features,omitempty"`
 }
 
-func userJSON(u reconcile.UserAccount) userAnswer {
+func userJSON(u reconcile.UserAccount, plans *reconcile.Plans) userAnswer {
 	a := u.Account
 	opt := func(t time.Time) *time.Time {
 		if t.IsZero() {
@@ -106,7 +134,8 @@ func userJSON(u reconcile.UserAccount) userAnswer {
 		}
 		return &t
 	}
-	return userAnswer{a.ID, a.Provider, a.CustomerID, a.UserRef, a.Plan, a.Status, opt(a.PeriodStart), opt(a.PeriodEnd), u.Balance}
+	return userAnswer{a.ID, a.Provider, a.CustomerID, a.UserRef, a.Plan, a.Status, opt(a.PeriodStart), opt(a.PeriodEnd), u.Balance,
+		plans.Checks(u)}
 }
 
 // parseUsage reads a usage request's body, {"idempotency_key": "…",
@@ -121,6 +150,8 @@ func parseUsage(body io.Reader, userRef, provider string) (reconcile.Debit, erro
 		// raw string is checked before it is decoded.
 		IdempotencyKey json.RawMessage `json:"idempotency_key"`
 		Amount         *int64          `json:"amount"`
+		// Feature names the meter; absent or "" is the default one.
+		Feature *string `json:"feature"`
 	}
 	// The whole body is read first: a body over the limit is refused even
 	// when its first bytes are a valid request.
@@ -157,6 +188,9 @@ func parseUsage(body io.Reader, userRef, provider string) (reconcile.Debit, erro
 		return reconcile.Debit{}, fmt.Errorf(`%w: body is not {"idempotency_key": "<1-255 bytes>", "amount": <whole number above 0>}: idempotency_key: %s`, reconcile.ErrInvalid, err)
 	}
 	d := reconcile.Debit{UserRef: userRef, Provider: provider, Key: key, Amount: *req.Amount}
+	if req.Feature != nil {
+		d.Feature = *req.Feature
+	}
 	if err := d.Validate(); err != nil {
 		return reconcile.Debit{}, err
 	}
@@ -202,6 +236,13 @@ func (s *Server) writeAppError(w http.ResponseWriter, r *http.Request, err error
 	var short *reconcile.InsufficientError
 	if errors.As(err, &short) {
 		body["balance"], body["amount"] = short.Balance, short.Amount
+		if short.Feature != "" {
+			body["feature"] = short.Feature
+		}
+	}
+	var unknown *reconcile.UnknownFeatureError
+	if errors.As(err, &unknown) {
+		body["features"] = append([]string{}, unknown.Known...)
 	}
 	var amb *reconcile.AmbiguousError
 	if errors.As(err, &amb) {

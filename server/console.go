@@ -46,6 +46,7 @@ func parseConsole(pages ...string) map[string]*template.Template {
 		"dash":   func(s string) string { return cmp.Or(s, "—") },
 		"period": reconcile.Period,
 		"pretty": pretty,
+		"value":  reconcile.FeatureValueText,
 	}
 	m := make(map[string]*template.Template, len(pages))
 	for _, p := range pages {

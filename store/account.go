@@ -16,15 +16,40 @@ import (
 )
 
 const accountColumns = `id, provider, customer_id, coalesce(user_ref, ''), coalesce(email, ''), coalesce(plan, ''), coalesce(status, ''),
-	coalesce(subscription_id, ''), period_start, period_end, cancel_at_period_end, observed_at`
+	coalesce(subscription_id, ''), period_start, period_end, cancel_at_period_end, observed_at, features, entitlements`
 
 func scanAccount(row pgx.Row) (reconcile.Account, error) {
 	var a reconcile.Account
 	var start, end, observed *time.Time
+	var features, ents []byte
 	err := row.Scan(&a.ID, &a.Provider, &a.CustomerID, &a.UserRef, &a.Email, &a.Plan, &a.Status,
-		&a.SubscriptionID, &start, &end, &a.CancelAtPeriodEnd, &observed)
+		&a.SubscriptionID, &start, &end, &a.CancelAtPeriodEnd, &observed, &features, &ents)
 	a.PeriodStart, a.PeriodEnd, a.ObservedAt = deref(start), deref(end), deref(observed)
+	if err == nil {
+		err = errors.Join(unmarshalList(features, &a.Features), unmarshalList(ents, &a.Entitlements))
+	}
 	return a, err
+}
+
+// unmarshalList reads a jsonb list column; [] is nil, as the domain
+// writes an empty list.
+func unmarshalList[T any](b []byte, v *[]T) error {
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("read %T: %w", v, err)
+	}
+	if len(*v) == 0 {
+		*v = nil
+	}
+	return nil
+}
+
+// marshalList writes a list for a jsonb column: nil is [].
+func marshalList[T any](v []T) []byte {
+	if len(v) == 0 {
+		return []byte("[]")
+	}
+	b, _ := json.Marshal(v) // plain structs: cannot fail
+	return b
 }
 
 // Account returns the account of a provider's customer.
@@ -47,7 +72,7 @@ func (s *Store) Balance(ctx context.Context, accountID int64) (int64, error) {
 	var b int64
 	err := s.pool.QueryRow(ctx, `
 		SELECT coalesce(sum(l.delta), 0) FROM accounts a
-		JOIN ledger l ON l.account_id = a.id AND l.period_start = a.period_start
+		JOIN ledger l ON l.account_id = a.id AND l.period_start = a.period_start AND l.meter = ''
 		WHERE a.id = $1`, accountID).Scan(&b)
 	if err != nil {
 		return 0, fmt.Errorf("balance of account %d: %w", accountID, classify(err))
@@ -105,7 +130,7 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, job reconcile.Job, observe
 		return reconcile.Outcome{}, err
 	}
 	ch := decide(cur)
-	var granted int64
+	var granted []int64
 	if ch.Writes() {
 		if err := writeAccount(ctx, tx, ch.Next); err != nil {
 			return reconcile.Outcome{}, err
@@ -113,11 +138,11 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, job reconcile.Job, observe
 		if err := s.faults.AfterAccountWrite(); err != nil {
 			return reconcile.Outcome{}, err
 		}
-		if granted, err = writeGrant(ctx, tx, cur.ID, ch.Grant); err != nil {
+		if granted, err = writeGrants(ctx, tx, cur.ID, ch.Grants()); err != nil {
 			return reconcile.Outcome{}, err
 		}
 	}
-	out := ch.Done(cur, granted)
+	out := ch.Done(cur, granted...)
 	err = finish(ctx, tx, job, observedAt, &out)
 	return out, err
 }
@@ -229,10 +254,11 @@ func writeAccount(ctx context.Context, tx pgx.Tx, a reconcile.Account) error {
 	tag, err := tx.Exec(ctx, `
 		UPDATE accounts SET user_ref = NULLIF($2, ''), plan = $3, status = NULLIF($4, ''),
 			subscription_id = NULLIF($5, ''), period_start = $6, period_end = $7,
-			cancel_at_period_end = $8, observed_at = $9, email = NULLIF($10, ''), updated_at = now()
+			cancel_at_period_end = $8, observed_at = $9, email = NULLIF($10, ''),
+			features = $11, entitlements = $12, updated_at = now()
 		WHERE id = $1 AND (observed_at IS NULL OR observed_at < $9)`,
 		a.ID, a.UserRef, a.Plan, a.Status, a.SubscriptionID, nullTime(a.PeriodStart), nullTime(a.PeriodEnd),
-		a.CancelAtPeriodEnd, a.ObservedAt, a.Email)
+		a.CancelAtPeriodEnd, a.ObservedAt, a.Email, marshalList(a.Features), marshalList(a.Entitlements))
 	if err != nil {
 		return fmt.Errorf("write account: %w", err)
 	}
@@ -242,12 +268,26 @@ func writeAccount(ctx context.Context, tx pgx.Tx, a reconcile.Account) error {
 	return nil
 }
 
-// writeGrant tops the period up to the grant's allowance and returns what it
-// added: the top-up counts every grant the period holds, whatever plan gave
-// it (free 10, then pro 500, adds 490). Its row is keyed by g.Key, that is
-// (account, period start, plan, allowance): written at most once per
-// allowance of a plan in a period, so a plan whose allowance changes
-// mid-period gets one more row, for the difference.
+// writeGrants writes each grant (writeGrant) and returns what each added,
+// aligned with grants.
+func writeGrants(ctx context.Context, tx pgx.Tx, accountID int64, grants []reconcile.Grant) ([]int64, error) {
+	added := make([]int64, len(grants))
+	for i := range grants {
+		var err error
+		if added[i], err = writeGrant(ctx, tx, accountID, &grants[i]); err != nil {
+			return nil, err
+		}
+	}
+	return added, nil
+}
+
+// writeGrant tops the period of the grant's meter up to its allowance and
+// returns what it added: the top-up counts every grant the meter's period
+// holds, whatever plan gave it (free 10, then pro 500, adds 490). Its row
+// is keyed by g.Key, that is (account, period start, plan, allowance) on
+// the default meter, (meter, account, period start, allowance) on a named
+// one: written at most once per allowance in a period, so an allowance
+// that grows mid-period gets one more row, for the difference.
 func writeGrant(ctx context.Context, tx pgx.Tx, accountID int64, g *reconcile.Grant) (int64, error) {
 	if g == nil {
 		return 0, nil
@@ -255,20 +295,23 @@ func writeGrant(ctx context.Context, tx pgx.Tx, accountID int64, g *reconcile.Gr
 	var granted int64
 	if err := tx.QueryRow(ctx, `
 		SELECT coalesce(sum(delta), 0) FROM ledger
-		WHERE account_id = $1 AND period_start = $2 AND kind = 'grant'`,
-		accountID, g.PeriodStart).Scan(&granted); err != nil {
+		WHERE account_id = $1 AND period_start = $2 AND kind = 'grant' AND meter = $3`,
+		accountID, g.PeriodStart, g.Meter).Scan(&granted); err != nil {
 		return 0, fmt.Errorf("read grants: %w", err)
 	}
 	delta := g.TopUp(granted)
 	if delta == 0 {
 		return 0, nil
 	}
+	note := fmt.Sprintf("top up to %d for plan %s", g.Allowance, g.Plan)
+	if g.Meter != "" {
+		note = fmt.Sprintf("top up %s to %d (%s)", g.Meter, g.Allowance, g.Source)
+	}
 	tag, err := tx.Exec(ctx, `
-		INSERT INTO ledger (account_id, entry_key, kind, period_start, period_end, plan, delta, note)
-		VALUES ($1, $2, 'grant', $3, $4, $5, $6, $7)
+		INSERT INTO ledger (account_id, entry_key, kind, period_start, period_end, plan, delta, note, meter)
+		VALUES ($1, $2, 'grant', $3, $4, $5, $6, $7, $8)
 		ON CONFLICT (entry_key) DO NOTHING`,
-		accountID, g.Key(accountID), g.PeriodStart, nullTime(g.PeriodEnd), g.Plan, delta,
-		fmt.Sprintf("top up to %d for plan %s", g.Allowance, g.Plan))
+		accountID, g.Key(accountID), g.PeriodStart, nullTime(g.PeriodEnd), g.Plan, delta, note, g.Meter)
 	if err != nil {
 		return 0, fmt.Errorf("write grant: %w", err)
 	}
@@ -285,6 +328,9 @@ type accountJSON struct {
 	CancelAtPeriodEnd bool       `json:"cancel_at_period_end,omitempty"`
 	UserRef           string     `json:"user_ref,omitempty"`
 	Email             string     `json:"email,omitempty"`
+	// Features: what the account may do, with sources (none before
+	// features, and then absent, as before).
+	Features []reconcile.Feature `json:"features,omitempty"`
 }
 
 func accountDoc(a reconcile.Account) []byte {
@@ -292,7 +338,7 @@ func accountDoc(a reconcile.Account) []byte {
 		return nil
 	}
 	b, _ := json.Marshal(accountJSON{a.Plan, a.Status, a.SubscriptionID, nullTime(a.PeriodStart),
-		nullTime(a.PeriodEnd), a.CancelAtPeriodEnd, a.UserRef, a.Email}) // plain struct: cannot fail
+		nullTime(a.PeriodEnd), a.CancelAtPeriodEnd, a.UserRef, a.Email, a.Features}) // plain struct: cannot fail
 	return b
 }
 

@@ -33,15 +33,17 @@ func (s *Store) AccountDetail(ctx context.Context, id int64) (reconcile.AccountD
 		if d.Account, err = scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts WHERE id = $1`, id)); err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, `SELECT coalesce(sum(l.delta), 0) FROM accounts a
-			JOIN ledger l ON l.account_id = a.id AND l.period_start = a.period_start WHERE a.id = $1`, id).Scan(&d.Balance); err != nil {
+		if err := tx.QueryRow(ctx, periodBalance, id, "").Scan(&d.Balance); err != nil {
 			return err
 		}
-		rows, _ := tx.Query(ctx, `SELECT entry_key, kind, coalesce(plan, ''), delta, period_start, coalesce(note, ''), created_at
+		if d.Meters, err = meterBalances(ctx, tx, id); err != nil {
+			return err
+		}
+		rows, _ := tx.Query(ctx, `SELECT entry_key, kind, coalesce(plan, ''), delta, period_start, coalesce(note, ''), created_at, meter
 			FROM ledger WHERE account_id = $1 ORDER BY id DESC LIMIT $2`, id, reconcile.DetailLimit)
 		if d.Ledger, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (reconcile.LedgerEntry, error) {
 			var e reconcile.LedgerEntry
-			return e, r.Scan(&e.Key, &e.Kind, &e.Plan, &e.Delta, &e.PeriodStart, &e.Note, &e.CreatedAt)
+			return e, r.Scan(&e.Key, &e.Kind, &e.Plan, &e.Delta, &e.PeriodStart, &e.Note, &e.CreatedAt, &e.Meter)
 		}); err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -228,14 +229,14 @@ func (s *Store) ApplySwept(ctx context.Context, job reconcile.Job, observedAt ti
 			return err
 		}
 		ch := decide(cur)
-		var granted int64
+		var granted []int64
 		switch ch.Result {
 		case reconcile.ResultStale:
-			out = ch.Done(cur, 0)
+			out = ch.Done(cur)
 			return nil
 		case reconcile.ResultUnchanged:
-			if granted, err = writeGrant(ctx, tx, cur.ID, ch.Grant); err != nil || granted == 0 {
-				out = ch.Done(cur, 0)
+			if granted, err = writeGrants(ctx, tx, cur.ID, ch.Grants()); err != nil || !slices.ContainsFunc(granted, func(n int64) bool { return n > 0 }) {
+				out = ch.Done(cur)
 				return err
 			}
 		}
@@ -250,12 +251,12 @@ func (s *Store) ApplySwept(ctx context.Context, job reconcile.Job, observedAt ti
 				return err
 			}
 			if ch.Result != reconcile.ResultUnchanged {
-				if granted, err = writeGrant(ctx, tx, cur.ID, ch.Grant); err != nil {
+				if granted, err = writeGrants(ctx, tx, cur.ID, ch.Grants()); err != nil {
 					return err
 				}
 			}
 		}
-		out = ch.Done(cur, granted)
+		out = ch.Done(cur, granted...)
 		if err := writeLog(ctx, tx, job, observedAt, out); err != nil {
 			return err
 		}
@@ -348,14 +349,15 @@ func (s *Store) Granted(ctx context.Context, accountIDs []int64, grants []reconc
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	starts := make([]time.Time, len(grants))
+	meters := make([]string, len(grants))
 	for i, g := range grants {
-		starts[i] = g.PeriodStart
+		starts[i], meters[i] = g.PeriodStart, g.Meter
 	}
 	rows, err := s.pool.Query(ctx, `
 		SELECT coalesce((SELECT sum(l.delta) FROM ledger l
-			WHERE l.account_id = p.account_id AND l.period_start = p.period_start AND l.kind = 'grant'), 0)
-		FROM unnest($1::bigint[], $2::timestamptz[]) WITH ORDINALITY AS p(account_id, period_start, n)
-		ORDER BY p.n`, accountIDs, starts)
+			WHERE l.account_id = p.account_id AND l.period_start = p.period_start AND l.kind = 'grant' AND l.meter = p.meter), 0)
+		FROM unnest($1::bigint[], $2::timestamptz[], $3::text[]) WITH ORDINALITY AS p(account_id, period_start, meter, n)
+		ORDER BY p.n`, accountIDs, starts, meters)
 	if err != nil {
 		return nil, fmt.Errorf("read grants: %w", classify(err))
 	}

@@ -30,10 +30,29 @@ func oneUser(rows pgx.Rows, userRef string) (reconcile.Account, error) {
 	return accounts[0], nil
 }
 
-// periodBalance is the sum of the account's ledger rows for its current
-// period ($1: account id).
+// periodBalance is the sum of the account's ledger rows of one meter
+// ($2; ” the default one) for its current period ($1: account id).
 const periodBalance = `SELECT coalesce(sum(l.delta), 0) FROM accounts a
-	JOIN ledger l ON l.account_id = a.id AND l.period_start = a.period_start WHERE a.id = $1`
+	JOIN ledger l ON l.account_id = a.id AND l.period_start = a.period_start AND l.meter = $2 WHERE a.id = $1`
+
+// meterBalances reads the named meters' figures for the account's current
+// period.
+func meterBalances(ctx context.Context, q pgx.Tx, accountID int64) ([]reconcile.MeterBalance, error) {
+	rows, _ := q.Query(ctx, `SELECT l.meter,
+			coalesce(sum(l.delta) FILTER (WHERE l.kind = 'grant'), 0),
+			coalesce(-sum(l.delta) FILTER (WHERE l.kind = 'usage'), 0),
+			sum(l.delta)
+		FROM accounts a JOIN ledger l ON l.account_id = a.id AND l.period_start = a.period_start AND l.meter <> ''
+		WHERE a.id = $1 GROUP BY l.meter ORDER BY l.meter`, accountID)
+	meters, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (reconcile.MeterBalance, error) {
+		var m reconcile.MeterBalance
+		return m, r.Scan(&m.Meter, &m.Granted, &m.Used, &m.Balance)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read meters: %w", err)
+	}
+	return meters, nil
+}
 
 // UserAccount returns the account whose app reference is userRef (of
 // provider, when not empty) with its balance, read in one snapshot. None
@@ -49,7 +68,11 @@ func (s *Store) UserAccount(ctx context.Context, userRef, provider string) (reco
 		if u.Account, err = oneUser(rows, userRef); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, periodBalance, u.Account.ID).Scan(&u.Balance)
+		if err := tx.QueryRow(ctx, periodBalance, u.Account.ID, "").Scan(&u.Balance); err != nil {
+			return err
+		}
+		u.Meters, err = meterBalances(ctx, tx, u.Account.ID)
+		return err
 	})
 	if err != nil {
 		return reconcile.UserAccount{}, fmt.Errorf("user %q: %w", userRef, classify(err))
@@ -77,7 +100,7 @@ func (s *Store) Debit(ctx context.Context, d reconcile.Debit, decide func(reconc
 		if err != nil {
 			return err
 		}
-		cur, err := debitState(ctx, tx, a, d.LedgerKey(a.ID))
+		cur, err := debitState(ctx, tx, a, d.LedgerKey(a.ID), d.Feature)
 		if err != nil {
 			return err
 		}
@@ -85,10 +108,10 @@ func (s *Store) Debit(ctx context.Context, d reconcile.Debit, decide func(reconc
 			return refused
 		}
 		err = tx.QueryRow(ctx, `
-			INSERT INTO ledger (account_id, entry_key, kind, period_start, period_end, plan, delta, balance_after)
-			VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), $7, $8)
+			INSERT INTO ledger (account_id, entry_key, kind, period_start, period_end, plan, delta, balance_after, meter)
+			VALUES ($1, $2, $3, $4, $5, NULLIF($6, ''), $7, $8, $9)
 			RETURNING period_start, created_at`,
-			a.ID, res.Entry.Key, res.Entry.Kind, res.Entry.PeriodStart, nullTime(a.PeriodEnd), res.Entry.Plan, res.Entry.Delta, res.Balance).
+			a.ID, res.Entry.Key, res.Entry.Kind, res.Entry.PeriodStart, nullTime(a.PeriodEnd), res.Entry.Plan, res.Entry.Delta, res.Balance, res.Entry.Meter).
 			Scan(&res.Entry.PeriodStart, &res.Entry.CreatedAt)
 		if err != nil {
 			return fmt.Errorf("write debit %s: %w", res.Entry.Key, err)
@@ -106,15 +129,16 @@ func (s *Store) Debit(ctx context.Context, d reconcile.Debit, decide func(reconc
 	return res, nil
 }
 
-// debitState reads what a debit of account a under key is decided on; the
-// caller holds a's row lock, so a repeat sees the first request's commit.
-func debitState(ctx context.Context, tx pgx.Tx, a reconcile.Account, key string) (reconcile.DebitState, error) {
+// debitState reads what a debit of account a's meter under key is decided
+// on; the caller holds a's row lock, so a repeat sees the first request's
+// commit.
+func debitState(ctx context.Context, tx pgx.Tx, a reconcile.Account, key, meter string) (reconcile.DebitState, error) {
 	cur := reconcile.DebitState{Account: a}
 	var prior reconcile.LedgerEntry
 	var balanceAfter *int64
-	err := tx.QueryRow(ctx, `SELECT kind, coalesce(plan, ''), delta, period_start, coalesce(note, ''), created_at, balance_after
+	err := tx.QueryRow(ctx, `SELECT kind, coalesce(plan, ''), delta, period_start, coalesce(note, ''), created_at, balance_after, meter
 		FROM ledger WHERE entry_key = $1`, key).Scan(&prior.Kind, &prior.Plan, &prior.Delta,
-		&prior.PeriodStart, &prior.Note, &prior.CreatedAt, &balanceAfter)
+		&prior.PeriodStart, &prior.Note, &prior.CreatedAt, &balanceAfter, &prior.Meter)
 	switch {
 	case err == nil:
 		prior.Key = key
@@ -125,7 +149,7 @@ func debitState(ctx context.Context, tx pgx.Tx, a reconcile.Account, key string)
 	case !errors.Is(err, pgx.ErrNoRows):
 		return cur, fmt.Errorf("read debit %s: %w", key, err)
 	}
-	if err := tx.QueryRow(ctx, periodBalance, a.ID).Scan(&cur.Balance); err != nil {
+	if err := tx.QueryRow(ctx, periodBalance, a.ID, meter).Scan(&cur.Balance); err != nil {
 		return cur, fmt.Errorf("read balance: %w", err)
 	}
 	return cur, nil

@@ -36,6 +36,10 @@ type config struct {
 	StripeRateLimit      float64
 	StripeEndpointRate   float64
 	UserRefKey           string
+	// StripeEntitlements and KindeEntitlements make every fetch read the
+	// provider's entitlements too (features from Stripe Entitlements or
+	// Kinde's billing entitlements); off by default.
+	StripeEntitlements bool
 
 	// Kinde is on when KindeDomain and the M2M credentials are all set.
 	KindeDomain       string
@@ -44,6 +48,7 @@ type config struct {
 	KindeReplayWindow time.Duration
 	KindeRateLimit    float64
 	KindeSweepPace    time.Duration
+	KindeEntitlements bool
 
 	PlansPath string
 	// Workers bounds the provider fetches in flight in this process; 0 = intake
@@ -154,7 +159,21 @@ func (c *config) bindReconcile(fs *flag.FlagSet, getenv func(string) string) {
 	fs.Float64Var(&c.KindeRateLimit, "kinde-rate", 10, "Kinde Management API requests per second of this process (token requests, fetches and retries of every worker count; Kinde publishes no number, it answers 429 with RateLimit-Reset)")
 	fs.IntVar(&c.SweepParallel, "sweep-parallel", 0, "Stripe list requests a sweep keeps in flight (parts of the customer list, by creation time), all within its half of -stripe-rate; 0 (the default) adapts to what that half can use at the list requests' observed latency, a number pins it (1: one page at a time)")
 	fs.DurationVar(&c.KindeSweepPace, "kinde-sweep-pace", 0, "how far apart the sweep queues Kinde accounts (Kinde has no bulk listing, so a sweep reconciles each account); default 2/-kinde-rate, half of the budget, so webhook work goes first")
+	fs.BoolVar(&c.StripeEntitlements, "stripe-entitlements", envBool(getenv, "BILLSYNC_STRIPE_ENTITLEMENTS"),
+		"read each customer's Stripe active entitlements with every fetch (one more request a reconcile), a source of features (env BILLSYNC_STRIPE_ENTITLEMENTS=true; the key needs read access to entitlements)")
+	fs.BoolVar(&c.KindeEntitlements, "kinde-entitlements", envBool(getenv, "BILLSYNC_KINDE_ENTITLEMENTS"),
+		"read each customer's Kinde billing entitlements with every fetch, a source of features (env BILLSYNC_KINDE_ENTITLEMENTS=true; scope read:billing_entitlements)")
 	fs.StringVar(&c.PlansPath, "plans", getenv("BILLSYNC_PLANS"), "plans file (YAML; env BILLSYNC_PLANS; default: the built-in plans.example.yaml)")
+}
+
+// envBool reads a boolean environment variable: true, 1 or yes (any
+// case) is true; anything else, unset included, false.
+func envBool(getenv func(string) string, name string) bool {
+	switch strings.ToLower(strings.TrimSpace(getenv(name))) {
+	case "true", "1", "yes":
+		return true
+	}
+	return false
 }
 
 // loadSecrets reads the secrets from the environment and checks the whole

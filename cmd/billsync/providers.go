@@ -39,7 +39,7 @@ func newProviders(cfg config, logger *slog.Logger, onAttempt func(provider, stat
 	if cfg.kindeOn() {
 		if p.kinde, err = kinde.NewClient(kinde.Config{
 			Domain: cfg.KindeDomain, ClientID: cfg.KindeClientID, ClientSecret: cfg.KindeClientSecret,
-			RateLimit: cfg.KindeRateLimit, Logger: logger, OnAttempt: observe(kinde.Provider),
+			RateLimit: cfg.KindeRateLimit, Logger: logger, OnAttempt: observe(kinde.Provider), Entitlements: cfg.KindeEntitlements,
 		}); err != nil {
 			return p, err
 		}

@@ -169,7 +169,7 @@ secret also as *_FILE; see README.md.`)
 		StoreTimeout: cfg.IntakeTimeout,
 		Admin: server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler, Sweeps: sweeps,
 			ProviderLimits: map[string]float64{stripe.Provider: cfg.StripeRateLimit, kinde.Provider: cfg.KindeRateLimit}},
-		App: server.App{Token: cfg.AppToken, Store: st},
+		App: server.App{Token: cfg.AppToken, Store: st, Plans: plans},
 	})
 	// Workers finish the job in hand and release their leases; sweeps
 	// apply the pages in hand and stay resumable.

@@ -75,6 +75,7 @@ func newStripeClient(cfg config, logger *slog.Logger, onAttempt func(status stri
 	return stripe.NewClient(stripe.Config{
 		APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIURL, UserRefKey: cfg.UserRefKey,
 		RateLimit: cfg.StripeRateLimit, EndpointRateLimit: cfg.StripeEndpointRate, Logger: logger, OnAttempt: onAttempt,
+		Entitlements: cfg.StripeEntitlements,
 	})
 }
 

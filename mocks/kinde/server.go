@@ -63,6 +63,30 @@ type Agreement struct {
 	// PeriodStart and PeriodEnd are the current billing period, when set.
 	PeriodStart *time.Time `json:"current_period_start,omitempty"`
 	PeriodEnd   *time.Time `json:"current_period_end,omitempty"`
+	// Entitlements are the features the agreement's plan grants; none
+	// means one "units" feature without a limit (as before they could be
+	// set).
+	Entitlements []Entitlement `json:"entitlements,omitempty"`
+}
+
+// Entitlement is one feature an agreement grants, as Kinde's billing
+// entitlements list it.
+type Entitlement struct {
+	FeatureCode string `json:"feature_code"`
+	LimitMax    *int64 `json:"entitlement_limit_max"` // nil: no limit
+}
+
+// entitlementsOf returns what the agreement grants.
+func entitlementsOf(a Agreement) []Entitlement {
+	if len(a.Entitlements) == 0 {
+		return []Entitlement{{FeatureCode: "units"}}
+	}
+	return a.Entitlements
+}
+
+// entitlementID is the id Kinde's list gives an agreement's entitlement.
+func entitlementID(a Agreement, e Entitlement) string {
+	return "entitlement_" + a.ID + "_" + e.FeatureCode
 }
 
 // Server is a fake Kinde business: its webhook key set, an OAuth token
@@ -272,7 +296,10 @@ func (s *Server) listAgreements(r *http.Request) (any, int) {
 func agreementJSON(a Agreement) map[string]any {
 	m := map[string]any{"id": a.ID, "plan_code": a.PlanCode, "billing_group_id": a.BillingGroupID,
 		"created_on": a.CreatedOn.Format(time.RFC3339), "expires_on": nil,
-		"entitlements": []map[string]string{{"feature_code": "units", "entitlement_id": "entitlement_" + a.ID}}}
+		"entitlements": []map[string]string{}}
+	for _, e := range entitlementsOf(a) {
+		m["entitlements"] = append(m["entitlements"].([]map[string]string), map[string]string{"feature_code": e.FeatureCode, "entitlement_id": entitlementID(a, e)})
+	}
 	if a.ExpiresOn != nil {
 		m["expires_on"] = a.ExpiresOn.Format(time.RFC3339)
 	}
@@ -289,17 +316,26 @@ func (s *Server) listEntitlements(r *http.Request) (any, int) {
 	}
 	now := s.opts.Now()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	var plans []map[string]string
-	var ents []map[string]any
-	for _, a := range s.agreements[customer] {
+	agreements := slices.Clone(s.agreements[customer])
+	s.mu.Unlock()
+	plans := []map[string]string{}
+	all := []map[string]any{}
+	for _, a := range agreements {
 		if a.ExpiresOn != nil && !a.ExpiresOn.After(now) {
 			continue
 		}
 		plans = append(plans, map[string]string{"code": a.PlanCode, "subscribed_on": a.CreatedOn.Format(time.RFC3339)})
-		ents = append(ents, map[string]any{"id": "entitlement_" + a.ID, "feature_code": "units", "entitlement_limit_max": nil})
+		for _, e := range entitlementsOf(a) {
+			all = append(all, map[string]any{"id": entitlementID(a, e), "feature_code": e.FeatureCode, "feature_name": e.FeatureCode,
+				"price_name": a.PlanCode, "unit_amount": nil, "fixed_charge": nil,
+				"entitlement_limit_max": e.LimitMax, "entitlement_limit_min": nil})
+		}
 	}
-	return map[string]any{"code": "OK", "has_more": false, "entitlements": ents, "plans": plans}, http.StatusOK
+	items, more, err := page(r, all, func(e map[string]any) string { return e["id"].(string) })
+	if err != nil {
+		return apiError("INVALID_PAGING", err.Error()), http.StatusBadRequest
+	}
+	return map[string]any{"code": "OK", "message": "Success", "has_more": more, "entitlements": items, "plans": plans}, http.StatusOK
 }
 
 func apiError(code, msg string) map[string]any {

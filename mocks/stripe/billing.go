@@ -77,6 +77,7 @@ func (s *Server) tick(now time.Time) {
 			do(at)
 		}
 	}
+	s.syncEntitlements(nil, now.Unix())
 }
 
 // nextAction is the earliest thing due on sub and when; nil when nothing is

@@ -157,6 +157,7 @@ func (s *Server) Reset() {
 	s.subsByCustomer = map[string][]*subscription{}
 	s.invoices = table[*invoice]{}
 	s.events = table[*event]{}
+	s.entitled = nil
 	s.idempotent = map[string]savedResponse{}
 	s.deliveries = nil
 	s.outcomes = map[deliveryKey]string{}

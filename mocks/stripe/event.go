@@ -33,6 +33,8 @@ func (s *Server) renderObject(v any, version string) obj {
 		return renderInvoice(v, version)
 	case *customer:
 		return renderCustomer(v)
+	case *entitlementSummary:
+		return renderSummary(v)
 	}
 	return nil
 }

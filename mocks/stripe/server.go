@@ -96,8 +96,14 @@ type Server struct {
 	endpoints      table[*endpoint]
 	listLag        time.Duration // see SetEventListLag
 	eventsKept     time.Duration // see Options.EventsKept; < 0: forever
-	idempotent     map[string]savedResponse
-	idempotentKeys []string // in the order saved, for forgetting the oldest
+	// features and productFeatures are Stripe Entitlements; entitled is
+	// each customer's active entitlement ids as last announced by
+	// entitlements.active_entitlement_summary.updated.
+	features        table[*feature]
+	productFeatures table[*productFeature]
+	entitled        map[string][]string
+	idempotent      map[string]savedResponse
+	idempotentKeys  []string // in the order saved, for forgetting the oldest
 	// lastBodySize is the size of the last answer: the next one's buffer
 	// starts that large (a sweep asks for page after like page).
 	lastBodySize int
@@ -177,30 +183,37 @@ func New(opts Options) *Server {
 
 func (s *Server) routes() {
 	routes := map[string]handler{
-		"POST /v1/customers":                s.createCustomer,
-		"GET /v1/customers":                 s.listCustomers,
-		"GET /v1/customers/{id}":            s.getCustomer,
-		"POST /v1/customers/{id}":           s.updateCustomer,
-		"DELETE /v1/customers/{id}":         s.deleteCustomer,
-		"POST /v1/prices":                   s.createPrice,
-		"GET /v1/prices":                    s.listPrices,
-		"GET /v1/prices/{id}":               s.getPrice,
-		"POST /v1/subscriptions":            s.createSubscription,
-		"GET /v1/subscriptions":             s.listSubscriptions,
-		"GET /v1/subscriptions/{id}":        s.getSubscription,
-		"POST /v1/subscriptions/{id}":       s.updateSubscription,
-		"DELETE /v1/subscriptions/{id}":     s.cancelSubscription,
-		"GET /v1/invoices":                  s.listInvoices,
-		"GET /v1/invoices/{id}":             s.getInvoice,
-		"POST /v1/invoices/{id}/pay":        s.payInvoice,
-		"GET /v1/events":                    s.listEvents,
-		"GET /v1/events/{id}":               s.getEvent,
-		"POST /v1/webhook_endpoints":        s.createEndpoint,
-		"GET /v1/webhook_endpoints":         s.listEndpoints,
-		"GET /v1/webhook_endpoints/{id}":    s.getEndpoint,
-		"POST /v1/webhook_endpoints/{id}":   s.updateEndpoint,
-		"DELETE /v1/webhook_endpoints/{id}": s.deleteEndpoint,
-		"/":                                 s.unknownRoute,
+		"POST /v1/customers":                          s.createCustomer,
+		"GET /v1/customers":                           s.listCustomers,
+		"GET /v1/customers/{id}":                      s.getCustomer,
+		"POST /v1/customers/{id}":                     s.updateCustomer,
+		"DELETE /v1/customers/{id}":                   s.deleteCustomer,
+		"POST /v1/prices":                             s.createPrice,
+		"GET /v1/prices":                              s.listPrices,
+		"GET /v1/prices/{id}":                         s.getPrice,
+		"POST /v1/subscriptions":                      s.createSubscription,
+		"GET /v1/subscriptions":                       s.listSubscriptions,
+		"GET /v1/subscriptions/{id}":                  s.getSubscription,
+		"POST /v1/subscriptions/{id}":                 s.updateSubscription,
+		"DELETE /v1/subscriptions/{id}":               s.cancelSubscription,
+		"GET /v1/invoices":                            s.listInvoices,
+		"GET /v1/invoices/{id}":                       s.getInvoice,
+		"POST /v1/invoices/{id}/pay":                  s.payInvoice,
+		"GET /v1/events":                              s.listEvents,
+		"GET /v1/events/{id}":                         s.getEvent,
+		"POST /v1/webhook_endpoints":                  s.createEndpoint,
+		"GET /v1/webhook_endpoints":                   s.listEndpoints,
+		"GET /v1/webhook_endpoints/{id}":              s.getEndpoint,
+		"POST /v1/webhook_endpoints/{id}":             s.updateEndpoint,
+		"DELETE /v1/webhook_endpoints/{id}":           s.deleteEndpoint,
+		"POST /v1/entitlements/features":              s.createFeature,
+		"GET /v1/entitlements/features":               s.listFeatures,
+		"GET /v1/entitlements/features/{id}":          s.getFeature,
+		"POST /v1/products/{product}/features":        s.attachFeature,
+		"GET /v1/products/{product}/features":         s.listProductFeatures,
+		"DELETE /v1/products/{product}/features/{id}": s.detachFeature,
+		"GET /v1/entitlements/active_entitlements":    s.listActiveEntitlements,
+		"/": s.unknownRoute,
 	}
 	for pattern, h := range routes {
 		s.api.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) { s.serveAPI(w, r, h) })
@@ -321,6 +334,9 @@ func (s *Server) handle(c *call, h handler) (body []byte, replayed bool, err err
 	res, err := h(c)
 	if err != nil {
 		return nil, false, err
+	}
+	if c.r.Method != http.MethodGet {
+		s.syncEntitlements(c, c.now.Unix())
 	}
 	body, err = indented(res, s.lastBodySize)
 	if err != nil {

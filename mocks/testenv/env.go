@@ -17,6 +17,7 @@ package testenv
 import (
 	"cmp"
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -271,6 +272,22 @@ var Plans = sync.OnceValue(func() *reconcile.Plans {
 	plans, err := reconcile.ParsePlans(reconcile.ExamplePlans)
 	if err != nil {
 		panic(fmt.Sprintf("testenv: the example plans do not parse: %v", err)) // embedded, and parsed by the tests
+	}
+	return plans
+})
+
+// FeaturePlansYAML is the example plans with features declared: boolean
+// export and sso, limit seats, metered ai_credits, and a seats_addon plan
+// (price_seats_addon) that grants 20 seats beside another plan.
+//
+//go:embed plans.features.yaml
+var FeaturePlansYAML []byte
+
+// FeaturePlans returns FeaturePlansYAML parsed, shared like Plans.
+var FeaturePlans = sync.OnceValue(func() *reconcile.Plans {
+	plans, err := reconcile.ParsePlans(FeaturePlansYAML)
+	if err != nil {
+		panic(fmt.Sprintf("testenv: the feature plans do not parse: %v", err))
 	}
 	return plans
 })

@@ -213,3 +213,22 @@ func (h *Test) Send(typ, customer string) kindemock.Sent {
 	h.check(err)
 	return sent
 }
+
+// Feature creates a Stripe feature with lookupKey and grants it to the
+// subscribers of price (see StripeSide.Feature and Grant); it returns the
+// product feature's id, for Revoke.
+func (h *Test) Feature(price, lookupKey string) string {
+	h.t.Helper()
+	ctx := context.Background()
+	id, err := h.stripe().Feature(ctx, lookupKey)
+	h.check(err)
+	pf, err := h.stripe().Grant(ctx, price, id)
+	h.check(err)
+	return pf
+}
+
+// Revoke detaches a product feature from the product of price.
+func (h *Test) Revoke(price, productFeature string) {
+	h.t.Helper()
+	h.check(h.stripe().Revoke(context.Background(), price, productFeature))
+}

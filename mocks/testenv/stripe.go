@@ -184,3 +184,36 @@ func (s *StripeSide) WaitSettled(ctx context.Context, d time.Duration) (stripemo
 	}
 	return s.Fake.Settled(), nil
 }
+
+// Feature creates a Stripe Entitlements feature with lookupKey at the fake
+// through stripe-go and returns its id.
+func (s *StripeSide) Feature(ctx context.Context, lookupKey string) (string, error) {
+	f, err := s.API.V1EntitlementsFeatures.Create(ctx, &stripeapi.EntitlementsFeatureCreateParams{
+		Name: stripeapi.String(lookupKey), LookupKey: stripeapi.String(lookupKey)})
+	if err != nil {
+		return "", fmt.Errorf("create feature %s: %w", lookupKey, err)
+	}
+	return f.ID, nil
+}
+
+// Grant attaches feature to the product of price (the fake's prices
+// loaded by an Env are each their own product, prod_<price id>) and
+// returns the attachment's id: every live subscriber of the product is
+// then entitled to it.
+func (s *StripeSide) Grant(ctx context.Context, price, feature string) (string, error) {
+	pf, err := s.API.V1ProductFeatures.Create(ctx, &stripeapi.ProductFeatureCreateParams{
+		Product: stripeapi.String("prod_" + price), EntitlementFeature: stripeapi.String(feature)})
+	if err != nil {
+		return "", fmt.Errorf("attach feature %s to the product of %s: %w", feature, price, err)
+	}
+	return pf.ID, nil
+}
+
+// Revoke detaches a product feature Grant attached.
+func (s *StripeSide) Revoke(ctx context.Context, price, productFeature string) error {
+	if _, err := s.API.V1ProductFeatures.Delete(ctx, productFeature, &stripeapi.ProductFeatureDeleteParams{
+		Product: stripeapi.String("prod_" + price)}); err != nil {
+		return fmt.Errorf("detach %s from the product of %s: %w", productFeature, price, err)
+	}
+	return nil
+}

@@ -41,8 +41,13 @@ type Config struct {
 	Timeout                    time.Duration
 	RetryMax                   int
 	RetryWaitMin, RetryWaitMax time.Duration
-	// PageSize is agreements per page; default 100 (Kinde allows 500).
+	// PageSize is agreements (and entitlements) per page; default 100
+	// (Kinde allows 500).
 	PageSize int
+	// Entitlements: Fetch also reads the customer's billing entitlements
+	// (GET /api/v1/billing/entitlements, scope read:billing_entitlements),
+	// a source of the account's features. Off by default.
+	Entitlements bool
 	// OnAttempt, when set, sees every attempt's status ("200", "429", …,
 	// "error"): metrics.
 	OnAttempt func(status string)

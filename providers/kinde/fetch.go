@@ -32,7 +32,13 @@ func (c *Client) fetch(ctx context.Context, customerID string) (reconcile.Snapsh
 	if err != nil {
 		return reconcile.Snapshot{}, err
 	}
-	return snapshotOf(customerID, agreements, c.now()), nil
+	snap := snapshotOf(customerID, agreements, c.now())
+	if c.cfg.Entitlements { // off: none from Kinde
+		if snap.Entitlements, err = c.entitlements(ctx, customerID); err != nil {
+			return reconcile.Snapshot{}, err
+		}
+	}
+	return snap, nil
 }
 
 func snapshotOf(customerID string, agreements []agreement, now time.Time) reconcile.Snapshot {

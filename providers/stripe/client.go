@@ -38,6 +38,13 @@ type Config struct {
 	// reference; default "user_id".
 	UserRefKey string
 
+	// Entitlements: Fetch also reads the customer's active entitlements
+	// (Stripe Entitlements; one more request, two or more past 100), a
+	// source of the account's features. Off by default: then the account
+	// has no feature from Stripe. The sweep's bulk listing never reads
+	// them (one request per customer): accounts keep those last fetched.
+	Entitlements bool
+
 	// RateLimit is requests per second shared by every call of this client,
 	// retries included; default 25 (Stripe's test-mode limit). Burst is the
 	// limiter's bucket size; default 1 (evenly spaced requests).
@@ -135,14 +142,16 @@ func (cfg Config) validate() error {
 //	  rate limiter; then run the attempt under its own Timeout)
 //	http.Transport
 type Client struct {
-	http        *http.Client // retrying and limited: the layers above
-	baseURL     string
-	apiKey      string // never logged
-	userRefKey  string
-	log         *slog.Logger
-	listLimiter *rate.Limiter
-	rate        float64 // Config.RateLimit
-	listRate    float64 // Config.ListRateLimit
+	http       *http.Client // retrying and limited: the layers above
+	baseURL    string
+	apiKey     string // never logged
+	userRefKey string
+	// entitlements: Fetch reads active entitlements (Config.Entitlements).
+	entitlements bool
+	log          *slog.Logger
+	listLimiter  *rate.Limiter
+	rate         float64 // Config.RateLimit
+	listRate     float64 // Config.ListRateLimit
 	// latency averages Fetch's durations and listLatency ListPage's
 	// (pages of 100 customers take longer than one), each less its waits
 	// for the rate limits (attempt.Timed): each sizes its own calls in
@@ -171,13 +180,14 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 	}
 	rc := retryablehttp.NewClient()
 	c := &Client{
-		baseURL:     cmp.Or(strings.TrimRight(cfg.BaseURL, "/"), stripeapi.APIURL),
-		apiKey:      cfg.APIKey,
-		userRefKey:  cfg.UserRefKey,
-		log:         cfg.Logger.With("provider", Provider),
-		listLimiter: rate.NewLimiter(rate.Limit(cfg.ListRateLimit), 1),
-		rate:        cfg.RateLimit,
-		listRate:    cfg.ListRateLimit,
+		baseURL:      cmp.Or(strings.TrimRight(cfg.BaseURL, "/"), stripeapi.APIURL),
+		apiKey:       cfg.APIKey,
+		userRefKey:   cfg.UserRefKey,
+		entitlements: cfg.Entitlements,
+		log:          cfg.Logger.With("provider", Provider),
+		listLimiter:  rate.NewLimiter(rate.Limit(cfg.ListRateLimit), 1),
+		rate:         cfg.RateLimit,
+		listRate:     cfg.ListRateLimit,
 	}
 	shared := rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.Burst)
 	endpoints := newEndpointLimiters(cfg.EndpointRateLimit, cfg.Burst)
@@ -229,7 +239,9 @@ func (c *Client) ListBudget() reconcile.Budget {
 // customer's current subscriptions (every status but canceled), newest
 // first, up to 10; only when it says has_more are they read from the
 // subscription list instead (see resolve). A customer with no current
-// subscription costs that one request and has empty Subscriptions.
+// subscription costs that one request and has empty Subscriptions. With
+// Config.Entitlements, the customer's active entitlements are listed at
+// the same time (see startEntitlements): one round trip still.
 //
 // A deleted customer (Stripe answers {"deleted": true} and has canceled its
 // subscriptions) is a snapshot with Deleted set; a customer Stripe never
@@ -246,6 +258,29 @@ func (c *Client) fetch(ctx context.Context, customerID string) (reconcile.Snapsh
 	if customerID == "" {
 		return reconcile.Snapshot{}, reconcile.Permanent("stripe: empty customer id")
 	}
+	// The entitlements (when on) are listed while the customer is
+	// retrieved: at Stripe's latency a reconcile then takes one round
+	// trip, not two. Every return waits for that list to end.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ents := c.startEntitlements(ctx, customerID)
+	snap, err := c.fetchCustomer(ctx, customerID)
+	if err != nil {
+		cancel()
+		ents.wait()
+		return reconcile.Snapshot{}, err
+	}
+	if snap, err = ents.complete(snap); err != nil {
+		return reconcile.Snapshot{}, err
+	}
+	c.log.DebugContext(ctx, "stripe snapshot fetched", "customer", customerID,
+		"deleted", snap.Deleted, "subscriptions", len(snap.Subscriptions), "entitlements", len(snap.Entitlements))
+	return snap, nil
+}
+
+// fetchCustomer retrieves the customer with its subscriptions expanded
+// and resolves its snapshot (without entitlements).
+func (c *Client) fetchCustomer(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
 	op := "retrieve customer " + customerID
 	body, err := c.get(ctx, "/v1/customers/"+url.PathEscape(customerID), url.Values{"expand[0]": {"subscriptions"}})
 	if err != nil {
@@ -255,13 +290,7 @@ func (c *Client) fetch(ctx context.Context, customerID string) (reconcile.Snapsh
 	if err != nil {
 		return reconcile.Snapshot{}, fmt.Errorf("stripe %s: %w", op, err)
 	}
-	snap, err := c.resolve(ctx, read)
-	if err != nil {
-		return reconcile.Snapshot{}, err
-	}
-	c.log.DebugContext(ctx, "stripe snapshot fetched", "customer", customerID,
-		"deleted", snap.Deleted, "subscriptions", len(snap.Subscriptions))
-	return snap, nil
+	return c.resolve(ctx, read)
 }
 
 // resolve turns one customer object (retrieved, or listed by ListPage) into
@@ -273,7 +302,10 @@ func (c *Client) fetch(ctx context.Context, customerID string) (reconcile.Snapsh
 // page.
 func (c *Client) resolve(ctx context.Context, cust customerJSON) (reconcile.Snapshot, error) {
 	var err error
-	snap := reconcile.Snapshot{Provider: Provider, CustomerID: cust.id}
+	// A listing reads no entitlements: with them on, the account keeps
+	// those last fetched (Fetch reads them); with them off, there are
+	// none to keep.
+	snap := reconcile.Snapshot{Provider: Provider, CustomerID: cust.id, KeepEntitlements: c.entitlements}
 	if cust.deleted {
 		snap.Deleted = true
 		return snap, nil

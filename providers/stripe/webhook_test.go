@@ -100,6 +100,9 @@ func TestParseEvent(t *testing.T) {
 		{"thin_connect.json", "", ReasonConnect},
 		{"connect_subscription_updated.json", "", ReasonConnect},
 		{"thin_v2_account.json", "", `event type "v2.core.account.updated" does not affect billing state`},
+		// Recorded by supabase/stripe-sync-engine: a trigger like any, its
+		// embedded list (which stops at 10) never read.
+		{"entitlement_summary_updated.json", "cus_Sll319ReSxCmEi", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {

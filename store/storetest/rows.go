@@ -196,3 +196,29 @@ func Databases(t TB, st *store.Store, prefix string) []string {
 	t.Helper()
 	return collect(t, st, pgx.RowTo[string], `SELECT datname FROM pg_database WHERE starts_with(datname, $1) ORDER BY 1`, prefix)
 }
+
+// MeterRows is one meter's ledger rows of an account, over all periods.
+type MeterRows struct {
+	Grants, Usages int
+	Sum            int64
+}
+
+// Meters returns the account's ledger rows by meter ("" is the default
+// one): how many grants and debits each holds and their sum.
+func Meters(t TB, st *store.Store, accountID int64) map[string]MeterRows {
+	t.Helper()
+	type row struct {
+		meter string
+		m     MeterRows
+	}
+	rows := collect(t, st, func(r pgx.CollectableRow) (row, error) {
+		var x row
+		return x, r.Scan(&x.meter, &x.m.Grants, &x.m.Usages, &x.m.Sum)
+	}, `SELECT meter, count(*) FILTER (WHERE kind = 'grant'), count(*) FILTER (WHERE kind = 'usage'), sum(delta)
+		FROM ledger WHERE account_id = $1 GROUP BY meter`, accountID)
+	out := make(map[string]MeterRows, len(rows))
+	for _, x := range rows {
+		out[x.meter] = x.m
+	}
+	return out
+}

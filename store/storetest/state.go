@@ -142,3 +142,11 @@ func CutConnections(t CleanupTB, url string) func(context.Context) error {
 		return nil
 	}
 }
+
+// LoseMeter deletes an account's ledger rows of one meter ("" the
+// default one), as a crash or a bug might have: the sweep and the next
+// reconcile must grant its period again.
+func LoseMeter(t TB, st *store.Store, accountID int64, meter string) {
+	t.Helper()
+	change(t, st, someRows, `DELETE FROM ledger WHERE account_id = $1 AND meter = $2`, accountID, meter)
+}
