@@ -388,3 +388,32 @@ func scrapeServe(t *testing.T) map[string]bool {
 	require.True(t, served["billsync_reconcile_seconds_bucket"], "the scrape is parsed: %v", served)
 	return served
 }
+
+// TestAlertRunbooks: every alert has a runbook_url at a section of
+// docs/deploy.md that exists.
+func TestAlertRunbooks(t *testing.T) {
+	var alerts struct {
+		Groups []monitoringv1.RuleGroup `json:"groups"`
+	}
+	b, err := os.ReadFile(filepath.Join(deployDir, "prometheus", "alerts.yml"))
+	require.NoError(t, err)
+	require.NoError(t, yaml.UnmarshalStrict(b, &alerts))
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "deploy.md"))
+	require.NoError(t, err)
+	anchors := map[string]bool{}
+	for line := range strings.Lines(string(doc)) {
+		if title, ok := strings.CutPrefix(line, "#"); ok {
+			slug := strings.ToLower(strings.TrimSpace(strings.TrimLeft(title, "#")))
+			anchors[strings.ReplaceAll(regexp.MustCompile(`[^a-z0-9 _-]`).ReplaceAllString(slug, ""), " ", "-")] = true
+		}
+	}
+	const base = "https://github.com/billsync/billsync/blob/main/docs/deploy.md#"
+	for _, g := range alerts.Groups {
+		for _, r := range g.Rules {
+			url := r.Annotations["runbook_url"]
+			anchor, ok := strings.CutPrefix(url, base)
+			require.True(t, ok, "%s: runbook_url %q is not a section of docs/deploy.md", r.Alert, url)
+			require.True(t, anchors[anchor], "%s: docs/deploy.md has no section #%s", r.Alert, anchor)
+		}
+	}
+}

@@ -265,4 +265,3 @@ func procUIDs(t *testing.T, pid int) []string {
 	t.Fatalf("no Uid line in /proc/%d/status", pid)
 	return nil
 }
-
