@@ -90,6 +90,9 @@ func TestImage(t *testing.T) {
 	n, err := strconv.Atoi(uid)
 	require.NoError(t, err, "the image's user must be numeric (runAsNonRoot checks it without /etc/passwd): %q", user)
 	require.NotZero(t, n, "the image must not run as root")
+	// No shell in the image: everything it runs is exec form.
+	require.Equal(t, "[/billsync] [serve]", must("inspect", "--type", "image", "--format", "{{.Docker.Config.Entrypoint}} {{.Docker.Config.Cmd}}", "billsync:test"))
+	require.Equal(t, "[CMD /billsync healthcheck]", must("inspect", "--type", "image", "--format", "{{.Docker.Config.Healthcheck.Test}}", "billsync:test"))
 	ctr := strings.Fields(must("from", "--pull-never", "billsync:test"))
 	require.NotEmpty(t, ctr)
 	name := ctr[len(ctr)-1]
