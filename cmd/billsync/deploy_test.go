@@ -48,6 +48,22 @@ func TestAlertRules(t *testing.T) {
 	}
 }
 
+// alertRules is deploy/prometheus/alerts.yml, in the Prometheus
+// Operator's types (a PrometheusRule's spec is the same document).
+type alertRules struct {
+	Groups []monitoringv1.RuleGroup `json:"groups"`
+}
+
+func readAlerts(t *testing.T) alertRules {
+	t.Helper()
+	var alerts alertRules
+	b, err := os.ReadFile(filepath.Join(deployDir, "prometheus", "alerts.yml"))
+	require.NoError(t, err)
+	require.NoError(t, yaml.UnmarshalStrict(b, &alerts), "alerts.yml")
+	require.NotEmpty(t, alerts.Groups)
+	return alerts
+}
+
 // manifests are deploy/kubernetes's objects, decoded strictly.
 type manifests struct {
 	deployment *appsv1.Deployment
@@ -277,13 +293,7 @@ func TestKubernetesManifests(t *testing.T) {
 	require.Equal(t, "/metrics", m.monitor.Spec.Endpoints[0].Path)
 
 	// The PrometheusRule carries exactly alerts.yml's groups.
-	var alerts struct {
-		Groups []monitoringv1.RuleGroup `json:"groups"`
-	}
-	b, err := os.ReadFile(filepath.Join(deployDir, "prometheus", "alerts.yml"))
-	require.NoError(t, err)
-	require.NoError(t, yaml.UnmarshalStrict(b, &alerts))
-	require.NotEmpty(t, alerts.Groups)
+	alerts := readAlerts(t)
 	require.Equal(t, alerts.Groups, m.rule.Spec.Groups, "prometheusrule.yaml's groups must be alerts.yml's: copy them over")
 }
 
@@ -320,12 +330,7 @@ func TestDeployNamesExistingMetrics(t *testing.T) {
 			}
 		}
 	}
-	var alerts struct {
-		Groups []monitoringv1.RuleGroup `json:"groups"`
-	}
-	b, err = os.ReadFile(filepath.Join(deployDir, "prometheus", "alerts.yml"))
-	require.NoError(t, err)
-	require.NoError(t, yaml.UnmarshalStrict(b, &alerts))
+	alerts := readAlerts(t)
 	for _, g := range alerts.Groups {
 		for _, r := range g.Rules {
 			for _, n := range metricName.FindAllString(r.Expr.String(), -1) {
@@ -392,12 +397,7 @@ func scrapeServe(t *testing.T) map[string]bool {
 // TestAlertRunbooks: every alert has a runbook_url at a section of
 // docs/deploy.md that exists.
 func TestAlertRunbooks(t *testing.T) {
-	var alerts struct {
-		Groups []monitoringv1.RuleGroup `json:"groups"`
-	}
-	b, err := os.ReadFile(filepath.Join(deployDir, "prometheus", "alerts.yml"))
-	require.NoError(t, err)
-	require.NoError(t, yaml.UnmarshalStrict(b, &alerts))
+	alerts := readAlerts(t)
 	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "deploy.md"))
 	require.NoError(t, err)
 	anchors := map[string]bool{}

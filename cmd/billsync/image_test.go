@@ -164,7 +164,7 @@ func waitHTTP(t *testing.T, url string, exited <-chan struct{}, logs *syncBuffer
 		}
 		select {
 		case <-exited:
-			t.Fatalf("exited before %s answered:\n%s", url, logs.String())
+			t.Fatalf("billsync exited before %s answered 200:\n%s", url, logs.String())
 		default:
 		}
 		if time.Now().After(deadline) {
