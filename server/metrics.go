@@ -30,8 +30,9 @@ type Metrics struct {
 	rechecks   *prometheus.CounterVec
 	// For the console's overview: this process's provider requests per
 	// second over the last minute, and when its counters began.
-	rates   *requestRates
-	started time.Time
+	rates     *requestRates
+	started   time.Time
+	rateLimit *prometheus.GaugeVec
 }
 
 // NewMetrics returns the registry; depth may be nil.
@@ -69,8 +70,12 @@ func NewMetrics(depth QueueDepthFunc, logger *slog.Logger) *Metrics {
 			Name: "billsync_stale_read_rechecks_total",
 			Help: "Customers read a second time because the first read contradicted their newest event's own object, by provider and what the second read did: agreed (the first read was stale) or disagreed (the event was older than the provider's state, or the lag is longer than the recheck delay).",
 		}, []string{"provider", "second_read"}),
+		rateLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "billsync_provider_rate_limit",
+			Help: "Requests per second this process allows itself at the provider's API (-stripe-rate, -kinde-rate), by provider. Each replica has its own limiter: the sum over replicas is what billsync may ask of the provider, to hold against billsync_provider_requests_total and the provider's own limit.",
+		}, []string{"provider"}),
 	}
-	m.reg.MustRegister(m.deliveries, m.reconciles, m.latency, m.calls, m.connect, m.unmapped, m.rechecks,
+	m.reg.MustRegister(m.deliveries, m.reconciles, m.latency, m.calls, m.connect, m.unmapped, m.rechecks, m.rateLimit,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if depth != nil {
 		if logger == nil {
@@ -110,6 +115,12 @@ func (m *Metrics) ObserveReconcile(job reconcile.Job, out reconcile.Outcome) {
 func (m *Metrics) ObserveProviderRequest(provider, status string) {
 	m.calls.WithLabelValues(provider, status).Inc()
 	m.rates.add(provider, time.Now())
+}
+
+// SetProviderRateLimit reports the request rate this process allows itself
+// at a provider's API.
+func (m *Metrics) SetProviderRateLimit(provider string, perSecond float64) {
+	m.rateLimit.WithLabelValues(provider).Set(perSecond)
 }
 
 func (m *Metrics) handler() http.Handler {

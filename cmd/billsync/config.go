@@ -18,6 +18,9 @@ import (
 // defaultDataDir is where the embedded PostgreSQL lives by default.
 const defaultDataDir = ".billsync"
 
+// defaultAddr is where serve listens by default (and healthcheck asks).
+const defaultAddr = "127.0.0.1:8080"
+
 // config is billsync's configuration, from flags over environment variables.
 // Secrets come from NAME or NAME_FILE, never from flags (flags show in ps).
 type config struct {
@@ -96,7 +99,7 @@ func (c *config) bindCommon(fs *flag.FlagSet, getenv func(string) string) {
 // bindServe registers serve's flags.
 func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 	c.bindCommon(fs, getenv)
-	fs.StringVar(&c.Addr, "addr", cmp.Or(getenv("BILLSYNC_ADDR"), "127.0.0.1:8080"), "HTTP listen address (env BILLSYNC_ADDR)")
+	fs.StringVar(&c.Addr, "addr", cmp.Or(getenv("BILLSYNC_ADDR"), defaultAddr), "HTTP listen address (env BILLSYNC_ADDR)")
 	fs.BoolVar(&c.NoMigrate, "no-migrate", false, "refuse to start if migrations are pending instead of applying them")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 20*time.Second,
 		"on SIGTERM, how long in-flight requests and reconciles may take to finish (a database call then in flight is cut off within -db-timeout)")

@@ -12,6 +12,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	// The container image is FROM scratch: no /etc/ssl, no OS trust store.
+	// This bundles Mozilla's roots (as curated by the Go team), used only
+	// when the system has none, so the same static binary reaches Stripe
+	// and Kinde over TLS in the image and on any host.
+	_ "golang.org/x/crypto/x509roots/fallback"
 )
 
 // command is one subcommand: run gets the arguments after its name.
@@ -32,6 +38,7 @@ func commands() []command {
 		{"stripe", "'stripe setup --url …' creates or updates the webhook endpoint; 'stripe check' checks the key, the endpoint and the plans", runStripe},
 		{"prune", "delete handled events, their receipts and reconcile log rows older than -older-than (default 90d), in small batches", runPrune},
 		{"mock", "run the fake Stripe (real wire protocol, signed webhooks, fault knobs)", runMock},
+		{"healthcheck", "ask a running serve's /readyz; exit 0 when ready (for orchestrators without HTTP probes)", runHealthcheck},
 		{"bench", "measure intake and drain throughput against baselines measured in the same run", runBench},
 	}
 }
@@ -79,7 +86,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: billsync <command> [flags]\n\ncommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'billsync <command> --help' for a command's flags.")
 }

@@ -74,6 +74,12 @@ secret also as *_FILE; see README.md.`)
 	if err != nil {
 		return err
 	}
+	if provs.stripe != nil {
+		metrics.SetProviderRateLimit(stripe.Provider, cfg.StripeRateLimit)
+	}
+	if provs.kinde != nil {
+		metrics.SetProviderRateLimit(kinde.Provider, cfg.KindeRateLimit)
+	}
 	// A provider's intake is on when its webhooks can be verified: Stripe
 	// with STRIPE_WEBHOOK_SECRET, Kinde with KINDE_DOMAIN (its key set) and
 	// the M2M credentials its fetches need (validateServe refuses half a

@@ -68,25 +68,8 @@ func startBillsync(t *testing.T, dataDir, addr string, env ...string) *billsyncP
 	go func() { p.err = cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); <-p.exited })
 
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
-		}
-		select {
-		case <-p.exited:
-			t.Fatalf("billsync serve exited before it was ready (%v):\n%s", p.err, p.logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("billsync serve never became ready:\n%s", p.logs.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitHTTP(t, "http://"+addr+"/readyz", p.exited, p.logs)
+	return p
 }
 
 func stopBillsync(t *testing.T, p *billsyncProc) {
