@@ -18,8 +18,13 @@ func TestMigrationsAreNumberedInOrder(t *testing.T) {
 	ms, err := store.Migrations()
 	require.NoError(t, err)
 	require.NotEmpty(t, ms)
+	// Numbers are assigned to branches in advance (docs), so a branch may
+	// ship 010 before 009 is merged: increasing and unique, gaps allowed.
 	for i, m := range ms {
-		require.Equal(t, i+1, m.Version, "migration %s: versions must run 1, 2, 3… without gaps", m.Name)
+		require.Greater(t, m.Version, i, "migration %s: versions start at 1 and increase", m.Name)
+		if i > 0 {
+			require.Greater(t, m.Version, ms[i-1].Version, "migration %s", m.Name)
+		}
 	}
 }
 

@@ -93,7 +93,11 @@ func (s *Store) Debit(ctx context.Context, d reconcile.Debit, decide func(reconc
 		if err != nil {
 			return fmt.Errorf("write debit %s: %w", res.Entry.Key, err)
 		}
-		return nil
+		return s.announce(ctx, tx, &reconcile.AccountState{Account: a, Balance: cur.Balance},
+			reconcile.AccountState{Account: a, Balance: res.Balance},
+			&reconcile.LedgerMove{Kind: reconcile.LedgerUsage, Key: res.Entry.Key, Delta: res.Entry.Delta,
+				Plan: res.Entry.Plan, PeriodStart: res.Entry.PeriodStart.UTC()},
+			reconcile.Why{Trigger: reconcile.TriggerUsage, Actor: "app"})
 	})
 	switch {
 	case refused != nil:
