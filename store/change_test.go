@@ -262,3 +262,51 @@ func TestFeedUnderConcurrentWriters(t *testing.T) {
 	}
 	require.Len(t, allChanges(t, st, total), total, "none read that was not written")
 }
+
+// TestDeliveriesInOrderPerAccount: each change is queued for each app
+// endpoint with the change; an account's next change is not claimable
+// while its earlier one is pending (leased or waiting to retry), other
+// accounts' are; a delivered or dead one lets the next go.
+func TestDeliveriesInOrderPerAccount(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.OpenStore(t, storetest.URL(t), store.Options{AppEndpoints: []string{"http://app/hook"}})
+	grantedAccount(t, st, "cus_a", "ua", "price_pro")
+	grantedAccount(t, st, "cus_b", "ub", "price_pro")
+	for _, k := range []string{"1", "2"} {
+		_, err := st.Debit(ctx, reconcile.Debit{UserRef: "ua", Key: k, Amount: 1}, reconcile.DecideDebit)
+		require.NoError(t, err)
+	}
+	eps := []string{"http://app/hook"}
+	first, err := st.ClaimDeliveries(ctx, "r1", eps, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, first, 2, "one per account: a's seq 1 and b's seq 1")
+	for _, d := range first {
+		require.Equal(t, int64(1), d.Seq)
+	}
+	other, err := st.ClaimDeliveries(ctx, "r2", eps, 10, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, other, "leased ones are not claimed again; later ones wait")
+	none, err := st.ClaimDeliveries(ctx, "r3", []string{"http://elsewhere"}, 10, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, none)
+
+	a := first[0]
+	require.NoError(t, st.RecordDelivery(ctx, "r1", a, reconcile.DeliveryAttempt{StatusCode: 500, Error: "500"}, reconcile.DeliveryPending, time.Hour))
+	require.ErrorIs(t, st.RecordDelivery(ctx, "r2", a, reconcile.DeliveryAttempt{StatusCode: 200}, reconcile.DeliveryDelivered, 0),
+		reconcile.ErrHeld, "only the lease holder moves it")
+	again, err := st.ClaimDeliveries(ctx, "r2", eps, 10, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, again, "a retry waiting for its time holds its account's next")
+
+	require.NoError(t, st.RecordDelivery(ctx, "r1", first[1], reconcile.DeliveryAttempt{StatusCode: 204}, reconcile.DeliveryDelivered, 0))
+	stats, err := st.DeliveryStats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), stats.Delivered)
+	require.Equal(t, int64(3), stats.Pending)
+	require.False(t, stats.OldestUndelivered.IsZero())
+
+	attempts, err := st.DeliveryAttempts(ctx, a.ChangeID)
+	require.NoError(t, err)
+	require.Len(t, attempts[a.Endpoint], 2, "both attempts recorded, the refused one too")
+	require.Equal(t, 500, attempts[a.Endpoint][0].StatusCode)
+}
