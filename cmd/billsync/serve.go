@@ -140,6 +140,10 @@ one must be. Each secret also as *_FILE; see README.md.`)
 			go func() { defer wg.Done(); <-ctx.Done(); wait() }()
 		}
 	}
+	// Long polls of the change feed wake when a change commits.
+	var committed reconcile.Signal
+	wg.Add(1)
+	go func() { defer wg.Done(); st.ListenChanges(ctx, logger, committed.Fire) }()
 	srv := server.New(server.Config{
 		Logger:    logger,
 		Inbox:     st,
@@ -150,7 +154,7 @@ one must be. Each secret also as *_FILE; see README.md.`)
 		// request held open for as long as the database hangs.
 		StoreTimeout: cfg.IntakeTimeout,
 		Admin:        server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler, Sweeps: sweeps},
-		App:          server.App{Token: cfg.AppToken, Store: st},
+		App:          server.App{Token: cfg.AppToken, Store: st, Feed: st, Committed: &committed},
 	})
 	// Workers finish the job in hand and release their leases; sweeps
 	// apply the pages in hand and stay resumable.
