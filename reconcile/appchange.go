@@ -233,6 +233,10 @@ type DeliveryAttempt struct {
 
 // DeliveryStats sums the deliveries to the app for metrics and the console.
 type DeliveryStats struct {
+	// LastChangeID is the newest change's id: changes written so far
+	// (ids of rolled-back writes are skipped, so it may run a little
+	// ahead of the rows).
+	LastChangeID             int64
 	Pending, Delivered, Dead int64
 	// OldestUndelivered is when the oldest pending delivery's change was
 	// written; zero when none is pending.

@@ -2,9 +2,9 @@ package server
 
 import (
 	"bytes"
-	"encoding/base64"
 	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"

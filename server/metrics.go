@@ -28,6 +28,8 @@ type Metrics struct {
 	connect    *prometheus.CounterVec
 	unmapped   *prometheus.CounterVec
 	rechecks   *prometheus.CounterVec
+	// appAttempts counts app webhook attempts (metrics_app.go).
+	appAttempts *prometheus.CounterVec
 }
 
 // NewMetrics returns the registry; depth may be nil.
@@ -64,7 +66,8 @@ func NewMetrics(depth QueueDepthFunc, logger *slog.Logger) *Metrics {
 			Help: "Customers read a second time because the first read contradicted their newest event's own object, by provider and what the second read did: agreed (the first read was stale) or disagreed (the event was older than the provider's state, or the lag is longer than the recheck delay).",
 		}, []string{"provider", "second_read"}),
 	}
-	m.reg.MustRegister(m.deliveries, m.reconciles, m.latency, m.calls, m.connect, m.unmapped, m.rechecks,
+	m.appAttempts = newAppAttempts()
+	m.reg.MustRegister(m.deliveries, m.reconciles, m.latency, m.calls, m.connect, m.unmapped, m.rechecks, m.appAttempts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if depth != nil {
 		if logger == nil {

@@ -136,9 +136,10 @@ func (s *Store) DeliveryStats(ctx context.Context) (reconcile.DeliveryStats, err
 	var st reconcile.DeliveryStats
 	var oldest *time.Time
 	err := s.pool.QueryRow(ctx, `
-		SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'delivered'),
+		SELECT (SELECT coalesce(max(id), 0) FROM account_changes),
+		       count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'delivered'),
 		       count(*) FILTER (WHERE status = 'dead'), min(created_at) FILTER (WHERE status = 'pending')
-		FROM app_deliveries`).Scan(&st.Pending, &st.Delivered, &st.Dead, &oldest)
+		FROM app_deliveries`).Scan(&st.LastChangeID, &st.Pending, &st.Delivered, &st.Dead, &oldest)
 	if err != nil {
 		return st, fmt.Errorf("delivery stats: %w", classify(err))
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -61,6 +62,56 @@ type config struct {
 	// SweepParallel is how many parts of the Stripe customer list a sweep
 	// lists at once.
 	SweepParallel int
+
+	// AppWebhookURLs are the app's endpoints for signed account changes
+	// (BILLSYNC_APP_WEBHOOK_URL, comma-separated). Every command that can
+	// change an account reads it: each change is queued for each endpoint
+	// in the change's own transaction.
+	AppWebhookURLs []string
+	// AppWebhookSecret signs them (whsec_<base64>; serve only).
+	AppWebhookSecret string
+	// AppWebhookAllowHosts, when set, are the only hosts the endpoints may
+	// name (BILLSYNC_APP_WEBHOOK_ALLOW_HOSTS, comma-separated).
+	AppWebhookAllowHosts []string
+}
+
+// commaList splits a comma-separated setting, dropping blanks.
+func commaList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// validateAppWebhooks checks the app's endpoints, their secret and the
+// host allowlist; its messages never quote the secret.
+func (c *config) validateAppWebhooks() []error {
+	var errs []error
+	if len(c.AppWebhookURLs) == 0 {
+		if c.AppWebhookSecret != "" {
+			errs = append(errs, errors.New("BILLSYNC_APP_WEBHOOK_SECRET is set but BILLSYNC_APP_WEBHOOK_URL is not: set the app's endpoint, or unset the secret"))
+		}
+		return errs
+	}
+	if c.AppWebhookSecret == "" {
+		errs = append(errs, errors.New("BILLSYNC_APP_WEBHOOK_URL is set but BILLSYNC_APP_WEBHOOK_SECRET is not: changes are signed with a whsec_<base64> secret (or set BILLSYNC_APP_WEBHOOK_SECRET_FILE)"))
+	} else if err := server.ParseAppSecret(c.AppWebhookSecret); err != nil {
+		errs = append(errs, fmt.Errorf("BILLSYNC_APP_WEBHOOK_SECRET: %w", err))
+	}
+	for _, raw := range c.AppWebhookURLs {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			errs = append(errs, fmt.Errorf("BILLSYNC_APP_WEBHOOK_URL: %q is not an http(s) URL with a host (and no user:password)", raw))
+			continue
+		}
+		if len(c.AppWebhookAllowHosts) > 0 && !slices.Contains(c.AppWebhookAllowHosts, u.Hostname()) {
+			errs = append(errs, fmt.Errorf("BILLSYNC_APP_WEBHOOK_URL: host %q is not in BILLSYNC_APP_WEBHOOK_ALLOW_HOSTS", u.Hostname()))
+		}
+	}
+	return errs
 }
 
 // bindCommon registers the flags every database-using command shares,
@@ -71,6 +122,8 @@ func (c *config) bindCommon(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&c.DBTimeout, "db-timeout", 10*time.Second,
 		"deadline of each database call (a hung database costs a request or a reconcile at most this, and never blocks shutdown)")
 	c.DatabaseURL = getenv("DATABASE_URL")
+	c.AppWebhookURLs = commaList(getenv("BILLSYNC_APP_WEBHOOK_URL"))
+	c.AppWebhookAllowHosts = commaList(getenv("BILLSYNC_APP_WEBHOOK_ALLOW_HOSTS"))
 }
 
 // bindServe registers serve's flags.
@@ -124,6 +177,8 @@ func (c *config) loadSecrets(getenv func(string) string) error {
 	app, err := secret(getenv, "BILLSYNC_APP_TOKEN")
 	errs = append(errs, err)
 	c.AppToken = app
+	c.AppWebhookSecret, err = secret(getenv, "BILLSYNC_APP_WEBHOOK_SECRET")
+	errs = append(errs, err)
 	whsec, err := secret(getenv, "STRIPE_WEBHOOK_SECRET")
 	errs = append(errs, err)
 	for _, s := range strings.Split(whsec, ",") {
@@ -179,6 +234,7 @@ func (c *config) validateServe() error {
 	if c.AppToken != "" && c.AppToken == c.AdminToken {
 		errs = append(errs, errors.New("BILLSYNC_APP_TOKEN equals BILLSYNC_ADMIN_TOKEN: the app must not hold the admin token, use two different values"))
 	}
+	errs = append(errs, c.validateAppWebhooks()...)
 	if c.Workers < 0 {
 		errs = append(errs, errors.New("-workers must be 0 or more"))
 	}

@@ -57,6 +57,7 @@ one must be. Each secret also as *_FILE; see README.md.`)
 	}
 	metrics := server.NewMetrics(queueDepth(st), logger)
 	metrics.CollectSweeps(st.SweepStats, logger)
+	metrics.CollectAppChanges(st.DeliveryStats, logger)
 
 	// Workers stop with the server, whether by signal or by a listen error:
 	// their context ends at the signal, the HTTP drain starts with it, and
@@ -140,10 +141,29 @@ one must be. Each secret also as *_FILE; see README.md.`)
 			go func() { defer wg.Done(); <-ctx.Done(); wait() }()
 		}
 	}
-	// Long polls of the change feed wake when a change commits.
+	// Long polls of the change feed and the app deliverer wake when a
+	// change commits.
 	var committed reconcile.Signal
+	wakeDeliverer := func() {}
+	if len(cfg.AppWebhookURLs) > 0 {
+		sender, err := server.NewAppSender(server.AppSenderConfig{Secret: cfg.AppWebhookSecret})
+		if err != nil {
+			return err
+		}
+		deliverer, err := reconcile.NewDeliverer(reconcile.DelivererConfig{Name: workerName(), Store: st, Sender: sender,
+			Endpoints: cfg.AppWebhookURLs, Logger: logger.With("component", "app-webhooks"), OnAttempt: metrics.ObserveAppDelivery})
+		if err != nil {
+			return err
+		}
+		wakeDeliverer = deliverer.Wake
+		wg.Add(1)
+		go func() { defer wg.Done(); deliverer.Run(ctx) }()
+	}
 	wg.Add(1)
-	go func() { defer wg.Done(); st.ListenChanges(ctx, logger, committed.Fire) }()
+	go func() {
+		defer wg.Done()
+		st.ListenChanges(ctx, logger, func() { committed.Fire(); wakeDeliverer() })
+	}()
 	srv := server.New(server.Config{
 		Logger:    logger,
 		Inbox:     st,
