@@ -73,6 +73,9 @@ type config struct {
 	// AppWebhookAllowHosts, when set, are the only hosts the endpoints may
 	// name (BILLSYNC_APP_WEBHOOK_ALLOW_HOSTS, comma-separated).
 	AppWebhookAllowHosts []string
+	// AppWebhookLease is how long a replica holds a claimed delivery: a
+	// replica killed mid-delivery delays that account's changes this long.
+	AppWebhookLease time.Duration
 }
 
 // commaList splits a comma-separated setting, dropping blanks.
@@ -141,6 +144,8 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 		c.KindeReplayWindow = d
 		return err
 	})
+	fs.DurationVar(&c.AppWebhookLease, "app-webhook-lease", 2*time.Minute,
+		"how long a replica holds an app delivery it claimed; another replica sends it again after this if the first died (longer than the 10 s attempt deadline)")
 	c.bindReconcile(fs, getenv)
 	fs.IntVar(&c.Workers, "workers", 8, "reconcile loops in this process (0: intake only)")
 	fs.DurationVar(&c.RecheckDelay, "recheck-delay", time.Second,
@@ -235,6 +240,9 @@ func (c *config) validateServe() error {
 		errs = append(errs, errors.New("BILLSYNC_APP_TOKEN equals BILLSYNC_ADMIN_TOKEN: the app must not hold the admin token, use two different values"))
 	}
 	errs = append(errs, c.validateAppWebhooks()...)
+	if len(c.AppWebhookURLs) > 0 && c.AppWebhookLease <= server.DefaultAppTimeout {
+		errs = append(errs, fmt.Errorf("-app-webhook-lease must be longer than the %s attempt deadline, or a slow attempt could be sent twice at once", server.DefaultAppTimeout))
+	}
 	if c.Workers < 0 {
 		errs = append(errs, errors.New("-workers must be 0 or more"))
 	}

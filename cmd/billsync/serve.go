@@ -151,7 +151,7 @@ one must be. Each secret also as *_FILE; see README.md.`)
 			return err
 		}
 		deliverer, err := reconcile.NewDeliverer(reconcile.DelivererConfig{Name: workerName(), Store: st, Sender: sender,
-			Endpoints: cfg.AppWebhookURLs, Logger: logger.With("component", "app-webhooks"), OnAttempt: metrics.ObserveAppDelivery})
+			Endpoints: cfg.AppWebhookURLs, Lease: cfg.AppWebhookLease, Logger: logger.With("component", "app-webhooks"), OnAttempt: metrics.ObserveAppDelivery})
 		if err != nil {
 			return err
 		}
