@@ -52,6 +52,9 @@ type Admin struct {
 	// Sweeps starts the sweeps POST /admin/api/sweeps and the console
 	// ask for; nil answers 503 like Reconciler.
 	Sweeps Sweeps
+	// Changes shows what the app was told (the console's account changes,
+	// Deliveries page and oldest undelivered change); nil hides them.
+	Changes ChangeConsoleStore
 }
 
 // Audit log actors of the reconciles the admin API and the console run.

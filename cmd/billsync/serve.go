@@ -173,7 +173,7 @@ one must be. Each secret also as *_FILE; see README.md.`)
 		// A hung database gets the provider a 503 (it retries), not a
 		// request held open for as long as the database hangs.
 		StoreTimeout: cfg.IntakeTimeout,
-		Admin:        server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler, Sweeps: sweeps},
+		Admin:        server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler, Sweeps: sweeps, Changes: st},
 		App:          server.App{Token: cfg.AppToken, Store: st, Feed: st, Committed: &committed},
 	})
 	// Workers finish the job in hand and release their leases; sweeps
