@@ -75,7 +75,7 @@ func (a *appReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // debitsFor makes an account for customer (userRef) on the Pro plan and
 // debits it n times: 1 + n changes.
-func debitsFor(t *testing.T, st *store.Store, customer, userRef string, n int) {
+func debitsFor(t testing.TB, st *store.Store, customer, userRef string, n int) {
 	t.Helper()
 	ctx := context.Background()
 	job, err := st.Hold(ctx, "stripe", customer, reconcile.TriggerResync, "test", time.Minute)
