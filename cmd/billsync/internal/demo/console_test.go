@@ -131,7 +131,6 @@ func testConsoleInBrowser(t *testing.T, browser context.Context, provider string
 	require.Contains(t, changes, "replay (admin-console)")
 	require.Contains(t, changes, "resync (admin-console)")
 
-
 	// On a phone's width the page does not scroll sideways: wide tables
 	// scroll in their own box.
 	do(chromedp.EmulateViewport(390, 844), chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("plan")))
