@@ -9,6 +9,7 @@ import (
 	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
 )
 
@@ -23,9 +24,11 @@ func BenchmarkApply(b *testing.B) {
 	plans := testenv.Plans()
 
 	// NewAccount: each iteration is a first reconcile of a customer with
-	// one stored event: the account is created and the allowance granted.
-	b.Run("NewAccount", func(b *testing.B) {
-		st := storetest.NewStore(b)
+	// one stored event: the account is created and the allowance granted
+	// (and, since the outbox, its change written). NewAccountAppEndpoint:
+	// the same with one app webhook endpoint, so each change also queues a
+	// delivery.
+	newAccount := func(b *testing.B, st *store.Store) {
 		for i := range b.N {
 			body := fmt.Appendf(nil, `{"id":"evt_apply_%d","object":"event","type":"customer.subscription.updated",`+
 				`"created":%d,"data":{"object":{"object":"subscription","customer":"cus_apply_%d"}}}`, i, time.Now().Unix(), i)
@@ -52,6 +55,10 @@ func BenchmarkApply(b *testing.B) {
 				b.Fatalf("outcome %s (%d events): %s", out.Result, out.Events, out.Text)
 			}
 		}
+	}
+	b.Run("NewAccount", func(b *testing.B) { newAccount(b, storetest.NewStore(b)) })
+	b.Run("NewAccountAppEndpoint", func(b *testing.B) {
+		newAccount(b, storetest.OpenStore(b, storetest.URL(b), store.Options{AppEndpoints: []string{"http://app.test/hook"}}))
 	})
 
 	// Unchanged: the same customer again and again (a sweep or a resync

@@ -20,7 +20,7 @@ type Overview struct {
 	// Signals are further health figures, each with whether it is bad:
 	// the place for what later parts report (the events feed's lag, the
 	// oldest change not yet delivered to the app). The store fills them.
-	Signals []Signal
+	Signals []HealthSignal
 }
 
 // OverviewHour counts one hour's deliveries and reconciles.
@@ -37,8 +37,8 @@ type UnmappedCount struct {
 	Accounts int
 }
 
-// Signal is one named health figure.
-type Signal struct {
+// HealthSignal is one named health figure.
+type HealthSignal struct {
 	Name, Value, Hint string
 	Bad               bool
 }

@@ -58,6 +58,9 @@ type Admin struct {
 	// ProviderLimits are this process's provider request limits (requests
 	// per second, by provider), drawn on the overview's request charts.
 	ProviderLimits map[string]float64
+	// Changes shows what the app was told (the console's account changes,
+	// Deliveries page and oldest undelivered change); nil hides them.
+	Changes ChangeConsoleStore
 }
 
 // Audit log actors of the reconciles the admin API and the console run.

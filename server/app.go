@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +10,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -25,15 +28,35 @@ type AppStore interface {
 	Debit(ctx context.Context, d reconcile.Debit, decide func(reconcile.Debit, reconcile.DebitState) (reconcile.DebitResult, error)) (reconcile.DebitResult, error)
 }
 
+// ChangeFeed is what GET /api/changes reads (store.Store implements it).
+type ChangeFeed interface {
+	Changes(ctx context.Context, after reconcile.ChangeCursor, limit int) ([]reconcile.FeedChange, error)
+}
+
 // App configures the app-facing API, /api/users/…: the app reads a user's
 // plan and balance and spends its allowance, addressed by its own user id
-// (the account's user_ref). Without a Token its routes do not exist (404).
+// (the account's user_ref), and follows the change feed, /api/changes.
+// Without a Token its routes do not exist (404).
 type App struct {
 	Token string
 	Store AppStore
 	// Plans declares the features the app may ask about (nil: none).
 	Plans *reconcile.Plans
+	// Feed serves /api/changes (absent when nil); Committed fires when a
+	// change commits (the store's LISTEN), waking long polls, which also
+	// look again every FeedPoll (default 1 s) in case a wake-up is lost.
+	Feed      ChangeFeed
+	Committed *reconcile.Signal
+	FeedPoll  time.Duration
 }
+
+// Change feed limits: a page holds at most MaxFeedLimit changes, and a
+// long poll waits at most MaxFeedWait.
+const (
+	DefaultFeedLimit = 100
+	MaxFeedLimit     = 1000
+	MaxFeedWait      = 60 * time.Second
+)
 
 // MaxUsageBodyBytes bounds a usage request's body: it holds one key of at
 // most 255 bytes and a number.
@@ -107,6 +130,91 @@ func (s *Server) routeApp(a App) {
 		writeJSON(w, http.StatusOK, res)
 		return nil
 	})
+	if a.Feed != nil {
+		handle("GET /api/changes", func(w http.ResponseWriter, r *http.Request) error { return a.serveChanges(w, r) })
+	}
+}
+
+// feedQuery is GET /api/changes's query: after (a cursor the feed handed
+// out; none: the start), limit (1…MaxFeedLimit) and wait (a Go duration,
+// 0…MaxFeedWait: how long to hold the request while no change is there).
+type feedQuery struct {
+	after reconcile.ChangeCursor
+	limit int
+	wait  time.Duration
+}
+
+func parseFeedQuery(q url.Values) (feedQuery, error) {
+	f := feedQuery{limit: DefaultFeedLimit}
+	var err error
+	if f.after, err = reconcile.ParseChangeCursor(q.Get("after")); err != nil {
+		return f, err
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxFeedLimit {
+			return f, fmt.Errorf("%w: limit must be a whole number from 1 to %d, got %q", reconcile.ErrInvalid, MaxFeedLimit, v)
+		}
+		f.limit = n
+	}
+	if v := q.Get("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > MaxFeedWait {
+			return f, fmt.Errorf("%w: wait must be a duration from 0s to %s, like 30s, got %q", reconcile.ErrInvalid, MaxFeedWait, v)
+		}
+		f.wait = d
+	}
+	return f, nil
+}
+
+// feedAnswer is GET /api/changes's answer: the changes in feed order and
+// the cursor to ask after next (the one given when there is none).
+type feedAnswer struct {
+	Changes []json.RawMessage `json:"changes"`
+	Next    string            `json:"next"`
+}
+
+func (a App) serveChanges(w http.ResponseWriter, r *http.Request) error {
+	f, err := parseFeedQuery(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	ctx := r.Context()
+	deadline := time.Now().Add(f.wait)
+	if f.wait > 0 {
+		// The server's write timeout would cut a long poll short.
+		_ = http.NewResponseController(w).SetWriteDeadline(deadline.Add(30 * time.Second))
+	}
+	poll := cmp.Or(a.FeedPoll, time.Second)
+	for {
+		var woken <-chan struct{}
+		if a.Committed != nil {
+			woken = a.Committed.C() // before the read: a commit in between still wakes us
+		}
+		cs, err := a.Feed.Changes(ctx, f.after, f.limit)
+		if err != nil {
+			return err
+		}
+		left := time.Until(deadline)
+		if len(cs) > 0 || left <= 0 {
+			ans := feedAnswer{Changes: make([]json.RawMessage, len(cs)), Next: f.after.String()}
+			for i, c := range cs {
+				ans.Changes[i] = c.Body
+				ans.Next = c.Cursor.String()
+			}
+			writeJSON(w, http.StatusOK, ans)
+			return nil
+		}
+		t := time.NewTimer(min(left, poll))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err() // the app hung up: counted as the client's
+		case <-woken:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 }
 
 // userAnswer is GET /api/users/{user_ref}'s answer. Periods are null for

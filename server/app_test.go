@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -40,9 +41,18 @@ func newAppEnv(t *testing.T, token string) *appEnv {
 	t.Helper()
 	e := &appEnv{t: t, st: storetest.NewStore(t)}
 	e.plans = testenv.Plans()
+	// Long polls wake only on the store's NOTIFY (the fallback poll is an
+	// hour), so a feed test that passes proves the wake-up works.
+	var committed reconcile.Signal
+	ctx, cancel := context.WithCancel(context.Background())
+	listening := make(chan struct{})
+	var once sync.Once
+	go e.st.ListenChanges(ctx, slog.New(slog.DiscardHandler), func() { once.Do(func() { close(listening) }); committed.Fire() })
+	t.Cleanup(cancel)
+	<-listening // the listener calls wake once it is listening
 	srv := httptest.NewServer(server.New(server.Config{Inbox: e.st,
 		Admin: server.Admin{Token: adminToken, Store: e.st},
-		App:   server.App{Token: token, Store: e.st}}))
+		App:   server.App{Token: token, Store: e.st, Feed: e.st, Committed: &committed, FeedPoll: time.Hour}}))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	return e
@@ -118,6 +128,7 @@ func (e *appEnv) usageRows(id int64) (n int, sum int64) {
 
 var appRoutes = []struct{ method, path, body string }{
 	{"GET", "/api/users/u1", ""},
+	{"GET", "/api/changes", ""},
 	{"POST", "/api/users/u1/usage", `{"idempotency_key": "k1", "amount": 1}`},
 }
 

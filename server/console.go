@@ -38,7 +38,7 @@ const sessionCookie = "billsync_session"
 // maxFormBytes bounds a console form's body.
 const maxFormBytes = 16 << 10
 
-var consoleTemplates = parseConsole("signin", "overview", "search", "account", "event", "outcome", "events", "sweeps", "error")
+var consoleTemplates = parseConsole("signin", "overview", "search", "account", "event", "outcome", "events", "sweeps", "error", "deliveries")
 
 func parseConsole(pages ...string) map[string]*template.Template {
 	funcs := template.FuncMap{
@@ -103,6 +103,7 @@ func (s *Server) routeConsole(token string) {
 	c.handle("POST /admin/events/{id}/replay", c.replay)
 	c.handle("GET /admin/sweeps", c.sweeps)
 	c.handle("POST /admin/sweeps", c.startSweep)
+	c.routeChanges()
 }
 
 // consoleHandler serves a page for a signed-in session.
@@ -311,7 +312,8 @@ func (c *console) search(w http.ResponseWriter, r *http.Request, session string)
 // accountData is the account page's data.
 type accountData struct {
 	reconcile.AccountDetail
-	Limit int // each list shows at most this many rows, newest first
+	Limit   int                    // each list shows at most this many rows, newest first
+	Changes []reconcile.FeedChange // what the app was told, newest first (nil: not shown)
 }
 
 func (c *console) account(w http.ResponseWriter, r *http.Request, session string) error {
@@ -323,7 +325,13 @@ func (c *console) account(w http.ResponseWriter, r *http.Request, session string
 	if err != nil {
 		return err
 	}
-	c.show(w, session, "account", "Account "+strconv.FormatInt(id, 10), accountData{d, reconcile.DetailLimit})
+	data := accountData{AccountDetail: d, Limit: reconcile.DetailLimit}
+	if c.s.admin.Changes != nil {
+		if data.Changes, err = c.s.admin.Changes.AccountChanges(r.Context(), id, reconcile.DetailLimit); err != nil {
+			return err
+		}
+	}
+	c.show(w, session, "account", "Account "+strconv.FormatInt(id, 10), data)
 	return nil
 }
 
@@ -413,6 +421,7 @@ type eventsData struct {
 	Statuses []string
 	Retries  []reconcile.Retry
 	Events   []reconcile.StoredEvent
+	Outbox   *reconcile.DeliveryStats // app deliveries; nil when not shown
 }
 
 func (c *console) events(w http.ResponseWriter, r *http.Request, session string) error {
@@ -424,6 +433,13 @@ func (c *console) events(w http.ResponseWriter, r *http.Request, session string)
 	case "failed":
 		if d.Retries, err = c.s.admin.Store.Retries(r.Context(), eventsLimit); err != nil {
 			return err
+		}
+		if c.s.admin.Changes != nil {
+			st, err := c.s.admin.Changes.DeliveryStats(r.Context())
+			if err != nil {
+				return err
+			}
+			d.Outbox = &st
 		}
 		status = reconcile.EventDead
 	case reconcile.EventPending, reconcile.EventIgnored, reconcile.EventApplied:

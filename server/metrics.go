@@ -33,6 +33,8 @@ type Metrics struct {
 	rates     *requestRates
 	started   time.Time
 	rateLimit *prometheus.GaugeVec
+	// appAttempts counts app webhook attempts (metrics_app.go).
+	appAttempts *prometheus.CounterVec
 }
 
 // NewMetrics returns the registry; depth may be nil.
@@ -75,7 +77,8 @@ func NewMetrics(depth QueueDepthFunc, logger *slog.Logger) *Metrics {
 			Help: "Requests per second this process allows itself at the provider's API (-stripe-rate, -kinde-rate), by provider. Each replica has its own limiter: the sum over replicas is what billsync may ask of the provider, to hold against billsync_provider_requests_total and the provider's own limit.",
 		}, []string{"provider"}),
 	}
-	m.reg.MustRegister(m.deliveries, m.reconciles, m.latency, m.calls, m.connect, m.unmapped, m.rechecks, m.rateLimit,
+	m.appAttempts = newAppAttempts()
+	m.reg.MustRegister(m.deliveries, m.reconciles, m.latency, m.calls, m.connect, m.unmapped, m.rechecks, m.rateLimit, m.appAttempts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if depth != nil {
 		if logger == nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http/httptest"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -72,5 +71,3 @@ func TestConsoleOverview(t *testing.T) {
 	require.Contains(t, body, `id="results"`)
 	require.Contains(t, body, `href="/admin/accounts/`+itoa(id)+`"`)
 }
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }

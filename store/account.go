@@ -143,8 +143,11 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, job reconcile.Job, observe
 		}
 	}
 	out := ch.Done(cur, granted...)
-	err = finish(ctx, tx, job, observedAt, &out)
-	return out, err
+	events, err := finish(ctx, tx, job, observedAt, &out)
+	if err != nil || !ch.Writes() {
+		return out, err
+	}
+	return out, s.announceApply(ctx, tx, job, cur, ch.Next, ch.Grants(), granted, events, out.Events)
 }
 
 // Ignore records a permanent failure for the job's customer.
@@ -155,7 +158,8 @@ func (s *Store) Ignore(ctx context.Context, job reconcile.Job, observedAt time.T
 		if err := lockJob(ctx, tx, job); err != nil {
 			return err
 		}
-		return finish(ctx, tx, job, observedAt, &out)
+		_, err := finish(ctx, tx, job, observedAt, &out)
+		return err
 	})
 	if err != nil {
 		return reconcile.Outcome{}, fmt.Errorf("ignore %s/%s: %w", job.Provider, job.CustomerID, classify(err))
@@ -164,17 +168,18 @@ func (s *Store) Ignore(ctx context.Context, job reconcile.Job, observedAt time.T
 }
 
 // finish writes the log row, answers the customer's events and completes
-// the job: the common tail of Apply and Ignore.
-func finish(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time, out *reconcile.Outcome) error {
+// the job: the common tail of Apply and Ignore. It returns the provider
+// ids of the first reconcile.MaxWhyEvents events it answered.
+func finish(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time, out *reconcile.Outcome) ([]string, error) {
 	if err := writeLog(ctx, tx, job, observedAt, *out); err != nil {
-		return err
+		return nil, err
 	}
-	n, err := markEvents(ctx, tx, job, observedAt, out.EventStatus(), out.Text)
+	ids, n, err := markEvents(ctx, tx, job, observedAt, out.EventStatus(), out.Text)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	out.Events = n
-	return finishJob(ctx, tx, job, observedAt)
+	return ids, finishJob(ctx, tx, job, observedAt)
 }
 
 // Retry records a failed attempt: the job runs again after delay, or,

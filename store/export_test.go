@@ -8,3 +8,7 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // Migrations is migrationFiles, for the store's own tests.
 func Migrations() ([]Migration, error) { return migrationFiles() }
+
+// SetAfterChangeWrite installs fn inside every change's transaction, right
+// after its account_changes row (see storehook.Faults).
+func (s *Store) SetAfterChangeWrite(fn func() error) { s.faults.SetAfterChangeWrite(fn) }

@@ -34,12 +34,23 @@ func (s *Store) notify(ctx context.Context) {
 // Listen calls wake whenever new work is announced, until ctx is done. It
 // holds one connection and reconnects after failures.
 func (s *Store) Listen(ctx context.Context, logger *slog.Logger, wake func()) {
+	s.listen(ctx, logger, queueChannel, wake)
+}
+
+// ListenChanges calls wake whenever an account change commits (NOTIFY on
+// ChangesChannel), until ctx is done; like Listen, it reconnects after
+// failures, and callers poll as a fallback.
+func (s *Store) ListenChanges(ctx context.Context, logger *slog.Logger, wake func()) {
+	s.listen(ctx, logger, ChangesChannel, wake)
+}
+
+func (s *Store) listen(ctx context.Context, logger *slog.Logger, channel string, wake func()) {
 	for ctx.Err() == nil {
-		err := s.listenOnce(ctx, wake)
+		err := s.listenOnce(ctx, channel, wake)
 		if ctx.Err() != nil {
 			return
 		}
-		logger.Warn("queue listener lost its connection; polling until it is back", slog.Any("error", err))
+		logger.Warn("listener lost its connection; polling until it is back", slog.String("channel", channel), slog.Any("error", err))
 		select {
 		case <-ctx.Done():
 			return
@@ -48,7 +59,7 @@ func (s *Store) Listen(ctx context.Context, logger *slog.Logger, wake func()) {
 	}
 }
 
-func (s *Store) listenOnce(ctx context.Context, wake func()) error {
+func (s *Store) listenOnce(ctx context.Context, channel string, wake func()) error {
 	pooled, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return classify(err)
@@ -56,7 +67,7 @@ func (s *Store) listenOnce(ctx context.Context, wake func()) error {
 	// The connection carries LISTEN state: it never goes back to the pool.
 	conn := pooled.Hijack()
 	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck // closing a dead listener
-	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{queueChannel}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return classify(err)
 	}
 	wake() // work may have arrived while we were not listening

@@ -152,16 +152,28 @@ func finishJob(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt tim
 
 // markEvents answers every stored event of the job's customer received at
 // or before observedAt with status and outcome: one reconcile answers them
-// all, because a webhook is sent after the change it reports.
-func markEvents(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time, status reconcile.EventStatus, outcome string) (int, error) {
-	tag, err := tx.Exec(ctx, `
+// all, because a webhook is sent after the change it reports. It returns
+// the provider ids of the first reconcile.MaxWhyEvents of them and how
+// many it answered.
+func markEvents(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time, status reconcile.EventStatus, outcome string) ([]string, int, error) {
+	rows, _ := tx.Query(ctx, `
 		UPDATE inbox_events SET status = $3, outcome = $4, processed_at = now()
-		WHERE provider = $1 AND customer_id = $2 AND status IN ($6, $7) AND received_at <= $5`,
+		WHERE provider = $1 AND customer_id = $2 AND status IN ($6, $7) AND received_at <= $5
+		RETURNING event_id`,
 		job.Provider, job.CustomerID, status, outcome, observedAt, reconcile.EventPending, reconcile.EventDead)
+	var ids []string
+	n := 0
+	var id string
+	_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+		if n++; len(ids) < reconcile.MaxWhyEvents {
+			ids = append(ids, id)
+		}
+		return nil
+	})
 	if err != nil {
-		return 0, fmt.Errorf("mark events: %w", err)
+		return nil, 0, fmt.Errorf("mark events: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return ids, n, nil
 }
 
 // Hold makes the customer's queue row due now for trigger (creating it,

@@ -39,6 +39,9 @@ type Store struct {
 	// faults are set only by tests and the demo, through storehook
 	// (scratch.CrashAfterAccountWrite); production never sets one.
 	faults storehook.Faults
+	// endpoints are the app's webhook endpoints: each change is queued
+	// for delivery to each, in the change's transaction.
+	endpoints []string
 }
 
 func init() {
@@ -61,6 +64,10 @@ type Options struct {
 	// MaxConns caps the connection pool; default the URL's pool_max_conns,
 	// else the driver's (max(4, CPUs)).
 	MaxConns int32
+	// AppEndpoints are the app's webhook URLs (BILLSYNC_APP_WEBHOOK_URL):
+	// every account change is queued for delivery to each. None: changes
+	// are only in the feed.
+	AppEndpoints []string
 }
 
 // Open connects to the PostgreSQL server at url and checks the connection.
@@ -90,7 +97,7 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, opts Options) (*Store,
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
-	s := &Store{pool: pool, timeout: cmp.Or(opts.Timeout, DefaultTimeout)}
+	s := &Store{pool: pool, timeout: cmp.Or(opts.Timeout, DefaultTimeout), endpoints: opts.AppEndpoints}
 	if err := s.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("ping database: %w", err)

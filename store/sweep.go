@@ -260,8 +260,12 @@ func (s *Store) ApplySwept(ctx context.Context, job reconcile.Job, observedAt ti
 		if err := writeLog(ctx, tx, job, observedAt, out); err != nil {
 			return err
 		}
-		out.Events, err = markEvents(ctx, tx, job, observedAt, out.EventStatus(), out.Text)
-		return err
+		events, n, err := markEvents(ctx, tx, job, observedAt, out.EventStatus(), out.Text)
+		out.Events = n
+		if err != nil || !ch.Writes() {
+			return err
+		}
+		return s.announceApply(ctx, tx, job, cur, ch.Next, ch.Grants(), granted, events, n)
 	})
 	if err != nil {
 		return reconcile.Outcome{}, false, fmt.Errorf("apply swept %s/%s: %w", job.Provider, job.CustomerID, classify(err))

@@ -116,7 +116,16 @@ func (s *Store) Debit(ctx context.Context, d reconcile.Debit, decide func(reconc
 		if err != nil {
 			return fmt.Errorf("write debit %s: %w", res.Entry.Key, err)
 		}
-		return nil
+		if res.Entry.Meter != "" {
+			// A change's balance is the default meter's; named meters'
+			// debits are not announced yet (docs/app-changes.md).
+			return nil
+		}
+		return s.announce(ctx, tx, &reconcile.AccountState{Account: a, Balance: cur.Balance},
+			reconcile.AccountState{Account: a, Balance: res.Balance},
+			&reconcile.LedgerMove{Kind: reconcile.LedgerUsage, Key: res.Entry.Key, Delta: res.Entry.Delta,
+				Plan: res.Entry.Plan, PeriodStart: res.Entry.PeriodStart.UTC()},
+			reconcile.Why{Trigger: reconcile.TriggerUsage, Actor: "app"})
 	})
 	switch {
 	case refused != nil:

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -84,6 +85,59 @@ type config struct {
 	// what it keeps.
 	PruneSchedule  string
 	PruneOlderThan retentionFlag
+
+	// AppWebhookURLs are the app's endpoints for signed account changes
+	// (BILLSYNC_APP_WEBHOOK_URL, comma-separated). Every command that can
+	// change an account reads it: each change is queued for each endpoint
+	// in the change's own transaction.
+	AppWebhookURLs []string
+	// AppWebhookSecret signs them (whsec_<base64>; serve only).
+	AppWebhookSecret string
+	// AppWebhookAllowHosts, when set, are the only hosts the endpoints may
+	// name (BILLSYNC_APP_WEBHOOK_ALLOW_HOSTS, comma-separated).
+	AppWebhookAllowHosts []string
+	// AppWebhookLease is how long a replica holds a claimed delivery: a
+	// replica killed mid-delivery delays that account's changes this long.
+	AppWebhookLease time.Duration
+}
+
+// commaList splits a comma-separated setting, dropping blanks.
+func commaList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// validateAppWebhooks checks the app's endpoints, their secret and the
+// host allowlist; its messages never quote the secret.
+func (c *config) validateAppWebhooks() []error {
+	var errs []error
+	if len(c.AppWebhookURLs) == 0 {
+		if c.AppWebhookSecret != "" {
+			errs = append(errs, errors.New("BILLSYNC_APP_WEBHOOK_SECRET is set but BILLSYNC_APP_WEBHOOK_URL is not: set the app's endpoint, or unset the secret"))
+		}
+		return errs
+	}
+	if c.AppWebhookSecret == "" {
+		errs = append(errs, errors.New("BILLSYNC_APP_WEBHOOK_URL is set but BILLSYNC_APP_WEBHOOK_SECRET is not: changes are signed with a whsec_<base64> secret (or set BILLSYNC_APP_WEBHOOK_SECRET_FILE)"))
+	} else if err := server.ParseAppSecret(c.AppWebhookSecret); err != nil {
+		errs = append(errs, fmt.Errorf("BILLSYNC_APP_WEBHOOK_SECRET: %w", err))
+	}
+	for _, raw := range c.AppWebhookURLs {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			errs = append(errs, fmt.Errorf("BILLSYNC_APP_WEBHOOK_URL: %q is not an http(s) URL with a host (and no user:password)", raw))
+			continue
+		}
+		if len(c.AppWebhookAllowHosts) > 0 && !slices.Contains(c.AppWebhookAllowHosts, u.Hostname()) {
+			errs = append(errs, fmt.Errorf("BILLSYNC_APP_WEBHOOK_URL: host %q is not in BILLSYNC_APP_WEBHOOK_ALLOW_HOSTS", u.Hostname()))
+		}
+	}
+	return errs
 }
 
 // bindCommon registers the flags every database-using command shares,
@@ -94,6 +148,8 @@ func (c *config) bindCommon(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&c.DBTimeout, "db-timeout", 10*time.Second,
 		"deadline of each database call (a hung database costs a request or a reconcile at most this, and never blocks shutdown)")
 	c.DatabaseURL = getenv("DATABASE_URL")
+	c.AppWebhookURLs = commaList(getenv("BILLSYNC_APP_WEBHOOK_URL"))
+	c.AppWebhookAllowHosts = commaList(getenv("BILLSYNC_APP_WEBHOOK_ALLOW_HOSTS"))
 }
 
 // bindServe registers serve's flags.
@@ -111,6 +167,8 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 		c.KindeReplayWindow = d
 		return err
 	})
+	fs.DurationVar(&c.AppWebhookLease, "app-webhook-lease", 2*time.Minute,
+		"how long a replica holds an app delivery it claimed; another replica sends it again after this if the first died (longer than the 10 s attempt deadline)")
 	c.bindReconcile(fs, getenv)
 	fs.IntVar(&c.Workers, "workers", reconcile.DefaultMaxInFlight, "the most provider fetches in flight at once in this process (0: intake only); below it each provider keeps as many as its rate (-stripe-rate, -kinde-rate) can use at its observed latency, so this is a bound, not the throughput knob")
 	fs.DurationVar(&c.RecheckDelay, "recheck-delay", time.Second,
@@ -193,6 +251,8 @@ func (c *config) loadSecrets(getenv func(string) string) error {
 	app, err := secret(getenv, "BILLSYNC_APP_TOKEN")
 	errs = append(errs, err)
 	c.AppToken = app
+	c.AppWebhookSecret, err = secret(getenv, "BILLSYNC_APP_WEBHOOK_SECRET")
+	errs = append(errs, err)
 	whsec, err := secret(getenv, "STRIPE_WEBHOOK_SECRET")
 	errs = append(errs, err)
 	for _, s := range strings.Split(whsec, ",") {
@@ -247,6 +307,10 @@ func (c *config) validateServe() error {
 	}
 	if c.AppToken != "" && c.AppToken == c.AdminToken {
 		errs = append(errs, errors.New("BILLSYNC_APP_TOKEN equals BILLSYNC_ADMIN_TOKEN: the app must not hold the admin token, use two different values"))
+	}
+	errs = append(errs, c.validateAppWebhooks()...)
+	if len(c.AppWebhookURLs) > 0 && c.AppWebhookLease <= server.DefaultAppTimeout {
+		errs = append(errs, fmt.Errorf("-app-webhook-lease must be longer than the %s attempt deadline, or a slow attempt could be sent twice at once", server.DefaultAppTimeout))
 	}
 	if c.Workers < 0 {
 		errs = append(errs, errors.New("-workers must be 0 or more"))

@@ -61,6 +61,7 @@ secret also as *_FILE; see README.md.`)
 	metrics := server.NewMetrics(queueDepth(st), logger)
 	metrics.CollectSweeps(st.SweepStats, logger)
 	metrics.CollectFeeds(st.FeedStates, logger)
+	metrics.CollectAppChanges(st.DeliveryStats, logger)
 
 	// Workers stop with the server, whether by signal or by a listen error:
 	// their context ends at the signal, the HTTP drain starts with it, and
@@ -164,6 +165,29 @@ secret also as *_FILE; see README.md.`)
 		wg.Add(1)
 		go func() { defer wg.Done(); <-ctx.Done(); wait() }()
 	}
+	// Long polls of the change feed and the app deliverer wake when a
+	// change commits.
+	var committed reconcile.Signal
+	wakeDeliverer := func() {}
+	if len(cfg.AppWebhookURLs) > 0 {
+		sender, err := server.NewAppSender(server.AppSenderConfig{Secret: cfg.AppWebhookSecret})
+		if err != nil {
+			return err
+		}
+		deliverer, err := reconcile.NewDeliverer(reconcile.DelivererConfig{Name: workerName(), Store: st, Sender: sender,
+			Endpoints: cfg.AppWebhookURLs, Lease: cfg.AppWebhookLease, Logger: logger.With("component", "app-webhooks"), OnAttempt: metrics.ObserveAppDelivery})
+		if err != nil {
+			return err
+		}
+		wakeDeliverer = deliverer.Wake
+		wg.Add(1)
+		go func() { defer wg.Done(); deliverer.Run(ctx) }()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		st.ListenChanges(ctx, logger, func() { committed.Fire(); wakeDeliverer() })
+	}()
 	srv := server.New(server.Config{
 		Logger:    logger,
 		Inbox:     st,
@@ -173,9 +197,9 @@ secret also as *_FILE; see README.md.`)
 		// A hung database gets the provider a 503 (it retries), not a
 		// request held open for as long as the database hangs.
 		StoreTimeout: cfg.IntakeTimeout,
-		Admin: server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler, Sweeps: sweeps,
+		Admin: server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler, Sweeps: sweeps, Changes: st,
 			ProviderLimits: map[string]float64{stripe.Provider: cfg.StripeRateLimit, kinde.Provider: cfg.KindeRateLimit}},
-		App: server.App{Token: cfg.AppToken, Store: st, Plans: plans},
+		App: server.App{Token: cfg.AppToken, Store: st, Plans: plans, Feed: st, Committed: &committed},
 	})
 	// Workers finish the job in hand and release their leases; sweeps
 	// apply the pages in hand and stay resumable.

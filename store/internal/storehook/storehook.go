@@ -35,6 +35,30 @@ func Of(st any) Internals { return of(st) }
 // run is safe: each point is read once per use, atomically.
 type Faults struct {
 	afterAccountWrite atomic.Pointer[func() error]
+	afterChangeWrite  atomic.Pointer[func() error]
+}
+
+// SetAfterChangeWrite installs fn to run inside the transaction that
+// writes an account change, right after its account_changes row: a test
+// holds the transaction open there, or aborts it. nil removes it.
+func (f *Faults) SetAfterChangeWrite(fn func() error) { set(&f.afterChangeWrite, fn) }
+
+// AfterChangeWrite runs the installed fault, if any.
+func (f *Faults) AfterChangeWrite() error { return run(&f.afterChangeWrite) }
+
+func set(p *atomic.Pointer[func() error], fn func() error) {
+	if fn == nil {
+		p.Store(nil)
+		return
+	}
+	p.Store(&fn)
+}
+
+func run(p *atomic.Pointer[func() error]) error {
+	if fn := p.Load(); fn != nil {
+		return (*fn)()
+	}
+	return nil
 }
 
 // SetAfterAccountWrite installs fn to run inside Apply between the account

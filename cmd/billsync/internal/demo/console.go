@@ -38,7 +38,7 @@ func (d *Demo) startConsole(addr string, plans *reconcile.Plans) error {
 	}
 	token := rand.Text()
 	h := server.New(server.Config{Logger: d.logger, Inbox: d.st, Ready: d.st.Ping,
-		Admin: server.Admin{Token: token, Store: d.st, Reconciler: d.worker, Sweeps: sweeps}})
+		Admin: server.Admin{Token: token, Store: d.st, Reconciler: d.worker, Sweeps: sweeps, Changes: d.st}})
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err

@@ -140,6 +140,12 @@ func testConsoleInBrowser(t *testing.T, browser context.Context, provider string
 	history := text("history")
 	require.Contains(t, history, "replay")
 	require.Contains(t, history, "admin-console")
+	// What the app was told: the resync's free → pro and the replay's
+	// heal (a drift written behind billsync's back is no change of its own).
+	changes := text("changes")
+	require.Contains(t, changes, "free → pro")
+	require.Contains(t, changes, "replay (admin-console)")
+	require.Contains(t, changes, "resync (admin-console)")
 
 	// On a phone's width the page does not scroll sideways: wide tables
 	// scroll in their own box.
@@ -150,6 +156,12 @@ func testConsoleInBrowser(t *testing.T, browser context.Context, provider string
 	require.NoError(t, err)
 	require.True(t, fits, "the account page is wider than a phone")
 	screenshot("console-account-" + provider + "-phone.png")
+
+	// The failures page tells how many changes wait for the app (none is
+	// configured in the demo: none waits); the Deliveries page lists none.
+	do(chromedp.Navigate(wh.ConsoleURL+"events"), chromedp.WaitVisible(chromedp.ID("outbox")))
+	require.Contains(t, text("outbox"), "None waiting")
+	do(chromedp.Navigate(wh.ConsoleURL+"deliveries"), chromedp.WaitVisible(chromedp.ID("no-deliveries")))
 
 	// Sign out: the console asks to sign in again.
 	do(chromedp.Click(chromedp.ID("signout")),

@@ -301,6 +301,18 @@ type Result struct {
 	Deliveries []Row `json:"deliveries"`
 	Naive      State `json:"naive"`
 	Billsync   Held  `json:"billsync"`
+	// NaiveTold is what an app hooked to the naive handler would have been
+	// told: every time its state moved, copies and the late cancellation
+	// included.
+	NaiveTold []Told `json:"naive_told"`
+}
+
+// Told is one thing the app was told about the customer's account.
+type Told struct {
+	Seq     int64    `json:"seq,omitempty"` // billsync's per-account sequence
+	Changed []string `json:"changed,omitempty"`
+	Before  State    `json:"before"`
+	After   State    `json:"after"`
 }
 
 // Held is what billsync holds for the customer at the end, and whether it
@@ -311,7 +323,10 @@ type Held struct {
 	EventsStored int     `json:"events_stored"`
 	Deliveries   int     `json:"deliveries"` // copies included
 	Grants       []Grant `json:"grants"`
-	Right        bool    `json:"right"`
+	// AppTold is what billsync told the app during the scenario (its
+	// account changes).
+	AppTold []Told `json:"app_told"`
+	Right   bool   `json:"right"`
 }
 
 // Grant is one grant in billsync's ledger for the customer.
@@ -347,6 +362,14 @@ func (d *Demo) Play(ctx context.Context) (Result, error) {
 	if res.Start.Billsync, err = d.billsyncState(ctx, res.Customer); err != nil {
 		return res, err
 	}
+	told, err := d.appTold(ctx, res.Customer, 0)
+	if err != nil {
+		return res, err
+	}
+	var startSeq int64
+	if len(told) > 0 {
+		startSeq = told[len(told)-1].Seq
+	}
 
 	// What happened at the provider, in order: Free ended, then Pro
 	// started and its first payment was taken.
@@ -375,7 +398,17 @@ func (d *Demo) Play(ctx context.Context) (Result, error) {
 	}
 
 	res.Naive = State{d.naive.plan, d.naive.balance}
+	prev := res.Start.Naive
+	for _, row := range res.Deliveries {
+		if now := (State{row.Naive.Plan, row.Naive.Balance}); now != prev {
+			res.NaiveTold = append(res.NaiveTold, Told{Before: prev, After: now})
+			prev = now
+		}
+	}
 	b := &res.Billsync
+	if b.AppTold, err = d.appTold(ctx, res.Customer, startSeq); err != nil {
+		return res, err
+	}
 	final, err := d.billsyncState(ctx, res.Customer)
 	if err != nil {
 		return res, err
@@ -390,8 +423,34 @@ func (d *Demo) Play(ctx context.Context) (Result, error) {
 			proGrants++
 		}
 	}
-	b.Right = b.Plan == "pro" && b.Balance == 500 && b.EventsStored == 3 && b.Deliveries == 9 && proGrants == 1
+	toldOnce := len(b.AppTold) == 1 && b.AppTold[0].Before == State{"free", 10} && b.AppTold[0].After == State{"pro", 500}
+	b.Right = b.Plan == "pro" && b.Balance == 500 && b.EventsStored == 3 && b.Deliveries == 9 && proGrants == 1 && toldOnce
 	return res, nil
+}
+
+// appTold returns the account changes billsync wrote for the customer
+// after seq, oldest first: what the app was told.
+func (d *Demo) appTold(ctx context.Context, customer string, after int64) ([]Told, error) {
+	a, err := d.st.Account(ctx, d.w.provider(), customer)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := d.st.AccountChanges(ctx, a.ID, 100)
+	if err != nil {
+		return nil, err
+	}
+	var out []Told
+	for _, c := range slices.Backward(cs) {
+		if c.Seq <= after {
+			continue
+		}
+		t := Told{Seq: c.Seq, Changed: c.Changed, After: State{c.After.Plan, c.After.Balance}}
+		if c.Before != nil {
+			t.Before = State{c.Before.Plan, c.Before.Balance}
+		}
+		out = append(out, t)
+	}
+	return out, nil
 }
 
 // tally reads what billsync holds for the customer from the account's

@@ -56,6 +56,12 @@ func testDemoSeedScenario(t *testing.T, provider, lateType string) {
 	require.Equal(t, 3, b.EventsStored)
 	require.Equal(t, 9, b.Deliveries)
 	require.True(t, b.Right)
+	require.Len(t, b.AppTold, 1, "billsync tells the app once for nine deliveries and a crash: %+v", b.AppTold)
+	require.Equal(t, demo.State{Plan: "free", Balance: 10}, b.AppTold[0].Before)
+	require.Equal(t, demo.State{Plan: "pro", Balance: 500}, b.AppTold[0].After)
+	require.Contains(t, b.AppTold[0].Changed, "plan")
+	require.Greater(t, len(res.NaiveTold), 3, "the foil tells the app of every copy")
+	require.Equal(t, "free", res.NaiveTold[len(res.NaiveTold)-1].After.Plan, "and of the late cancellation")
 	var pro []int64
 	for _, g := range b.Grants {
 		if g.Plan == "pro" {

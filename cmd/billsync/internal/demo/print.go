@@ -3,6 +3,7 @@ package demo
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -38,6 +39,16 @@ func (r Result) Print(w io.Writer) error {
 		fmt.Fprintf(w, " %s +%d", g.Plan, g.Delta)
 	}
 	fmt.Fprintln(w, ")")
+	fmt.Fprintln(w, "\nWhat the app was told")
+	fmt.Fprintln(w, "  by an app hooked to the naive handler:")
+	for _, t := range r.NaiveTold {
+		fmt.Fprintf(w, "    plan %s → %s, balance %d → %d\n", t.Before.Plan, t.After.Plan, t.Before.Balance, t.After.Balance)
+	}
+	fmt.Fprintln(w, "  by billsync (signed webhook and change feed, once committed):")
+	for _, t := range b.AppTold {
+		fmt.Fprintf(w, "    #%d plan %s → %s, balance %d → %d (changed: %s)\n", t.Seq, t.Before.Plan, t.After.Plan,
+			t.Before.Balance, t.After.Balance, strings.Join(t.Changed, ", "))
+	}
 	if b.Right {
 		fmt.Fprintf(w, "  billsync is right: %s says Pro, and Pro's allowance is 500, granted once.\n", providerName(r.Provider))
 	}

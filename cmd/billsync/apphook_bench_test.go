@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/server"
+	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/storetest"
+)
+
+// BenchmarkAppDelivery measures the app webhooks end to end on a real
+// database, with serve's defaults (8 in flight, woken by the change
+// channel): Throughput delivers b.N changes of 20 accounts written before
+// the deliverer starts (changes/s); Latency writes b.N debits one after
+// another while the deliverer runs and reports the time from a change's
+// transaction to the app's receipt (p50, p99). The receiver answers at
+// once, or after 20 ms.
+//
+//	go test -bench AppDelivery -run '^$' -benchtime 400x ./cmd/billsync
+func BenchmarkAppDelivery(b *testing.B) {
+	for _, answer := range []time.Duration{0, 20 * time.Millisecond} {
+		b.Run(fmt.Sprintf("Throughput/answer=%s", answer), func(b *testing.B) { benchDelivery(b, answer, false) })
+		b.Run(fmt.Sprintf("Latency/answer=%s", answer), func(b *testing.B) { benchDelivery(b, answer, true) })
+	}
+}
+
+func benchDelivery(b *testing.B, answer time.Duration, latency bool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	var lags []time.Duration
+	got := make(chan struct{}, b.N*2)
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var c struct{ Time time.Time }
+		_ = json.Unmarshal(body, &c)
+		time.Sleep(answer) // the app's own work
+		mu.Lock()
+		lags = append(lags, time.Since(c.Time))
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+		got <- struct{}{}
+	}))
+	defer app.Close()
+	st := storetest.OpenStore(b, storetest.URL(b), store.Options{AppEndpoints: []string{app.URL}})
+	const accounts = 20
+	for i := range accounts {
+		debitsFor(b, st, fmt.Sprintf("cus_%d", i), fmt.Sprintf("u%d", i), 0)
+	}
+	drain := func(n int) {
+		for range n {
+			<-got
+		}
+	}
+	sender, err := server.NewAppSender(server.AppSenderConfig{Secret: testAppSecret})
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, err := reconcile.NewDeliverer(reconcile.DelivererConfig{Name: "bench", Store: st, Sender: sender, Endpoints: []string{app.URL}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	debit := func(i int) {
+		if _, err := st.Debit(ctx, reconcile.Debit{UserRef: fmt.Sprintf("u%d", i%accounts), Key: fmt.Sprint("k", i), Amount: 1},
+			reconcile.DecideDebit); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if !latency {
+		for i := range b.N {
+			debit(i)
+		}
+	}
+	go st.ListenChanges(ctx, slog.New(slog.DiscardHandler), d.Wake)
+	go d.Run(ctx)
+	drain(accounts) // the accounts' own changes
+	mu.Lock()
+	lags = lags[:0]
+	mu.Unlock()
+	b.ResetTimer()
+	if latency {
+		for i := range b.N {
+			debit(i)
+		}
+	}
+	drain(b.N)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "changes/s")
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(lags)
+	if latency && len(lags) > 0 {
+		b.ReportMetric(float64(lags[len(lags)/2].Microseconds())/1000, "p50-ms")
+		b.ReportMetric(float64(lags[len(lags)*99/100].Microseconds())/1000, "p99-ms")
+	}
+}

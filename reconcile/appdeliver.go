@@ -1,0 +1,188 @@
+package reconcile
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// DeliveryStore is what the deliverer needs from the database
+// (store.Store implements it).
+type DeliveryStore interface {
+	// ClaimDeliveries leases up to limit due deliveries to endpoints to
+	// holder, at most one per account and endpoint, in seq order.
+	ClaimDeliveries(ctx context.Context, holder string, endpoints []string, limit int, lease time.Duration) ([]AppDelivery, error)
+	// RecordDelivery records an attempt and the delivery's next state;
+	// ErrHeld when holder's lease was taken over meanwhile.
+	RecordDelivery(ctx context.Context, holder string, d AppDelivery, a DeliveryAttempt, status string, retryIn time.Duration) error
+}
+
+// AppSender sends one delivery to the app, signed, and says what came of
+// it (a 2xx is delivered; anything else, or no answer, is not).
+type AppSender interface {
+	Send(ctx context.Context, d AppDelivery) DeliveryAttempt
+}
+
+// Delivery retry policy (docs/app-changes.md).
+const (
+	DeliveryFirstRetry = 5 * time.Second
+	DeliveryMaxBackoff = time.Hour
+	// DeliveryMaxAge: a change not delivered this long after it was
+	// written is given up (dead: an alert, a metric, the console's Retry).
+	DeliveryMaxAge = 72 * time.Hour
+)
+
+// StatusGone is the answer by which an app says an endpoint no longer
+// takes deliveries (the Standard Webhooks convention): given up at once.
+const StatusGone = 410
+
+// NextDelivery decides what becomes of delivery d after attempt a at now:
+// a 2xx is delivered; 410 is dead at once; any other answer, a timeout or
+// a connection error is retried after an exponential backoff (5 s
+// doubling to at most an hour) with jitter (the delay is drawn from its
+// upper half; jitter is in [0, 1)), until the change is DeliveryMaxAge
+// old: the last retry lands at that age, and a failure then is dead.
+func NextDelivery(d AppDelivery, a DeliveryAttempt, now time.Time, jitter float64) (status string, retryIn time.Duration) {
+	switch {
+	case a.StatusCode >= 200 && a.StatusCode < 300:
+		return DeliveryDelivered, 0
+	case a.StatusCode == StatusGone:
+		return DeliveryDead, 0
+	}
+	left := DeliveryMaxAge - now.Sub(d.CreatedAt)
+	if left <= 0 {
+		return DeliveryDead, 0
+	}
+	backoff := DeliveryMaxBackoff
+	if d.Attempts < 20 { // 5 s << 20 is past the cap
+		backoff = min(DeliveryFirstRetry<<d.Attempts, DeliveryMaxBackoff)
+	}
+	delay := backoff/2 + time.Duration(jitter*float64(backoff/2))
+	return DeliveryPending, min(delay, left)
+}
+
+// DelivererConfig configures a Deliverer. Zero values take the defaults.
+type DelivererConfig struct {
+	Name      string // lease holder: unique per replica
+	Store     DeliveryStore
+	Sender    AppSender
+	Endpoints []string
+	Logger    *slog.Logger
+	// Concurrency is how many deliveries are in flight at once (each of a
+	// different account); default 8.
+	Concurrency int
+	// Lease is how long a claimed delivery stays this replica's; it must
+	// outlast an attempt (the sender's deadline); default 2 minutes.
+	Lease time.Duration
+	// Poll is how often to look for due deliveries when not woken;
+	// default 1 s.
+	Poll time.Duration
+	// OnAttempt, when set, is told of every attempt and its outcome
+	// (metrics).
+	OnAttempt func(d AppDelivery, a DeliveryAttempt, status string)
+}
+
+// Deliverer sends the app its account changes: each one at least once,
+// one account's in order, with the same id on every attempt.
+type Deliverer struct {
+	cfg  DelivererConfig
+	wake chan struct{}
+}
+
+// NewDeliverer checks cfg and returns a Deliverer.
+func NewDeliverer(cfg DelivererConfig) (*Deliverer, error) {
+	var errs []error
+	if cfg.Name == "" || cfg.Store == nil || cfg.Sender == nil {
+		errs = append(errs, errors.New("deliverer: a name, a store and a sender are required"))
+	}
+	if len(cfg.Endpoints) == 0 {
+		errs = append(errs, errors.New("deliverer: no endpoint"))
+	}
+	if cfg.Concurrency < 0 || cfg.Lease < 0 || cfg.Poll < 0 {
+		errs = append(errs, errors.New("deliverer: negative concurrency, lease or poll"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, 8)
+	cfg.Lease = cmp.Or(cfg.Lease, 2*time.Minute)
+	cfg.Poll = cmp.Or(cfg.Poll, time.Second)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	return &Deliverer{cfg: cfg, wake: make(chan struct{}, 1)}, nil
+}
+
+// Wake makes the deliverer look for due deliveries now (a change
+// committed, or the console asked for a retry).
+func (d *Deliverer) Wake() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run delivers until ctx is done; the deliveries in hand are finished
+// first (each bounded by the sender's deadline).
+func (d *Deliverer) Run(ctx context.Context) {
+	for ctx.Err() == nil {
+		n := d.round(ctx)
+		if n == d.cfg.Concurrency {
+			continue // more may be due
+		}
+		t := time.NewTimer(d.cfg.Poll)
+		select {
+		case <-ctx.Done():
+		case <-d.wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// round claims and delivers one batch; it returns how many it claimed.
+func (d *Deliverer) round(ctx context.Context) int {
+	ds, err := d.cfg.Store.ClaimDeliveries(ctx, d.cfg.Name, d.cfg.Endpoints, d.cfg.Concurrency, d.cfg.Lease)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.cfg.Logger.Warn("claim app deliveries failed", slog.Any("error", err))
+		}
+		return 0
+	}
+	var wg sync.WaitGroup
+	for _, dl := range ds {
+		wg.Go(func() { d.deliver(context.WithoutCancel(ctx), dl) })
+	}
+	wg.Wait()
+	return len(ds)
+}
+
+func (d *Deliverer) deliver(ctx context.Context, dl AppDelivery) {
+	a := d.cfg.Sender.Send(ctx, dl)
+	status, retryIn := NextDelivery(dl, a, time.Now(), rand.Float64())
+	log := d.cfg.Logger.With(slog.Int64("change", dl.ChangeID), slog.Int64("account", dl.AccountID),
+		slog.Int64("seq", dl.Seq), slog.String("endpoint", dl.Endpoint), slog.Int("attempt", dl.Attempts+1))
+	if err := d.cfg.Store.RecordDelivery(ctx, d.cfg.Name, dl, a, status, retryIn); err != nil {
+		// Not recorded: the lease runs out and the delivery is sent again
+		// (at least once).
+		log.Warn("app delivery not recorded; it will be sent again", slog.Any("error", err))
+		return
+	}
+	if d.cfg.OnAttempt != nil {
+		d.cfg.OnAttempt(dl, a, status)
+	}
+	switch status {
+	case DeliveryDead:
+		log.Error("ALERT: app delivery given up: retry it from the console (Deliveries) once the app is fixed",
+			slog.Int("status", a.StatusCode), slog.String("error", a.Error))
+	case DeliveryPending:
+		log.Info("app delivery failed; will retry", slog.Int("status", a.StatusCode), slog.String("error", a.Error),
+			slog.Duration("retry_in", retryIn))
+	}
+}
+
+// String names a delivery for logs.
+func (d AppDelivery) String() string { return fmt.Sprintf("change %d to %s", d.ChangeID, d.Endpoint) }

@@ -1,0 +1,70 @@
+package server_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/billsync/billsync/mocks/testenv"
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/server"
+	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/storetest"
+)
+
+// TestConsoleShowsWhatTheAppWasTold: the account page lists the account's
+// changes; a delivery given up shows on the failures page and the
+// Deliveries page with its attempts, and Retry now queues it again.
+func TestConsoleShowsWhatTheAppWasTold(t *testing.T) {
+	ctx := context.Background()
+	const endpoint = "http://app.test/hook"
+	st := storetest.OpenStore(t, storetest.URL(t), store.Options{AppEndpoints: []string{endpoint}})
+	srv := httptest.NewServer(server.New(server.Config{Inbox: st,
+		Admin: server.Admin{Token: adminToken, Store: st, Changes: st}}))
+	t.Cleanup(srv.Close)
+	app := &appEnv{t: t, st: st, plans: testenv.Plans()}
+	id := app.account("stripe", "cus_1", "u1", "price_pro")
+	e := &adminEnv{t: t, st: st, url: srv.URL}
+	b := e.browser()
+	require.Equal(t, http.StatusSeeOther, b.signIn(adminToken).StatusCode)
+
+	code, body := b.get("/admin/accounts/" + itoa(id))
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "What the app was told")
+	require.Regexp(t, `<td class="num">1</td>\s*<td>[^<]+</td>\s*<td>created</td>\s*<td>pro</td>\s*<td class="num">500</td>`, body)
+
+	ds, err := st.ClaimDeliveries(ctx, "test", []string{endpoint}, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.NoError(t, st.RecordDelivery(ctx, "test", ds[0], reconcile.DeliveryAttempt{StatusCode: 500, Took: 12 * time.Millisecond,
+		Error: "answered 500 Internal Server Error"}, reconcile.DeliveryDead, 0))
+
+	_, body = b.get("/admin/events")
+	require.Contains(t, body, "Changes the app has not received")
+	require.Contains(t, body, "1 given up")
+
+	_, body = b.get("/admin/deliveries")
+	require.Contains(t, body, "HTTP 500, 12ms, answered 500 Internal Server Error")
+	require.Contains(t, body, `id="retry-`+itoa(ds[0].ChangeID)+`"`)
+	resp, _ := b.do("POST", "/admin/deliveries/"+itoa(ds[0].ChangeID)+"/retry",
+		url.Values{"csrf": {b.csrf("/admin/deliveries")}, "endpoint": {endpoint}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	stats, err := st.DeliveryStats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.DeliveryStats{LastChangeID: ds[0].ChangeID, Pending: 1, OldestUndelivered: stats.OldestUndelivered}, stats)
+	_, body = b.get(resp.Header.Get("Location"))
+	require.Contains(t, body, "is queued again")
+	require.NotContains(t, body, `id="retry-`, "a pending delivery has no Retry button")
+
+	resp, _ = b.do("POST", "/admin/deliveries/"+itoa(ds[0].ChangeID)+"/retry",
+		url.Values{"endpoint": {endpoint}})
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "no CSRF token, no retry")
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
