@@ -34,7 +34,7 @@ or with STRIPE_API_KEY alone on the events feed (webhook-free; see
 docs/events-feed.md); Kinde with KINDE_DOMAIN, KINDE_CLIENT_ID and
 KINDE_CLIENT_SECRET; at least one must be. With STRIPE_API_KEY, one replica
 also lists Stripe's events every -events-poll as a second signal. Each
-secret also as *_FILE; see README.md.`)
+secret also as *_FILE; see docs/configuration.md.`)
 		fs.PrintDefaults()
 	}
 	var cfg config
