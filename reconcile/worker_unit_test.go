@@ -252,9 +252,12 @@ func batchOfTwo() *mock.Store {
 // batch are released at once.
 func TestWorkerStopHandsBackWithoutCountingAnAttempt(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex // jobs are handed back from their own goroutines
 	var released []int64
 	st := batchOfTwo() // its RetryFn is nil: a call would panic and fail the test
 	st.ReleaseFn = func(_ context.Context, _ string, js []reconcile.Job) error {
+		mu.Lock()
+		defer mu.Unlock()
 		for _, j := range js {
 			released = append(released, j.ID)
 		}
