@@ -39,8 +39,7 @@ type WorkerConfig struct {
 	// process, over all providers; default DefaultMaxInFlight. Below it
 	// each provider has as many as its Budget calls for (rate × latency,
 	// with headroom): this is a bound, not the throughput knob. Claimed
-	// jobs are at most the fetch slots and half as many spares, plus up
-	// to Concurrency applying their results.
+	// jobs are at most twice the fetch slots and their spares.
 	Concurrency int
 	// Batch is the least number of claimed jobs kept beyond the fetch
 	// slots (half as many as the slots when more); default DefaultBatch.
@@ -185,13 +184,15 @@ func (w *Worker) Run(ctx context.Context) {
 	for ctx.Err() == nil {
 		// Claim for the fetch slots, plus spares (half as many, at least
 		// Batch, and at least minSpare within the bound) so a slot that
-		// frees finds a job in hand. Jobs applying
-		// their fetch's result do not count (the database's time must not
-		// take a fetch's place), up to Concurrency of them: a database
-		// that hangs does not make the worker claim without end.
+		// frees finds a job in hand. Jobs applying their fetch's result
+		// do not count (the database's time must not take a fetch's
+		// place), up to as many again: more would only queue for the
+		// database's connections ahead of the next jobs' first query, and
+		// a database that hangs must not make the worker claim without
+		// end.
 		capacity := w.slots.capacity(w.names)
 		spare := max(w.cfg.Batch, capacity/2, min(minSpare, w.cfg.Concurrency))
-		want := min(capacity+spare-w.slots.inFlight()-int(unstarted.Load()), capacity+spare+w.cfg.Concurrency-held.len())
+		want := min(capacity+spare-w.slots.inFlight()-int(unstarted.Load()), 2*(capacity+spare)-held.len())
 		// Claim when half the spares are gone: one claim query for
 		// several jobs, and a slot that frees still finds one waiting.
 		if !idle && want > 0 && want >= (spare+1)/2 {
