@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store/internal/dburl"
 	"github.com/billsync/billsync/store/internal/storehook"
 )
 
@@ -68,6 +69,25 @@ type Options struct {
 	// every account change is queued for delivery to each. None: changes
 	// are only in the feed.
 	AppEndpoints []string
+}
+
+// DefaultServePoolSize is the connection pool serve opens when the
+// database URL does not set pool_max_conns. The driver's own default,
+// max(4, CPUs), is 4 on a small machine: at 100 reconciles a second each
+// applies in its own transaction (a commit waiting for its WAL flush), and
+// four connections then cap the drain below the provider's rate (measured
+// at 300 ms latency, 2 CPUs: 82% of 100 req/s with 4, 93% with 8; see
+// BENCHMARKS.md). 16 per replica leaves room for several replicas under
+// PostgreSQL's default max_connections of 100.
+const DefaultServePoolSize = 16
+
+// ServePoolSize is the pool size serve asks for on url: 0 (the URL's own
+// pool_max_conns) when the URL sets one, else DefaultServePoolSize.
+func ServePoolSize(url string) int32 {
+	if dburl.Has(url, "pool_max_conns") {
+		return 0
+	}
+	return DefaultServePoolSize
 }
 
 // Open connects to the PostgreSQL server at url and checks the connection.

@@ -20,3 +20,18 @@ func WithDatabase(base, db string) string {
 	// In keyword/value strings the last setting wins.
 	return base + " dbname=" + db
 }
+
+// Has reports whether the connection string s (a URL or a keyword/value
+// string) sets the parameter key.
+func Has(s, key string) bool {
+	if strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://") {
+		u, err := url.Parse(s)
+		return err == nil && u.Query().Has(key)
+	}
+	for _, f := range strings.Fields(s) {
+		if k, _, ok := strings.Cut(f, "="); ok && strings.TrimSpace(k) == key {
+			return true
+		}
+	}
+	return false
+}

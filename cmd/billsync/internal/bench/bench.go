@@ -60,7 +60,7 @@ type Config struct {
 	Latency   time.Duration
 	RateLimit float64
 	// PoolConns is the bench pools' size; 0 = what serve gets on the same
-	// URL (its pool_max_conns, else pgx's default: max(4, CPUs)).
+	// URL (its pool_max_conns, else store.DefaultServePoolSize).
 	PoolConns int
 	// Only, when set (intake, drain, sweep or heal), runs that part alone.
 	Only string
@@ -210,7 +210,7 @@ func Run(ctx context.Context, databaseURL string, cfg Config) (Report, error) {
 func withDatabase(ctx context.Context, databaseURL, name string, cfg Config, fn func(*store.Store) error) error {
 	// The pool serve would have, on the new database: the pool size
 	// changes both intake paths' latency under many senders.
-	st, drop, err := scratch.CreateDatabase(ctx, databaseURL, name, store.Options{MaxConns: int32(cfg.PoolConns)})
+	st, drop, err := scratch.CreateDatabase(ctx, databaseURL, name, store.Options{MaxConns: cmp.Or(int32(cfg.PoolConns), store.ServePoolSize(databaseURL))})
 	if err != nil {
 		return err
 	}
