@@ -10,7 +10,7 @@ func TestHas(t *testing.T) {
 		"host=/tmp dbname=x pool_max_conns=8":         true,
 		"host=/tmp dbname=pool_max_conns":             false,
 		"host=/tmp application_name=pool_max_conns=3": false,
-		"":                                            false,
+		"": false,
 	} {
 		if got := Has(s, "pool_max_conns"); got != want {
 			t.Errorf("Has(%q) = %v, want %v", s, got, want)
