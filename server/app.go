@@ -279,11 +279,11 @@ func parseUsage(body io.Reader, userRef, provider string) (reconcile.Debit, erro
 		err = errors.New("data after the object")
 	}
 	if err == nil {
-		err = exactNames(b, "idempotency_key", "amount")
+		err = exactNames(b, "idempotency_key", "amount", "feature")
 	}
 	switch {
 	case err != nil:
-		return reconcile.Debit{}, fmt.Errorf(`%w: body is not {"idempotency_key": "<1-255 bytes>", "amount": <whole number above 0>}: %s`, reconcile.ErrInvalid, err)
+		return reconcile.Debit{}, fmt.Errorf(`%w: body is not {"idempotency_key": "<1-255 bytes>", "amount": <whole number above 0>, "feature": "<a meter, optional>"}: %s`, reconcile.ErrInvalid, err)
 	case req.IdempotencyKey == nil || string(req.IdempotencyKey) == "null":
 		return reconcile.Debit{}, fmt.Errorf("%w: idempotency_key is missing", reconcile.ErrInvalid)
 	case req.Amount == nil:
