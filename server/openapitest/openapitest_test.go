@@ -27,6 +27,11 @@ func TestDocumentIsOpenAPI31(t *testing.T) {
 // here plays a server that drifted.
 func TestTransportCatchesDrift(t *testing.T) {
 	const user = `{"account_id":1,"provider":"stripe","customer_id":"cus_1","user_ref":"u1","plan":"pro","status":"active","period_start":null,"period_end":null,"balance":5}`
+	// A named-meters change (the optional meters and ledger.meter), of a
+	// new account (before null).
+	const state = `{"id":1,"provider":"stripe","customer_id":"cus_1","user_ref":"u1","email":"","plan":"pro","status":"active","subscription_id":"sub_1","period_start":"2026-11-03T00:00:00Z","period_end":"2026-12-03T00:00:00Z","cancel_at_period_end":false,"observed_at":"2026-11-03T00:00:00Z","balance":5,"meters":{"ai_credits":7}}`
+	const changes = `{"changes":[{"id":1,"type":"account.updated","version":1,"time":"2026-11-03T00:00:00Z","seq":1,"account_id":1,"provider":"stripe","user_ref":"u1","created":true,"changed":[],"before":null,"after":` + state +
+		`,"ledger":{"kind":"usage","key":"k","delta":-1,"plan":"pro","period_start":"2026-11-03T00:00:00Z","meter":"ai_credits"},"why":{"trigger":"usage","actor":"app","event_ids":[],"events":0}}],"next":"5-1"}`
 	for _, tc := range []struct {
 		name, method, path, body string
 		status                   int
@@ -38,6 +43,9 @@ func TestTransportCatchesDrift(t *testing.T) {
 		{"OKDebit", "POST", "/api/users/u1/usage", `{"idempotency_key":"k","amount":1}`, 409, `{"error":"short","balance":0,"amount":1}`, ""},
 		{"OKUnknownRoute404", "GET", "/admin/api/nope", "", 404, "404 page not found", ""},
 		{"OKBadBody400", "POST", "/api/users/u1/usage", `{"amount":0}`, 400, `{"error":"bad"}`, ""},
+		{"OKChangeWithMeters", "GET", "/api/changes?after=5-0", "", 200, changes, ""},
+		{"ErrChangeMeterNotANumber", "GET", "/api/changes", "", 200, strings.Replace(changes, `"ai_credits":7`, `"ai_credits":"7"`, 1), "answer not as documented"},
+		{"ErrChangeUndocumentedField", "GET", "/api/changes", "", 200, strings.Replace(changes, `"balance":5`, `"balance":5,"secret":1`, 1), "answer not as documented"},
 		{"ErrUndocumentedField", "GET", "/api/users/u1", "", 200, strings.TrimSuffix(user, "}") + `,"secret":1}`, "answer not as documented"},
 		{"ErrMissingField", "GET", "/api/users/u1", "", 200, `{"account_id":1}`, "answer not as documented"},
 		{"ErrWrongType", "GET", "/api/users/u1", "", 200, strings.Replace(user, `"balance":5`, `"balance":"5"`, 1), "answer not as documented"},
