@@ -436,3 +436,17 @@ func secret(getenv func(string) string, name string) (string, error) {
 	}
 	return v, nil
 }
+
+// requireStripeKey reads STRIPE_API_KEY (or _FILE) into c for a command
+// that cannot work without it; why, when set, says what it needs it for.
+func (c *config) requireStripeKey(getenv func(string) string, why string) error {
+	key, err := secret(getenv, "STRIPE_API_KEY")
+	if err == nil && key == "" {
+		err = fmt.Errorf("STRIPE_API_KEY is not set%s (or set STRIPE_API_KEY_FILE)", why)
+	}
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	c.StripeAPIKey = key
+	return nil
+}

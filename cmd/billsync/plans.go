@@ -69,14 +69,9 @@ STRIPE_API_KEY_FILE), STRIPE_API_URL and BILLSYNC_PLANS.`)
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	key, err := secret(os.Getenv, "STRIPE_API_KEY")
-	if err == nil && key == "" {
-		err = errors.New("STRIPE_API_KEY is not set: plans check lists the account's prices (or set STRIPE_API_KEY_FILE)")
+	if err := cfg.requireStripeKey(os.Getenv, ": plans check lists the account's prices"); err != nil {
+		return err
 	}
-	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
-	}
-	cfg.StripeAPIKey = key
 	plans, err := loadPlans(cfg.PlansPath)
 	if err != nil {
 		return err

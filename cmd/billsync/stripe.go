@@ -49,14 +49,9 @@ BILLSYNC_PLANS.`
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	key, err := secret(os.Getenv, "STRIPE_API_KEY")
-	if err == nil && key == "" {
-		err = errors.New("STRIPE_API_KEY is not set (or set STRIPE_API_KEY_FILE)")
+	if err := cfg.requireStripeKey(os.Getenv, ""); err != nil {
+		return err
 	}
-	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
-	}
-	cfg.StripeAPIKey = key
 	client, err := newStripeClient(cfg, logger, nil)
 	if err != nil {
 		return err
