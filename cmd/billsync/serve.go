@@ -60,7 +60,6 @@ secret also as *_FILE; see README.md.`)
 	}
 	metrics := server.NewMetrics(queueDepth(st), logger)
 	metrics.CollectSweeps(st.SweepStats, logger)
-	metrics.CollectFeeds(st.FeedStates, logger)
 	metrics.CollectAppChanges(st.DeliveryStats, logger)
 
 	// Workers stop with the server, whether by signal or by a listen error:
@@ -118,6 +117,10 @@ secret also as *_FILE; see README.md.`)
 		if err != nil {
 			return err
 		}
+		// Only while the feed runs: a feed turned off leaves its last
+		// state in the database, whose poll time would age into a false
+		// BillsyncEventsFeedStalled alert.
+		metrics.CollectFeeds(st.FeedStates, logger)
 		wg.Add(1)
 		go func() { defer wg.Done(); feed.Run(ctx) }()
 	}
