@@ -45,6 +45,10 @@ type UnmappedCount struct {
 type HealthSignal struct {
 	Name, Value, Hint string
 	Bad               bool
+	// Feed is the provider whose events feed the signal is about ("" for
+	// others): a feed turned off leaves its last state, which the console
+	// leaves out.
+	Feed string
 }
 
 // OverviewHours is how many hours the overview charts.
@@ -74,7 +78,7 @@ func HealthSignals(now time.Time, feeds []FeedState, app DeliveryStats) []Health
 		polled := now.Sub(f.PolledAt)
 		s := HealthSignal{Name: f.Provider + " events feed", Value: "no events seen",
 			Hint: fmt.Sprintf("last poll %s ago; %d caught (webhooks late or lost)", age(polled), f.Caught),
-			Bad:  polled > FeedStaleAfter}
+			Bad:  polled > FeedStaleAfter, Feed: f.Provider}
 		if f.NewestEventAt != nil {
 			s.Value = "lag " + age(now.Sub(*f.NewestEventAt))
 		}
@@ -83,7 +87,7 @@ func HealthSignals(now time.Time, feeds []FeedState, app DeliveryStats) []Health
 		}
 		out = append(out, s)
 		if f.EndpointEnabled != nil {
-			s := HealthSignal{Name: f.Provider + " webhook endpoint", Value: "enabled", Hint: f.EndpointID}
+			s := HealthSignal{Name: f.Provider + " webhook endpoint", Value: "enabled", Hint: f.EndpointID, Feed: f.Provider}
 			if !*f.EndpointEnabled {
 				s.Value, s.Bad = "disabled", true
 				s.Hint = f.EndpointID + " disabled by the provider: only the events feed signals changes; re-enable it"

@@ -69,6 +69,7 @@ secret also as *_FILE; see README.md.`)
 	defer cancel()
 	var wg sync.WaitGroup
 	var reconciler server.Reconciler // the admin API's resyncs take a worker's path
+	var feeds []string               // providers whose events feed runs here
 	var sweeps server.Sweeps         // nil without workers: the admin API answers 503
 	provs, err := newProviders(cfg, logger, metrics.ObserveProviderRequest)
 	if err != nil {
@@ -121,6 +122,7 @@ secret also as *_FILE; see README.md.`)
 		// state in the database, whose poll time would age into a false
 		// BillsyncEventsFeedStalled alert.
 		metrics.CollectFeeds(st.FeedStates, logger)
+		feeds = append(feeds, stripe.Provider)
 		wg.Add(1)
 		go func() { defer wg.Done(); feed.Run(ctx) }()
 	}
@@ -201,7 +203,8 @@ secret also as *_FILE; see README.md.`)
 		// request held open for as long as the database hangs.
 		StoreTimeout: cfg.IntakeTimeout,
 		Admin: server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler, Sweeps: sweeps, Changes: st,
-			ProviderLimits: map[string]float64{stripe.Provider: cfg.StripeRateLimit, kinde.Provider: cfg.KindeRateLimit}},
+			ProviderLimits: map[string]float64{stripe.Provider: cfg.StripeRateLimit, kinde.Provider: cfg.KindeRateLimit},
+			EventsFeeds:    feeds},
 		App: server.App{Token: cfg.AppToken, Store: st, Plans: plans, Feed: st, Committed: &committed},
 	})
 	// Workers finish the job in hand and release their leases; sweeps
