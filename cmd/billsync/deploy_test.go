@@ -347,8 +347,8 @@ func TestDeployNamesExistingMetrics(t *testing.T) {
 // scrapeServe runs `billsync serve` with its workers, a frequent sweep and
 // a frequent events feed against the fake Stripe (its webhook endpoint
 // registered), makes traffic that gives every vector metric a series (a
-// mapped and an unmapped price, a sweep, events the feed sees; the app
-// deliveries' gauges have series without any), and returns the names
+// mapped and an unmapped price, a sweep, events the feed sees, a change
+// delivered to an app endpoint), and returns the names
 // of the series /metrics serves (histograms' _bucket, _sum and _count).
 func scrapeServe(t *testing.T) map[string]bool {
 	t.Helper()
@@ -356,7 +356,9 @@ func scrapeServe(t *testing.T) map[string]bool {
 	addr := freeAddr(t)
 	secret := h.Stripe.Fake.AddWebhookEndpoint("http://" + addr + "/webhooks/stripe")
 	dataDir := filepath.Join(reachableDir(t), "data")
-	proc := startBillsync(t, dataDir, addr,
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(app.Close)
+	proc := startBillsync(t, dataDir, addr, "BILLSYNC_APP_WEBHOOK_URL="+app.URL, "BILLSYNC_APP_WEBHOOK_SECRET="+testAppSecret,
 		"BILLSYNC_TEST_ARGS=serve -workers 2 -events-poll 1s -addr "+addr+" -data-dir "+dataDir, "BILLSYNC_SWEEP_SCHEDULE=@every 1s",
 		"STRIPE_WEBHOOK_SECRET="+secret, "STRIPE_API_KEY="+stripemock.DefaultAPIKey, "STRIPE_API_URL="+h.URL)
 	ctx := context.Background()
@@ -372,7 +374,7 @@ func scrapeServe(t *testing.T) map[string]bool {
 		regexp.MustCompile(`(?m)^billsync_sweep_last_success_timestamp_seconds\{provider="stripe"\} `),
 		regexp.MustCompile(`(?m)^billsync_events_feed_lag_seconds\{provider="stripe"\} `),
 		regexp.MustCompile(`(?m)^billsync_stripe_webhook_endpoint_enabled\{endpoint="we_[^"]+",provider="stripe"\} 1`),
-		regexp.MustCompile(`(?m)^billsync_app_deliveries\{status="dead"\} 0`),
+		regexp.MustCompile(`(?m)^billsync_app_delivery_attempts_total\{code="204",result="delivered"\} [1-9]`),
 	}
 	var text string
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
@@ -381,7 +383,7 @@ func scrapeServe(t *testing.T) map[string]bool {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("serve never reconciled, met the unmapped price, swept and polled the events feed:\n%s\n/metrics:\n%s", proc.logs.String(), text)
+			t.Fatalf("serve never reconciled, met the unmapped price, swept, polled the events feed and delivered a change:\n%s\n/metrics:\n%s", proc.logs.String(), text)
 		}
 	}
 	stopBillsync(t, proc)
