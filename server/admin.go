@@ -58,6 +58,10 @@ type Admin struct {
 	// ProviderLimits are this process's provider request limits (requests
 	// per second, by provider), drawn on the overview's request charts.
 	ProviderLimits map[string]float64
+	// EventsFeeds are the providers whose events feed this process runs:
+	// the overview shows only their feeds' signals (a feed turned off
+	// leaves its last state in the database, its poll ageing).
+	EventsFeeds []string
 	// Changes shows what the app was told (the console's account changes,
 	// Deliveries page and oldest undelivered change); nil hides them.
 	Changes ChangeConsoleStore

@@ -72,6 +72,9 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request, session strin
 	if err != nil {
 		return err
 	}
+	o.Signals = slices.DeleteFunc(o.Signals, func(s reconcile.HealthSignal) bool {
+		return s.Feed != "" && !slices.Contains(c.s.admin.EventsFeeds, s.Feed)
+	})
 	d := overviewData{Overview: o}
 	for _, run := range o.Sweeps {
 		ref := run.StartedAt

@@ -6,10 +6,14 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/billsync/billsync/mocks/testenv"
+	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/server"
+	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
 )
 
@@ -70,4 +74,64 @@ func TestConsoleOverview(t *testing.T) {
 	require.Equal(t, 200, code)
 	require.Contains(t, body, `id="results"`)
 	require.Contains(t, body, `href="/admin/accounts/`+itoa(id)+`"`)
+}
+
+// TestConsoleOverviewSignals: the overview shows the events feed's lag and
+// last poll and the webhook endpoint's status while this process runs the
+// feed (a disabled endpoint, then a stopped feed, flagged bad), none of
+// them when the feed is off, and the app deliveries' oldest undelivered
+// change and dead count once a change was written.
+func TestConsoleOverviewSignals(t *testing.T) {
+	ctx := context.Background()
+	const endpoint = "http://app.test/hook"
+	st := storetest.OpenStore(t, storetest.URL(t), store.Options{AppEndpoints: []string{endpoint}})
+	newest := time.Now().Add(-5 * time.Minute)
+	require.NoError(t, st.SaveFeedPoll(ctx, "stripe", reconcile.FeedPoll{Cursor: newest, NewestEventAt: newest, Caught: 4,
+		EndpointChecked: true, EndpointID: "we_123", EndpointEnabled: false}))
+	overview := func(feeds ...string) string {
+		t.Helper()
+		srv := httptest.NewServer(server.New(server.Config{Inbox: st,
+			Admin: server.Admin{Token: adminToken, Store: st, Changes: st, EventsFeeds: feeds}}))
+		t.Cleanup(srv.Close)
+		b := (&adminEnv{t: t, st: st, url: srv.URL}).browser()
+		b.signIn(adminToken)
+		code, body := b.get("/admin/")
+		require.Equal(t, 200, code, body)
+		return body
+	}
+	tile := func(bad bool, name, value string) *regexp.Regexp {
+		class := "tile"
+		if bad {
+			class += " bad"
+		}
+		return regexp.MustCompile(`<div class="` + class + `">\s*<h2>` + regexp.QuoteMeta(name) + `</h2>\s*<p><span class="big">` + value + `</span></p>`)
+	}
+
+	body := overview("stripe")
+	require.Regexp(t, tile(false, "stripe events feed", `lag 5m\d+s`), body)
+	require.Contains(t, body, "4 caught (webhooks late or lost)")
+	require.Regexp(t, tile(true, "stripe webhook endpoint", "disabled"), body)
+	require.Contains(t, body, "we_123 disabled by the provider")
+	require.NotContains(t, body, "oldest undelivered change", "no change written yet")
+
+	storetest.AgeFeedPoll(t, st, "stripe", time.Hour)
+	body = overview("stripe")
+	require.Regexp(t, tile(true, "stripe events feed", `lag 5m\d+s`), body, "no poll for an hour")
+	require.Contains(t, body, "last poll 1h0m")
+	body = overview()
+	require.NotContains(t, body, "events feed", "the feed is off: its last state is no signal")
+	require.NotContains(t, body, "webhook endpoint")
+
+	app := &appEnv{t: t, st: st, plans: testenv.Plans()}
+	app.account("stripe", "cus_1", "u1", "price_pro")
+	body = overview()
+	require.Regexp(t, tile(false, "oldest undelivered change", `\d+s`), body)
+	require.Regexp(t, tile(false, "dead app deliveries", "0"), body)
+	ds, err := st.ClaimDeliveries(ctx, "test", []string{endpoint}, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.NoError(t, st.RecordDelivery(ctx, "test", ds[0], reconcile.DeliveryAttempt{StatusCode: 410}, reconcile.DeliveryDead, 0))
+	body = overview()
+	require.Regexp(t, tile(true, "dead app deliveries", "1"), body)
+	require.Regexp(t, tile(false, "oldest undelivered change", "none"), body)
 }

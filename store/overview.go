@@ -12,7 +12,8 @@ import (
 
 // Overview reads the console's first page: the queue, each provider's
 // newest sweep, the last 24 hours of deliveries and reconciles by hour,
-// and the unmapped prices met in them. The hourly counts scan one day of
+// the unmapped prices met in them, and the health signals of the events
+// feeds and the app deliveries. The hourly counts scan one day of
 // receipts and reconcile_log through their BRIN indexes (migration 012).
 func (s *Store) Overview(ctx context.Context) (reconcile.Overview, error) {
 	ctx, cancel := s.bound(ctx)
@@ -85,5 +86,14 @@ func (s *Store) Overview(ctx context.Context) (reconcile.Overview, error) {
 	if o.Sweeps, err = pgx.CollectRows(rows, scanSweepRecord); err != nil {
 		return o, fmt.Errorf("overview: sweeps: %w", classify(err))
 	}
+	feeds, err := s.FeedStates(ctx)
+	if err != nil {
+		return o, fmt.Errorf("overview: %w", err)
+	}
+	app, err := s.DeliveryStats(ctx)
+	if err != nil {
+		return o, fmt.Errorf("overview: %w", err)
+	}
+	o.Signals = reconcile.HealthSignals(o.Now, feeds, app)
 	return o, nil
 }

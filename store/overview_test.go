@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
 )
 
@@ -51,4 +53,60 @@ func TestOverview(t *testing.T) {
 	require.Len(t, o.Sweeps, 1)
 	require.Equal(t, run.ID, o.Sweeps[0].ID)
 	require.Equal(t, "running", o.Sweeps[0].Status)
+}
+
+// TestOverviewSignals: the overview shows the events feed and its webhook
+// endpoint once the feed has polled, the app deliveries once one exists,
+// each bad past its alert's threshold (a stopped feed, a disabled
+// endpoint, a change undelivered for too long, a dead delivery).
+func TestOverviewSignals(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.OpenStore(t, storetest.URL(t), store.Options{AppEndpoints: []string{"http://app/hook"}})
+	signals := func() map[string]reconcile.HealthSignal {
+		t.Helper()
+		o, err := st.Overview(ctx)
+		require.NoError(t, err)
+		out := map[string]reconcile.HealthSignal{}
+		for _, s := range o.Signals {
+			out[s.Name] = s
+		}
+		return out
+	}
+	require.Empty(t, signals(), "no feed has polled, no change was written")
+
+	newest := dbNow(t, st).Add(-3 * time.Minute)
+	require.NoError(t, st.SaveFeedPoll(ctx, "stripe", reconcile.FeedPoll{Cursor: newest, NewestEventAt: newest, Caught: 2,
+		EndpointChecked: true, EndpointID: "we_1", EndpointEnabled: false}))
+	s := signals()
+	require.Len(t, s, 2)
+	require.False(t, s["stripe events feed"].Bad, "polled just now")
+	require.Contains(t, s["stripe events feed"].Value, "lag 3m")
+	require.Contains(t, s["stripe events feed"].Hint, "2 caught")
+	require.Equal(t, "disabled", s["stripe webhook endpoint"].Value)
+	require.True(t, s["stripe webhook endpoint"].Bad)
+
+	storetest.AgeFeedPoll(t, st, "stripe", reconcile.FeedStaleAfter+time.Minute)
+	require.True(t, signals()["stripe events feed"].Bad, "no poll for 11 minutes")
+
+	grantedAccount(t, st, "cus_a", "ua", "price_pro") // writes a change, pending for the app
+	s = signals()
+	require.False(t, s["oldest undelivered change"].Bad)
+	require.Equal(t, "0", s["dead app deliveries"].Value)
+	require.False(t, s["dead app deliveries"].Bad)
+	storetest.AgeAppDeliveries(t, st, reconcile.UndeliveredTooOld+time.Minute)
+	s = signals()
+	require.True(t, s["oldest undelivered change"].Bad, "undelivered for 16 minutes")
+	require.Contains(t, s["oldest undelivered change"].Value, "16m")
+
+	ds, err := st.ClaimDeliveries(ctx, "r1", []string{"http://app/hook"}, 10, time.Minute)
+	require.NoError(t, err)
+	require.NotEmpty(t, ds)
+	for _, d := range ds {
+		require.NoError(t, st.RecordDelivery(ctx, "r1", d, reconcile.DeliveryAttempt{StatusCode: 410}, reconcile.DeliveryDead, 0))
+	}
+	s = signals()
+	require.Equal(t, strconv.Itoa(len(ds)), s["dead app deliveries"].Value)
+	require.True(t, s["dead app deliveries"].Bad)
+	require.Equal(t, "none", s["oldest undelivered change"].Value, "a dead delivery is no longer pending")
+	require.False(t, s["oldest undelivered change"].Bad)
 }

@@ -230,7 +230,8 @@ func TestWebhookFreeEndToEnd(t *testing.T) {
 
 // TestDisabledEndpointAlerts: with webhooks on, the feed reads the
 // endpoint's status on each poll; once Stripe disables it, an ALERT line
-// is logged and the metric reads 0.
+// is logged and the metric reads 0. With the feed turned off, no feed
+// metric is reported.
 func TestDisabledEndpointAlerts(t *testing.T) {
 	dbURL := storetest.URL(t)
 	h := testenv.ForTest(t, testenv.Stripe, testenv.Options{})
@@ -255,6 +256,17 @@ func TestDisabledEndpointAlerts(t *testing.T) {
 	require.True(t, h.Stripe.Fake.DisableWebhookEndpoint(id))
 	require.Eventually(t, func() bool { return strings.Contains(metric(), enabled+"0") }, time.Minute, 50*time.Millisecond)
 	require.Contains(t, p.logs.String(), "ALERT: the provider has disabled the webhook endpoint")
+	stopBillsync(t, p)
+
+	// The feed turned off: its last state stays in the database, but no
+	// process reports it, so neither its ageing poll nor the disabled
+	// endpoint (no longer read) raises an alert.
+	p = startBillsync(t, t.TempDir(), addr, feedEnv(dbURL, h.URL,
+		"STRIPE_WEBHOOK_SECRET=whsec_serve_test", "BILLSYNC_TEST_ARGS=serve -workers 0 -events-poll off -addr "+addr)...)
+	off := metric()
+	require.Contains(t, off, "billsync_app_deliveries", "a scrape")
+	require.NotContains(t, off, "billsync_events_feed_")
+	require.NotContains(t, off, "billsync_stripe_webhook_endpoint_enabled")
 	stopBillsync(t, p)
 }
 

@@ -60,7 +60,6 @@ secret also as *_FILE; see docs/configuration.md.`)
 	}
 	metrics := server.NewMetrics(queueDepth(st), logger)
 	metrics.CollectSweeps(st.SweepStats, logger)
-	metrics.CollectFeeds(st.FeedStates, logger)
 	metrics.CollectAppChanges(st.DeliveryStats, logger)
 
 	// Workers stop with the server, whether by signal or by a listen error:
@@ -70,6 +69,7 @@ secret also as *_FILE; see docs/configuration.md.`)
 	defer cancel()
 	var wg sync.WaitGroup
 	var reconciler server.Reconciler // the admin API's resyncs take a worker's path
+	var feeds []string               // providers whose events feed runs here
 	var sweeps server.Sweeps         // nil without workers: the admin API answers 503
 	provs, err := newProviders(cfg, logger, metrics.ObserveProviderRequest)
 	if err != nil {
@@ -118,6 +118,11 @@ secret also as *_FILE; see docs/configuration.md.`)
 		if err != nil {
 			return err
 		}
+		// Only while the feed runs: a feed turned off leaves its last
+		// state in the database, whose poll time would age into a false
+		// BillsyncEventsFeedStalled alert.
+		metrics.CollectFeeds(st.FeedStates, logger)
+		feeds = append(feeds, stripe.Provider)
 		wg.Add(1)
 		go func() { defer wg.Done(); feed.Run(ctx) }()
 	}
@@ -198,7 +203,8 @@ secret also as *_FILE; see docs/configuration.md.`)
 		// request held open for as long as the database hangs.
 		StoreTimeout: cfg.IntakeTimeout,
 		Admin: server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler, Sweeps: sweeps, Changes: st,
-			ProviderLimits: map[string]float64{stripe.Provider: cfg.StripeRateLimit, kinde.Provider: cfg.KindeRateLimit}},
+			ProviderLimits: map[string]float64{stripe.Provider: cfg.StripeRateLimit, kinde.Provider: cfg.KindeRateLimit},
+			EventsFeeds:    feeds},
 		App: server.App{Token: cfg.AppToken, Store: st, Plans: plans, Feed: st, Committed: &committed},
 	})
 	// Workers finish the job in hand and release their leases; sweeps

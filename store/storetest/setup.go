@@ -104,3 +104,18 @@ func AgeCustomer(t TB, st *store.Store, provider, customerID string, age time.Du
 		UPDATE reconcile_log SET created_at = now() - make_interval(secs => $3)
 		WHERE provider = $1 AND customer_id = $2`, provider, customerID, age.Seconds())
 }
+
+// AgeFeedPoll moves provider's last feed poll age into the past, as if
+// the feed had stopped then.
+func AgeFeedPoll(t TB, st *store.Store, provider string, age time.Duration) {
+	t.Helper()
+	change(t, st, 1, `UPDATE events_feed SET polled_at = now() - make_interval(secs => $2) WHERE provider = $1`,
+		provider, age.Seconds())
+}
+
+// AgeAppDeliveries moves every delivery to the app age into the past, as
+// if its change had been written then.
+func AgeAppDeliveries(t TB, st *store.Store, age time.Duration) {
+	t.Helper()
+	change(t, st, someRows, `UPDATE app_deliveries SET created_at = now() - make_interval(secs => $1)`, age.Seconds())
+}
