@@ -255,11 +255,12 @@ func TestBenchQuick(t *testing.T) {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	cfg.SweepCommand = []string{bin, "sweep"}
-	rep, err := Run(ctx, storetest.URL(t), cfg)
+	url := storetest.URL(t)
+	rep, err := Run(ctx, url, cfg)
 	require.NoError(t, err)
 
 	require.Empty(t, storetest.Databases(t, probe, "billsync_bench_"), "the bench drops its databases")
-	require.Equal(t, scratch.MaxConns(probe), rep.PoolConns, "the bench's pools are serve's size")
+	require.Equal(t, int(store.ServePoolSize(url)), rep.PoolConns, "the bench's pools are serve's size")
 	require.Len(t, rep.Intake, 2)
 	require.Equal(t, "intake throughput / ceiling, 4 senders", rep.Targets[0].Name)
 	require.Len(t, rep.Targets, 10)

@@ -81,7 +81,13 @@ func (d *drain) steady(ctx context.Context, cfg Config, workers int, name string
 			return
 		}
 		now := time.Now()
+		// The reconcile's database time, when it has one: a claimed job
+		// takes it before it waits for a fetch slot, and a delivery stored
+		// before it is answered by this reconcile (its queue row goes).
 		began := now.Add(-out.Took)
+		if t := out.After.ObservedAt; t.After(began) {
+			began = t
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		kept := pending[job.CustomerID][:0]
