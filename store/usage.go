@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -116,16 +117,7 @@ func (s *Store) Debit(ctx context.Context, d reconcile.Debit, decide func(reconc
 		if err != nil {
 			return fmt.Errorf("write debit %s: %w", res.Entry.Key, err)
 		}
-		if res.Entry.Meter != "" {
-			// A change's balance is the default meter's; named meters'
-			// debits are not announced yet (docs/app-changes.md).
-			return nil
-		}
-		return s.announce(ctx, tx, &reconcile.AccountState{Account: a, Balance: cur.Balance},
-			reconcile.AccountState{Account: a, Balance: res.Balance},
-			&reconcile.LedgerMove{Kind: reconcile.LedgerUsage, Key: res.Entry.Key, Delta: res.Entry.Delta,
-				Plan: res.Entry.Plan, PeriodStart: res.Entry.PeriodStart.UTC()},
-			reconcile.Why{Trigger: reconcile.TriggerUsage, Actor: "app"})
+		return s.announceDebit(ctx, tx, a, res.Entry)
 	})
 	switch {
 	case refused != nil:
@@ -136,6 +128,22 @@ func (s *Store) Debit(ctx context.Context, d reconcile.Debit, decide func(reconc
 		return reconcile.DebitResult{}, fmt.Errorf("debit user %q key %q: %w", d.UserRef, d.Key, classify(err))
 	}
 	return res, nil
+}
+
+// announceDebit announces the debit entry of account a that the caller's
+// transaction just wrote: its meter's balance moved, nothing else.
+func (s *Store) announceDebit(ctx context.Context, tx pgx.Tx, a reconcile.Account, e reconcile.LedgerEntry) error {
+	_, now, err := ledgerSums(ctx, tx, a.ID, time.Time{}, e.PeriodStart)
+	if err != nil {
+		return err
+	}
+	move := reconcile.LedgerMove{Meter: e.Meter, Kind: reconcile.LedgerUsage, Key: e.Key, Delta: e.Delta, Plan: e.Plan,
+		PeriodStart: e.PeriodStart}
+	after := now.state(a)
+	now.undo(move)
+	before := now.state(a)
+	return s.announce(ctx, tx, &before, after, []reconcile.LedgerMove{move},
+		reconcile.Why{Trigger: reconcile.TriggerUsage, Actor: "app"})
 }
 
 // debitState reads what a debit of account a's meter under key is decided
