@@ -279,7 +279,7 @@ func parseUsage(body io.Reader, userRef, provider string) (reconcile.Debit, erro
 		err = errors.New("data after the object")
 	}
 	if err == nil {
-		err = exactNames(b, "idempotency_key", "amount")
+		err = exactNames(b, "idempotency_key", "amount", "feature")
 	}
 	switch {
 	case err != nil:
