@@ -95,11 +95,12 @@ func ledgerSums(ctx context.Context, tx pgx.Tx, accountID int64, a, b time.Time)
 	return x, y, nil
 }
 
-// undo takes a ledger move the period holds back out of it: the sums as
-// they were before the move was written.
-func (p periodSums) undo(m reconcile.LedgerMove) {
+// add counts a ledger move n times into the period: 1 adds a move just
+// written, -1 takes one the period holds back out (the sums as they were
+// before it was written).
+func (p periodSums) add(m reconcile.LedgerMove, n int64) {
 	s := p[m.Meter]
-	p[m.Meter] = meterSum{sum: s.sum - m.Delta, rows: s.rows - 1}
+	p[m.Meter] = meterSum{sum: s.sum + n*m.Delta, rows: s.rows + n}
 }
 
 // state is account a as the app sees it with the period's balances: the
@@ -138,7 +139,7 @@ func (s *Store) announceApply(ctx context.Context, tx pgx.Tx, job reconcile.Job,
 			Plan: g.Plan, PeriodStart: g.PeriodStart}
 		moves = append(moves, m)
 		if g.PeriodStart.Equal(cur.PeriodStart) {
-			was.undo(m)
+			was.add(m, -1)
 		}
 	}
 	var before *reconcile.AccountState
