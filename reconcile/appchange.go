@@ -3,6 +3,7 @@ package reconcile
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,16 +26,20 @@ const (
 )
 
 // AccountState is an account as the app sees it: its fields and its
-// current period's balance.
+// current period's balances.
 type AccountState struct {
 	Account
-	Balance int64 `json:"balance"`
+	Balance int64 `json:"balance"` // the default meter's
+	// Meters are the named meters' balances (by meter key) in the current
+	// period: those with ledger rows in it; nil when none.
+	Meters map[string]int64 `json:"meters,omitempty"`
 }
 
 // LedgerMove is the ledger entry a change wrote: a grant or a debit, under
-// its idempotency key.
+// its idempotency key, on one meter.
 type LedgerMove struct {
-	Kind        string    `json:"kind"` // LedgerGrant or LedgerUsage
+	Meter       string    `json:"meter,omitempty"` // "" (absent): the default meter
+	Kind        string    `json:"kind"`            // LedgerGrant or LedgerUsage
 	Key         string    `json:"key"`
 	Delta       int64     `json:"delta"`
 	Plan        string    `json:"plan,omitempty"`
@@ -75,8 +80,14 @@ type AppChange struct {
 	Changed []string      `json:"changed"` // JSON names of the fields of After that differ from Before
 	Before  *AccountState `json:"before"`
 	After   AccountState  `json:"after"`
-	Ledger  *LedgerMove   `json:"ledger,omitempty"`
-	Why     Why           `json:"why"`
+	// Ledger is the default meter's move, as version 1 always had it:
+	// an app that knows only the default meter reads this one.
+	Ledger *LedgerMove `json:"ledger,omitempty"`
+	// LedgerMoves are every ledger row the change wrote, on any meter:
+	// the default meter's first, then the named ones by the order the
+	// grants were written.
+	LedgerMoves []LedgerMove `json:"ledger_moves,omitempty"`
+	Why         Why          `json:"why"`
 }
 
 // notAnnounced are the account fields whose change alone is not news to
@@ -85,15 +96,26 @@ type AppChange struct {
 var notAnnounced = map[string]bool{"id": true, "observed_at": true}
 
 // ChangeOf returns what the app is told when an account goes from before
-// to after (before nil: the account is new), and false when nothing the
-// app sees changed: a reconcile that changes nothing tells nothing. Every
-// field of AccountState counts, by its JSON name, so a field added to
-// Account is announced without a change here. Times are compared as
-// instants and told in UTC.
-func ChangeOf(before *AccountState, after AccountState, ledger *LedgerMove, why Why) (AppChange, bool) {
+// to after (before nil: the account is new) writing the ledger moves
+// (on any meter), and false when nothing the app sees changed: a
+// reconcile that changes nothing tells nothing. Every field of
+// AccountState counts, by its JSON name, so a field added to Account is
+// announced without a change here. Times are compared as instants and
+// told in UTC.
+func ChangeOf(before *AccountState, after AccountState, moves []LedgerMove, why Why) (AppChange, bool) {
 	after = utcState(after)
 	ch := AppChange{Type: AppChangeType, Version: AppChangeVersion, AccountID: after.ID, Provider: after.Provider,
-		UserRef: after.UserRef, Created: before == nil, After: after, Ledger: ledger, Why: why}
+		UserRef: after.UserRef, Created: before == nil, After: after, Why: why}
+	moves = slices.Clone(moves)
+	for i := range moves {
+		moves[i].PeriodStart = moves[i].PeriodStart.UTC()
+		if moves[i].Meter == "" && ch.Ledger == nil {
+			ch.Ledger = &moves[i]
+		}
+	}
+	if len(moves) > 0 {
+		ch.LedgerMoves = moves
+	}
 	if ch.Why.EventIDs == nil {
 		ch.Why.EventIDs = []string{}
 	}
@@ -155,8 +177,12 @@ func jsonName(f reflect.StructField) string {
 	return f.Name
 }
 
-// utcState returns s with every time field of its account in UTC.
+// utcState returns s with every time field of its account in UTC, and
+// no meters as nil (an empty map is not a change).
 func utcState(s AccountState) AccountState {
+	if len(s.Meters) == 0 {
+		s.Meters = nil
+	}
 	v := reflect.ValueOf(&s.Account).Elem()
 	for i := range v.NumField() {
 		if f := v.Field(i); f.Type() == timeType && f.CanSet() {

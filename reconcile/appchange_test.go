@@ -13,6 +13,9 @@ func TestChangeOf(t *testing.T) {
 	free := AccountState{Account: Account{ID: 7, Provider: "stripe", CustomerID: "cus_1", UserRef: "u1", Plan: "free",
 		Status: "active", PeriodStart: start, PeriodEnd: start.AddDate(0, 1, 0), ObservedAt: start}, Balance: 10}
 	with := func(f func(*AccountState)) AccountState { s := free; f(&s); return s }
+	metered := with(func(s *AccountState) { s.Meters = map[string]int64{"ai_credits": 1000} })
+	exportOn := Feature{Key: "export", Type: FeatureBoolean, Source: "plan:pro"}
+	exporting := with(func(s *AccountState) { s.Features = []Feature{exportOn} })
 	paris, err := time.LoadLocation("Europe/Paris")
 	require.NoError(t, err)
 
@@ -35,6 +38,12 @@ func TestChangeOf(t *testing.T) {
 			[]string{"status", "cancel_at_period_end"}, true},
 		{"Debit", &free, with(func(s *AccountState) { s.Balance = 6 }), []string{"balance"}, true},
 		{"Email", &free, with(func(s *AccountState) { s.Email = "a@b.c" }), []string{"email"}, true},
+		{"NoMetersEitherWay", &free, with(func(s *AccountState) { s.Meters = map[string]int64{} }), []string{}, false},
+		{"MeterDebit", &metered, with(func(s *AccountState) { s.Meters = map[string]int64{"ai_credits": 950} }),
+			[]string{"meters"}, true},
+		{"MeterGranted", &free, metered, []string{"meters"}, true},
+		{"FeatureGained", &free, with(func(s *AccountState) { s.Features = []Feature{exportOn} }), []string{"features"}, true},
+		{"FeatureLost", &exporting, free, []string{"features"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ch, told := ChangeOf(tc.before, tc.after, nil, Why{Trigger: "webhook"})
@@ -47,6 +56,36 @@ func TestChangeOf(t *testing.T) {
 			require.Equal(t, int64(7), ch.AccountID)
 		})
 	}
+}
+
+// TestChangeOfLedgerMoves: every move is listed with its meter; ledger
+// is the default meter's alone, as version 1 had it, and absent when only
+// a named meter moved.
+func TestChangeOfLedgerMoves(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 11, 3, 1, 0, 0, 0, time.FixedZone("x", 3600))
+	before := AccountState{Account: Account{ID: 7, Plan: "pro"}, Balance: 500, Meters: map[string]int64{"ai_credits": 1000}}
+	def := LedgerMove{Kind: LedgerGrant, Key: "grant:7", Delta: 500, Plan: "pro", PeriodStart: start}
+	named := LedgerMove{Meter: "ai_credits", Kind: LedgerUsage, Key: "usage.ai_credits:7:k", Delta: -50, PeriodStart: start}
+
+	after := before
+	after.Meters = map[string]int64{"ai_credits": 950}
+	ch, told := ChangeOf(&before, after, []LedgerMove{named}, Why{})
+	require.True(t, told)
+	require.Nil(t, ch.Ledger, "ledger is the default meter's only")
+	require.Equal(t, "ai_credits", ch.LedgerMoves[0].Meter)
+	require.Equal(t, time.UTC, ch.LedgerMoves[0].PeriodStart.Location())
+	require.Equal(t, start, named.PeriodStart, "the caller's moves are left as they were")
+
+	ch, _ = ChangeOf(nil, after, []LedgerMove{def, named}, Why{})
+	utc := func(m LedgerMove) LedgerMove { m.PeriodStart = m.PeriodStart.UTC(); return m }
+	require.Equal(t, []LedgerMove{utc(def), utc(named)}, ch.LedgerMoves)
+	require.Equal(t, def.Key, ch.Ledger.Key)
+	require.Same(t, &ch.LedgerMoves[0], ch.Ledger)
+
+	ch, _ = ChangeOf(nil, after, nil, Why{})
+	require.Nil(t, ch.Ledger)
+	require.Nil(t, ch.LedgerMoves, "absent when no row was written")
 }
 
 func TestParseChangeCursor(t *testing.T) {

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -21,7 +22,7 @@ func newFeatureAppEnv(t *testing.T) *appEnv {
 	e := &appEnv{t: t, st: storetest.NewStore(t), plans: testenv.FeaturePlans()}
 	srv := httptest.NewServer(server.New(server.Config{Inbox: e.st,
 		Admin: server.Admin{Token: adminToken, Store: e.st},
-		App:   server.App{Token: appToken, Store: e.st, Plans: e.plans}}))
+		App:   server.App{Token: appToken, Store: e.st, Plans: e.plans, Feed: e.st}}))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	return e
@@ -167,4 +168,39 @@ func TestConsoleShowsFeatures(t *testing.T) {
 	require.Contains(t, body, `<dd id="balance">500`)
 	require.Contains(t, body, `usage <code>ai_credits</code>`)
 	require.NotContains(t, body, "sso", "a feature nothing grants is not listed as the account's")
+}
+
+// TestFeedTellsMeterDebits: a debit of a named meter through the app API
+// is in the change feed (checked against the OpenAPI document): the
+// meter's balance before → after, its move naming the meter, no default
+// ledger move, the default balance unchanged.
+func TestFeedTellsMeterDebits(t *testing.T) {
+	e := newFeatureAppEnv(t)
+	e.account("stripe", "cus_1", "u1", "price_pro")
+	require.Equal(t, http.StatusOK, e.debitMeter("u1", "ai_credits", "k1", 50).code)
+
+	var changes []map[string]any
+	storetest.WaitFor(t, "two changes in the feed", func() bool {
+		a := e.do("GET", "/api/changes", appToken, "")
+		require.Equal(t, http.StatusOK, a.code, a.body)
+		var page struct {
+			Changes []map[string]any `json:"changes"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(a.body), &page))
+		changes = page.Changes
+		return len(changes) >= 2
+	})
+	require.Len(t, changes, 2)
+	debit := changes[1]
+	require.Equal(t, []any{"meters"}, debit["changed"])
+	before, after := debit["before"].(map[string]any), debit["after"].(map[string]any)
+	require.Equal(t, map[string]any{"ai_credits": 1000.0}, before["meters"])
+	require.Equal(t, map[string]any{"ai_credits": 950.0}, after["meters"])
+	require.Equal(t, 500.0, before["balance"])
+	require.Equal(t, 500.0, after["balance"])
+	require.NotContains(t, debit, "ledger", "the default meter did not move")
+	moves := debit["ledger_moves"].([]any)
+	require.Len(t, moves, 1)
+	require.Equal(t, "ai_credits", moves[0].(map[string]any)["meter"])
+	require.Equal(t, -50.0, moves[0].(map[string]any)["delta"])
 }

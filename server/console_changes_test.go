@@ -67,4 +67,25 @@ func TestConsoleShowsWhatTheAppWasTold(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, resp.StatusCode, "no CSRF token, no retry")
 }
 
+// TestConsoleShowsMeterChanges: a named meter's debit is on the account
+// page with the meter's balance before → after and its ledger key.
+func TestConsoleShowsMeterChanges(t *testing.T) {
+	st := storetest.NewStore(t)
+	srv := httptest.NewServer(server.New(server.Config{Inbox: st,
+		Admin: server.Admin{Token: adminToken, Store: st, Changes: st}}))
+	t.Cleanup(srv.Close)
+	app := &appEnv{t: t, st: st, plans: testenv.FeaturePlans()}
+	id := app.account("stripe", "cus_1", "u1", "price_pro")
+	_, err := st.Debit(context.Background(), reconcile.Debit{UserRef: "u1", Feature: "ai_credits", Key: "k", Amount: 50},
+		reconcile.DecideDebit)
+	require.NoError(t, err)
+	e := &adminEnv{t: t, st: st, url: srv.URL}
+	b := e.browser()
+	require.Equal(t, http.StatusSeeOther, b.signIn(adminToken).StatusCode)
+
+	_, body := b.get("/admin/accounts/" + itoa(id))
+	require.Regexp(t, `<td>meters</td>\s*<td>pro → pro</td>\s*<td class="num">500 → 500<br><code class="small">ai_credits</code> 1000 → 950</td>`+
+		`\s*<td>usage \(app\) <code class="small">usage.ai_credits:`+itoa(id)+`:k</code></td>`, body)
+}
+
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

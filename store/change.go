@@ -21,11 +21,11 @@ const ChangesChannel = "billsync_account_changes"
 // announce writes the app's change of an account in the caller's
 // transaction: the account_changes row (numbered in the account's
 // sequence, under the row lock the caller holds), one pending delivery
-// per app endpoint, and the NOTIFY. A change that changes nothing the app
-// sees writes nothing.
+// per app endpoint, and the NOTIFY. moves are the ledger rows it wrote,
+// on any meter. A change that changes nothing the app sees writes nothing.
 func (s *Store) announce(ctx context.Context, tx pgx.Tx, before *reconcile.AccountState, after reconcile.AccountState,
-	ledger *reconcile.LedgerMove, why reconcile.Why) error {
-	ch, ok := reconcile.ChangeOf(before, after, ledger, why)
+	moves []reconcile.LedgerMove, why reconcile.Why) error {
+	ch, ok := reconcile.ChangeOf(before, after, moves, why)
 	if !ok {
 		return nil
 	}
@@ -63,53 +63,92 @@ func (s *Store) announce(ctx context.Context, tx pgx.Tx, before *reconcile.Accou
 	return nil
 }
 
-// balances returns the account's ledger sums for two period starts (a
-// zero start sums to 0).
-func balances(ctx context.Context, tx pgx.Tx, accountID int64, a, b time.Time) (int64, int64, error) {
-	var x, y int64
-	err := tx.QueryRow(ctx, `
-		SELECT coalesce(sum(delta) FILTER (WHERE period_start = $2), 0),
-		       coalesce(sum(delta) FILTER (WHERE period_start = $3), 0)
-		FROM ledger WHERE account_id = $1 AND meter = ''`, accountID, nullTime(a), nullTime(b)).Scan(&x, &y)
+// meterSum is one meter's ledger in one period: the sum and the rows.
+type meterSum struct{ sum, rows int64 }
+
+// periodSums is a period's ledger by meter ("" the default).
+type periodSums map[string]meterSum
+
+// ledgerSums reads the account's ledger by meter for two period starts
+// (a zero start has none), in one query.
+func ledgerSums(ctx context.Context, tx pgx.Tx, accountID int64, a, b time.Time) (periodSums, periodSums, error) {
+	rows, _ := tx.Query(ctx, `
+		SELECT meter, period_start, sum(delta), count(*) FROM ledger
+		WHERE account_id = $1 AND period_start IN ($2, $3) GROUP BY meter, period_start`,
+		accountID, nullTime(a), nullTime(b))
+	x, y := periodSums{}, periodSums{}
+	var meter string
+	var start time.Time
+	var m meterSum
+	_, err := pgx.ForEachRow(rows, []any{&meter, &start, &m.sum, &m.rows}, func() error {
+		if start.Equal(a) {
+			x[meter] = m
+		}
+		if start.Equal(b) {
+			y[meter] = m
+		}
+		return nil
+	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("read balances: %w", err)
+		return nil, nil, fmt.Errorf("read balances: %w", err)
 	}
 	return x, y, nil
 }
 
+// add counts a ledger move n times into the period: 1 adds a move just
+// written, -1 takes one the period holds back out (the sums as they were
+// before it was written).
+func (p periodSums) add(m reconcile.LedgerMove, n int64) {
+	s := p[m.Meter]
+	p[m.Meter] = meterSum{sum: s.sum + n*m.Delta, rows: s.rows + n}
+}
+
+// state is account a as the app sees it with the period's balances: the
+// default meter's, and each named meter that has rows.
+func (p periodSums) state(a reconcile.Account) reconcile.AccountState {
+	st := reconcile.AccountState{Account: a, Balance: p[""].sum}
+	for meter, m := range p {
+		if meter == "" || m.rows <= 0 {
+			continue
+		}
+		if st.Meters == nil {
+			st.Meters = map[string]int64{}
+		}
+		st.Meters[meter] = m.sum
+	}
+	return st
+}
+
 // announceApply announces what a reconcile wrote: cur became next, and
-// the grant (when granted > 0) added granted to next's period. The
-// balances are read after the grant's write; the one before is what the
-// ledger held for cur's period without the grant.
+// each grant added added[i] (when above 0) to its meter in next's period:
+// one change with every move. The balances are read after the grants'
+// writes; those before are what the ledger held for cur's period without
+// them.
 func (s *Store) announceApply(ctx context.Context, tx pgx.Tx, job reconcile.Job, cur, next reconcile.Account,
 	grants []reconcile.Grant, added []int64, events []string, n int) error {
-	balBefore, balAfter, err := balances(ctx, tx, cur.ID, cur.PeriodStart, next.PeriodStart)
+	was, now, err := ledgerSums(ctx, tx, cur.ID, cur.PeriodStart, next.PeriodStart)
 	if err != nil {
 		return err
 	}
-	// The change's ledger move and balance are the default meter's (the
-	// plan's allowance); named meters' grants are not announced yet.
-	var g *reconcile.Grant
-	var granted int64
-	for i := range grants {
-		if grants[i].Meter == "" && i < len(added) {
-			g, granted = &grants[i], added[i]
+	var moves []reconcile.LedgerMove
+	for i, g := range grants {
+		if i >= len(added) || added[i] <= 0 {
+			continue
 		}
-	}
-	var move *reconcile.LedgerMove
-	if g != nil && granted > 0 {
-		move = &reconcile.LedgerMove{Kind: reconcile.LedgerGrant, Key: g.Key(cur.ID), Delta: granted, Plan: g.Plan,
-			PeriodStart: g.PeriodStart.UTC()}
+		m := reconcile.LedgerMove{Meter: g.Meter, Kind: reconcile.LedgerGrant, Key: g.Key(cur.ID), Delta: added[i],
+			Plan: g.Plan, PeriodStart: g.PeriodStart}
+		moves = append(moves, m)
 		if g.PeriodStart.Equal(cur.PeriodStart) {
-			balBefore -= granted
+			was.add(m, -1)
 		}
 	}
 	var before *reconcile.AccountState
 	if !cur.ObservedAt.IsZero() {
-		before = &reconcile.AccountState{Account: cur, Balance: balBefore}
+		st := was.state(cur)
+		before = &st
 	}
 	next.ID = cur.ID
-	return s.announce(ctx, tx, before, reconcile.AccountState{Account: next, Balance: balAfter}, move,
+	return s.announce(ctx, tx, before, now.state(next), moves,
 		reconcile.Why{Trigger: job.Trigger, Actor: reconcile.ActorOf(job), EventIDs: events, Events: n})
 }
 

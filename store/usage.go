@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -100,7 +101,7 @@ func (s *Store) Debit(ctx context.Context, d reconcile.Debit, decide func(reconc
 		if err != nil {
 			return err
 		}
-		cur, err := debitState(ctx, tx, a, d.LedgerKey(a.ID), d.Feature)
+		cur, sums, err := debitState(ctx, tx, a, d.LedgerKey(a.ID), d.Feature)
 		if err != nil {
 			return err
 		}
@@ -116,16 +117,7 @@ func (s *Store) Debit(ctx context.Context, d reconcile.Debit, decide func(reconc
 		if err != nil {
 			return fmt.Errorf("write debit %s: %w", res.Entry.Key, err)
 		}
-		if res.Entry.Meter != "" {
-			// A change's balance is the default meter's; named meters'
-			// debits are not announced yet (docs/app-changes.md).
-			return nil
-		}
-		return s.announce(ctx, tx, &reconcile.AccountState{Account: a, Balance: cur.Balance},
-			reconcile.AccountState{Account: a, Balance: res.Balance},
-			&reconcile.LedgerMove{Kind: reconcile.LedgerUsage, Key: res.Entry.Key, Delta: res.Entry.Delta,
-				Plan: res.Entry.Plan, PeriodStart: res.Entry.PeriodStart.UTC()},
-			reconcile.Why{Trigger: reconcile.TriggerUsage, Actor: "app"})
+		return s.announceDebit(ctx, tx, a, sums, res.Entry)
 	})
 	switch {
 	case refused != nil:
@@ -138,10 +130,22 @@ func (s *Store) Debit(ctx context.Context, d reconcile.Debit, decide func(reconc
 	return res, nil
 }
 
+// announceDebit announces the debit entry of account a that the caller's
+// transaction just wrote into the period whose sums were: its meter's
+// balance moved, nothing else.
+func (s *Store) announceDebit(ctx context.Context, tx pgx.Tx, a reconcile.Account, sums periodSums, e reconcile.LedgerEntry) error {
+	move := reconcile.LedgerMove{Meter: e.Meter, Kind: reconcile.LedgerUsage, Key: e.Key, Delta: e.Delta, Plan: e.Plan,
+		PeriodStart: e.PeriodStart}
+	before := sums.state(a)
+	sums.add(move, 1)
+	return s.announce(ctx, tx, &before, sums.state(a), []reconcile.LedgerMove{move},
+		reconcile.Why{Trigger: reconcile.TriggerUsage, Actor: "app"})
+}
+
 // debitState reads what a debit of account a's meter under key is decided
-// on; the caller holds a's row lock, so a repeat sees the first request's
-// commit.
-func debitState(ctx context.Context, tx pgx.Tx, a reconcile.Account, key, meter string) (reconcile.DebitState, error) {
+// on, and the current period's sums of every meter (for the change); the
+// caller holds a's row lock, so a repeat sees the first request's commit.
+func debitState(ctx context.Context, tx pgx.Tx, a reconcile.Account, key, meter string) (reconcile.DebitState, periodSums, error) {
 	cur := reconcile.DebitState{Account: a}
 	var prior reconcile.LedgerEntry
 	var balanceAfter *int64
@@ -156,10 +160,12 @@ func debitState(ctx context.Context, tx pgx.Tx, a reconcile.Account, key, meter 
 			cur.PriorBalance = *balanceAfter
 		}
 	case !errors.Is(err, pgx.ErrNoRows):
-		return cur, fmt.Errorf("read debit %s: %w", key, err)
+		return cur, nil, fmt.Errorf("read debit %s: %w", key, err)
 	}
-	if err := tx.QueryRow(ctx, periodBalance, a.ID, meter).Scan(&cur.Balance); err != nil {
-		return cur, fmt.Errorf("read balance: %w", err)
+	_, sums, err := ledgerSums(ctx, tx, a.ID, time.Time{}, a.PeriodStart)
+	if err != nil {
+		return cur, nil, err
 	}
-	return cur, nil
+	cur.Balance = sums[meter].sum
+	return cur, sums, nil
 }
