@@ -300,3 +300,49 @@ func TestPruneFinishedChanges(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, p.Changes)
 }
+
+// TestPruneKeepsARetriedChange: a console Retry of an old dead delivery,
+// committed while a prune's batch that chose its change waits on the
+// delivery's row lock, keeps the change: the batch reads the delivery
+// again (pending now) before it deletes. The retry is RetryDelivery's
+// update, held open in a transaction of the test's.
+func TestPruneKeepsARetriedChange(t *testing.T) {
+	ctx := context.Background()
+	ep := "http://app/hook"
+	st := storetest.OpenStore(t, storetest.URL(t), store.Options{AppEndpoints: []string{ep}})
+	grantedAccount(t, st, "cus_a", "ua", "price_pro")
+	ds, err := st.ClaimDeliveries(ctx, "r1", []string{ep}, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.NoError(t, st.RecordDelivery(ctx, "r1", ds[0], reconcile.DeliveryAttempt{StatusCode: 500}, reconcile.DeliveryDead, 0))
+	_, err = st.Pool().Exec(ctx, `UPDATE account_changes SET created_at = now() - interval '100 days'`)
+	require.NoError(t, err)
+
+	retry, err := st.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer retry.Rollback(ctx) //nolint:errcheck // committed below
+	tag, err := retry.Exec(ctx, `UPDATE app_deliveries SET status = 'pending', due_at = now(), finished_at = NULL
+		WHERE change_id = $1 AND endpoint = $2 AND status = 'dead'`, ds[0].ChangeID, ep)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+
+	type result struct {
+		p   reconcile.Pruned
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		p, err := st.Prune(ctx, reconcile.Retention{OlderThan: retention})
+		done <- result{p, err}
+	}()
+	storetest.WaitFor(t, "the prune waiting on the delivery's row lock", func() bool {
+		return count(t, st, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%app_deliveries%'`) > 0
+	})
+	require.NoError(t, retry.Commit(ctx))
+	r := <-done
+	require.NoError(t, r.err)
+	require.Zero(t, r.p.Changes)
+	require.Equal(t, 1, count(t, st, `SELECT count(*) FROM account_changes`))
+	require.Equal(t, 1, count(t, st, `SELECT count(*) FROM app_deliveries WHERE status = 'pending'`))
+}
