@@ -10,7 +10,8 @@ import (
 // or ignored) is evidence for support staff and the key that makes a
 // provider's retry a copy; once no provider can still send a copy, its
 // row, payload and receipts may go. Pending and dead work, accounts and
-// the ledger are never pruned.
+// the ledger are never pruned. The app's changes (the outbox) go once
+// older than the retention and every delivery of theirs is finished.
 
 // MinRetention is the shortest age at which a handled event may be
 // forgotten: Stripe retries a delivery for up to 3 days, and billsync
@@ -27,9 +28,9 @@ const DefaultPruneBatch = 1000
 
 // Retention says what a prune deletes.
 type Retention struct {
-	// OlderThan: handled events last seen, their receipts, and reconcile
-	// log rows written longer ago than this are deleted (at least
-	// MinRetention).
+	// OlderThan: handled events last seen, their receipts, reconcile
+	// log rows and the app's finished changes written longer ago than
+	// this are deleted (at least MinRetention).
 	OlderThan time.Duration
 	// Batch bounds the rows one statement deletes (default
 	// DefaultPruneBatch).
@@ -55,6 +56,7 @@ type Pruned struct {
 	Events     int64 // handled events (their payloads with them)
 	LogRows    int64 // reconcile_log rows
 	Sessions   int64 // expired console sessions
+	Changes    int64 // the app's changes, every delivery finished (their deliveries with them)
 	Batches    int   // statements run
 	Cutoff     time.Time
 	MaxInBatch int64 // the most rows one statement deleted (at most Batch)

@@ -144,9 +144,20 @@ type feedQuery struct {
 	wait  time.Duration
 }
 
-func parseFeedQuery(q url.Values) (feedQuery, error) {
+// parseFeedQuery parses the raw query: one that is not URL-encoded, or
+// names a parameter twice, is refused rather than read in part (Go's
+// URL.Query drops what it cannot decode).
+func parseFeedQuery(raw string) (feedQuery, error) {
 	f := feedQuery{limit: DefaultFeedLimit}
-	var err error
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return f, fmt.Errorf("%w: the query is not URL-encoded: %v", reconcile.ErrInvalid, err)
+	}
+	for _, name := range []string{"after", "limit", "wait"} {
+		if len(q[name]) > 1 {
+			return f, fmt.Errorf("%w: %s is given %d times; give it once", reconcile.ErrInvalid, name, len(q[name]))
+		}
+	}
 	if f.after, err = reconcile.ParseChangeCursor(q.Get("after")); err != nil {
 		return f, err
 	}
@@ -175,7 +186,7 @@ type feedAnswer struct {
 }
 
 func (a App) serveChanges(w http.ResponseWriter, r *http.Request) error {
-	f, err := parseFeedQuery(r.URL.Query())
+	f, err := parseFeedQuery(r.URL.RawQuery)
 	if err != nil {
 		return err
 	}

@@ -1,11 +1,16 @@
 package server_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store/storetest"
 )
 
 type feedPage struct {
@@ -84,9 +89,36 @@ func TestFeedLongPollWakes(t *testing.T) {
 	require.Equal(t, []string{"balance"}, q.Changes[0].Changed)
 }
 
+// TestFeedAfterPrune: once a prune took a user's old changes, an app
+// whose cursor points into them pages on from the oldest change left.
+func TestFeedAfterPrune(t *testing.T) {
+	e := newAppEnv(t, appToken)
+	e.account("stripe", "cus_old", "u_old", "price_pro")
+	require.Equal(t, http.StatusOK, e.debit("u_old", "k1", 5).code)
+	p, a := e.feed("?limit=1&wait=30s")
+	require.Equal(t, http.StatusOK, a.code, a.body)
+	require.Len(t, p.Changes, 1)
+	cursor := p.Next
+	id := e.account("stripe", "cus_new", "u_new", "price_pro")
+	storetest.AgeAccountChanges(t, e.st, "stripe", "cus_old", 100*24*time.Hour)
+	pruned, err := e.st.Prune(context.Background(), reconcile.Retention{OlderThan: 90 * 24 * time.Hour})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, pruned.Changes, "u_old's two changes")
+
+	for _, after := range []string{cursor, ""} {
+		p, a = e.feed("?wait=30s&after=" + after)
+		require.Equal(t, http.StatusOK, a.code, a.body)
+		require.Len(t, p.Changes, 1, "after %q", after)
+		require.Equal(t, id, p.Changes[0].AccountID)
+		q, _ := e.feed("?after=" + p.Next)
+		require.Empty(t, q.Changes)
+	}
+}
+
 func TestFeedBadQuery(t *testing.T) {
 	e := newAppEnv(t, appToken)
-	for _, q := range []string{"?after=12", "?after=x-1", "?limit=0", "?limit=1001", "?limit=ten", "?wait=2m", "?wait=-1s", "?wait=soon"} {
+	for _, q := range []string{"?after=12", "?after=x-1", "?limit=0", "?limit=1001", "?limit=ten", "?wait=2m", "?wait=-1s", "?wait=soon",
+		"?after=%zz", "?limit=1&limit=2", "?after=1-2;limit=5"} {
 		_, a := e.feed(q)
 		require.Equal(t, http.StatusBadRequest, a.code, q)
 		require.NotEmpty(t, a.json(t)["error"], q)

@@ -24,7 +24,7 @@ import (
 // included), through the store's own writes with recorded Stripe payloads
 // (4.6 and 5.9 KB): per account, a customer.subscription.updated and an
 // invoice.paid event, a third of the deliveries sent twice, one reconcile
-// (account, grant, log row). Then everything is aged past the retention and
+// (account, grant, log row, the app's change). Then everything is aged past the retention and
 // pruned: only accounts and the ledger remain. docs/capacity.md quotes its
 // figures; BILLSYNC_FOOTPRINT_ACCOUNTS sets the scale (default 1000):
 //
@@ -88,6 +88,8 @@ func TestStorageFootprint(t *testing.T) {
 	require.EqualValues(t, accounts, logRows)
 	require.EqualValues(t, accounts, rows("accounts"))
 	require.EqualValues(t, accounts, ledger, "one grant each")
+	changes := rows("account_changes")
+	require.EqualValues(t, accounts, changes, "one change each: the account's creation")
 
 	perDelivery := float64(sizes["inbox_events"]+sizes["receipts"]) / float64(deliveries)
 	perEvent := float64(sizes["inbox_events"]) / float64(events)
@@ -95,6 +97,7 @@ func TestStorageFootprint(t *testing.T) {
 	perReconcile := float64(sizes["reconcile_log"]) / float64(logRows)
 	perAccount := float64(sizes["accounts"]) / float64(accounts)
 	perLedgerRow := float64(sizes["ledger"]) / float64(ledger)
+	perChange := float64(sizes["account_changes"]) / float64(changes)
 	var report strings.Builder
 	w := tabwriter.NewWriter(&report, 0, 8, 2, ' ', 0)
 	fmt.Fprintf(w, "%d accounts, %d deliveries of %d events\t\n", accounts, deliveries, events)
@@ -104,6 +107,7 @@ func TestStorageFootprint(t *testing.T) {
 	fmt.Fprintf(w, "per reconcile (reconcile_log row, before/after)\t%.0f B\n", perReconcile)
 	fmt.Fprintf(w, "per account row\t%.0f B\n", perAccount)
 	fmt.Fprintf(w, "per ledger row (a grant or a debit)\t%.0f B\n", perLedgerRow)
+	fmt.Fprintf(w, "per app change (account_changes row, before/after)\t%.0f B\n", perChange)
 	require.NoError(t, w.Flush())
 	t.Log("\n" + report.String())
 	// An event row holds a payload of kilobytes (compressed in TOAST); a
@@ -117,6 +121,7 @@ func TestStorageFootprint(t *testing.T) {
 		`UPDATE inbox_events SET received_at = received_at - interval '100 days', last_seen_at = last_seen_at - interval '100 days'`,
 		`UPDATE receipts SET received_at = received_at - interval '100 days'`,
 		`UPDATE reconcile_log SET created_at = created_at - interval '100 days'`,
+		`UPDATE account_changes SET created_at = created_at - interval '100 days'`,
 	} {
 		_, err := st.Pool().Exec(ctx, sql)
 		require.NoError(t, err)
@@ -126,7 +131,8 @@ func TestStorageFootprint(t *testing.T) {
 	require.Equal(t, events, p.Events)
 	require.Equal(t, receipts, p.Receipts)
 	require.Equal(t, logRows, p.LogRows)
-	require.Zero(t, rows("inbox_events")+rows("receipts")+rows("reconcile_log"))
+	require.Equal(t, changes, p.Changes, "no endpoint: each change is finished")
+	require.Zero(t, rows("inbox_events")+rows("receipts")+rows("reconcile_log")+rows("account_changes"))
 	require.EqualValues(t, accounts, rows("accounts"))
 	require.Equal(t, ledger, rows("ledger"))
 }

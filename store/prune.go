@@ -46,6 +46,26 @@ const (
 			SELECT id FROM reconcile_log WHERE created_at < $1
 			ORDER BY id LIMIT $2
 			FOR UPDATE SKIP LOCKED)`
+	// The app's changes older than the cutoff whose every delivery is
+	// finished (delivered or dead; a change with none is finished too),
+	// with their deliveries and attempts (by cascade). The deliveries are
+	// locked and read again before the delete: a console Retry that made
+	// one pending after this statement's snapshot is then seen (a locked
+	// row is read as committed), and its change kept; a Retry after the
+	// lock waits, then finds no delivery (404).
+	pruneChangesSQL = `
+		WITH c AS (
+			SELECT c.id FROM account_changes c
+			WHERE c.created_at < $1
+			  AND NOT EXISTS (SELECT 1 FROM app_deliveries d WHERE d.change_id = c.id AND d.status = 'pending')
+			ORDER BY c.id LIMIT $2
+			FOR UPDATE SKIP LOCKED),
+		d AS (
+			SELECT d.change_id, d.status FROM app_deliveries d
+			WHERE d.change_id IN (SELECT id FROM c)
+			FOR UPDATE)
+		DELETE FROM account_changes WHERE id IN (SELECT id FROM c)
+		  AND id NOT IN (SELECT change_id FROM d WHERE status = 'pending')`
 	pruneSessionsSQL = `
 		DELETE FROM console_sessions WHERE session_hash IN (
 			SELECT session_hash FROM console_sessions WHERE expires_at < $1
@@ -59,8 +79,8 @@ const pruneLockTimeout = "2s"
 
 // Prune deletes what r allows, in batches of r.Batch rows, each its own
 // transaction; see reconcile.Retention. It never touches pending or dead
-// events (nor their receipts), the queue, accounts, the ledger or sweep
-// runs. One prune runs at a time across replicas (an advisory lock);
+// events (nor their receipts), a change with a pending delivery, the
+// queue, accounts, the ledger or sweep runs. One prune runs at a time across replicas (an advisory lock);
 // another gets reconcile.ErrPruneRunning. Cancelled, it returns what it
 // deleted so far with the error.
 func (s *Store) Prune(ctx context.Context, r reconcile.Retention) (reconcile.Pruned, error) {
@@ -105,7 +125,7 @@ func (s *Store) Prune(ctx context.Context, r reconcile.Retention) (reconcile.Pru
 		before time.Time
 		n      *int64
 	}{{pruneReceiptsSQL, p.Cutoff, &p.Receipts}, {pruneEventsSQL, p.Cutoff, &p.Events}, {pruneLogSQL, p.Cutoff, &p.LogRows},
-		{pruneSessionsSQL, now, &p.Sessions}}
+		{pruneChangesSQL, p.Cutoff, &p.Changes}, {pruneSessionsSQL, now, &p.Sessions}}
 	for _, step := range steps {
 		for {
 			n, err := s.pruneBatch(ctx, conn, step.sql, step.before, batch)

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -161,8 +162,8 @@ func TestPruneInBoundedBatches(t *testing.T) {
 	require.EqualValues(t, 5, p.LogRows)
 	require.EqualValues(t, 2, p.MaxInBatch)
 	// Three batches each for receipts, events and log rows (2, 2, 1), one
-	// for sessions.
-	require.Equal(t, 3+3+3+1, p.Batches)
+	// for the app's changes (today's) and one for sessions.
+	require.Equal(t, 3+3+3+1+1, p.Batches)
 	require.Empty(t, storetest.Events(t, st))
 }
 
@@ -228,4 +229,120 @@ func TestPruneOneAtATime(t *testing.T) {
 	p, err := st.Prune(ctx, reconcile.Retention{OlderThan: retention})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, p.Events)
+}
+
+// TestPruneFinishedChanges: a prune deletes the app's changes older than
+// the cutoff whose every delivery is finished (delivered or dead), with
+// their deliveries and attempts; it keeps one with a pending delivery
+// however old, and recent ones whatever their deliveries. A reader whose
+// cursor is older than every change left pages on from the oldest left.
+func TestPruneFinishedChanges(t *testing.T) {
+	ctx := context.Background()
+	ep := "http://app/hook"
+	st := storetest.OpenStore(t, storetest.URL(t), store.Options{AppEndpoints: []string{ep}})
+	ids := map[string]int64{}
+	for _, c := range []string{"a", "b", "c", "d"} {
+		ids[c] = grantedAccount(t, st, "cus_"+c, "u"+c, "price_pro")
+	}
+	_, err := st.Debit(ctx, reconcile.Debit{UserRef: "ud", Key: "k1", Amount: 1}, reconcile.DecideDebit)
+	require.NoError(t, err)
+	before := allChanges(t, st, 5) // a1 b1 c1 d1 d2
+
+	// Each account's first change is sent once: a's and d's delivered,
+	// b's dead, c's to be retried.
+	ds, err := st.ClaimDeliveries(ctx, "r1", []string{ep}, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, ds, 4)
+	status := map[int64]string{ids["a"]: reconcile.DeliveryDelivered, ids["b"]: reconcile.DeliveryDead,
+		ids["c"]: reconcile.DeliveryPending, ids["d"]: reconcile.DeliveryDelivered}
+	for _, d := range ds {
+		require.NoError(t, st.RecordDelivery(ctx, "r1", d, reconcile.DeliveryAttempt{StatusCode: 500}, status[d.AccountID], time.Hour))
+	}
+	// a's, b's and c's first changes are 100 days old; d's and its debit's
+	// are today's (d's debit still pending).
+	_, err = st.Pool().Exec(ctx, `UPDATE account_changes SET created_at = now() - interval '100 days'
+		WHERE seq = 1 AND account_id = ANY($1)`, []int64{ids["a"], ids["b"], ids["c"]})
+	require.NoError(t, err)
+
+	p, err := st.Prune(ctx, reconcile.Retention{OlderThan: retention, Batch: 1})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, p.Changes, "a's delivered and b's dead change")
+	require.LessOrEqual(t, p.MaxInBatch, int64(1))
+	left, err := st.Changes(ctx, reconcile.ChangeCursor{}, 100)
+	require.NoError(t, err)
+	var kept []string
+	for _, c := range left {
+		kept = append(kept, fmt.Sprintf("%d/%d", c.AccountID, c.Seq))
+	}
+	require.Equal(t, []string{fmt.Sprintf("%d/1", ids["c"]), fmt.Sprintf("%d/1", ids["d"]), fmt.Sprintf("%d/2", ids["d"])}, kept,
+		"c's pending change however old; d's recent ones")
+	gone := []int64{before[0].Cursor.ID, before[1].Cursor.ID}
+	for _, table := range []string{"app_deliveries", "app_delivery_attempts"} {
+		var n int
+		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE change_id = ANY($1)`, gone).Scan(&n))
+		require.Zero(t, n, "%s of the pruned changes", table)
+	}
+	require.Equal(t, 3, count(t, st, `SELECT count(*) FROM app_deliveries`))
+	require.Equal(t, 2, count(t, st, `SELECT count(*) FROM app_delivery_attempts`), "c's and d's attempts")
+
+	// From a's pruned change's cursor the feed pages on, one at a time,
+	// from the oldest change left, each once.
+	got, _ := readAll(t, st, before[0].Cursor)
+	require.Len(t, got, 3)
+	for i, c := range got {
+		require.Equal(t, left[i].Cursor, c.Cursor)
+	}
+
+	// c's change goes once its delivery is finished.
+	_, err = st.Pool().Exec(ctx, `UPDATE app_deliveries SET status = 'dead' WHERE change_id = $1`, left[0].Cursor.ID)
+	require.NoError(t, err)
+	p, err = st.Prune(ctx, reconcile.Retention{OlderThan: retention})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, p.Changes)
+}
+
+// TestPruneKeepsARetriedChange: a console Retry of an old dead delivery,
+// committed while a prune's batch that chose its change waits on the
+// delivery's row lock, keeps the change: the batch reads the delivery
+// again (pending now) before it deletes. The retry is RetryDelivery's
+// update, held open in a transaction of the test's.
+func TestPruneKeepsARetriedChange(t *testing.T) {
+	ctx := context.Background()
+	ep := "http://app/hook"
+	st := storetest.OpenStore(t, storetest.URL(t), store.Options{AppEndpoints: []string{ep}})
+	grantedAccount(t, st, "cus_a", "ua", "price_pro")
+	ds, err := st.ClaimDeliveries(ctx, "r1", []string{ep}, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.NoError(t, st.RecordDelivery(ctx, "r1", ds[0], reconcile.DeliveryAttempt{StatusCode: 500}, reconcile.DeliveryDead, 0))
+	_, err = st.Pool().Exec(ctx, `UPDATE account_changes SET created_at = now() - interval '100 days'`)
+	require.NoError(t, err)
+
+	retry, err := st.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer retry.Rollback(ctx) //nolint:errcheck // committed below
+	tag, err := retry.Exec(ctx, `UPDATE app_deliveries SET status = 'pending', due_at = now(), finished_at = NULL
+		WHERE change_id = $1 AND endpoint = $2 AND status = 'dead'`, ds[0].ChangeID, ep)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+
+	type result struct {
+		p   reconcile.Pruned
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		p, err := st.Prune(ctx, reconcile.Retention{OlderThan: retention})
+		done <- result{p, err}
+	}()
+	storetest.WaitFor(t, "the prune waiting on the delivery's row lock", func() bool {
+		return count(t, st, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%app_deliveries%'`) > 0
+	})
+	require.NoError(t, retry.Commit(ctx))
+	r := <-done
+	require.NoError(t, r.err)
+	require.Zero(t, r.p.Changes)
+	require.Equal(t, 1, count(t, st, `SELECT count(*) FROM account_changes`))
+	require.Equal(t, 1, count(t, st, `SELECT count(*) FROM app_deliveries WHERE status = 'pending'`))
 }

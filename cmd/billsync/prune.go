@@ -116,8 +116,8 @@ time across replicas. See docs/retention.md.
 }
 
 func printPruned(w io.Writer, p reconcile.Pruned) {
-	fmt.Fprintf(w, "pruned before %s: %d events, %d receipts, %d reconcile log rows, %d expired sessions (%d batches, at most %d rows each)\n",
-		p.Cutoff.UTC().Format(time.RFC3339), p.Events, p.Receipts, p.LogRows, p.Sessions, p.Batches, p.MaxInBatch)
+	fmt.Fprintf(w, "pruned before %s: %d events, %d receipts, %d reconcile log rows, %d app changes, %d expired sessions (%d batches, at most %d rows each)\n",
+		p.Cutoff.UTC().Format(time.RFC3339), p.Events, p.Receipts, p.LogRows, p.Changes, p.Sessions, p.Batches, p.MaxInBatch)
 }
 
 func printSizes(ctx context.Context, w io.Writer, st *store.Store) error {
@@ -166,7 +166,7 @@ func schedulePrunes(ctx context.Context, sched cron.Schedule, st *store.Store, r
 			logger.Error("scheduled prune failed", "events", p.Events, "receipts", p.Receipts, "log_rows", p.LogRows, slog.Any("error", err))
 		default:
 			logger.Info("pruned", "before", p.Cutoff, "events", p.Events, "receipts", p.Receipts, "log_rows", p.LogRows,
-				"sessions", p.Sessions, "batches", p.Batches)
+				"changes", p.Changes, "sessions", p.Sessions, "batches", p.Batches)
 		}
 	}))
 	c.Start()

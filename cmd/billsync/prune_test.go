@@ -23,6 +23,7 @@ func TestPruneCommand(t *testing.T) {
 	recent := e.customer("u_new", "new@example.com", "price_pro")
 	e.drain(e.sh.Stripe.Client)
 	storetest.AgeCustomer(t, e.st, "stripe", old, 100*24*time.Hour)
+	storetest.AgeAccountChanges(t, e.st, "stripe", old, 100*24*time.Hour)
 	before := e.state(old)
 
 	out, err := e.billsync("prune", "--older-than", "2d")
@@ -32,7 +33,7 @@ func TestPruneCommand(t *testing.T) {
 
 	out, err = e.billsync("prune", "--older-than", "90d", "-batch", "1", "-sizes")
 	require.NoError(t, err, out)
-	require.Regexp(t, `pruned before \S+: [1-9]\d* events, [1-9]\d* receipts, 1 reconcile log rows, 0 expired sessions \(\d+ batches, at most 1 rows each\)`, out)
+	require.Regexp(t, `pruned before \S+: [1-9]\d* events, [1-9]\d* receipts, 1 reconcile log rows, [1-9]\d* app changes, 0 expired sessions \(\d+ batches, at most 1 rows each\)`, out)
 	require.Regexp(t, `(?m)^\s+inbox_events\s+\d+\s+\d+\s+\S+\s*$`, out)
 	require.Empty(t, storetest.CustomerEvents(t, e.st, "stripe", old))
 	require.NotEmpty(t, storetest.CustomerEvents(t, e.st, "stripe", recent))

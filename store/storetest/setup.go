@@ -119,3 +119,12 @@ func AgeAppDeliveries(t TB, st *store.Store, age time.Duration) {
 	t.Helper()
 	change(t, st, someRows, `UPDATE app_deliveries SET created_at = now() - make_interval(secs => $1)`, age.Seconds())
 }
+
+// AgeAccountChanges moves the changes of provider's customer's account
+// into the past, as if written then.
+func AgeAccountChanges(t TB, st *store.Store, provider, customerID string, age time.Duration) {
+	t.Helper()
+	change(t, st, someRows, `
+		UPDATE account_changes c SET created_at = now() - make_interval(secs => $3)
+		FROM accounts a WHERE a.id = c.account_id AND a.provider = $1 AND a.customer_id = $2`, provider, customerID, age.Seconds())
+}
