@@ -69,7 +69,6 @@ type FeedState struct {
 type FeedPoll struct {
 	Cursor        time.Time // the new cursor (the old one when nothing newer was stored)
 	NewestEventAt time.Time // zero: no event listed
-	Caught        int       // events stored before any webhook
 	Undelivered   int       // listed events the provider had not delivered
 	// EndpointID and EndpointEnabled are the webhook endpoint's health;
 	// EndpointChecked false leaves what was recorded.
@@ -85,9 +84,11 @@ type FeedStore interface {
 	// FeedLock takes the provider's feed lock (a session lock: it dies
 	// with a crashed poller's connection); ok false when another holds it.
 	FeedLock(ctx context.Context, provider string) (unlock func(), ok bool, err error)
-	// FeedState returns the provider's feed state; ErrNotFound before the
-	// first poll.
-	FeedState(ctx context.Context, provider string) (FeedState, error)
+	// OpenFeed returns the provider's feed state, recording start as the
+	// cursor of a feed that never polled. The store counts an event the
+	// feed stores first (StoreDelivery with SourceFeed, no webhook before
+	// it) in the state's Caught, in the event's own transaction.
+	OpenFeed(ctx context.Context, provider string, start time.Time) (FeedState, error)
 	// FeedStored returns which of the dedupe keys the feed has stored
 	// already (a receipt from the feed).
 	FeedStored(ctx context.Context, provider string, keys []string) (map[string]bool, error)
@@ -195,11 +196,8 @@ func (f *Feed) poll(ctx context.Context) (PollResult, error) {
 	if err != nil {
 		return PollResult{}, err
 	}
-	state, err := st.FeedState(ctx, f.cfg.Provider)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		state.Cursor = now.Add(-f.cfg.Start + f.cfg.Overlap)
-	case err != nil:
+	state, err := st.OpenFeed(ctx, f.cfg.Provider, now.Add(-f.cfg.Start+f.cfg.Overlap))
+	if err != nil {
 		return PollResult{}, err
 	}
 	res := PollResult{Cursor: state.Cursor}
@@ -219,7 +217,7 @@ func (f *Feed) poll(ctx context.Context) (PollResult, error) {
 			break
 		}
 	}
-	rec.Cursor, rec.Caught = res.Cursor, res.Caught
+	rec.Cursor = res.Cursor
 	if f.cfg.Endpoint != nil {
 		f.checkEndpoint(ctx, &rec)
 	}

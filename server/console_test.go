@@ -313,8 +313,9 @@ func TestConsolePages(t *testing.T) {
 	_, body = b.get("/admin/sweeps")
 	require.Contains(t, body, "The events feed has not polled yet")
 	require.NoError(t, e.st.SaveFeedPoll(context.Background(), "stripe", reconcile.FeedPoll{
-		Cursor: time.Now(), NewestEventAt: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), Caught: 7, Undelivered: 2,
+		Cursor: time.Now(), NewestEventAt: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), Undelivered: 2,
 		EndpointChecked: true, EndpointID: "we_123", EndpointEnabled: false}))
+	storetest.SetFeedCaught(t, e.st, "stripe", 7)
 	_, body = b.get("/admin/sweeps")
 	require.Contains(t, body, "2026-03-01 12:00:00 UTC")
 	require.Regexp(t, `>7</td>\s*<td[^>]*>2</td>`, body)

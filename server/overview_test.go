@@ -86,8 +86,9 @@ func TestConsoleOverviewSignals(t *testing.T) {
 	const endpoint = "http://app.test/hook"
 	st := storetest.OpenStore(t, storetest.URL(t), store.Options{AppEndpoints: []string{endpoint}})
 	newest := time.Now().Add(-5 * time.Minute)
-	require.NoError(t, st.SaveFeedPoll(ctx, "stripe", reconcile.FeedPoll{Cursor: newest, NewestEventAt: newest, Caught: 4,
+	require.NoError(t, st.SaveFeedPoll(ctx, "stripe", reconcile.FeedPoll{Cursor: newest, NewestEventAt: newest,
 		EndpointChecked: true, EndpointID: "we_123", EndpointEnabled: false}))
+	storetest.SetFeedCaught(t, st, "stripe", 4)
 	overview := func(feeds ...string) string {
 		t.Helper()
 		srv := httptest.NewServer(server.New(server.Config{Inbox: st,

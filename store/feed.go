@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/billsync/billsync/reconcile"
 )
@@ -11,6 +12,23 @@ import (
 // provider poll at a time across every replica (see SweepLock).
 func (s *Store) FeedLock(ctx context.Context, provider string) (unlock func(), ok bool, err error) {
 	return s.sessionLock(ctx, "billsync.feed."+provider)
+}
+
+// OpenFeed returns provider's feed state, first recording start as the
+// cursor of a feed that has never polled: a poller that dies before its
+// first poll is saved starts again from the same point, and the events it
+// stores are counted as caught from the first (StoreDelivery counts them
+// in the feed's row).
+func (s *Store) OpenFeed(ctx context.Context, provider string, start time.Time) (reconcile.FeedState, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	_, err := s.pool.Exec(ctx, `
+		INSERT INTO events_feed (provider, cursor_at) VALUES ($1, $2)
+		ON CONFLICT (provider) DO NOTHING`, provider, start)
+	if err != nil {
+		return reconcile.FeedState{}, fmt.Errorf("open %s feed: %w", provider, classify(err))
+	}
+	return s.FeedState(ctx, provider)
 }
 
 // FeedState returns provider's feed state; reconcile.ErrNotFound before its
@@ -95,18 +113,17 @@ func (s *Store) SaveFeedPoll(ctx context.Context, provider string, p reconcile.F
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	_, err := s.pool.Exec(ctx, `
-		INSERT INTO events_feed AS f (provider, cursor_at, newest_event_at, polls, caught, undelivered, endpoint_id, endpoint_enabled)
-		VALUES ($1, $2, $3, 1, $4, $5, CASE WHEN $6 THEN NULLIF($7, '') END, CASE WHEN $6 THEN $8::boolean END)
+		INSERT INTO events_feed AS f (provider, cursor_at, newest_event_at, polls, undelivered, endpoint_id, endpoint_enabled)
+		VALUES ($1, $2, $3, 1, $4, CASE WHEN $5 THEN NULLIF($6, '') END, CASE WHEN $5 THEN $7::boolean END)
 		ON CONFLICT (provider) DO UPDATE SET
 			cursor_at        = greatest(f.cursor_at, excluded.cursor_at),
 			newest_event_at  = greatest(f.newest_event_at, excluded.newest_event_at),
 			polled_at        = now(),
 			polls            = f.polls + 1,
-			caught           = f.caught + excluded.caught,
 			undelivered      = excluded.undelivered,
-			endpoint_id      = CASE WHEN $6 THEN excluded.endpoint_id ELSE f.endpoint_id END,
-			endpoint_enabled = CASE WHEN $6 THEN excluded.endpoint_enabled ELSE f.endpoint_enabled END`,
-		provider, p.Cursor, nullTime(p.NewestEventAt), p.Caught, p.Undelivered, p.EndpointChecked, p.EndpointID, p.EndpointEnabled)
+			endpoint_id      = CASE WHEN $5 THEN excluded.endpoint_id ELSE f.endpoint_id END,
+			endpoint_enabled = CASE WHEN $5 THEN excluded.endpoint_enabled ELSE f.endpoint_enabled END`,
+		provider, p.Cursor, nullTime(p.NewestEventAt), p.Undelivered, p.EndpointChecked, p.EndpointID, p.EndpointEnabled)
 	if err != nil {
 		return fmt.Errorf("record %s feed poll: %w", provider, classify(err))
 	}

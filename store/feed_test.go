@@ -197,3 +197,54 @@ func TestFeedCatchesAnEventListedLate(t *testing.T) {
 	require.Equal(t, stored(cusB), res.Caught, "only B's events were new")
 	require.Equal(t, reconcile.TriggerFeed, storetest.QueueRowOf(t, st, "stripe", cusB).Trigger)
 }
+
+// failAfter is an EventSource that fails every listing after its first n
+// pages, as a poller killed between a page and its cursor write.
+type failAfter struct {
+	listSource
+	n     int
+	pages *int
+}
+
+func (s failAfter) ListEvents(ctx context.Context, since time.Time, after string) (reconcile.FeedPage, error) {
+	if *s.pages == s.n {
+		return reconcile.FeedPage{}, fmt.Errorf("the poller died")
+	}
+	*s.pages++
+	return s.listSource.ListEvents(ctx, since, after)
+}
+
+// TestFeedCountsCaughtWithTheEvent: an event the feed stores first is
+// counted caught in the event's own transaction, not when the poll ends:
+// the count is never behind an account it already queued, a poll that dies
+// after its first page keeps that page's count, and the poll that re-reads
+// the page counts nothing twice.
+func TestFeedCountsCaughtWithTheEvent(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	now := time.Now().Add(-time.Minute)
+	var events []reconcile.FeedEvent
+	for i := range 150 {
+		events = append(events, feedEvent(fmt.Sprintf("evt_%03d", 149-i), fmt.Sprintf("cus_%d", i), now.Add(-time.Duration(i)*time.Second)))
+	}
+	// The webhook brought ten of the first page's events first.
+	for _, e := range events[:10] {
+		_, err := st.StoreDelivery(ctx, reconcile.Delivery{Event: e.Event, Source: reconcile.SourceWebhook})
+		require.NoError(t, err)
+	}
+	pages := 0
+	_, err := newFeed(t, st, failAfter{listSource{events: events, pageSize: 100}, 1, &pages}).Poll(ctx)
+	require.ErrorContains(t, err, "the poller died")
+	state, err := st.FeedState(ctx, "stripe")
+	require.NoError(t, err)
+	require.Zero(t, state.Polls, "no poll was recorded")
+	require.EqualValues(t, 90, state.Caught, "the first page's events no webhook brought, counted as they were stored")
+
+	res, err := newFeed(t, st, listSource{events: events, pageSize: 100}).Poll(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 50, res.Caught, "the re-read first page is stored already")
+	state, err = st.FeedState(ctx, "stripe")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, state.Polls)
+	require.EqualValues(t, 140, state.Caught)
+}

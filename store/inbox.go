@@ -46,6 +46,11 @@ func (s *Store) StoreDelivery(ctx context.Context, d reconcile.Delivery) (reconc
 			SELECT $1, customer_id, $15, now(), now() FROM ev
 			WHERE inserted AND status = 'pending' AND customer_id IS NOT NULL
 			`+enqueueConflictSQL+`
+		), caught AS (
+			-- An event the feed stores first is a webhook late or lost:
+			-- counted with the event, so the count never lags its account.
+			UPDATE events_feed SET caught = caught + 1
+			WHERE provider = $1 AND $15 = 'feed' AND (SELECT inserted FROM ev)
 		)
 		SELECT id, inserted, seen_count, status FROM ev`,
 		ev.Provider, ev.DedupeKey, ev.EventID, ev.Type, ev.CustomerID, nullTime(ev.Time),

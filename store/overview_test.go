@@ -75,8 +75,9 @@ func TestOverviewSignals(t *testing.T) {
 	require.Empty(t, signals(), "no feed has polled, no change was written")
 
 	newest := dbNow(t, st).Add(-3 * time.Minute)
-	require.NoError(t, st.SaveFeedPoll(ctx, "stripe", reconcile.FeedPoll{Cursor: newest, NewestEventAt: newest, Caught: 2,
+	require.NoError(t, st.SaveFeedPoll(ctx, "stripe", reconcile.FeedPoll{Cursor: newest, NewestEventAt: newest,
 		EndpointChecked: true, EndpointID: "we_1", EndpointEnabled: false}))
+	storetest.SetFeedCaught(t, st, "stripe", 2)
 	s := signals()
 	require.Len(t, s, 2)
 	require.False(t, s["stripe events feed"].Bad, "polled just now")

@@ -113,6 +113,13 @@ func AgeFeedPoll(t TB, st *store.Store, provider string, age time.Duration) {
 		provider, age.Seconds())
 }
 
+// SetFeedCaught sets how many events provider's feed has caught, as if
+// that many had been stored by the feed before any webhook.
+func SetFeedCaught(t TB, st *store.Store, provider string, n int64) {
+	t.Helper()
+	change(t, st, 1, `UPDATE events_feed SET caught = $2 WHERE provider = $1`, provider, n)
+}
+
 // AgeAppDeliveries moves every delivery to the app age into the past, as
 // if its change had been written then.
 func AgeAppDeliveries(t TB, st *store.Store, age time.Duration) {
