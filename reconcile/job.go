@@ -18,7 +18,12 @@ type Job struct {
 	CustomerID  string
 	Trigger     string
 	RequestedAt time.Time
-	Attempts    int // failed attempts so far
+	// ClaimedAt is the database's time when the job was claimed (or
+	// held); zero when the store does not say. A worker's fetch is
+	// observed at ClaimedAt plus the time since the claim came back
+	// (observer), without asking the database again.
+	ClaimedAt time.Time
+	Attempts  int // failed attempts so far
 	// Actor is who asked, for the audit log: "cli:<os user>", "admin-api";
 	// empty for the queue's own work (see ActorOf).
 	Actor string

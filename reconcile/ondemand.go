@@ -57,12 +57,13 @@ func (w *Worker) ReconcileNow(ctx context.Context, req Request) (Outcome, error)
 	}
 	holder := w.cfg.Name + "-" + req.Trigger + "-" + strconv.FormatInt(holdSeq.Add(1), 10)
 	job, err := st.Hold(ctx, req.Provider, req.CustomerID, req.Trigger, holder, w.cfg.Lease)
+	held := time.Now()
 	if err != nil {
 		return Outcome{}, fmt.Errorf("reconcile %s/%s now: %w", req.Provider, req.CustomerID, err)
 	}
 	job.Actor = req.Actor
 	stop := w.heartbeat(ctx, holder, &heldJobs{jobs: []Job{job}})
-	out := w.process(ctx, holder, job)
+	out := w.process(ctx, holder, job, held)
 	stop()
 	if out.Result == ResultRetry || out.Result == ResultDead {
 		return out, fmt.Errorf("%s/%s: %s: %w", req.Provider, req.CustomerID, out.Text, ErrNotReconciled)
@@ -73,11 +74,11 @@ func (w *Worker) ReconcileNow(ctx context.Context, req Request) (Outcome, error)
 // preview is a dry run: the same fetch and decision, rolled back.
 func (w *Worker) preview(ctx context.Context, st OnDemandStore, req Request) (Outcome, error) {
 	job := Job{Provider: req.Provider, CustomerID: req.CustomerID, Trigger: req.Trigger, Actor: req.Actor}
-	observedAt, err := w.cfg.Store.Now(ctx)
-	if err != nil {
-		return Outcome{}, fmt.Errorf("dry run %s/%s: %w", req.Provider, req.CustomerID, err)
+	snap, observedAt, err := w.fetch(ctx, job, w.cfg.Store.Now)
+	var failed *observeError
+	if errors.As(err, &failed) {
+		return Outcome{}, fmt.Errorf("dry run %s/%s: %w", req.Provider, req.CustomerID, failed.err)
 	}
-	snap, err := w.fetch(ctx, job)
 	if err == nil {
 		return st.Preview(ctx, job, observedAt, w.decider(snap, observedAt))
 	}

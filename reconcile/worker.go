@@ -197,6 +197,7 @@ func (w *Worker) Run(ctx context.Context) {
 		// several jobs, and a slot that frees still finds one waiting.
 		if !idle && want > 0 && want >= (spare+1)/2 {
 			claimed, err := w.claim(ctx, id, want)
+			at := time.Now()
 			if err != nil && ctx.Err() == nil {
 				w.cfg.Logger.Error("claim failed", slog.String("worker", id), slog.Any("error", err))
 			}
@@ -208,7 +209,7 @@ func (w *Worker) Run(ctx context.Context) {
 					defer signal(room)
 					defer held.done(job.ID)
 					defer started()
-					w.process(context.WithValue(ctx, fetchStartedKey{}, started), id, job)
+					w.process(context.WithValue(ctx, fetchStartedKey{}, started), id, job, at)
 				})
 			}
 			idle = err != nil || len(claimed) < want
@@ -232,12 +233,11 @@ func (w *Worker) Run(ctx context.Context) {
 }
 
 // minSpare is the fewest claimed jobs a worker keeps beyond its fetch
-// slots (within its bound). A job reaches its fetch through a claim and a
-// database round trip (its observed time), which take tens of
-// milliseconds on a busy database: at 100 fetches a second and a short
-// latency (few slots), half the slots as spares would leave slots idle
-// while the next jobs are still on their way (measured: 52% of the limit
-// at 50 ms with 4 spares on a loaded machine).
+// slots (within its bound). A job reaches its fetch through a claim, which
+// takes tens of milliseconds on a busy database: at 100 fetches a second
+// and a short latency (few slots), half the slots as spares would leave
+// slots idle while the next jobs are still on their way (measured: 52% of
+// the limit at 50 ms with 4 spares on a loaded machine).
 const minSpare = 16
 
 // fetchStartedKey carries to fetch the func Run's claimer counts a
@@ -278,6 +278,7 @@ func (w *Worker) Drain(ctx context.Context) (int, error) {
 // not start.
 func (w *Worker) runBatch(ctx context.Context, id string) (int, error) {
 	jobs, err := w.claim(ctx, id, w.cfg.Batch)
+	at := time.Now()
 	if err != nil || len(jobs) == 0 {
 		return 0, err
 	}
@@ -290,7 +291,7 @@ func (w *Worker) runBatch(ctx context.Context, id string) (int, error) {
 			w.release(ctx, id, jobs[i:]...)
 			return i, ctx.Err()
 		}
-		w.process(ctx, id, job)
+		w.process(ctx, id, job, at)
 		held.done(job.ID)
 	}
 	return len(jobs), nil
@@ -380,20 +381,16 @@ func alertUnmapped(ctx context.Context, log *slog.Logger, out Outcome) {
 // dead. A failure of the store itself counts as a failed attempt too, so a
 // fault that never clears (a constraint violation, say) ends dead and
 // visible instead of looping silently.
-func (w *Worker) process(ctx context.Context, id string, job Job) Outcome {
+func (w *Worker) process(ctx context.Context, id string, job Job, claimed time.Time) Outcome {
 	log := w.cfg.Logger.With(slog.String("provider", job.Provider), slog.String("customer", job.CustomerID))
 	if ctx.Err() != nil {
 		w.release(ctx, id, job)
 		return Outcome{Result: ResultRetry, Text: "released on shutdown"}
 	}
 	start := time.Now()
-	observedAt, err := w.cfg.Store.Now(ctx)
-	var out Outcome
-	if err == nil {
-		out, err = w.reconcile(ctx, job, observedAt)
-	}
+	out, observedAt, err := w.reconcile(ctx, job, w.observer(job, claimed))
 	switch {
-	case errors.Is(err, errShutdown) || (err != nil && ctx.Err() != nil && observedAt.IsZero()):
+	case errors.Is(err, errShutdown):
 		// Shutting down, not a failure: give the job back as it is.
 		w.release(ctx, id, job)
 		return Outcome{Result: ResultRetry, Text: "released on shutdown"}
@@ -429,75 +426,136 @@ func (w *Worker) release(ctx context.Context, id string, jobs ...Job) {
 	}
 }
 
-// reconcile fetches the customer's snapshot and records what it means.
-// Store calls are not cut short by shutdown (the store bounds them):
-// a job whose snapshot is in hand is finished, not thrown away.
-func (w *Worker) reconcile(ctx context.Context, job Job, observedAt time.Time) (Outcome, error) {
+// reconcile fetches the customer's snapshot and records what it means,
+// and returns the database time it is observed at (zero when even that
+// could not be had). Store calls are not cut short by shutdown (the store
+// bounds them): a job whose snapshot is in hand is finished, not thrown
+// away.
+func (w *Worker) reconcile(ctx context.Context, job Job, observe observer) (Outcome, time.Time, error) {
 	storeCtx := context.WithoutCancel(ctx)
 	if _, ok := w.providers[job.Provider]; !ok {
-		return w.cfg.Store.Ignore(storeCtx, job, observedAt, ignored(fmt.Sprintf("provider %q is not configured", job.Provider)))
+		observedAt, err := observe(ctx)
+		if err != nil {
+			return Outcome{}, observedAt, w.stopping(ctx, err)
+		}
+		out, err := w.cfg.Store.Ignore(storeCtx, job, observedAt, ignored(fmt.Sprintf("provider %q is not configured", job.Provider)))
+		return out, observedAt, err
 	}
-	snap, err := w.fetch(ctx, job)
+	snap, observedAt, err := w.fetch(ctx, job, observe)
 	var recheck string
 	if why, stale := job.Expect.Contradicts(snap); err == nil && stale && w.cfg.RecheckDelay > 0 {
-		if observedAt, err = w.awaitRecheck(ctx, job, why); err != nil {
-			return Outcome{}, err
+		if err := w.awaitRecheck(ctx, job, why); err != nil {
+			return Outcome{}, observedAt, err
 		}
-		snap, err = w.fetch(ctx, job)
+		snap, observedAt, err = w.fetch(ctx, job, observe)
 		recheck = RecheckAgreed
 		if _, still := job.Expect.Contradicts(snap); err == nil && still {
 			recheck = RecheckDisagreed
 		}
 	}
-	if err == nil {
+	var failed *observeError
+	switch {
+	case errors.As(err, &failed):
+		return Outcome{}, observedAt, w.stopping(ctx, failed.err)
+	case err == nil:
 		if snap.UserRefFromEvents && job.UserRef != "" {
 			snap.UserRef = job.UserRef
 		}
 		out, err := w.cfg.Store.Apply(storeCtx, job, observedAt, w.decider(snap, observedAt))
 		out.Recheck = recheck
-		return out, err
+		return out, observedAt, err
 	}
 	if out, ok := permanent(job, err); ok {
-		return w.cfg.Store.Ignore(storeCtx, job, observedAt, out)
+		out, err := w.cfg.Store.Ignore(storeCtx, job, observedAt, out)
+		return out, observedAt, err
 	}
 	if ctx.Err() != nil {
-		return Outcome{}, errShutdown
+		return Outcome{}, observedAt, errShutdown
 	}
 	out, delay := w.failed(job, err)
-	return w.cfg.Store.Retry(storeCtx, job, observedAt, out, delay)
+	out, err = w.cfg.Store.Retry(storeCtx, job, observedAt, out, delay)
+	return out, observedAt, err
+}
+
+// stopping is errShutdown when ctx is done (a store call cut short by
+// shutdown), else err.
+func (w *Worker) stopping(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return errShutdown
+	}
+	return err
 }
 
 // awaitRecheck waits RecheckDelay before a second read of a customer whose
-// first read contradicted its newest event, and returns the database time
-// the second read is observed at. The second read is applied whatever it
-// says: the event may just be older than the provider's state.
-func (w *Worker) awaitRecheck(ctx context.Context, job Job, why string) (time.Time, error) {
+// first read contradicted its newest event. The second read is applied
+// whatever it says: the event may just be older than the provider's state.
+func (w *Worker) awaitRecheck(ctx context.Context, job Job, why string) error {
 	w.cfg.Logger.Warn("the provider's answer contradicts the customer's newest event; reading it again",
 		slog.String("provider", job.Provider), slog.String("customer", job.CustomerID),
 		slog.String("why", why), slog.Duration("in", w.cfg.RecheckDelay))
 	select {
 	case <-ctx.Done():
-		return time.Time{}, errShutdown
+		return errShutdown
 	case <-time.After(w.cfg.RecheckDelay):
+		return nil
 	}
-	return w.cfg.Store.Now(ctx)
 }
 
+// An observer returns the database time a fetch beginning now is
+// observed at: never later than the moment it begins, so that every event
+// received before it happened at the provider before the read.
+type observer func(ctx context.Context) (time.Time, error)
+
+// observer is job's: its claim's database time plus the time since the
+// claim came back, on this process's monotonic clock, less clockSkew of
+// it (the two clocks may run at slightly different rates). The claim's
+// time is no later than the claim's return, so the sum is no later than
+// now: no database round trip between a fetch slot and its request, and
+// the time stays fresh however long the job waited for a slot. A job
+// whose store gave no claim time asks the database.
+func (w *Worker) observer(job Job, claimed time.Time) observer {
+	if job.ClaimedAt.IsZero() || claimed.IsZero() {
+		return w.cfg.Store.Now
+	}
+	return func(context.Context) (time.Time, error) {
+		waited := time.Since(claimed)
+		return job.ClaimedAt.Add(waited - waited/clockSkew), nil
+	}
+}
+
+// clockSkew is 1/1000: the database's clock and this process's are
+// assumed to run within 0.1% of each other over a job's wait (NTP keeps
+// clocks within 0.05%).
+const clockSkew = 1000
+
+// observeError is an observer's failure (the store's, when the observer
+// asks it), told apart from the provider's.
+type observeError struct{ err error }
+
+func (e *observeError) Error() string { return "observe: " + e.err.Error() }
+func (e *observeError) Unwrap() error { return e.err }
+
 // fetch reads the job's customer from its provider within FetchTimeout,
-// once a slot of the provider's is free: the slot covers the fetch only,
-// so the database's part of a reconcile (its time, the apply) never
-// takes a place the provider's latency needs.
-func (w *Worker) fetch(ctx context.Context, job Job) (Snapshot, error) {
+// once a slot of the provider's is free, and returns the database time
+// the read is observed at (taken in the slot, just before the request).
+// The slot covers the fetch only, so the database's part of a reconcile
+// (the apply) never takes a place the provider's latency needs.
+func (w *Worker) fetch(ctx context.Context, job Job, observe observer) (Snapshot, time.Time, error) {
 	if err := w.slots.acquire(ctx, job.Provider); err != nil {
-		return Snapshot{}, fmt.Errorf("wait for a %s fetch slot: %w", job.Provider, err)
+		return Snapshot{}, time.Time{}, fmt.Errorf("wait for a %s fetch slot: %w", job.Provider, err)
 	}
 	defer w.slots.release(job.Provider)
 	if started, ok := ctx.Value(fetchStartedKey{}).(func()); ok {
 		started() // Run's claimer: this job no longer waits
 	}
+	observedAt, err := observe(ctx)
+	if err != nil {
+		return Snapshot{}, observedAt, &observeError{err}
+	}
 	fetchCtx, cancel := context.WithTimeout(ctx, w.cfg.FetchTimeout)
 	defer cancel()
-	return w.providers[job.Provider].Fetch(fetchCtx, job.CustomerID)
+	snap, err := w.providers[job.Provider].Fetch(fetchCtx, job.CustomerID)
+	return snap, observedAt, err
 }
 
 // decider is what Apply calls with the locked account.

@@ -4,12 +4,14 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/billsync/billsync/mocks/mock"
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/stripe"
@@ -205,4 +207,66 @@ func (g *fetchGate) wrap(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// TestWorkerReadCoversWhatCameWhileItWaited: a claimed job's read is
+// observed when it begins. An event received while the job waited behind
+// another read is answered by its read (one fetch); an event received while
+// its own read is in flight is not, and the customer is read again.
+func TestWorkerReadCoversWhatCameWhileItWaited(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, testenv.Stripe, testenv.Options{})
+	cusA, cusB := h.Customer("user_a"), h.Customer("user_b")
+	subA, subB := h.Subscribe(cusA, "price_free"), h.Subscribe(cusB, "price_free")
+	h.Delivered()
+	w := h.Worker(reconcile.WorkerConfig{})
+	require.Equal(t, 2, drain(t, w))
+	// Both queued again with no event pending (a resync), so neither job
+	// carries an expectation that a read could contradict.
+	for _, cus := range []string{cusA, cusB} {
+		require.NoError(t, h.Store.Enqueue(ctx, stripe.Provider, cus, reconcile.TriggerResync))
+	}
+
+	inFirst, release := make(chan string, 1), make(chan struct{})
+	var mu sync.Mutex
+	fetches := map[string]int{}
+	first := true
+	provider := &mock.Provider{ProviderName: stripe.Provider, FetchFn: func(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
+		mu.Lock()
+		fetches[customerID]++
+		wait := first
+		first = false
+		mu.Unlock()
+		if wait {
+			inFirst <- customerID
+			<-release
+		}
+		return h.Client.Fetch(ctx, customerID)
+	}}
+	w = h.Worker(reconcile.WorkerConfig{Providers: []reconcile.Provider{provider}, Batch: 2})
+	drained := make(chan int)
+	go func() { drained <- drain(t, w) }()
+
+	// Both customers were claimed in one batch: the first is being read,
+	// the second waits behind it. Both change at the provider now.
+	reading := <-inFirst
+	waiting, subWaiting, subReading := cusB, subB, subA
+	if reading == cusB {
+		waiting, subWaiting, subReading = cusA, subA, subB
+	}
+	h.ChangePrice(subReading, "price_pro")
+	h.ChangePrice(subWaiting, "price_pro")
+	h.Delivered()
+	close(release)
+	// The batch, then the customer read during its event, once more.
+	require.Equal(t, 3, <-drained)
+	for _, cus := range []string{reading, waiting} {
+		s := h.state(cus)
+		require.Equal(t, "pro", s.Plan)
+		require.Zero(t, s.Events["pending"])
+		require.Empty(t, s.Queue.Status)
+	}
+	// The waiting job's read came after its event and answered it; the
+	// event received during the first read was not answered by that read.
+	require.Equal(t, map[string]int{reading: 2, waiting: 1}, fetches)
 }

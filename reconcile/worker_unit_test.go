@@ -370,3 +370,44 @@ func TestWorkerAlertsUnmappedPrice(t *testing.T) {
 	require.NotContains(t, logs.String(), "ALERT")
 	require.Contains(t, logs.String(), "result=applied")
 }
+
+// TestWorkerObservesAtTheFetch: a claimed job's read is observed at the
+// claim's database time plus the time the job waited since (here behind
+// the batch's first read), not at the claim: an event received while it
+// waited is covered by the read, and the job is not fetched twice. The
+// database's clock is not asked again.
+func TestWorkerObservesAtTheFetch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		claimedAt := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+		st := batchOfTwo()
+		claim := st.ClaimFn
+		st.ClaimFn = func(ctx context.Context, id string, n int, lease time.Duration) ([]reconcile.Job, error) {
+			jobs, err := claim(ctx, id, n, lease)
+			for i := range jobs {
+				jobs[i].ClaimedAt = claimedAt
+			}
+			return jobs, err
+		}
+		st.NowFn = func(context.Context) (time.Time, error) {
+			t.Error("the database's clock was asked")
+			return time.Now(), nil
+		}
+		observed := map[string]time.Time{}
+		st.ApplyFn = func(_ context.Context, job reconcile.Job, at time.Time, _ func(reconcile.Account) reconcile.Change) (reconcile.Outcome, error) {
+			observed[job.CustomerID] = at
+			return reconcile.Outcome{Result: reconcile.ResultApplied}, nil
+		}
+		fetch := func(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
+			time.Sleep(time.Second) // the provider's latency, on the bubble's clock
+			return liveSnapshot(ctx, customerID)
+		}
+		w := newUnitWorker(t, reconcile.WorkerConfig{Store: st, Providers: []reconcile.Provider{stripeFake(fetch)}, Batch: 2})
+		n, err := w.Drain(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		require.Equal(t, claimedAt, observed["cus_1"], "the first read began as the claim came back")
+		waited := observed["cus_2"].Sub(claimedAt)
+		require.LessOrEqual(t, waited, time.Second, "never later than the read began")
+		require.GreaterOrEqual(t, waited, time.Second-time.Second/1000, "at most 0.1% earlier (clock skew)")
+	})
+}

@@ -27,7 +27,7 @@ func (s *Store) Claim(ctx context.Context, worker string, limit int, lease time.
 		UPDATE reconcile_queue q
 		SET locked_by = $1, locked_until = now() + make_interval(secs => $3)
 		FROM due WHERE q.id = due.id
-		RETURNING q.id, q.provider, q.customer_id, q.trigger, q.requested_at, q.attempts,
+		RETURNING q.id, q.provider, q.customer_id, q.trigger, q.requested_at, now(), q.attempts,
 			(SELECT e.expect FROM inbox_events e
 			 WHERE e.provider = q.provider AND e.customer_id = q.customer_id
 			   AND e.status = 'pending' AND e.expect IS NOT NULL
@@ -39,7 +39,7 @@ func (s *Store) Claim(ctx context.Context, worker string, limit int, lease time.
 	}
 	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (reconcile.Job, error) {
 		var j reconcile.Job
-		err := r.Scan(&j.ID, &j.Provider, &j.CustomerID, &j.Trigger, &j.RequestedAt, &j.Attempts, &j.Expect, &j.UserRef)
+		err := r.Scan(&j.ID, &j.Provider, &j.CustomerID, &j.Trigger, &j.RequestedAt, &j.ClaimedAt, &j.Attempts, &j.Expect, &j.UserRef)
 		return j, err
 	})
 	if err != nil {
@@ -199,11 +199,11 @@ func (s *Store) Hold(ctx context.Context, provider, customerID, trigger, holder 
 			FROM (SELECT id, locked_until IS NULL OR locked_until < now() OR locked_by = $3 AS free
 			      FROM reconcile_queue WHERE provider = $1 AND customer_id = $2 FOR UPDATE) f
 			WHERE q.id = f.id
-			RETURNING q.id, q.provider, q.customer_id, q.trigger, q.requested_at, q.attempts,
+			RETURNING q.id, q.provider, q.customer_id, q.trigger, q.requested_at, now(), q.attempts,
 			          CASE WHEN f.free THEN '' ELSE coalesce(q.locked_by, '') END, q.locked_until,
 			          `+newestUserRef,
 			provider, customerID, holder, lease.Seconds()).Scan(&job.ID, &job.Provider, &job.CustomerID,
-			&job.Trigger, &job.RequestedAt, &job.Attempts, &heldBy, &heldUntil, &job.UserRef)
+			&job.Trigger, &job.RequestedAt, &job.ClaimedAt, &job.Attempts, &heldBy, &heldUntil, &job.UserRef)
 	})
 	if err != nil {
 		return reconcile.Job{}, fmt.Errorf("hold %s/%s: %w", provider, customerID, classify(err))

@@ -42,7 +42,10 @@ type DrainResult struct {
 	// DeepShare is the share of the limit while the queue was deep: the
 	// requests over the time less one latency (the last requests' answers
 	// come back a latency after they were sent, with nothing left to send).
-	DeepShare            float64        `json:"limit_share_queue_deep"`
+	DeepShare float64 `json:"limit_share_queue_deep"`
+	// Timeline is how many fetches ended in each second of the drain
+	// (the requests sent a latency before).
+	Timeline             []int          `json:"fetches_ended_per_second"`
 	Reconciles           int            `json:"reconciles"`
 	ReconcilesPerSec     float64        `json:"reconciles_per_sec"`
 	RequestsPerReconcile float64        `json:"requests_per_reconcile"`
@@ -188,6 +191,7 @@ func runDrain(ctx context.Context, st *store.Store, cfg Config, live bool) (Drai
 		res.MaxReconcilesPerSec = round(cfg.RateLimit/res.RequestsPerReconcile, 1)
 	}
 	res.Fetches, res.CustomersFetched = provider.counts()
+	res.Timeline = provider.timeline(start)
 	res.FetchesPerCustomer = round(float64(res.Fetches)/float64(len(d.customers)), 3)
 	res.EventsApplied, res.EventsPending = stats.Applied, stats.Pending
 	res.EventsOther = stats.Ignored + stats.Dead
@@ -430,13 +434,33 @@ type countingProvider struct {
 	reconcile.Provider
 	mu      sync.Mutex
 	fetches map[string]int
+	ended   []time.Time // when each fetch ended
 }
 
 func (p *countingProvider) Fetch(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
 	p.mu.Lock()
 	p.fetches[customerID]++
 	p.mu.Unlock()
-	return p.Provider.Fetch(ctx, customerID)
+	snap, err := p.Provider.Fetch(ctx, customerID)
+	p.mu.Lock()
+	p.ended = append(p.ended, time.Now())
+	p.mu.Unlock()
+	return snap, err
+}
+
+// timeline returns how many fetches ended in each second after start.
+func (p *countingProvider) timeline(start time.Time) []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []int
+	for _, t := range p.ended {
+		sec := int(t.Sub(start) / time.Second)
+		for len(out) <= sec {
+			out = append(out, 0)
+		}
+		out[sec]++
+	}
+	return out
 }
 
 func (p *countingProvider) fetchCounts() map[string]int {
