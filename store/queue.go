@@ -72,17 +72,32 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 }
 
 // Extend renews the leases worker still holds on jobs for lease from now
-// and returns how many it held.
+// and returns how many it held. A row locked at that moment (its job's
+// apply is writing it, in a transaction that finishes or retries the job)
+// is skipped, not waited for, and counted as held: a heartbeat that waited
+// would hold the rows it had renewed until the last lock was free, and
+// every apply of those jobs would wait behind it (measured: heartbeats of
+// 500 ms and a drain at 66-83% of its rate for seconds).
 func (s *Store) Extend(ctx context.Context, worker string, jobs []reconcile.Job, lease time.Duration) (int, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE reconcile_queue SET locked_until = now() + make_interval(secs => $3)
-		WHERE id = ANY($1) AND locked_by = $2`, jobIDs(jobs), worker, lease.Seconds())
+	var held int
+	err := s.pool.QueryRow(ctx, `
+		WITH free AS (
+			SELECT id FROM reconcile_queue WHERE id = ANY($1) AND locked_by = $2
+			FOR UPDATE SKIP LOCKED
+		), renewed AS (
+			UPDATE reconcile_queue q SET locked_until = now() + make_interval(secs => $3)
+			FROM free WHERE q.id = free.id
+			RETURNING q.id
+		)
+		SELECT (SELECT count(*) FROM renewed) + (SELECT count(*) FROM reconcile_queue
+			WHERE id = ANY($1) AND locked_by = $2 AND id NOT IN (SELECT id FROM free))`,
+		jobIDs(jobs), worker, lease.Seconds()).Scan(&held)
 	if err != nil {
 		return 0, fmt.Errorf("extend leases: %w", classify(err))
 	}
-	return int(tag.RowsAffected()), nil
+	return held, nil
 }
 
 func jobIDs(jobs []reconcile.Job) []int64 {

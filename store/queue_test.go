@@ -72,6 +72,39 @@ func TestExtendRenewsOnlyLeasesStillHeld(t *testing.T) {
 	require.Equal(t, 1, n, "a lease another worker holds is not renewed")
 }
 
+// TestExtendDoesNotWaitForAnApply: a heartbeat skips a held row that an
+// apply has locked, counts it as held, and renews the rest at once; the
+// apply never waits behind it either.
+func TestExtendDoesNotWaitForAnApply(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	receive(t, st, "evt_1", "cus_1")
+	receive(t, st, "evt_2", "cus_2")
+	jobs, err := st.Claim(ctx, "a", 10, time.Second)
+	require.NoError(t, err)
+	require.Len(t, jobs, 2)
+
+	// An apply of the first job holds its row.
+	tx, err := st.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // the test's own transaction
+	_, err = tx.Exec(ctx, `SELECT 1 FROM reconcile_queue WHERE id = $1 FOR UPDATE`, jobs[0].ID)
+	require.NoError(t, err)
+
+	// The store's own deadline would end a wait: a heartbeat that waited
+	// fails here instead of renewing.
+	bounded, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	n, err := st.Extend(bounded, "a", jobs, time.Hour)
+	require.NoError(t, err, "the heartbeat waited for the apply's lock")
+	require.Equal(t, 2, n, "the locked row is still held")
+	var renewed bool
+	require.NoError(t, st.Pool().QueryRow(ctx,
+		`SELECT locked_until > now() + interval '50 minutes' FROM reconcile_queue WHERE id = $1`, jobs[1].ID).Scan(&renewed))
+	require.True(t, renewed, "the free row was renewed")
+	require.NoError(t, tx.Rollback(ctx))
+}
+
 // TestRetryBeforeTheClockWasRead: a failure recorded before observed_at
 // was known is logged at the time it was written.
 func TestRetryBeforeTheClockWasRead(t *testing.T) {
