@@ -36,6 +36,11 @@ const (
 	TargetSweepWall   = 2.0                   // sweep: wall time / provider-bound minimum (list calls ÷ rate)
 	TargetSweepCalls  = 80.0                  // sweep: per-account requests / list requests
 	TargetSweepRSSMiB = 200.0                 // sweep: peak RSS of billsync sweep in a process of its own
+	TargetSweep1M     = 4 * time.Minute       // sweep: 1M accounts projected, judged from TargetSweep1MFrom accounts
+	// TargetSweep1MFrom is the fewest accounts a 1M projection is judged
+	// from: below it, the process's start and the last parts' short pages
+	// are too large a share of the run to scale by.
+	TargetSweep1MFrom = 100_000
 	TargetSenders     = 32
 )
 

@@ -325,6 +325,41 @@ func TestReportPrintsMiss(t *testing.T) {
 	require.Contains(t, out.String(), "MISS: 4 of 7 targets missed")
 }
 
+// TestSweep1MProjection: from 100,000 accounts the bench judges the 1M
+// projection, on billsync sweep's own process when it ran (the in-process
+// sweep shares the fake's heap), else on the in-process sweep; below that
+// size it does not judge one.
+func TestSweep1MProjection(t *testing.T) {
+	judged := func(sw SweepResult) (Target, bool) {
+		rep := Report{Sweep: sw}
+		rep.evaluate()
+		for _, tg := range rep.Targets {
+			if strings.HasPrefix(tg.Name, "sweep, 1M accounts projected") {
+				return tg, true
+			}
+		}
+		return Target{}, false
+	}
+	sw := SweepResult{Accounts: 100_000, RateLimit: 100, ListRate: 50, ListCalls: 1060, WallRatio: 1.19,
+		CallReduction: 100, Projected1MSeconds: 252, Process: &ProcessSweep{Seconds: 21.4, Projected1MSeconds: 214}}
+	tg, ok := judged(sw)
+	require.True(t, ok)
+	require.Contains(t, tg.Name, "billsync sweep, a process of its own")
+	require.Equal(t, "PASS", tg.Verdict)
+	require.InDelta(t, 214.0/60, tg.Value, 0.001)
+	require.Contains(t, tg.Baseline, "the in-process sweep: 4.2 min")
+
+	sw.Process = nil
+	tg, ok = judged(sw)
+	require.True(t, ok)
+	require.Contains(t, tg.Name, "the in-process sweep")
+	require.Equal(t, "MISS", tg.Verdict, "4.2 min")
+
+	sw.Accounts = 20_000
+	_, ok = judged(sw)
+	require.False(t, ok, "too few accounts to project from")
+}
+
 // BenchmarkIntake is `billsync bench`'s intake pair as a Go benchmark: the
 // same engine sends b.N deliveries through each path from TargetSenders
 // senders and reports the same figures, on the test cluster (fsync off, so

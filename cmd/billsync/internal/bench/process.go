@@ -31,6 +31,8 @@ type ProcessSweep struct {
 	ListCalls  int64   `json:"list_calls"`
 	WallRatio  float64 `json:"wall_ratio"`
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
+	// Projected1MSeconds is Seconds scaled to a million accounts.
+	Projected1MSeconds float64 `json:"projected_1m_seconds"`
 }
 
 // sweepProcess runs argv (billsync sweep) on the bench's database and the

@@ -226,6 +226,7 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	}
 	ran.Drifted, ran.ListCalls = drifted, counted.requests.Load()-reqs0
 	ran.WallRatio = wallRatio(ran.Seconds, ran.ListCalls, listRate)
+	ran.Projected1MSeconds = round(ran.Seconds*1e6/float64(len(customers)), 0)
 	if ran.Seen != len(customers) || ran.Healed != ran.Drifted {
 		return res, fmt.Errorf("sweep bench: billsync sweep saw %d of %d customers and healed %d of %d drifted",
 			ran.Seen, len(customers), ran.Healed, ran.Drifted)
