@@ -358,6 +358,12 @@ func TestSweep1MProjection(t *testing.T) {
 	sw.Accounts = 20_000
 	_, ok = judged(sw)
 	require.False(t, ok, "too few accounts to project from")
+
+	// The calls' time scales with the accounts; the run's excess over it
+	// (its start and end) is added once.
+	require.Equal(t, 216.0, project1M(24.93, 1064, 50, 100_000), "3.65 s + 10 × 21.28 s")
+	require.Equal(t, 213.0, project1M(20, 1064, 50, 100_000), "no excess: never less than the calls need")
+	require.Zero(t, project1M(1, 0, 50, 100_000))
 }
 
 // BenchmarkIntake is `billsync bench`'s intake pair as a Go benchmark: the

@@ -404,6 +404,24 @@ func bare(sub *stripeapi.Subscription) *stripeapi.Subscription {
 type countingHandler struct {
 	next                     http.Handler
 	requests, limited, conns atomic.Int64
+
+	mu       sync.Mutex
+	since    time.Time // zero: no timeline kept
+	answered []int     // requests answered in each second after since
+}
+
+// mark starts a timeline of the requests answered each second from now;
+// timeline returns it.
+func (h *countingHandler) mark() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.since, h.answered = time.Now(), nil
+}
+
+func (h *countingHandler) timeline() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.answered)
 }
 
 func (h *countingHandler) wrap(next http.Handler) http.Handler {
@@ -418,6 +436,15 @@ func (h *countingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	status := testenv.AnswerStatus(h.next, w, r)
 	h.requests.Add(1)
+	h.mu.Lock()
+	if !h.since.IsZero() {
+		sec := int(time.Since(h.since) / time.Second)
+		for len(h.answered) <= sec {
+			h.answered = append(h.answered, 0)
+		}
+		h.answered[sec]++
+	}
+	h.mu.Unlock()
 	if status == http.StatusTooManyRequests {
 		h.limited.Add(1)
 	}

@@ -31,12 +31,17 @@ type ProcessSweep struct {
 	ListCalls  int64   `json:"list_calls"`
 	WallRatio  float64 `json:"wall_ratio"`
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
-	// Projected1MSeconds is Seconds scaled to a million accounts.
+	// Projected1MSeconds is the process's wall time projected for a
+	// million accounts (project1M).
 	Projected1MSeconds float64 `json:"projected_1m_seconds"`
+	// Timeline is how many list calls the fake answered in each second of
+	// the process's life.
+	Timeline []int `json:"list_calls_per_second"`
 }
 
 // sweepProcess runs argv (billsync sweep) on the bench's database and the
-// fake at fakeURL, with list calls at rate and parallel in flight, and
+// fake at fakeURL, with list calls at rate (the sweep's share of
+// -stripe-rate, as serve gives it) and parallel in flight, and
 // reads its run from the database and its peak RSS from the kernel.
 func sweepProcess(ctx context.Context, argv []string, st *store.Store, fakeURL string, rate float64, parallel int) (ProcessSweep, error) {
 	args := append(argv[1:len(argv):len(argv)], "-provider", "stripe", "-sweep-parallel", strconv.Itoa(parallel),
