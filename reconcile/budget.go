@@ -165,6 +165,13 @@ func (s *slots) grant() {
 	s.waiting = kept
 }
 
+// of reports provider's limit and slots taken.
+func (s *slots) of(provider string) FetchSlots {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return FetchSlots{Provider: provider, Limit: min(s.limit(provider), s.bound), InFlight: s.active[provider]}
+}
+
 // inFlight is how many slots are taken.
 func (s *slots) inFlight() int {
 	s.mu.Lock()

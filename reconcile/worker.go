@@ -161,6 +161,28 @@ func (w *Worker) Wake() {
 // Dead returns how many jobs this worker has marked dead.
 func (w *Worker) Dead() int64 { return w.dead.Load() }
 
+// FetchSlots is one provider's fetch slots in a worker: how many of its
+// reads may be in flight now (its Budget's InFlight, within the worker's
+// bound), how many are, and the latency they are sized by.
+type FetchSlots struct {
+	Provider string
+	Limit    int
+	InFlight int
+	Latency  time.Duration // 0 before the first answer
+}
+
+// Slots reports each configured provider's fetch slots, in the order the
+// providers were given.
+func (w *Worker) Slots() []FetchSlots {
+	out := make([]FetchSlots, 0, len(w.names))
+	for _, p := range w.names {
+		s := w.slots.of(p)
+		s.Latency = w.budget(p).Latency
+		out = append(out, s)
+	}
+	return out
+}
+
 // Run claims and processes jobs until ctx is done, then finishes the jobs
 // in flight and releases the leases it holds on the rest. Failures are
 // logged and retried, never returned: the database may come back.

@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/billsync/billsync/mocks/mock"
@@ -410,4 +411,41 @@ func TestWorkerObservesAtTheFetch(t *testing.T) {
 		require.LessOrEqual(t, waited, time.Second, "never later than the read began")
 		require.GreaterOrEqual(t, waited, time.Second-time.Second/1000, "at most 0.1% earlier (clock skew)")
 	})
+}
+
+// TestWorkerReportsItsSlots: Slots reports each provider's limit (its
+// rate × latency with headroom, within the bound), the reads in flight and
+// the latency they are sized by.
+func TestWorkerReportsItsSlots(t *testing.T) {
+	st := batchOfTwo()
+	st.ApplyFn = func(context.Context, reconcile.Job, time.Time, func(reconcile.Account) reconcile.Change) (reconcile.Outcome, error) {
+		return reconcile.Outcome{Result: reconcile.ResultApplied}, nil
+	}
+	inFetch, release := make(chan struct{}), make(chan struct{})
+	provider := stripeFake(func(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
+		inFetch <- struct{}{}
+		<-release
+		return liveSnapshot(ctx, customerID)
+	})
+	provider.BudgetFn = func() reconcile.Budget { return reconcile.Budget{Rate: 100, Latency: 300 * time.Millisecond} }
+	w := newUnitWorker(t, reconcile.WorkerConfig{Store: st, Providers: []reconcile.Provider{provider}, Concurrency: 64, Batch: 2})
+	want := reconcile.FetchSlots{Provider: "stripe", Limit: 39, Latency: 300 * time.Millisecond} // ⌈100 × 0.3 × 1.25⌉ + 1
+	require.Equal(t, []reconcile.FetchSlots{want}, w.Slots())
+
+	done := make(chan int)
+	go func() {
+		n, err := w.Drain(context.Background())
+		assert.NoError(t, err)
+		done <- n
+	}()
+	<-inFetch
+	want.InFlight = 1
+	require.Equal(t, []reconcile.FetchSlots{want}, w.Slots())
+	release <- struct{}{}
+	<-inFetch
+	release <- struct{}{}
+	require.Equal(t, 2, <-done)
+
+	small := newUnitWorker(t, reconcile.WorkerConfig{Store: st, Providers: []reconcile.Provider{provider}, Concurrency: 8})
+	require.Equal(t, 8, small.Slots()[0].Limit, "at most -workers")
 }

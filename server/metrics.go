@@ -156,6 +156,45 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// CollectFetchSlots reports, at each scrape, the worker's fetch slots per
+// provider: the reads this process may keep in flight now (sized to the
+// rate × the observed latency), how many are, and that latency. Reads in
+// flight at the limit while the queue is deep is the rate doing its work;
+// a limit at -workers while the rate goes unused says -workers is too low.
+func (m *Metrics) CollectFetchSlots(slots func() []reconcile.FetchSlots) {
+	m.reg.MustRegister(slotsCollector(slots))
+}
+
+var (
+	slotsLimitDesc = prometheus.NewDesc("billsync_fetch_slots",
+		"Reads of the provider's API this process may keep in flight now: its rate × the observed latency with headroom, at most -workers.",
+		[]string{"provider"}, nil)
+	slotsInFlightDesc = prometheus.NewDesc("billsync_fetches_in_flight",
+		"Reads of the provider's API this process has in flight now.",
+		[]string{"provider"}, nil)
+	slotsLatencyDesc = prometheus.NewDesc("billsync_provider_latency_seconds",
+		"The provider's recent answer time (a moving average, the rate limiter's wait not counted) that sizes the fetch slots; absent before the first answer.",
+		[]string{"provider"}, nil)
+)
+
+type slotsCollector func() []reconcile.FetchSlots
+
+func (c slotsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- slotsLimitDesc
+	ch <- slotsInFlightDesc
+	ch <- slotsLatencyDesc
+}
+
+func (c slotsCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range c() {
+		ch <- prometheus.MustNewConstMetric(slotsLimitDesc, prometheus.GaugeValue, float64(s.Limit), s.Provider)
+		ch <- prometheus.MustNewConstMetric(slotsInFlightDesc, prometheus.GaugeValue, float64(s.InFlight), s.Provider)
+		if s.Latency > 0 {
+			ch <- prometheus.MustNewConstMetric(slotsLatencyDesc, prometheus.GaugeValue, s.Latency.Seconds(), s.Provider)
+		}
+	}
+}
+
 // SweepStatsFunc reads the sweeps' figures from the database.
 type SweepStatsFunc func(ctx context.Context) ([]reconcile.SweepStat, error)
 

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	// The container image is FROM scratch: no /etc/ssl, no OS trust store.
@@ -47,15 +48,24 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+// exitCode says how run's err ends the process, and what it says first on
+// stderr: nothing for success or help; 2 for a usage error, with its reason
+// (a bare errUsage has had its usage printed already); 1 for the rest.
+func exitCode(err error, stderr io.Writer) int {
 	switch {
-	case err == nil:
-	case errors.Is(err, flag.ErrHelp):
-		os.Exit(0)
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
 	case errors.Is(err, errUsage):
-		os.Exit(2)
+		if err != errUsage { //nolint:errorlint // a bare errUsage says nothing more
+			fmt.Fprintln(stderr, "billsync:", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
+		}
+		return 2
 	default:
-		fmt.Fprintln(os.Stderr, "billsync:", err)
-		os.Exit(1)
+		fmt.Fprintln(stderr, "billsync:", err)
+		return 1
 	}
 }
 
@@ -80,7 +90,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stderr, "billsync: unknown command %q\n\n", args[0])
 	usage(stderr)
-	return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
+	return errUsage // said above
 }
 
 func usage(w io.Writer) {

@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -40,4 +43,33 @@ func TestNewLogger(t *testing.T) {
 		_, err = newLogger(&bytes.Buffer{}, env("BILLSYNC_LOG_LEVEL", "loud"))
 		require.ErrorContains(t, err, "BILLSYNC_LOG_LEVEL")
 	})
+}
+
+// TestUsageErrorsSayWhy: a usage error exits 2 and says its reason on
+// stderr (the bench's -only, a bad log level), once; a bare one (its usage
+// printed already) adds nothing; help exits 0; any other error exits 1.
+func TestUsageErrorsSayWhy(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	for _, tc := range []struct {
+		args []string
+		env  string
+		code int
+		says string
+	}{
+		{args: []string{"bench", "-only", "latency,heal"}, code: 2, says: "billsync: -only must be intake, drain, latency, sweep or heal\n"},
+		{args: []string{"serve"}, env: "loud", code: 2, says: "billsync: BILLSYNC_LOG_LEVEL \"loud\": want debug, info, warn or error\n"},
+		{args: []string{"nosuch"}, code: 2, says: "billsync: unknown command \"nosuch\"\n"},
+		{args: []string{"bench", "-h"}, code: 0},
+	} {
+		t.Setenv("BILLSYNC_LOG_LEVEL", tc.env)
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), tc.args, &stdout, &stderr)
+		require.Equal(t, tc.code, exitCode(err, &stderr), "%v", tc.args)
+		if tc.says != "" {
+			require.Equal(t, 1, strings.Count(stderr.String(), tc.says), "%v: %s", tc.args, stderr.String())
+		}
+	}
+	var stderr bytes.Buffer
+	require.Equal(t, 1, exitCode(errors.New("database down"), &stderr))
+	require.Equal(t, "billsync: database down\n", stderr.String())
 }

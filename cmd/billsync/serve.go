@@ -141,6 +141,7 @@ secret also as *_FILE; see docs/configuration.md.`)
 			return err
 		}
 		reconciler = worker
+		metrics.CollectFetchSlots(worker.Slots)
 		wg.Add(2)
 		go func() { defer wg.Done(); st.Listen(ctx, logger, worker.Wake) }()
 		go func() { defer wg.Done(); worker.Run(ctx) }()
