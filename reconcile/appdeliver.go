@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -126,38 +127,46 @@ func (d *Deliverer) Wake() {
 }
 
 // Run delivers until ctx is done; the deliveries in hand are finished
-// first (each bounded by the sender's deadline).
+// first (each bounded by the sender's deadline). Up to Concurrency are in
+// flight, and a slot that frees is claimed for at once: one slow answer
+// holds up its own account's later changes only, never the others'
+// (delivered in batches, every account waited for the batch's slowest
+// answer). An answered delivery may make its account's next change due,
+// so each one ends in a new claim.
 func (d *Deliverer) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var inFlight atomic.Int64
+	answered := make(chan struct{}, 1)
+	idle := false // the last claim found fewer due than it asked for
 	for ctx.Err() == nil {
-		n := d.round(ctx)
-		if n == d.cfg.Concurrency {
-			continue // more may be due
+		if free := d.cfg.Concurrency - int(inFlight.Load()); !idle && free > 0 {
+			ds, err := d.cfg.Store.ClaimDeliveries(ctx, d.cfg.Name, d.cfg.Endpoints, free, d.cfg.Lease)
+			if err != nil && ctx.Err() == nil {
+				d.cfg.Logger.Warn("claim app deliveries failed", slog.Any("error", err))
+			}
+			for _, dl := range ds {
+				inFlight.Add(1)
+				wg.Go(func() {
+					defer signal(answered)
+					defer inFlight.Add(-1)
+					d.deliver(context.WithoutCancel(ctx), dl)
+				})
+			}
+			if idle = err != nil || len(ds) < free; !idle {
+				continue // more may be due
+			}
 		}
 		t := time.NewTimer(d.cfg.Poll)
 		select {
 		case <-ctx.Done():
 		case <-d.wake:
+		case <-answered:
 		case <-t.C:
 		}
 		t.Stop()
+		idle = false
 	}
-}
-
-// round claims and delivers one batch; it returns how many it claimed.
-func (d *Deliverer) round(ctx context.Context) int {
-	ds, err := d.cfg.Store.ClaimDeliveries(ctx, d.cfg.Name, d.cfg.Endpoints, d.cfg.Concurrency, d.cfg.Lease)
-	if err != nil {
-		if ctx.Err() == nil {
-			d.cfg.Logger.Warn("claim app deliveries failed", slog.Any("error", err))
-		}
-		return 0
-	}
-	var wg sync.WaitGroup
-	for _, dl := range ds {
-		wg.Go(func() { d.deliver(context.WithoutCancel(ctx), dl) })
-	}
-	wg.Wait()
-	return len(ds)
 }
 
 func (d *Deliverer) deliver(ctx context.Context, dl AppDelivery) {

@@ -270,3 +270,55 @@ func TestNextDelivery(t *testing.T) {
 		})
 	}
 }
+
+// senderFunc is an AppSender.
+type senderFunc func(ctx context.Context, d reconcile.AppDelivery) reconcile.DeliveryAttempt
+
+func (f senderFunc) Send(ctx context.Context, d reconcile.AppDelivery) reconcile.DeliveryAttempt {
+	return f(ctx, d)
+}
+
+// TestASlowAnswerHoldsUpItsOwnAccountOnly: while the app takes its time
+// over one account's change, the other accounts' changes keep flowing,
+// each in order; the slow account's next change waits for its answer.
+func TestASlowAnswerHoldsUpItsOwnAccountOnly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &memDeliveries{}
+		st.add(1, 1, 1) // account 1: two changes, the first answered slowly
+		st.add(2, 1, 2)
+		for seq := int64(1); seq <= 5; seq++ { // account 2: five changes
+			st.add(2+seq, 2, seq)
+		}
+		release := make(chan struct{})
+		var mu sync.Mutex
+		var answered []int64
+		sender := senderFunc(func(_ context.Context, dl reconcile.AppDelivery) reconcile.DeliveryAttempt {
+			if dl.ChangeID == 1 {
+				<-release
+			}
+			mu.Lock()
+			answered = append(answered, dl.ChangeID)
+			mu.Unlock()
+			return reconcile.DeliveryAttempt{At: time.Now(), StatusCode: 204}
+		})
+		d, err := reconcile.NewDeliverer(reconcile.DelivererConfig{Name: "r1", Store: st, Sender: sender,
+			Endpoints: []string{"http://app.test/hook"}, Concurrency: 2, Poll: time.Hour})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { d.Run(ctx); close(done) }()
+
+		synctest.Wait() // everything that can move has, and no time has passed
+		mu.Lock()
+		require.Equal(t, []int64{3, 4, 5, 6, 7}, answered, "account 2's changes, in order, while account 1's first hangs")
+		mu.Unlock()
+		close(release)
+		synctest.Wait()
+		mu.Lock()
+		require.Equal(t, []int64{3, 4, 5, 6, 7, 1, 2}, answered, "account 1's second after its first")
+		mu.Unlock()
+		require.Zero(t, st.pending())
+		cancel()
+		<-done
+	})
+}

@@ -30,12 +30,27 @@ import (
 //	go test -bench AppDelivery -run '^$' -benchtime 400x ./cmd/billsync
 func BenchmarkAppDelivery(b *testing.B) {
 	for _, answer := range []time.Duration{0, 20 * time.Millisecond} {
-		b.Run(fmt.Sprintf("Throughput/answer=%s", answer), func(b *testing.B) { benchDelivery(b, answer, false) })
-		b.Run(fmt.Sprintf("Latency/answer=%s", answer), func(b *testing.B) { benchDelivery(b, answer, true) })
+		every := func(int64) time.Duration { return answer }
+		b.Run(fmt.Sprintf("Throughput/answer=%s", answer), func(b *testing.B) { benchDelivery(b, every, false) })
+		b.Run(fmt.Sprintf("Latency/answer=%s", answer), func(b *testing.B) { benchDelivery(b, every, true) })
 	}
+	// One account of the 20 answered in 200 ms, the rest at once: the
+	// slow account must not hold up the others.
+	oneSlow := func(account int64) time.Duration {
+		if account%deliveryAccounts == 0 {
+			return 200 * time.Millisecond
+		}
+		return 0
+	}
+	b.Run("Throughput/answer=one-account-200ms", func(b *testing.B) { benchDelivery(b, oneSlow, false) })
+	b.Run("Latency/answer=one-account-200ms", func(b *testing.B) { benchDelivery(b, oneSlow, true) })
 }
 
-func benchDelivery(b *testing.B, answer time.Duration, latency bool) {
+// deliveryAccounts is how many accounts the delivery benchmark's changes
+// are spread over.
+const deliveryAccounts = 20
+
+func benchDelivery(b *testing.B, answer func(account int64) time.Duration, latency bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var mu sync.Mutex
@@ -43,9 +58,12 @@ func benchDelivery(b *testing.B, answer time.Duration, latency bool) {
 	got := make(chan struct{}, b.N*2)
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		var c struct{ Time time.Time }
+		var c struct {
+			Time      time.Time
+			AccountID int64 `json:"account_id"`
+		}
 		_ = json.Unmarshal(body, &c)
-		time.Sleep(answer) // the app's own work
+		time.Sleep(answer(c.AccountID)) // the app's own work
 		mu.Lock()
 		lags = append(lags, time.Since(c.Time))
 		mu.Unlock()
@@ -54,7 +72,7 @@ func benchDelivery(b *testing.B, answer time.Duration, latency bool) {
 	}))
 	defer app.Close()
 	st := storetest.OpenStore(b, storetest.URL(b), store.Options{AppEndpoints: []string{app.URL}})
-	const accounts = 20
+	const accounts = deliveryAccounts
 	for i := range accounts {
 		debitsFor(b, st, fmt.Sprintf("cus_%d", i), fmt.Sprintf("u%d", i), 0)
 	}
