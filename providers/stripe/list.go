@@ -138,17 +138,19 @@ func (cur listCursor) splitAfter() int64 {
 }
 
 // oldest returns a second no later than the creation of the oldest
-// customer the part has yet to list. It first asks whether any customer
-// is older than the span the part has listed (if not, that is the answer,
-// and Split leaves the list whole); else it looks further back by doubling
-// steps until nothing is older, then places the oldest within an eighth of
-// the last step. Each look is one request of one customer; after the first
-// they go probeRound at a time.
+// customer the part has yet to list. It asks whether any customer is older
+// than the span the part has listed (if not, that is the answer, and Split
+// leaves the list whole), and further back by doubling steps, until
+// nothing is older; then it places the oldest within an eighth of the last
+// step. Each look is one request of one customer. The first round looks
+// firstProbeRound steps back at once (2^11 spans: a first page of a day's
+// sign-ups reaches back years), the next ones probeRound at a time: the
+// sweep's parts wait for the answer, and each round is a round trip.
 func (c *Client) oldest(ctx context.Context, cur listCursor) (int64, error) {
 	ctx = context.WithValue(ctx, listLimiterKey{}, c.listLimiter)
 	span := cur.Top - cur.At + 1
 	back := func(j int) int64 { return max(cur.At-span<<(j-1), 1) } // the j-th point looked at, going back
-	for first, n := 1, 1; ; first, n = first+n, probeRound {
+	for first, n := 1, firstProbeRound; ; first, n = first+n, probeRound {
 		points := make([]int64, 0, n)
 		for j := first; j < first+n && (j == first || points[len(points)-1] > 1); j++ {
 			points = append(points, back(j))
@@ -190,8 +192,12 @@ func (c *Client) narrow(ctx context.Context, low, high int64) (int64, error) {
 	return low, nil
 }
 
-// probeRound is how many one-customer requests oldest sends at once.
-const probeRound = 4
+// firstProbeRound and probeRound are how many one-customer requests
+// oldest sends at once, in its first round and in each later one.
+const (
+	firstProbeRound = 12
+	probeRound      = 4
+)
 
 // noneBefore reports, for each second, whether no customer was created
 // before it, asking for them all at once.
