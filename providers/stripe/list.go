@@ -142,15 +142,22 @@ func (cur listCursor) splitAfter() int64 {
 // than the span the part has listed (if not, that is the answer, and Split
 // leaves the list whole), and further back by doubling steps, until
 // nothing is older; then it places the oldest within an eighth of the last
-// step. Each look is one request of one customer. The first round looks
-// firstProbeRound steps back at once (2^11 spans: a first page of a day's
-// sign-ups reaches back years), the next ones probeRound at a time: the
-// sweep's parts wait for the answer, and each round is a round trip.
+// step. Each look is one request of one customer. The first round is the
+// one look that settles a small account; the second looks farRound steps
+// further back at once (2^11 spans: a first page of a day's sign-ups
+// reaches back years), the next ones probeRound at a time: the sweep's
+// parts wait for the answer, and each round is a round trip.
 func (c *Client) oldest(ctx context.Context, cur listCursor) (int64, error) {
 	ctx = context.WithValue(ctx, listLimiterKey{}, c.listLimiter)
 	span := cur.Top - cur.At + 1
 	back := func(j int) int64 { return max(cur.At-span<<(j-1), 1) } // the j-th point looked at, going back
-	for first, n := 1, firstProbeRound; ; first, n = first+n, probeRound {
+	round := func(first int) int {
+		if first == 2 {
+			return farRound
+		}
+		return probeRound
+	}
+	for first, n := 1, 1; ; first, n = first+n, round(first+n) {
 		points := make([]int64, 0, n)
 		for j := first; j < first+n && (j == first || points[len(points)-1] > 1); j++ {
 			points = append(points, back(j))
@@ -192,11 +199,11 @@ func (c *Client) narrow(ctx context.Context, low, high int64) (int64, error) {
 	return low, nil
 }
 
-// firstProbeRound and probeRound are how many one-customer requests
-// oldest sends at once, in its first round and in each later one.
+// farRound and probeRound are how many one-customer requests oldest sends
+// at once, in its second round and in each one after it.
 const (
-	firstProbeRound = 12
-	probeRound      = 4
+	farRound   = 11
+	probeRound = 4
 )
 
 // noneBefore reports, for each second, whether no customer was created
