@@ -169,7 +169,7 @@ func (s *slots) grant() {
 func (s *slots) of(provider string) FetchSlots {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return FetchSlots{Provider: provider, Limit: min(s.limit(provider), s.bound), InFlight: s.active[provider]}
+	return FetchSlots{Provider: provider, Limit: s.limit(provider), InFlight: s.active[provider]}
 }
 
 // inFlight is how many slots are taken.

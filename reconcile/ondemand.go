@@ -75,9 +75,8 @@ func (w *Worker) ReconcileNow(ctx context.Context, req Request) (Outcome, error)
 func (w *Worker) preview(ctx context.Context, st OnDemandStore, req Request) (Outcome, error) {
 	job := Job{Provider: req.Provider, CustomerID: req.CustomerID, Trigger: req.Trigger, Actor: req.Actor}
 	snap, observedAt, err := w.fetch(ctx, job, w.cfg.Store.Now)
-	var failed *observeError
-	if errors.As(err, &failed) {
-		return Outcome{}, fmt.Errorf("dry run %s/%s: %w", req.Provider, req.CustomerID, failed.err)
+	if err != nil && observedAt.IsZero() { // no read: no slot, or no database time
+		return Outcome{}, fmt.Errorf("dry run %s/%s: %w", req.Provider, req.CustomerID, err)
 	}
 	if err == nil {
 		return st.Preview(ctx, job, observedAt, w.decider(snap, observedAt))

@@ -475,10 +475,10 @@ func (w *Worker) reconcile(ctx context.Context, job Job, observe observer) (Outc
 			recheck = RecheckDisagreed
 		}
 	}
-	var failed *observeError
 	switch {
-	case errors.As(err, &failed):
-		return Outcome{}, observedAt, w.stopping(ctx, failed.err)
+	case err != nil && observedAt.IsZero():
+		// No read was made: no slot (shutdown) or no time (the store).
+		return Outcome{}, observedAt, w.stopping(ctx, err)
 	case err == nil:
 		if snap.UserRefFromEvents && job.UserRef != "" {
 			snap.UserRef = job.UserRef
@@ -550,16 +550,10 @@ func (w *Worker) observer(job Job, claimed time.Time) observer {
 // clocks within 0.05%).
 const clockSkew = 1000
 
-// observeError is an observer's failure (the store's, when the observer
-// asks it), told apart from the provider's.
-type observeError struct{ err error }
-
-func (e *observeError) Error() string { return "observe: " + e.err.Error() }
-func (e *observeError) Unwrap() error { return e.err }
-
 // fetch reads the job's customer from its provider within FetchTimeout,
 // once a slot of the provider's is free, and returns the database time
-// the read is observed at (taken in the slot, just before the request).
+// the read is observed at (taken in the slot, just before the request;
+// zero when no read was made: no slot, or the observer failed).
 // The slot covers the fetch only, so the database's part of a reconcile
 // (the apply) never takes a place the provider's latency needs.
 func (w *Worker) fetch(ctx context.Context, job Job, observe observer) (Snapshot, time.Time, error) {
@@ -572,7 +566,7 @@ func (w *Worker) fetch(ctx context.Context, job Job, observe observer) (Snapshot
 	}
 	observedAt, err := observe(ctx)
 	if err != nil {
-		return Snapshot{}, observedAt, &observeError{err}
+		return Snapshot{}, time.Time{}, err
 	}
 	fetchCtx, cancel := context.WithTimeout(ctx, w.cfg.FetchTimeout)
 	defer cancel()
