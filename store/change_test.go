@@ -310,39 +310,3 @@ func TestDeliveriesInOrderPerAccount(t *testing.T) {
 	require.Len(t, attempts[a.Endpoint], 2, "both attempts recorded, the refused one too")
 	require.Equal(t, 500, attempts[a.Endpoint][0].StatusCode)
 }
-
-// TestExtendDeliveriesDoesNotWait: a heartbeat renews the holder's free
-// delivery leases at once, skipping one whose attempt is being recorded
-// (its row locked), and never renews another holder's.
-func TestExtendDeliveriesDoesNotWait(t *testing.T) {
-	ctx := context.Background()
-	st := storetest.OpenStore(t, storetest.URL(t), store.Options{AppEndpoints: []string{"http://app/hook"}})
-	grantedAccount(t, st, "cus_a", "ua", "price_pro")
-	grantedAccount(t, st, "cus_b", "ub", "price_pro")
-	ds, err := st.ClaimDeliveries(ctx, "r1", []string{"http://app/hook"}, 10, time.Minute)
-	require.NoError(t, err)
-	require.Len(t, ds, 2)
-	lockedFor := func(d reconcile.AppDelivery) time.Duration {
-		var secs float64
-		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT extract(epoch FROM locked_until - now()) FROM app_deliveries
-			WHERE change_id = $1 AND endpoint = $2`, d.ChangeID, d.Endpoint).Scan(&secs))
-		return time.Duration(secs * float64(time.Second))
-	}
-
-	tx, err := st.Pool().Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx) //nolint:errcheck // the test's own transaction
-	_, err = tx.Exec(ctx, `SELECT 1 FROM app_deliveries WHERE change_id = $1 AND endpoint = $2 FOR UPDATE`, ds[0].ChangeID, ds[0].Endpoint)
-	require.NoError(t, err)
-	bounded, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	require.NoError(t, st.ExtendDeliveries(bounded, "r1", ds, time.Hour), "the heartbeat waited for a locked row")
-	require.Greater(t, lockedFor(ds[1]), 50*time.Minute, "the free lease was renewed")
-	require.Less(t, lockedFor(ds[0]), 2*time.Minute, "the locked one was skipped")
-	require.NoError(t, tx.Rollback(ctx))
-
-	require.NoError(t, st.ExtendDeliveries(ctx, "r2", ds, 3*time.Hour))
-	require.Less(t, lockedFor(ds[0]), 2*time.Minute, "another holder's lease is not renewed")
-	require.NoError(t, st.ExtendDeliveries(ctx, "r1", ds, time.Hour))
-	require.Greater(t, lockedFor(ds[0]), 50*time.Minute)
-}

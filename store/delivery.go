@@ -90,34 +90,6 @@ func (s *Store) RecordDelivery(ctx context.Context, holder string, d reconcile.A
 	return nil
 }
 
-// ExtendDeliveries renews holder's leases on ds for lease from now. A row
-// locked at that moment (its attempt being recorded) is skipped, not
-// waited for: see Extend.
-func (s *Store) ExtendDeliveries(ctx context.Context, holder string, ds []reconcile.AppDelivery, lease time.Duration) error {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	ids := make([]int64, len(ds))
-	eps := make([]string, len(ds))
-	for i, d := range ds {
-		ids[i], eps[i] = d.ChangeID, d.Endpoint
-	}
-	_, err := s.pool.Exec(ctx, `
-		WITH free AS (
-			SELECT d.change_id, d.endpoint FROM app_deliveries d
-			JOIN unnest($1::bigint[], $2::text[]) AS x(change_id, endpoint)
-			  ON d.change_id = x.change_id AND d.endpoint = x.endpoint
-			WHERE d.locked_by = $3 AND d.status = 'pending'
-			FOR UPDATE OF d SKIP LOCKED
-		)
-		UPDATE app_deliveries d SET locked_until = now() + make_interval(secs => $4)
-		FROM free WHERE d.change_id = free.change_id AND d.endpoint = free.endpoint`,
-		ids, eps, holder, lease.Seconds())
-	if err != nil {
-		return fmt.Errorf("extend deliveries: %w", classify(err))
-	}
-	return nil
-}
-
 // RetryDelivery makes a dead delivery pending and due now (the console's
 // Retry). One that is not dead is reconcile.ErrNotFound.
 func (s *Store) RetryDelivery(ctx context.Context, changeID int64, endpoint string) error {
