@@ -1,6 +1,9 @@
 package reconcile
 
-import "errors"
+import (
+	"context"
+	"errors"
+)
 
 // Failure classes. Adapters wrap their errors with these so callers decide
 // with errors.Is, and the HTTP layer maps them to status codes in one place.
@@ -18,4 +21,20 @@ var (
 	// ErrHeld: another worker is reconciling the customer right now. Its
 	// reconcile answers the request; asking again in a moment is safe.
 	ErrHeld = errors.New("being reconciled by another worker")
+	// ErrLeaseHeld: another replica holds the lease of a duty that runs
+	// once across replicas (a provider's sweep or events feed, the prune).
+	ErrLeaseHeld = errors.New("lease held by another replica")
+	// ErrLeaseLost is the cause of a lease's context ending while its
+	// holder still ran: a renewal found a successor, or none succeeded
+	// before the lease ran out. The duty stops as if interrupted; its
+	// successor carries on from what was recorded.
+	ErrLeaseLost = errors.New("lease lost")
 )
+
+// whileHeld is ctx, ended also when held (a lease's context) ends, with
+// its cause: a duty whose lease is lost stops as if interrupted.
+func whileHeld(ctx, held context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(held, func() { cancel(context.Cause(held)) })
+	return ctx, func() { stop(); cancel(nil) }
+}

@@ -81,9 +81,9 @@ type FeedPoll struct {
 type FeedStore interface {
 	Inbox
 	Now(ctx context.Context) (time.Time, error)
-	// FeedLock takes the provider's feed lock (a session lock: it dies
-	// with a crashed poller's connection); ok false when another holds it.
-	FeedLock(ctx context.Context, provider string) (unlock func(), ok bool, err error)
+	// FeedLock takes the provider's feed lease until release (see
+	// SweepStore.SweepLock); ErrLeaseHeld when another poller has it.
+	FeedLock(ctx context.Context, provider string) (held context.Context, release func(), err error)
 	// OpenFeed returns the provider's feed state, recording start as the
 	// cursor of a feed that never polled. The store counts an event the
 	// feed stores first (StoreDelivery with SourceFeed, no webhook before
@@ -179,14 +179,16 @@ type PollResult struct {
 
 // Poll lists and stores once, under the feed lock.
 func (f *Feed) Poll(ctx context.Context) (PollResult, error) {
-	unlock, ok, err := f.cfg.Store.FeedLock(ctx, f.cfg.Provider)
+	held, release, err := f.cfg.Store.FeedLock(ctx, f.cfg.Provider)
+	if errors.Is(err, ErrLeaseHeld) {
+		return PollResult{}, ErrFeedBusy
+	}
 	if err != nil {
 		return PollResult{}, err
 	}
-	if !ok {
-		return PollResult{}, ErrFeedBusy
-	}
-	defer unlock()
+	defer release()
+	ctx, cancel := whileHeld(ctx, held)
+	defer cancel()
 	return f.poll(ctx)
 }
 

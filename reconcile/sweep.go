@@ -65,9 +65,10 @@ var ErrSweepRunning = errors.New("a sweep is already running")
 // SweepStore is what the sweeper needs from the database.
 type SweepStore interface {
 	Now(ctx context.Context) (time.Time, error)
-	// SweepLock takes the provider's sweep lock for the caller's lifetime
-	// (a session lock: it dies with a crashed sweeper's connection).
-	SweepLock(ctx context.Context, provider string) (unlock func(), ok bool, err error)
+	// SweepLock takes the provider's sweep lease until release: held ends
+	// (cause ErrLeaseLost) if the lease is lost meanwhile, not with ctx; a
+	// crashed sweeper's lease runs out. ErrLeaseHeld: another sweep has it.
+	SweepLock(ctx context.Context, provider string) (held context.Context, release func(), err error)
 	// StartSweep starts a run, or resumes the one a dead sweeper left.
 	StartSweep(ctx context.Context, provider string) (SweepRun, error)
 	// SweepPage records a page once it is applied, in one transaction:
@@ -175,10 +176,11 @@ func (s *Sweeper) Run(ctx context.Context) (SweepReport, error) {
 // run is recorded (started, or resumed). Its Sweep runs it and releases
 // the lock; until then no other sweep of the provider starts anywhere.
 type StartedSweep struct {
-	Run    SweepRun // as started or resumed
-	s      *Sweeper
-	unlock func()
-	begin  time.Time
+	Run     SweepRun // as started or resumed
+	s       *Sweeper
+	held    context.Context // ends if the lease is lost
+	release func()
+	begin   time.Time
 }
 
 // Start takes the provider's sweep lock and starts or resumes its run,
@@ -187,21 +189,21 @@ type StartedSweep struct {
 // the lock. The caller must call the StartedSweep's Sweep, which releases
 // the lock.
 func (s *Sweeper) Start(ctx context.Context) (*StartedSweep, error) {
-	unlock, ok, err := s.cfg.Store.SweepLock(ctx, s.cfg.Provider)
+	held, release, err := s.cfg.Store.SweepLock(ctx, s.cfg.Provider)
+	if errors.Is(err, ErrLeaseHeld) {
+		return nil, fmt.Errorf("%s: %w", s.cfg.Provider, ErrSweepRunning)
+	}
 	if err != nil {
 		return nil, err
-	}
-	if !ok {
-		return nil, fmt.Errorf("%s: %w", s.cfg.Provider, ErrSweepRunning)
 	}
 	begin := time.Now()
 	run, err := s.cfg.Store.StartSweep(ctx, s.cfg.Provider)
 	if err != nil {
-		unlock()
+		release()
 		return nil, err
 	}
 	s.log.InfoContext(ctx, "sweep started", "run", run.ID, "resumed", run.Resumed, "cursor", run.Cursor)
-	return &StartedSweep{Run: run, s: s, unlock: unlock, begin: begin}, nil
+	return &StartedSweep{Run: run, s: s, held: held, release: release, begin: begin}, nil
 }
 
 // Sweep runs the started sweep once, to its end or until ctx is done, and
@@ -210,7 +212,11 @@ func (s *Sweeper) Start(ctx context.Context) (*StartedSweep, error) {
 // recorded as running, so the next sweep resumes it from its cursor.
 func (st *StartedSweep) Sweep(ctx context.Context) (SweepReport, error) {
 	s := st.s
-	defer st.unlock()
+	defer st.release()
+	// A sweep whose lease is lost stops as if interrupted: its successor
+	// resumes the run from its cursor.
+	ctx, cancel := whileHeld(ctx, st.held)
+	defer cancel()
 	rep := SweepReport{Run: st.Run}
 	err := s.sweep(ctx, &rep)
 	rep.Took = time.Since(st.begin)

@@ -146,8 +146,8 @@ func (s *fakeSweepStore) store() *mock.SweepStore {
 	at := time.Date(2026, 11, 12, 10, 0, 0, 0, time.UTC)
 	return &mock.SweepStore{
 		NowFn: func(context.Context) (time.Time, error) { return at, nil },
-		SweepLockFn: func(context.Context, string) (func(), bool, error) {
-			return func() { s.mu.Lock(); s.unlocked++; s.mu.Unlock() }, true, nil
+		SweepLockFn: func(ctx context.Context, _ string) (context.Context, func(), error) {
+			return ctx, func() { s.mu.Lock(); s.unlocked++; s.mu.Unlock() }, nil
 		},
 		StartSweepFn: func(_ context.Context, provider string) (reconcile.SweepRun, error) {
 			return reconcile.SweepRun{ID: 1, Provider: provider, Cursor: s.start, Resumed: s.start != ""}, nil

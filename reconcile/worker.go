@@ -123,6 +123,20 @@ type Worker struct {
 	slots     *slots
 	wake      chan struct{}
 	dead      atomic.Int64
+	// claimErr is the last claim's failure, nil once one succeeds: a
+	// worker whose every claim fails is not ready, whatever a ping says.
+	claimErr atomic.Pointer[error]
+}
+
+// ClaimErr is the last claim's failure (wrapped in ErrUnavailable), or nil
+// when the last claim succeeded: a store that answers pings but refuses
+// the claim (a pooler that broke its statements) leaves the worker unable
+// to drain, and /readyz must say so.
+func (w *Worker) ClaimErr() error {
+	if err := w.claimErr.Load(); err != nil {
+		return fmt.Errorf("%w: the worker's claims fail: %w", ErrUnavailable, *err)
+	}
+	return nil
 }
 
 // NewWorker returns a Worker for cfg, or an error saying what is wrong
@@ -222,6 +236,9 @@ func (w *Worker) Run(ctx context.Context) {
 			at := time.Now()
 			if err != nil && ctx.Err() == nil {
 				w.cfg.Logger.Error("claim failed", slog.String("worker", id), slog.Any("error", err))
+				w.claimErr.Store(&err)
+			} else if err == nil {
+				w.claimErr.Store(nil)
 			}
 			held.add(claimed)
 			unstarted.Add(int64(len(claimed)))

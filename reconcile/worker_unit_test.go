@@ -449,3 +449,43 @@ func TestWorkerReportsItsSlots(t *testing.T) {
 	small := newUnitWorker(t, reconcile.WorkerConfig{Store: st, Providers: []reconcile.Provider{provider}, Concurrency: 8})
 	require.Equal(t, 8, small.Slots()[0].Limit, "at most -workers")
 }
+
+// TestWorkerClaimErrFollowsTheClaims: while claims fail (a pooler that
+// broke the claim's statement, a database that refuses it) the worker says
+// so, as ErrUnavailable for /readyz; the first claim that succeeds clears
+// it.
+func TestWorkerClaimErrFollowsTheClaims(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		failing, claims := true, 0
+		st := batchOfTwo()
+		st.ClaimFn = func(context.Context, string, int, time.Duration) ([]reconcile.Job, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			claims++
+			if failing {
+				return nil, errors.New(`prepared statement "stmtcache_1" already exists`)
+			}
+			return nil, nil
+		}
+		w := newUnitWorker(t, reconcile.WorkerConfig{Store: st, Providers: []reconcile.Provider{stripeFake(liveSnapshot)},
+			Poll: time.Second})
+		require.NoError(t, w.ClaimErr(), "no claim yet, no failure")
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); w.Run(ctx) }()
+		synctest.Wait()
+		err := w.ClaimErr()
+		require.ErrorIs(t, err, reconcile.ErrUnavailable)
+		require.ErrorContains(t, err, "stmtcache_1")
+
+		mu.Lock()
+		failing = false
+		mu.Unlock()
+		time.Sleep(time.Second) // the bubble's clock: the next poll's claim
+		synctest.Wait()
+		require.NoError(t, w.ClaimErr(), "a claim that succeeds clears it")
+		cancel()
+		<-done
+	})
+}

@@ -8,10 +8,10 @@ import (
 	"github.com/billsync/billsync/reconcile"
 )
 
-// FeedLock takes the session advisory lock that lets one events feed of
-// provider poll at a time across every replica (see SweepLock).
-func (s *Store) FeedLock(ctx context.Context, provider string) (unlock func(), ok bool, err error) {
-	return s.sessionLock(ctx, "billsync.feed."+provider)
+// FeedLock takes the lease that lets one events feed of provider poll at a
+// time across every replica (see SweepLock).
+func (s *Store) FeedLock(ctx context.Context, provider string) (held context.Context, release func(), err error) {
+	return s.lease(ctx, "feed."+provider)
 }
 
 // OpenFeed returns provider's feed state, first recording start as the

@@ -96,40 +96,37 @@ func appliedVersions(ctx context.Context, q interface {
 	return applied, nil
 }
 
-// Migrate applies every pending migration, each in its own transaction,
-// holding a session advisory lock so concurrent starters wait their turn.
-// It returns the names of the migrations it applied.
+// Migrate applies every pending migration, each in its own transaction.
+// Each transaction first takes a transaction-scoped advisory lock, so
+// concurrent starters apply one migration at a time and each re-reads what
+// is applied once it has the lock; the lock ends with its transaction, so
+// it works through a transaction pooler and never leaks to a pooled
+// connection. It returns the names of the migrations it applied.
 func (s *Store) Migrate(ctx context.Context) ([]string, error) {
 	all, err := migrationFiles()
 	if err != nil {
 		return nil, err
 	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("migrate: %w", classify(err))
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(migrateLockKey)); err != nil {
-		return nil, fmt.Errorf("migrate: take lock: %w", classify(err))
-	}
-	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(migrateLockKey)) //nolint:errcheck // the session ends with the connection anyway
-
-	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-		version    integer     PRIMARY KEY,
-		name       text        NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		return nil, fmt.Errorf("migrate: create schema_migrations: %w", classify(err))
-	}
-	applied, err := appliedVersions(ctx, conn)
-	if err != nil {
-		return nil, err
-	}
 	var done []string
 	for _, m := range all {
-		if applied[m.Version] {
-			continue
-		}
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		applied := false
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrateLockKey)); err != nil {
+				return fmt.Errorf("take lock: %w", err)
+			}
+			// Inside the lock: two first starters must not both create it.
+			if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+				version    integer     PRIMARY KEY,
+				name       text        NOT NULL,
+				applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+				return fmt.Errorf("create schema_migrations: %w", err)
+			}
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)`, m.Version).Scan(&applied); err != nil {
+				return fmt.Errorf("read schema_migrations: %w", err)
+			}
+			if applied {
+				return nil
+			}
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return err
 			}
@@ -139,7 +136,9 @@ func (s *Store) Migrate(ctx context.Context) ([]string, error) {
 		if err != nil {
 			return done, fmt.Errorf("migrate: apply %s: %w", m.Name, classify(err))
 		}
-		done = append(done, m.Name)
+		if !applied {
+			done = append(done, m.Name)
+		}
 	}
 	return done, nil
 }

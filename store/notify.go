@@ -32,7 +32,9 @@ func (s *Store) notify(ctx context.Context) {
 }
 
 // Listen calls wake whenever new work is announced, until ctx is done. It
-// holds one connection and reconnects after failures.
+// holds one connection of its own (on the direct URL when there is one)
+// and reconnects after failures. Without a connection that can LISTEN
+// (Connection().Listen false) it returns at once: callers poll.
 func (s *Store) Listen(ctx context.Context, logger *slog.Logger, wake func()) {
 	s.listen(ctx, logger, queueChannel, wake)
 }
@@ -45,6 +47,11 @@ func (s *Store) ListenChanges(ctx context.Context, logger *slog.Logger, wake fun
 }
 
 func (s *Store) listen(ctx context.Context, logger *slog.Logger, channel string, wake func()) {
+	if s.listenCfg == nil {
+		// A transaction pooler drops notifications (LISTEN lives on a
+		// session it does not keep): callers poll every PollWithoutListen.
+		return
+	}
 	for ctx.Err() == nil {
 		err := s.listenOnce(ctx, channel, wake)
 		if ctx.Err() != nil {
@@ -60,12 +67,12 @@ func (s *Store) listen(ctx context.Context, logger *slog.Logger, channel string,
 }
 
 func (s *Store) listenOnce(ctx context.Context, channel string, wake func()) error {
-	pooled, err := s.pool.Acquire(ctx)
+	// A connection of its own, never the pool's: it carries LISTEN state
+	// for as long as it lives.
+	conn, err := pgx.ConnectConfig(ctx, s.listenCfg)
 	if err != nil {
 		return classify(err)
 	}
-	// The connection carries LISTEN state: it never goes back to the pool.
-	conn := pooled.Hijack()
 	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck // closing a dead listener
 	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return classify(err)

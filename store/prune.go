@@ -2,11 +2,11 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billsync/billsync/reconcile"
 )
@@ -80,7 +80,7 @@ const pruneLockTimeout = "2s"
 // Prune deletes what r allows, in batches of r.Batch rows, each its own
 // transaction; see reconcile.Retention. It never touches pending or dead
 // events (nor their receipts), a change with a pending delivery, the
-// queue, accounts, the ledger or sweep runs. One prune runs at a time across replicas (an advisory lock);
+// queue, accounts, the ledger or sweep runs. One prune runs at a time across replicas (a lease);
 // another gets reconcile.ErrPruneRunning. Cancelled, it returns what it
 // deleted so far with the error.
 func (s *Store) Prune(ctx context.Context, r reconcile.Retention) (reconcile.Pruned, error) {
@@ -92,31 +92,25 @@ func (s *Store) Prune(ctx context.Context, r reconcile.Retention) (reconcile.Pru
 		batch = reconcile.DefaultPruneBatch
 	}
 	var p reconcile.Pruned
-	bctx, cancel := s.bound(ctx)
-	conn, err := s.pool.Acquire(bctx)
-	if err != nil {
-		cancel()
-		return p, fmt.Errorf("prune: %w", classify(err))
-	}
-	defer conn.Release()
-	var ok bool
-	var now time.Time
-	err = conn.QueryRow(bctx, `SELECT pg_try_advisory_lock(hashtextextended('billsync.prune', 0)), now(), now() - make_interval(secs => $1)`,
-		r.OlderThan.Seconds()).Scan(&ok, &now, &p.Cutoff)
-	cancel()
-	if err != nil {
-		return p, fmt.Errorf("prune: lock: %w", classify(err))
-	}
-	if !ok {
+	held, release, err := s.lease(ctx, "prune")
+	if errors.Is(err, reconcile.ErrLeaseHeld) {
 		return p, reconcile.ErrPruneRunning
 	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
-		defer cancel()
-		if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock(hashtextextended('billsync.prune', 0))`); err != nil {
-			conn.Conn().Close(ctx) //nolint:errcheck // closing the session releases the lock
-		}
-	}()
+	if err != nil {
+		return p, fmt.Errorf("prune: %w", err)
+	}
+	defer release()
+	// A prune whose lease is lost stops between batches, as if cancelled.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	defer context.AfterFunc(held, func() { stop(context.Cause(held)) })()
+	var now time.Time
+	bctx, cancel := s.bound(ctx)
+	err = s.pool.QueryRow(bctx, `SELECT now(), now() - make_interval(secs => $1)`, r.OlderThan.Seconds()).Scan(&now, &p.Cutoff)
+	cancel()
+	if err != nil {
+		return p, fmt.Errorf("prune: %w", classify(err))
+	}
 	// Receipts before events: an event's receipts then go in batches of
 	// their own rather than by cascade inside an event batch.
 	// Sessions go once expired, whatever the retention.
@@ -128,7 +122,7 @@ func (s *Store) Prune(ctx context.Context, r reconcile.Retention) (reconcile.Pru
 		{pruneChangesSQL, p.Cutoff, &p.Changes}, {pruneSessionsSQL, now, &p.Sessions}}
 	for _, step := range steps {
 		for {
-			n, err := s.pruneBatch(ctx, conn, step.sql, step.before, batch)
+			n, err := s.pruneBatch(ctx, step.sql, step.before, batch)
 			if err != nil {
 				return p, err
 			}
@@ -145,14 +139,14 @@ func (s *Store) Prune(ctx context.Context, r reconcile.Retention) (reconcile.Pru
 
 // pruneBatch runs one delete of at most batch rows in a transaction of
 // its own.
-func (s *Store) pruneBatch(ctx context.Context, conn *pgxpool.Conn, sql string, cutoff time.Time, batch int) (int64, error) {
+func (s *Store) pruneBatch(ctx context.Context, sql string, cutoff time.Time, batch int) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var n int64
-	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+pruneLockTimeout+`'`); err != nil {
 			return err
 		}

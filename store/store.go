@@ -23,7 +23,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/billsync/billsync/reconcile"
@@ -43,6 +42,12 @@ type Store struct {
 	// endpoints are the app's webhook endpoints: each change is queued
 	// for delivery to each, in the change's transaction.
 	endpoints []string
+	leaseTTL  time.Duration
+	conn      Connection
+	// listenCfg is where LISTEN connects: the pool's own configuration,
+	// the direct URL's, or nil when neither can LISTEN (a transaction
+	// pooler and no direct URL).
+	listenCfg *pgx.ConnConfig
 }
 
 func init() {
@@ -69,6 +74,18 @@ type Options struct {
 	// every account change is queued for delivery to each. None: changes
 	// are only in the feed.
 	AppEndpoints []string
+	// Pooling is what sits between billsync and PostgreSQL
+	// (BILLSYNC_DATABASE_POOLER); PoolingAuto detects it.
+	Pooling Pooling
+	// DirectURL (BILLSYNC_DATABASE_DIRECT_URL) reaches the same database
+	// directly or through a session pooler: LISTEN goes there when the
+	// main URL is a transaction pooler's. Unset: the store LISTENs on the
+	// main URL, or, behind a transaction pooler, not at all (callers poll
+	// every PollWithoutListen).
+	DirectURL string
+	// LeaseTTL is how long a duty's lease (a sweep, the events feed, a
+	// prune) outlives its holder's last renewal; default DefaultLeaseTTL.
+	LeaseTTL time.Duration
 }
 
 // DefaultServePoolSize is the connection pool serve opens when the
@@ -92,38 +109,50 @@ func ServePoolSize(url string) int32 {
 
 // Open connects to the PostgreSQL server at url and checks the connection.
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
-	if opts.Timeout < 0 || opts.MaxConns < 0 {
-		return nil, errors.New("store: negative timeout or pool size")
+	if opts.Timeout < 0 || opts.MaxConns < 0 || opts.LeaseTTL < 0 {
+		return nil, errors.New("store: negative timeout, pool size or lease TTL")
 	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
 	}
-	return openConfig(ctx, cfg, opts)
+	return openConfig(ctx, cfg, url, opts)
 }
 
-func openConfig(ctx context.Context, cfg *pgxpool.Config, opts Options) (*Store, error) {
+func openConfig(ctx context.Context, cfg *pgxpool.Config, url string, opts Options) (*Store, error) {
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
 	}
-	// A call whose deadline passes is cancelled in PostgreSQL too, so a
-	// delivery answered 503 after a lock wait is rolled back rather than
-	// committed behind the caller's back. A server that cannot take the
-	// cancel (frozen, gone) gets the connection cut a second later.
-	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: time.Second}
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	conn, err := configurePooling(ctx, cfg, url, opts.Pooling)
 	if err != nil {
+		return nil, err
+	}
+	s := &Store{timeout: cmp.Or(opts.Timeout, DefaultTimeout), endpoints: opts.AppEndpoints,
+		leaseTTL: cmp.Or(opts.LeaseTTL, DefaultLeaseTTL), conn: conn}
+	switch {
+	case opts.DirectURL != "":
+		direct, err := pgx.ParseConfig(opts.DirectURL)
+		if err != nil {
+			return nil, fmt.Errorf("parse direct database url: %w", err)
+		}
+		s.listenCfg, s.conn.Listen, s.conn.ListenVia = direct, true, "direct url"
+	case conn.Pooling != PoolingTransaction:
+		s.listenCfg, s.conn.Listen, s.conn.ListenVia = cfg.ConnConfig.Copy(), true, "database url"
+	}
+	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
-	s := &Store{pool: pool, timeout: cmp.Or(opts.Timeout, DefaultTimeout), endpoints: opts.AppEndpoints}
 	if err := s.Ping(ctx); err != nil {
-		pool.Close()
+		s.pool.Close()
 		return nil, fmt.Errorf("ping database: %w", err)
 	}
 	return s, nil
 }
+
+// Connection says what the store found when it opened: where the database
+// is (never the password), the pooling, the query mode and whether LISTEN
+// works.
+func (s *Store) Connection() Connection { return s.conn }
 
 // Close closes every connection. It waits at most the store's timeout:
 // the driver gives a connection 15 s to say goodbye, which a hung database

@@ -12,43 +12,13 @@ import (
 	"github.com/billsync/billsync/reconcile"
 )
 
-// SweepLock takes the session advisory lock that lets one sweep of provider
-// run at a time across every replica. It is held on a connection of its own,
-// outside the pool (so a long sweep takes no connection from the workers),
-// for the whole run: a leader that crashes loses it with its connection.
-// ok is false when another sweep holds it. unlock releases the lock and
-// closes the connection.
-func (s *Store) SweepLock(ctx context.Context, provider string) (unlock func(), ok bool, err error) {
-	return s.sessionLock(ctx, "billsync.sweep."+provider)
-}
-
-// sessionLock takes the advisory lock named name on a connection of its
-// own, outside the pool; see SweepLock.
-func (s *Store) sessionLock(ctx context.Context, name string) (unlock func(), ok bool, err error) {
-	bctx, cancel := s.bound(ctx)
-	defer cancel()
-	conn, err := pgx.ConnectConfig(bctx, s.pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return nil, false, fmt.Errorf("lock %s: %w", name, classify(err))
-	}
-	closeConn := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-		defer cancel()
-		// Unlock first: the server ends a closed session a moment later,
-		// and a holder started right after this one must find the lock
-		// free. Closing the session releases it anyway if this fails.
-		_, _ = conn.Exec(ctx, `SELECT pg_advisory_unlock_all()`)
-		_ = conn.Close(ctx)
-	}
-	if err := conn.QueryRow(bctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, name).Scan(&ok); err != nil {
-		closeConn()
-		return nil, false, fmt.Errorf("lock %s: %w", name, classify(err))
-	}
-	if !ok {
-		closeConn()
-		return nil, false, nil
-	}
-	return closeConn, true, nil
+// SweepLock takes the lease that lets one sweep of provider run at a time
+// across every replica, for the whole run: held ends if the lease is lost
+// (see lease); a leader that dies stops renewing and the lease passes on
+// within the store's lease TTL. err is reconcile.ErrLeaseHeld when another
+// sweep holds it. release lets it go at once.
+func (s *Store) SweepLock(ctx context.Context, provider string) (held context.Context, release func(), err error) {
+	return s.lease(ctx, "sweep."+provider)
 }
 
 // SweepResumeWithin is how recent a dead run's heartbeat must be for the
@@ -59,7 +29,7 @@ const SweepResumeWithin = 6 * time.Hour
 // StartSweep begins a run of provider's sweep, or resumes the newest one
 // still marked running whose heartbeat is within SweepResumeWithin. The
 // caller holds SweepLock, so a running row is one whose sweeper died or
-// was stopped (its lock went with its connection). Other running rows are
+// was stopped (its lease ran out or was released). Other running rows are
 // closed as failed.
 func (s *Store) StartSweep(ctx context.Context, provider string) (reconcile.SweepRun, error) {
 	ctx, cancel := s.bound(ctx)

@@ -7,46 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
 )
-
-func TestSweepLock(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	url := storetest.URL(t)
-	a := storetest.OpenStore(t, url, store.Options{})
-	b := storetest.OpenStore(t, url, store.Options{})
-
-	unlock, ok, err := a.SweepLock(ctx, "stripe")
-	require.NoError(t, err)
-	require.True(t, ok)
-	_, ok, err = b.SweepLock(ctx, "stripe")
-	require.NoError(t, err)
-	require.False(t, ok, "one sweep of a provider at a time")
-	// The leader's connection dies (a crashed process): its lock goes too.
-	// pg_terminate_backend only signals unless given a timeout: with one it
-	// returns once the backend has ended (its locks with it), so b's try
-	// below does not race the dying backend on a busy machine.
-	var killed int
-	require.NoError(t, b.Pool().QueryRow(ctx, `
-		SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 60000)) FROM pg_locks WHERE locktype = 'advisory' AND granted
-		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&killed))
-	require.Equal(t, 1, killed)
-	unlock() // on a dead connection: must not panic
-	unlockB, ok, err := b.SweepLock(ctx, "stripe")
-	require.NoError(t, err)
-	require.True(t, ok)
-	unlockB()
-	unlockA, ok, err := a.SweepLock(ctx, "stripe")
-	require.NoError(t, err)
-	require.True(t, ok, "unlock released it at once")
-	unlockA()
-	unlockOther, ok, err := b.SweepLock(ctx, "kinde")
-	require.NoError(t, err)
-	require.True(t, ok, "another provider's sweep is separate")
-	unlockOther()
-}
 
 func TestSweepRunResumesAndRemembersCustomers(t *testing.T) {
 	t.Parallel()

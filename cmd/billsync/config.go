@@ -14,6 +14,7 @@ import (
 
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/server"
+	"github.com/billsync/billsync/store"
 )
 
 // defaultDataDir is where the embedded PostgreSQL lives by default.
@@ -25,7 +26,13 @@ const defaultAddr = "127.0.0.1:8080"
 // config is billsync's configuration, from flags over environment variables.
 // Secrets come from NAME or NAME_FILE, never from flags (flags show in ps).
 type config struct {
-	DatabaseURL     string
+	DatabaseURL string
+	// DatabaseDirectURL carries LISTEN (and nothing else) past a
+	// transaction pooler: BILLSYNC_DATABASE_DIRECT_URL.
+	DatabaseDirectURL string
+	// Pooling is BILLSYNC_DATABASE_POOLER (auto when unset).
+	Pooling         store.Pooling
+	poolingErr      error
 	DataDir         string
 	DBTimeout       time.Duration
 	Addr            string
@@ -148,6 +155,10 @@ func (c *config) bindCommon(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&c.DBTimeout, "db-timeout", 10*time.Second,
 		"deadline of each database call (a hung database costs a request or a reconcile at most this, and never blocks shutdown)")
 	c.DatabaseURL = getenv("DATABASE_URL")
+	c.DatabaseDirectURL = getenv("BILLSYNC_DATABASE_DIRECT_URL")
+	if c.Pooling, c.poolingErr = store.ParsePooling(getenv("BILLSYNC_DATABASE_POOLER")); c.poolingErr != nil {
+		c.poolingErr = fmt.Errorf("BILLSYNC_DATABASE_POOLER: %w", c.poolingErr)
+	}
 	c.AppWebhookURLs = commaList(getenv("BILLSYNC_APP_WEBHOOK_URL"))
 	c.AppWebhookAllowHosts = commaList(getenv("BILLSYNC_APP_WEBHOOK_ALLOW_HOSTS"))
 }
@@ -309,6 +320,7 @@ func (c *config) validateServe() error {
 		errs = append(errs, errors.New("BILLSYNC_APP_TOKEN equals BILLSYNC_ADMIN_TOKEN: the app must not hold the admin token, use two different values"))
 	}
 	errs = append(errs, c.validateAppWebhooks()...)
+	errs = append(errs, c.poolingErr)
 	if len(c.AppWebhookURLs) > 0 && c.AppWebhookLease <= server.DefaultAppTimeout {
 		errs = append(errs, fmt.Errorf("-app-webhook-lease must be longer than the %s attempt deadline, or a slow attempt could be sent twice at once", server.DefaultAppTimeout))
 	}

@@ -40,15 +40,20 @@ func databaseURL(ctx context.Context, cfg config, logger *slog.Logger) (url stri
 // openDatabase connects to DATABASE_URL, or starts the embedded cluster
 // under cfg.DataDir when it is unset. close releases both.
 func openDatabase(ctx context.Context, cfg config, logger *slog.Logger) (st *store.Store, close func(), err error) {
+	if cfg.poolingErr != nil {
+		return nil, nil, cfg.poolingErr
+	}
 	url, stopCluster, err := databaseURL(ctx, cfg, logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err = store.Open(ctx, url, store.Options{Timeout: cfg.DBTimeout, MaxConns: store.ServePoolSize(url), AppEndpoints: cfg.AppWebhookURLs})
+	st, err = store.Open(ctx, url, store.Options{Timeout: cfg.DBTimeout, MaxConns: store.ServePoolSize(url), AppEndpoints: cfg.AppWebhookURLs,
+		Pooling: cfg.Pooling, DirectURL: cfg.DatabaseDirectURL})
 	if err != nil {
 		stopCluster()
 		return nil, nil, err
 	}
+	logConnection(logger, st.Connection())
 	return st, func() { st.Close(); stopCluster() }, nil
 }
 
@@ -90,4 +95,22 @@ func fallbackDataDir(dataDir string) string {
 		base = os.TempDir()
 	}
 	return filepath.Join(base, "billsync-"+hex.EncodeToString(sum[:6]))
+}
+
+// logConnection says, once at start, what the store found: where the
+// database is (never the password), the pooling and how it was learned,
+// the query mode, and whether LISTEN wake-ups work or the store polls.
+func logConnection(logger *slog.Logger, c store.Connection) {
+	mode := c.QueryMode
+	if c.QueryModeChosen {
+		mode += " (chosen for the transaction pooler; the URL named none)"
+	}
+	listen := "off: polling every " + store.PollWithoutListen.String() +
+		" (a transaction pooler drops LISTEN; set BILLSYNC_DATABASE_DIRECT_URL for wake-ups at commit)"
+	if c.Listen {
+		listen = "on, via the " + c.ListenVia
+	}
+	logger.Info("database", slog.String("host", c.Host), slog.String("database", c.Database), slog.String("user", c.User),
+		slog.String("pooling", string(c.Pooling)), slog.String("pooling_from", c.Detected),
+		slog.String("query_mode", mode), slog.String("listen", listen))
 }

@@ -58,6 +58,13 @@ secret also as *_FILE; see docs/configuration.md.`)
 	if err := prepareSchema(ctx, st, cfg.NoMigrate, logger); err != nil {
 		return err
 	}
+	// Behind a transaction pooler with no direct URL nothing can LISTEN:
+	// workers, the app deliverer and the change feed's long polls look
+	// for work every store.PollWithoutListen instead of their 1 s.
+	var poll time.Duration
+	if !st.Connection().Listen {
+		poll = store.PollWithoutListen
+	}
 	metrics := server.NewMetrics(queueDepth(st), logger)
 	metrics.CollectSweeps(st.SweepStats, logger)
 	metrics.CollectAppChanges(st.DeliveryStats, logger)
@@ -69,8 +76,9 @@ secret also as *_FILE; see docs/configuration.md.`)
 	defer cancel()
 	var wg sync.WaitGroup
 	var reconciler server.Reconciler // the admin API's resyncs take a worker's path
-	var feeds []string               // providers whose events feed runs here
-	var sweeps server.Sweeps         // nil without workers: the admin API answers 503
+	claimErr := func() error { return nil }
+	var feeds []string       // providers whose events feed runs here
+	var sweeps server.Sweeps // nil without workers: the admin API answers 503
 	provs, err := newProviders(cfg, logger, metrics.ObserveProviderRequest)
 	if err != nil {
 		return err
@@ -136,11 +144,13 @@ secret also as *_FILE; see docs/configuration.md.`)
 		worker, err := reconcile.NewWorker(reconcile.WorkerConfig{
 			Name: workerName(), Store: st, Providers: provs.list(), Plans: plans,
 			Logger: logger, Concurrency: cfg.Workers, OnOutcome: metrics.ObserveReconcile, RecheckDelay: cfg.RecheckDelay,
+			Poll: poll,
 		})
 		if err != nil {
 			return err
 		}
 		reconciler = worker
+		claimErr = worker.ClaimErr
 		metrics.CollectFetchSlots(worker.Slots)
 		wg.Add(2)
 		go func() { defer wg.Done(); st.Listen(ctx, logger, worker.Wake) }()
@@ -181,7 +191,7 @@ secret also as *_FILE; see docs/configuration.md.`)
 			return err
 		}
 		deliverer, err := reconcile.NewDeliverer(reconcile.DelivererConfig{Name: workerName(), Store: st, Sender: sender,
-			Endpoints: cfg.AppWebhookURLs, Lease: cfg.AppWebhookLease, Logger: logger.With("component", "app-webhooks"), OnAttempt: metrics.ObserveAppDelivery})
+			Endpoints: cfg.AppWebhookURLs, Lease: cfg.AppWebhookLease, Poll: poll, Logger: logger.With("component", "app-webhooks"), OnAttempt: metrics.ObserveAppDelivery})
 		if err != nil {
 			return err
 		}
@@ -198,15 +208,22 @@ secret also as *_FILE; see docs/configuration.md.`)
 		Logger:    logger,
 		Inbox:     st,
 		Verifiers: verifiers,
-		Ready:     st.Ping,
-		Metrics:   metrics,
+		// Ready while the database answers and the worker's claims do: a
+		// pooler can answer pings and still refuse every claim.
+		Ready: func(ctx context.Context) error {
+			if err := st.Ping(ctx); err != nil {
+				return err
+			}
+			return claimErr()
+		},
+		Metrics: metrics,
 		// A hung database gets the provider a 503 (it retries), not a
 		// request held open for as long as the database hangs.
 		StoreTimeout: cfg.IntakeTimeout,
 		Admin: server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler, Sweeps: sweeps, Changes: st,
 			ProviderLimits: map[string]float64{stripe.Provider: cfg.StripeRateLimit, kinde.Provider: cfg.KindeRateLimit},
 			EventsFeeds:    feeds},
-		App: server.App{Token: cfg.AppToken, Store: st, Plans: plans, Feed: st, Committed: &committed},
+		App: server.App{Token: cfg.AppToken, Store: st, Plans: plans, Feed: st, Committed: &committed, FeedPoll: poll},
 	})
 	// Workers finish the job in hand and release their leases; sweeps
 	// apply the pages in hand and stay resumable.

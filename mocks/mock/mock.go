@@ -106,7 +106,7 @@ var _ reconcile.SweepStore = (*SweepStore)(nil)
 // function.
 type SweepStore struct {
 	NowFn            func(ctx context.Context) (time.Time, error)
-	SweepLockFn      func(ctx context.Context, provider string) (unlock func(), ok bool, err error)
+	SweepLockFn      func(ctx context.Context, provider string) (held context.Context, release func(), err error)
 	StartSweepFn     func(ctx context.Context, provider string) (reconcile.SweepRun, error)
 	SweepPageFn      func(ctx context.Context, run reconcile.SweepRun, customers []string) (int, error)
 	FinishSweepFn    func(ctx context.Context, run reconcile.SweepRun, failure error) error
@@ -118,7 +118,7 @@ type SweepStore struct {
 
 func (s *SweepStore) Now(ctx context.Context) (time.Time, error) { return s.NowFn(ctx) }
 
-func (s *SweepStore) SweepLock(ctx context.Context, provider string) (func(), bool, error) {
+func (s *SweepStore) SweepLock(ctx context.Context, provider string) (context.Context, func(), error) {
 	return s.SweepLockFn(ctx, provider)
 }
 
