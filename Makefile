@@ -5,10 +5,18 @@ GOBIN := $(shell go env GOPATH)/bin
 GOLANGCI_LINT := $(GOBIN)/golangci-lint
 FUZZTIME ?= 30s
 
-.PHONY: test test-loaded lint fuzz bench demo tools
+.PHONY: test test-loaded test-modes lint fuzz bench demo tools
 
 test:
 	go test -race -count=1 -timeout 30m ./...
+
+# The store and the reconciler in pgx's pooler-safe query modes (exec,
+# simple_protocol): a statement whose parameters need the server's
+# description of it (a struct or []byte into jsonb) fails here, not behind
+# a user's PgBouncer. storetest sets the mode on every test database.
+test-modes:
+	BILLSYNC_TEST_QUERY_MODE=exec go test -race -count=1 -timeout 30m ./store/... ./reconcile/...
+	BILLSYNC_TEST_QUERY_MODE=simple_protocol go test -race -count=1 -timeout 30m ./store/... ./reconcile/...
 
 # The suite three times in a row while stress-ng (Debian's stress-ng) keeps
 # both cores busy: a test that holds only on a quiet machine fails here.

@@ -16,12 +16,12 @@ import (
 )
 
 const accountColumns = `id, provider, customer_id, coalesce(user_ref, ''), coalesce(email, ''), coalesce(plan, ''), coalesce(status, ''),
-	coalesce(subscription_id, ''), period_start, period_end, cancel_at_period_end, observed_at, features, entitlements`
+	coalesce(subscription_id, ''), period_start, period_end, cancel_at_period_end, observed_at, features::text, entitlements::text`
 
 func scanAccount(row pgx.Row) (reconcile.Account, error) {
 	var a reconcile.Account
 	var start, end, observed *time.Time
-	var features, ents []byte
+	var features, ents string
 	err := row.Scan(&a.ID, &a.Provider, &a.CustomerID, &a.UserRef, &a.Email, &a.Plan, &a.Status,
 		&a.SubscriptionID, &start, &end, &a.CancelAtPeriodEnd, &observed, &features, &ents)
 	a.PeriodStart, a.PeriodEnd, a.ObservedAt = deref(start), deref(end), deref(observed)
@@ -31,10 +31,11 @@ func scanAccount(row pgx.Row) (reconcile.Account, error) {
 	return a, err
 }
 
-// unmarshalList reads a jsonb list column; [] is nil, as the domain
-// writes an empty list.
-func unmarshalList[T any](b []byte, v *[]T) error {
-	if err := json.Unmarshal(b, v); err != nil {
+// unmarshalList reads a jsonb list column, selected as text so that every
+// query mode reads the same bytes; [] is nil, as the domain writes an empty
+// list.
+func unmarshalList[T any](s string, v *[]T) error {
+	if err := json.Unmarshal([]byte(s), v); err != nil {
 		return fmt.Errorf("read %T: %w", v, err)
 	}
 	if len(*v) == 0 {
@@ -43,13 +44,16 @@ func unmarshalList[T any](b []byte, v *[]T) error {
 	return nil
 }
 
-// marshalList writes a list for a jsonb column: nil is [].
-func marshalList[T any](v []T) []byte {
+// marshalList writes a list for a jsonb column: nil is []. It is text, and
+// the statement casts it (::jsonb): in the exec and simple_protocol query
+// modes the server does not describe the statement first, so a []byte goes
+// out as bytea ('\x5b…'), which is not JSON.
+func marshalList[T any](v []T) string {
 	if len(v) == 0 {
-		return []byte("[]")
+		return "[]"
 	}
 	b, _ := json.Marshal(v) // plain structs: cannot fail
-	return b
+	return string(b)
 }
 
 // Account returns the account of a provider's customer.
@@ -260,7 +264,7 @@ func writeAccount(ctx context.Context, tx pgx.Tx, a reconcile.Account) error {
 		UPDATE accounts SET user_ref = NULLIF($2, ''), plan = $3, status = NULLIF($4, ''),
 			subscription_id = NULLIF($5, ''), period_start = $6, period_end = $7,
 			cancel_at_period_end = $8, observed_at = $9, email = NULLIF($10, ''),
-			features = $11, entitlements = $12, updated_at = now()
+			features = $11::jsonb, entitlements = $12::jsonb, updated_at = now()
 		WHERE id = $1 AND (observed_at IS NULL OR observed_at < $9)`,
 		a.ID, a.UserRef, a.Plan, a.Status, a.SubscriptionID, nullTime(a.PeriodStart), nullTime(a.PeriodEnd),
 		a.CancelAtPeriodEnd, a.ObservedAt, a.Email, marshalList(a.Features), marshalList(a.Entitlements))
@@ -338,13 +342,16 @@ type accountJSON struct {
 	Features []reconcile.Feature `json:"features,omitempty"`
 }
 
-func accountDoc(a reconcile.Account) []byte {
+// accountDoc is a's reconcile_log document, text for a ::jsonb cast (see
+// marshalList); nil (NULL) when a was never observed.
+func accountDoc(a reconcile.Account) *string {
 	if a.ObservedAt.IsZero() && a.Plan == "" {
 		return nil
 	}
 	b, _ := json.Marshal(accountJSON{a.Plan, a.Status, a.SubscriptionID, nullTime(a.PeriodStart),
 		nullTime(a.PeriodEnd), a.CancelAtPeriodEnd, a.UserRef, a.Email, a.Features}) // plain struct: cannot fail
-	return b
+	doc := string(b)
+	return &doc
 }
 
 func writeLog(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time, out reconcile.Outcome) error {
@@ -356,7 +363,7 @@ func writeLog(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time
 	// read: the row then says when it was written.
 	_, err := tx.Exec(ctx, `
 		INSERT INTO reconcile_log (account_id, provider, customer_id, trigger, actor, observed_at, result, outcome, before, after)
-		VALUES ($1, $2, $3, $4, $5, coalesce($6, clock_timestamp()), $7, $8, $9, $10)`,
+		VALUES ($1, $2, $3, $4, $5, coalesce($6, clock_timestamp()), $7, $8, $9::jsonb, $10::jsonb)`,
 		accountID, job.Provider, job.CustomerID, job.Trigger, reconcile.ActorOf(job), nullTime(observedAt), string(out.Result), out.Text,
 		accountDoc(out.Before), accountDoc(out.After))
 	if err != nil {

@@ -41,8 +41,8 @@ func (s *Store) announce(ctx context.Context, tx pgx.Tx, before *reconcile.Accou
 		return fmt.Errorf("encode change: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `
-		INSERT INTO account_changes (id, account_id, seq, created_at, payload) VALUES ($1, $2, $3, $4, $5)`,
-		ch.ID, ch.AccountID, ch.Seq, ch.Time, body); err != nil {
+		INSERT INTO account_changes (id, account_id, seq, created_at, payload) VALUES ($1, $2, $3, $4, $5::jsonb)`,
+		ch.ID, ch.AccountID, ch.Seq, ch.Time, string(body)); err != nil { // text: a []byte is bytea in the exec modes
 		return fmt.Errorf("write change: %w", err)
 	}
 	if err := s.faults.AfterChangeWrite(); err != nil {

@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -34,7 +35,7 @@ func (s *Store) StoreDelivery(ctx context.Context, d reconcile.Delivery) (reconc
 			INSERT INTO inbox_events
 				(provider, dedupe_key, event_id, type, customer_id, event_time, api_version, payload, status, outcome, processed_at, expect, user_ref)
 			VALUES ($1, $2, $3, $4, NULLIF($5, ''), $6, NULLIF($7, ''), $8, $9, $10,
-				CASE WHEN $9 = 'ignored' THEN now() END, $13, NULLIF($14, ''))
+				CASE WHEN $9 = 'ignored' THEN now() END, $13::jsonb, NULLIF($14, ''))
 			ON CONFLICT (provider, dedupe_key) DO UPDATE
 				SET seen_count = inbox_events.seen_count + 1, last_seen_at = now()
 			RETURNING id, xmax = 0 AS inserted, seen_count, status, customer_id
@@ -54,7 +55,7 @@ func (s *Store) StoreDelivery(ctx context.Context, d reconcile.Delivery) (reconc
 		)
 		SELECT id, inserted, seen_count, status FROM ev`,
 		ev.Provider, ev.DedupeKey, ev.EventID, ev.Type, ev.CustomerID, nullTime(ev.Time),
-		ev.APIVersion, ev.Payload, status, outcome, d.DeliveryID, d.RemoteAddr, ev.Expect, ev.UserRef,
+		ev.APIVersion, ev.Payload, status, outcome, d.DeliveryID, d.RemoteAddr, expectDoc(ev.Expect), ev.UserRef,
 		cmp.Or(d.Source, reconcile.SourceWebhook),
 	).Scan(&st.EventID, &inserted, &st.SeenCount, &st.Status)
 	if err != nil {
@@ -65,6 +66,19 @@ func (s *Store) StoreDelivery(ctx context.Context, d reconcile.Delivery) (reconc
 		s.notify(ctx)
 	}
 	return st, nil
+}
+
+// expectDoc is an event's expect column: JSON text for a ::jsonb cast, nil
+// (NULL) for none. Not the struct itself: in the exec and simple_protocol
+// query modes the server does not describe the statement, so pgx has no
+// type to encode a struct as (and a []byte would go out as bytea).
+func expectDoc(e *reconcile.Expectation) *string {
+	if e == nil {
+		return nil
+	}
+	b, _ := json.Marshal(e) // plain struct: cannot fail
+	doc := string(b)
+	return &doc
 }
 
 // enqueueSQL and enqueueConflictSQL make a customer's queue row due now and

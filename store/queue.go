@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -28,7 +29,7 @@ func (s *Store) Claim(ctx context.Context, worker string, limit int, lease time.
 		SET locked_by = $1, locked_until = now() + make_interval(secs => $3)
 		FROM due WHERE q.id = due.id
 		RETURNING q.id, q.provider, q.customer_id, q.trigger, q.requested_at, now(), q.attempts,
-			(SELECT e.expect FROM inbox_events e
+			(SELECT e.expect::text FROM inbox_events e
 			 WHERE e.provider = q.provider AND e.customer_id = q.customer_id
 			   AND e.status = 'pending' AND e.expect IS NOT NULL
 			 ORDER BY e.event_time DESC NULLS LAST, e.id DESC LIMIT 1),
@@ -39,8 +40,17 @@ func (s *Store) Claim(ctx context.Context, worker string, limit int, lease time.
 	}
 	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (reconcile.Job, error) {
 		var j reconcile.Job
-		err := r.Scan(&j.ID, &j.Provider, &j.CustomerID, &j.Trigger, &j.RequestedAt, &j.ClaimedAt, &j.Attempts, &j.Expect, &j.UserRef)
-		return j, err
+		var expect *string // read as text: the same bytes in every query mode
+		if err := r.Scan(&j.ID, &j.Provider, &j.CustomerID, &j.Trigger, &j.RequestedAt, &j.ClaimedAt, &j.Attempts, &expect, &j.UserRef); err != nil {
+			return j, err
+		}
+		if expect != nil {
+			j.Expect = new(reconcile.Expectation)
+			if err := json.Unmarshal([]byte(*expect), j.Expect); err != nil {
+				return j, fmt.Errorf("job %d: read expectation: %w", j.ID, err)
+			}
+		}
+		return j, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs: %w", classify(err))

@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,42 @@ import (
 	"github.com/billsync/billsync/store/internal/dburl"
 	"github.com/billsync/billsync/store/pgembed"
 )
+
+// QueryModeEnv names the environment variable that sets pgx's query mode
+// (default_query_exec_mode) on every database URL storetest hands out, so
+// the whole suite can run as a pooler (PgBouncer: exec, simple_protocol,
+// cache_describe) makes billsync run. Unset or empty: the URL sets none,
+// and pgx uses cache_statement.
+const QueryModeEnv = "BILLSYNC_TEST_QUERY_MODE"
+
+// QueryModes are pgx v5's query modes, as default_query_exec_mode names
+// them.
+var QueryModes = []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"}
+
+// queryMode returns QueryModeEnv's mode, "" when unset; an unknown name is
+// an error, so a typo never runs the suite in the default mode unnoticed.
+func queryMode() (string, error) {
+	m := os.Getenv(QueryModeEnv)
+	if m == "" || slices.Contains(QueryModes, m) {
+		return m, nil
+	}
+	return "", fmt.Errorf("%s=%q: want one of %s", QueryModeEnv, m, strings.Join(QueryModes, ", "))
+}
+
+// WithQueryMode returns url (a URL or a keyword/value string) with pgx's
+// query mode set to mode.
+func WithQueryMode(url, mode string) string {
+	return dburl.WithParam(url, "default_query_exec_mode", mode)
+}
+
+// inMode returns url in QueryModeEnv's mode, unchanged when it is unset.
+func inMode(url string) (string, error) {
+	m, err := queryMode()
+	if err != nil || m == "" {
+		return url, err
+	}
+	return WithQueryMode(url, m), nil
+}
 
 // templateLockKey serialises template builds among test processes sharing
 // one server (several packages' test binaries run at once).
@@ -143,12 +180,21 @@ func newDatabase(t testing.TB, template string) string {
 			t.Errorf("storetest: drop database %s: %v", name, err)
 		}
 	})
-	return dbURL(srv.adminURL, name)
+	url, err := inMode(dbURL(srv.adminURL, name))
+	if err != nil {
+		t.Fatalf("storetest: %v", err)
+	}
+	return url
 }
 
 func setup() (_ *server, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// The template and the admin pool stay in the default mode: only
+	// the databases tests get run in QueryModeEnv's.
+	if _, err := queryMode(); err != nil {
+		return nil, err
+	}
 	s := &server{adminURL: os.Getenv("DATABASE_URL")}
 	defer func() {
 		if err != nil {
@@ -361,7 +407,11 @@ func dbURL(base, db string) string { return dburl.WithDatabase(base, db) }
 func PrivateStore(t testing.TB) (*store.Store, *pgembed.Cluster, pgembed.Config) {
 	t.Helper()
 	c, cfg := PrivateCluster(t)
-	st := OpenStore(t, c.URL("billsync"), store.Options{})
+	url, err := inMode(c.URL("billsync"))
+	if err != nil {
+		t.Fatalf("storetest: %v", err)
+	}
+	st := OpenStore(t, url, store.Options{})
 	if _, err := st.Migrate(context.Background()); err != nil {
 		t.Fatalf("storetest: migrate: %v", err)
 	}

@@ -59,3 +59,19 @@ func TestURLDroppedAtCleanup(t *testing.T) {
 	_, err := pgx.Connect(t.Context(), url)
 	require.ErrorContains(t, err, "does not exist")
 }
+
+// BILLSYNC_TEST_QUERY_MODE sets pgx's query mode on the URLs and stores
+// handed out; an unknown name fails the test that asks for a database.
+func TestQueryModeEnv(t *testing.T) {
+	t.Setenv(storetest.QueryModeEnv, "simple_protocol")
+	cfg, err := pgx.ParseConfig(storetest.URL(t))
+	require.NoError(t, err)
+	require.Equal(t, pgx.QueryExecModeSimpleProtocol, cfg.DefaultQueryExecMode)
+	require.Equal(t, pgx.QueryExecModeSimpleProtocol,
+		storehook.Of(storetest.NewStore(t)).Pool.Config().ConnConfig.DefaultQueryExecMode)
+
+	t.Setenv(storetest.QueryModeEnv, "")
+	cfg, err = pgx.ParseConfig(storetest.URL(t))
+	require.NoError(t, err)
+	require.Equal(t, pgx.QueryExecModeCacheStatement, cfg.DefaultQueryExecMode)
+}

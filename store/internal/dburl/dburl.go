@@ -35,3 +35,18 @@ func Has(s, key string) bool {
 	}
 	return false
 }
+
+// WithParam returns s (a URL or a keyword/value string) with the parameter
+// key set to value, replacing any value s had.
+func WithParam(s, key, value string) string {
+	if strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://") {
+		if u, err := url.Parse(s); err == nil {
+			q := u.Query()
+			q.Set(key, value)
+			u.RawQuery = q.Encode()
+			return u.String()
+		}
+	}
+	// In keyword/value strings the last setting wins.
+	return s + " " + key + "=" + value
+}

@@ -17,3 +17,20 @@ func TestHas(t *testing.T) {
 		}
 	}
 }
+
+func TestWithParam(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"postgres://u@h/db", "postgres://u@h/db?default_query_exec_mode=exec"},
+		{"postgres://u@h/db?sslmode=disable", "postgres://u@h/db?default_query_exec_mode=exec&sslmode=disable"},
+		{"postgresql://u@h/db?default_query_exec_mode=cache_statement", "postgresql://u@h/db?default_query_exec_mode=exec"},
+		{"host=/tmp dbname=x", "host=/tmp dbname=x default_query_exec_mode=exec"},
+	} {
+		got := WithParam(c.in, "default_query_exec_mode", "exec")
+		if got != c.want {
+			t.Errorf("WithParam(%q) = %q, want %q", c.in, got, c.want)
+		}
+		if !Has(got, "default_query_exec_mode") {
+			t.Errorf("Has(WithParam(%q)) = false", c.in)
+		}
+	}
+}
