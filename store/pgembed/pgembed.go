@@ -249,7 +249,7 @@ func (c *Cluster) lock(ctx context.Context, name string, how int) (*os.File, err
 		return f, nil
 	case <-ctx.Done():
 		// The lock may still come: release it then.
-		go func() { <-locked; f.Close() }()
+		go func() { <-locked; f.Close() }() //nolint:errcheck // closing releases the lock; nothing was written
 		return nil, fmt.Errorf("pgembed: wait for %s: %w", f.Name(), ctx.Err())
 	}
 }
