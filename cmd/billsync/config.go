@@ -106,6 +106,11 @@ type config struct {
 	// AppWebhookLease is how long a replica holds a claimed delivery: a
 	// replica killed mid-delivery delays that account's changes this long.
 	AppWebhookLease time.Duration
+
+	// ownsCluster is set by serve, which outlives the commands run beside
+	// it: it adopts an embedded cluster it finds running (pgembed.Config's
+	// Adopt) and stops it on exit when no other billsync process uses it.
+	ownsCluster bool
 }
 
 // commaList splits a comma-separated setting, dropping blanks.

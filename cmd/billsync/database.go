@@ -9,25 +9,34 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/pgembed"
 )
 
-// databaseURL returns DATABASE_URL, or starts the embedded cluster under
-// cfg.DataDir when it is unset and returns its URL. stop stops the cluster
-// (a no-op for DATABASE_URL).
+// databaseURL returns DATABASE_URL, or starts (or shares) the embedded
+// cluster under cfg.DataDir when it is unset and returns its URL. It logs
+// where the database is. stop ends this process's use of the cluster,
+// stopping it only when pgembed says this process may: never while another
+// billsync process uses it (a no-op for DATABASE_URL).
 func databaseURL(ctx context.Context, cfg config, logger *slog.Logger) (url string, stop func(), err error) {
 	if cfg.DatabaseURL != "" {
+		logger.Info("database: DATABASE_URL", slog.String("at", describeDatabase(cfg.DatabaseURL)))
 		return cfg.DatabaseURL, func() {}, nil
 	}
-	cluster, err := pgembed.Start(ctx, pgembed.Config{DataDir: cfg.DataDir, Logger: logger, FallbackDir: fallbackDataDir(cfg.DataDir)})
+	cluster, err := pgembed.Start(ctx, pgembed.Config{DataDir: cfg.DataDir, Logger: logger,
+		FallbackDir: fallbackDataDir(cfg.DataDir), Adopt: cfg.ownsCluster})
 	if err != nil {
 		return "", nil, fmt.Errorf("DATABASE_URL is unset and the embedded PostgreSQL did not start: %w", err)
 	}
-	logger.Info("embedded PostgreSQL started", slog.String("data_dir", cluster.DataDir()))
-	return cluster.URL("billsync"), func() {
+	url = cluster.URL("billsync")
+	logger.Info("database: embedded PostgreSQL", slog.String("data_dir", cluster.DataDir()), slog.String("at", describeDatabase(url)))
+	return url, func() {
 		// The caller's ctx is usually done by now (SIGTERM): stop on a fresh one.
 		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -35,6 +44,21 @@ func databaseURL(ctx context.Context, cfg config, logger *slog.Logger) (url stri
 			logger.Error("stop embedded PostgreSQL", slog.Any("error", err))
 		}
 	}, nil
+}
+
+// describeDatabase says where url leads, for the logs: the socket or host
+// and port, the database and the user. Never the password, nor any other
+// parameter: url is only parsed, never quoted.
+func describeDatabase(url string) string {
+	cfg, err := pgconn.ParseConfig(url)
+	if err != nil {
+		return "(unparsable connection string)"
+	}
+	where := "host=" + cfg.Host + " port=" + strconv.Itoa(int(cfg.Port))
+	if strings.HasPrefix(cfg.Host, "/") {
+		where = "socket=" + filepath.Join(cfg.Host, ".s.PGSQL."+strconv.Itoa(int(cfg.Port)))
+	}
+	return where + " database=" + cfg.Database + " user=" + cfg.User
 }
 
 // openDatabase connects to DATABASE_URL, or starts the embedded cluster

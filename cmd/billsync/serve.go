@@ -42,6 +42,7 @@ secret also as *_FILE; see docs/configuration.md.`)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	cfg.ownsCluster = true
 	if err := errors.Join(cfg.loadSecrets(os.Getenv), cfg.validateServe()); err != nil {
 		return fmt.Errorf("configuration:\n%w", err)
 	}
@@ -238,7 +239,7 @@ secret also as *_FILE; see docs/configuration.md.`)
 			return fmt.Errorf("workers still busy after -shutdown-timeout %s: their leases run out on their own", cfg.ShutdownTimeout)
 		}
 	}
-	return listenAndServe(ctx, cfg.Addr, srv, cfg.ShutdownTimeout, stdout, logger, stopWorkers, intakes...)
+	return listenAndServe(ctx, cfg.Addr, srv, cfg.ShutdownTimeout, stdout, logger, stopWorkers, cfg.AdminToken != "", intakes...)
 }
 
 // newStripeFeed builds the Stripe events feed. The webhook endpoint's
@@ -284,7 +285,7 @@ func workerName() string {
 // all, it lets in-flight requests finish and runs stop (the background
 // work's own shutdown) alongside.
 func listenAndServe(ctx context.Context, addr string, h http.Handler, grace time.Duration, stdout io.Writer, logger *slog.Logger,
-	stop func(context.Context) error, intakes ...string) error {
+	stop func(context.Context) error, console bool, intakes ...string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
@@ -301,7 +302,12 @@ func listenAndServe(ctx context.Context, addr string, h http.Handler, grace time
 	for _, p := range intakes {
 		hooks = append(hooks, "POST /webhooks/"+p)
 	}
-	fmt.Fprintf(stdout, "billsync listening on http://%s (webhooks: %s)\n", ln.Addr(), cmp.Or(strings.Join(hooks, ", "), "none"))
+	// The admin token opens the console; without one it is not served.
+	consoleURL := "off (set BILLSYNC_ADMIN_TOKEN)"
+	if console {
+		consoleURL = "http://" + ln.Addr().String() + "/admin/"
+	}
+	fmt.Fprintf(stdout, "billsync listening on http://%s (console: %s; webhooks: %s)\n", ln.Addr(), consoleURL, cmp.Or(strings.Join(hooks, ", "), "none"))
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {

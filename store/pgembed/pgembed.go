@@ -2,6 +2,12 @@
 // DATABASE_URL is unset: it initdb's a data directory once, starts the server
 // on a unix socket only (no TCP), and stops it on request.
 //
+// Several processes share one cluster (serve, and the commands run beside
+// it). Each holds a shared lock on DataDir/in-use.lock for as long as it uses
+// the server, and starting or stopping happens under an exclusive lock on
+// DataDir/start-stop.lock, so Stop never stops a server another live process
+// uses, and a Start racing a Stop never ends with a stopped server.
+//
 // It must never be used when DATABASE_URL is set, never listen on TCP, and
 // never run the server as root: when the process is root, initdb, pg_ctl and
 // postgres run as the unprivileged "postgres" user (or "nobody").
@@ -38,6 +44,13 @@ const (
 	// database is the database Start creates if missing.
 	database = "billsync"
 
+	// inUseLock is held shared by every process using the server, for as
+	// long as it does: the kernel drops it when a process dies, however.
+	inUseLock = "in-use.lock"
+	// startStopLock is held exclusively while a process initdb's, starts
+	// or stops the server, or decides whether to.
+	startStopLock = "start-stop.lock"
+
 	// port only names the socket file (.s.PGSQL.<port>): there is no TCP.
 	port = 5432
 	// maxSocketPath is sizeof(sockaddr_un.sun_path) minus the NUL byte.
@@ -69,6 +82,12 @@ type Config struct {
 	// synchronous_commit and full_page_writes off) and allows 300
 	// connections. For tests only.
 	Fast bool
+	// Adopt is for a long-running process (serve) that owns the server's
+	// lifetime: its Stop stops a server it found running (left behind by
+	// a killed serve, or started by a command), provided no other process
+	// uses it. Without Adopt (a one-shot command), Stop only ever stops a
+	// server this process started, and only when no other process uses it.
+	Adopt bool
 }
 
 // Cluster is a running server started (or found running) by Start.
@@ -81,14 +100,22 @@ type Cluster struct {
 	cred    *syscall.Credential // non-nil when running as root
 	log     *slog.Logger
 
+	// started: this process started the server; adopt: Config.Adopt.
+	// Either lets Stop stop it when no other process uses it.
+	started bool
+	adopt   bool
+
 	mu      sync.Mutex
+	inUse   *os.File // holds inUseLock shared until Stop
 	stopped bool
 }
 
 // Start initdb's cfg.DataDir if it holds no cluster yet (reusing it
-// otherwise), starts the server, or reuses one a previous run left running on
-// that directory, and waits until it accepts connections. It creates the
-// database "billsync" if missing.
+// otherwise), starts the server, or shares one already running on that
+// directory (another process's, or one a killed process left behind), and
+// waits until it accepts connections. It creates the database "billsync" if
+// missing. Two processes starting together start one server: the second
+// waits for the first and shares it.
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("pgembed: no data directory")
@@ -111,6 +138,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		pgdata:  filepath.Join(dataDir, "pgdata"),
 		port:    port,
 		log:     log,
+		adopt:   cfg.Adopt,
 	}
 	if os.Geteuid() == 0 {
 		if err := c.dropRoot(); err != nil {
@@ -123,20 +151,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	if err := c.initdb(ctx, cfg.Fast); err != nil {
-		return nil, err
-	}
-	running, err := c.running(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if running {
-		// A previous run of ours died without stopping the server: use it.
-		if err := c.readPidFile(); err != nil {
-			return nil, err
-		}
-		log.Info("reusing running PostgreSQL", slog.String("data_dir", c.pgdata), slog.String("socket_dir", c.sockDir))
-	} else if err := c.start(ctx, cfg.Fast); err != nil {
+	if err := c.claim(ctx, cfg.Fast); err != nil {
 		return nil, err
 	}
 	if err := c.createDatabase(ctx, database); err != nil {
@@ -144,6 +159,108 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// claim, under the start/stop lock, creates the cluster if missing, starts
+// the server unless it runs, and takes this process's share of it, which
+// keeps any other process's Stop from stopping it.
+func (c *Cluster) claim(ctx context.Context, fast bool) error {
+	control, err := c.lock(ctx, startStopLock, syscall.LOCK_EX)
+	if err != nil {
+		return err
+	}
+	defer control.Close()
+	if err := c.initdb(ctx, fast); err != nil {
+		return err
+	}
+	running, err := c.running(ctx)
+	if err != nil {
+		return err
+	}
+	if running {
+		if err := c.readPidFile(); err != nil {
+			return err
+		}
+		attrs := []any{slog.String("data_dir", c.pgdata), slog.String("socket_dir", c.sockDir)}
+		alone, err := c.alone()
+		switch {
+		case err != nil:
+			return err
+		case !alone:
+			c.log.Info("sharing the PostgreSQL another billsync process runs", attrs...)
+		case c.adopt:
+			// A killed serve left it running (or someone ran pg_ctl):
+			// this process takes it over and stops it when done.
+			c.log.Info("adopting PostgreSQL left running by a process that is gone", attrs...)
+		default:
+			c.log.Info("using PostgreSQL left running by a process that is gone; leaving it running for serve to adopt", attrs...)
+		}
+	} else {
+		if err := c.start(ctx, fast); err != nil {
+			return err
+		}
+		c.started = true
+	}
+	// Shared: other processes share it too. Nobody holds it exclusively
+	// without the start/stop lock, which we hold, so this never waits.
+	inUse, err := c.lock(ctx, inUseLock, syscall.LOCK_SH)
+	if err != nil {
+		return err
+	}
+	c.inUse = inUse
+	return nil
+}
+
+// alone reports whether no process holds the in-use lock (and so uses the
+// server), by taking it exclusively without waiting, and dropping it again.
+// Call it under the start/stop lock: no process can take a share meanwhile.
+func (c *Cluster) alone() (bool, error) {
+	f, err := os.OpenFile(filepath.Join(c.dataDir, inUseLock), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return false, fmt.Errorf("pgembed: open lock: %w", err)
+	}
+	defer f.Close()
+	err = flock(f, syscall.LOCK_EX|syscall.LOCK_NB)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, syscall.EWOULDBLOCK):
+		return false, nil
+	default:
+		return false, fmt.Errorf("pgembed: lock %s: %w", f.Name(), err)
+	}
+}
+
+// lock opens DataDir/name and locks it (syscall.LOCK_EX or LOCK_SH),
+// waiting until it may or ctx ends. Closing the file releases the lock.
+func (c *Cluster) lock(ctx context.Context, name string, how int) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(c.dataDir, name), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("pgembed: open lock: %w", err)
+	}
+	locked := make(chan error, 1)
+	go func() { locked <- flock(f, how) }()
+	select {
+	case err := <-locked:
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("pgembed: lock %s: %w", f.Name(), err)
+		}
+		return f, nil
+	case <-ctx.Done():
+		// The lock may still come: release it then.
+		go func() { <-locked; f.Close() }() //nolint:errcheck // closing releases the lock; nothing was written
+		return nil, fmt.Errorf("pgembed: wait for %s: %w", f.Name(), ctx.Err())
+	}
+}
+
+// flock is flock(2), retried when a signal interrupts the wait.
+func flock(f *os.File, how int) error {
+	for {
+		if err := syscall.Flock(int(f.Fd()), how); !errors.Is(err, syscall.EINTR) {
+			return err
+		}
+	}
 }
 
 // URL returns a pgx/libpq connection URL for dbname as the superuser.
@@ -167,12 +284,41 @@ func RunningURL(dataDir, dbname string) (string, error) {
 // DataDir returns the absolute data directory.
 func (c *Cluster) DataDir() string { return c.dataDir }
 
-// Stop shuts the server down (pg_ctl stop -m fast: sessions are ended, no
-// crash recovery is needed next time). Calling it again does nothing.
+// Stop ends this process's use of the server, and shuts the server down
+// (pg_ctl stop -m fast: sessions are ended, no crash recovery is needed next
+// time) when this process may (it started the server, or Config.Adopt) and
+// no other process uses it; otherwise it leaves the server running and logs
+// why. Calling it again does nothing.
 func (c *Cluster) Stop(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.stopped {
+		return nil
+	}
+	control, err := c.lock(ctx, startStopLock, syscall.LOCK_EX)
+	if err != nil {
+		return err
+	}
+	defer control.Close()
+	// Drop our share, so that alone sees only the others'. Nobody can
+	// take one meanwhile: Start takes it under the start/stop lock.
+	if c.inUse != nil {
+		c.inUse.Close()
+		c.inUse = nil
+	}
+	attrs := []any{slog.String("data_dir", c.pgdata)}
+	if !c.started && !c.adopt {
+		c.log.Debug("leaving PostgreSQL running: this process did not start it", attrs...)
+		c.stopped = true
+		return nil
+	}
+	alone, err := c.alone()
+	if err != nil {
+		return err
+	}
+	if !alone {
+		c.log.Info("leaving PostgreSQL running: other billsync processes use it", attrs...)
+		c.stopped = true
 		return nil
 	}
 	running, err := c.running(ctx)
@@ -183,7 +329,7 @@ func (c *Cluster) Stop(ctx context.Context) error {
 		if out, err := c.pgCtl(ctx, "-D", c.pgdata, "-m", "fast", "-w", "-t", "60", "stop"); err != nil {
 			return fmt.Errorf("pgembed: stop server: %w: %s", err, out)
 		}
-		c.log.Info("stopped PostgreSQL", slog.String("data_dir", c.pgdata))
+		c.log.Info("stopped PostgreSQL", attrs...)
 	}
 	c.stopped = true
 	if c.sockDir != filepath.Join(c.dataDir, "run") {
@@ -439,7 +585,9 @@ func (c *Cluster) createDatabase(ctx context.Context, name string) error {
 	}
 	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
 	var pgErr *pgconn.PgError
-	if err != nil && (!errors.As(err, &pgErr) || pgErr.Code != "42P04") { // duplicate_database: someone beat us to it
+	// Someone beat us to it: duplicate_database, or, when both creates
+	// ran at once, unique_violation on pg_database's name.
+	if err != nil && (!errors.As(err, &pgErr) || pgErr.Code != "42P04" && pgErr.Code != "23505") {
 		return fmt.Errorf("pgembed: create database %s: %w", name, err)
 	}
 	return nil

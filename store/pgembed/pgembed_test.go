@@ -1,13 +1,18 @@
 package pgembed
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -115,24 +120,191 @@ func TestStartRestartKeepsData(t *testing.T) {
 	require.Equal(t, "survives restart", v)
 }
 
-// A server left running by a dead process is reused, and Stop stops it.
-func TestStartReusesRunningServer(t *testing.T) {
+// A second Start shares the running server; its Stop leaves it to the
+// first, whose Stop, alone now, stops it.
+func TestGuestStopLeavesServerRunning(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	dir := dataDir(t, "data")
 	first := start(t, dir)
 	pid := postmasterPID(t, first)
 
-	second := start(t, dir)
+	var log bytes.Buffer
+	second := startWith(t, Config{DataDir: dir, Fast: true, Logger: logTo(&log)})
 	require.Equal(t, pid, postmasterPID(t, second), "a second server was started")
-	var one int
-	require.NoError(t, connect(t, second.URL("postgres")).QueryRow(ctx, `SELECT 1`).Scan(&one))
-
+	require.Contains(t, log.String(), "sharing the PostgreSQL another billsync process runs")
 	require.NoError(t, second.Stop(ctx))
+	requireRunning(t, first, pid)
+
+	require.NoError(t, first.Stop(ctx))
+	requireStopped(t, dir, pid)
+}
+
+// The process that started the server leaves it running while another uses
+// it, and says so; that one, a serve (Adopt), stops it when it is last out.
+func TestStarterLeavesServerToOthers(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := dataDir(t, "data")
+	var log bytes.Buffer
+	starter := startWith(t, Config{DataDir: dir, Fast: true, Logger: logTo(&log)})
+	pid := postmasterPID(t, starter)
+	serve := startWith(t, Config{DataDir: dir, Fast: true, Adopt: true})
+
+	require.NoError(t, starter.Stop(ctx))
+	requireRunning(t, serve, pid)
+	require.Contains(t, log.String(), "leaving PostgreSQL running: other billsync processes use it")
+	require.NotContains(t, log.String(), "stopped PostgreSQL")
+
+	require.NoError(t, serve.Stop(ctx))
+	requireStopped(t, dir, pid)
+}
+
+// A server whose starter was killed (kill -9: its locks die with it) is
+// left running by a one-shot Start, and adopted and stopped by an adopting
+// one.
+func TestOrphanAdoptedOnlyByAdopter(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := dataDir(t, "data")
+	pid := orphan(t, dir)
+
+	var log bytes.Buffer
+	command := startWith(t, Config{DataDir: dir, Fast: true, Logger: logTo(&log)})
+	require.Equal(t, pid, postmasterPID(t, command))
+	require.NoError(t, command.Stop(ctx))
+	require.Contains(t, log.String(), "leaving it running for serve to adopt")
+	serve := startWith(t, Config{DataDir: dir, Fast: true, Adopt: true, Logger: logTo(&log)})
+	requireRunning(t, serve, pid)
+	require.Contains(t, log.String(), "adopting PostgreSQL left running by a process that is gone")
+
+	require.NoError(t, serve.Stop(ctx))
+	requireStopped(t, dir, pid)
+}
+
+// Two processes starting on a stopped cluster start one server (and make
+// one cluster): one starts it, the other waits and shares it.
+func TestConcurrentStartsStartOneServer(t *testing.T) {
+	t.Parallel()
+	dir := dataDir(t, "data")
+	var logs [2]bytes.Buffer
+	var clusters [2]*Cluster
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i := range clusters {
+		wg.Go(func() {
+			clusters[i], errs[i] = Start(t.Context(), Config{DataDir: dir, Fast: true, Logger: logTo(&logs[i])})
+		})
+	}
+	wg.Wait()
+	for i, c := range clusters {
+		require.NoError(t, errs[i])
+		t.Cleanup(func() { require.NoError(t, c.Stop(context.Background())) })
+	}
+	require.Equal(t, postmasterPID(t, clusters[0]), postmasterPID(t, clusters[1]))
+	all := logs[0].String() + logs[1].String()
+	require.Equal(t, 1, strings.Count(all, "creating PostgreSQL cluster"), all)
+	require.Equal(t, 1, strings.Count(all, "starting PostgreSQL"), all)
+	require.Equal(t, 1, strings.Count(all, "sharing the PostgreSQL"), all)
+}
+
+// A Start racing the last user's Stop never ends with a stopped server:
+// either the Stop comes first and the Start starts it again, or the Start
+// comes first and the Stop leaves it running.
+func TestStartDuringStopEndsRunning(t *testing.T) {
+	t.Parallel()
+	dir := dataDir(t, "data")
+	last := start(t, dir)
+	for range 3 {
+		var next *Cluster
+		var startErr, stopErr error
+		var wg sync.WaitGroup
+		wg.Go(func() { stopErr = last.Stop(t.Context()) })
+		wg.Go(func() { next, startErr = Start(t.Context(), Config{DataDir: dir, Fast: true}) })
+		wg.Wait()
+		require.NoError(t, stopErr)
+		require.NoError(t, startErr)
+		t.Cleanup(func() { require.NoError(t, next.Stop(context.Background())) })
+		requireRunning(t, next, postmasterPID(t, next))
+		last = next
+	}
+}
+
+// orphan starts the cluster under dir in a child process (this test binary,
+// see TestMain) and kills it with SIGKILL: the server is left running, and
+// no process holds it. It returns the postmaster's pid; cleanup adopts and
+// stops the server should a test fail before it does.
+func orphan(t *testing.T, dir string) int {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), holdEnv+"="+dir)
+	stdin, err := cmd.StdinPipe() // never written: the child waits on it
+	require.NoError(t, err)
+	defer stdin.Close()
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("holder did not start the cluster: %q %v\n%s", line, err, stderr.String())
+	}
+	t.Cleanup(func() {
+		c, err := Start(context.Background(), Config{DataDir: dir, Fast: true, Adopt: true})
+		if err == nil {
+			err = c.Stop(context.Background())
+		}
+		require.NoError(t, err)
+	})
+	require.NoError(t, cmd.Process.Kill())
+	require.Error(t, cmd.Wait(), "killed")
+	b, err := os.ReadFile(filepath.Join(dir, "pgdata", "postmaster.pid"))
+	require.NoError(t, err, "the server died with its starter")
+	pid, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+	require.NoError(t, err)
+	require.False(t, exited(pid), "the server died with its starter")
+	return pid
+}
+
+// holdEnv makes this test binary a process that starts the cluster in the
+// named data directory, says "ready" and waits on stdin.
+const holdEnv = "PGEMBED_TEST_HOLD"
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(holdEnv); dir != "" {
+		if _, err := Start(context.Background(), Config{DataDir: dir, Fast: true}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Println("ready")
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func logTo(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// requireRunning asserts that the postmaster pid still serves c.
+func requireRunning(t *testing.T, c *Cluster, pid int) {
+	t.Helper()
+	require.FileExists(t, filepath.Join(c.DataDir(), "pgdata", "postmaster.pid"), "server stopped")
+	require.Equal(t, pid, postmasterPID(t, c))
+	var one int
+	require.NoError(t, connect(t, c.URL("billsync")).QueryRow(t.Context(), `SELECT 1`).Scan(&one))
+}
+
+// requireStopped asserts that the server of dir was shut down.
+func requireStopped(t *testing.T, dir string, pid int) {
+	t.Helper()
 	require.NoFileExists(t, filepath.Join(dir, "pgdata", "postmaster.pid"))
 	// The postmaster removes its pid file just before it exits.
 	require.Eventually(t, func() bool { return exited(pid) }, time.Minute, 10*time.Millisecond, "postmaster still alive after Stop")
-	require.NoError(t, first.Stop(ctx), "Stop of an already stopped server")
 }
 
 // A data directory too deep for a unix socket path gets a short socket dir.

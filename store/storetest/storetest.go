@@ -328,8 +328,8 @@ func reapOrphans(ctx context.Context) {
 		}
 		s := &server{dir: dir, lock: lock}
 		if _, err := os.Stat(filepath.Join(dir, "pg", "pgdata", "PG_VERSION")); err == nil {
-			// Start reuses a server still running there; close stops it.
-			if s.cluster, err = pgembed.Start(ctx, pgembed.Config{DataDir: filepath.Join(dir, "pg"), Fast: true}); err != nil {
+			// Start adopts a server still running there; close stops it.
+			if s.cluster, err = pgembed.Start(ctx, pgembed.Config{DataDir: filepath.Join(dir, "pg"), Fast: true, Adopt: true}); err != nil {
 				lock.Close() // never delete a dir a server may still be using
 				continue
 			}
