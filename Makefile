@@ -5,7 +5,7 @@ GOBIN := $(shell go env GOPATH)/bin
 GOLANGCI_LINT := $(GOBIN)/golangci-lint
 FUZZTIME ?= 30s
 
-.PHONY: test test-loaded test-modes lint fuzz bench demo tools
+.PHONY: test test-loaded test-modes compat lint fuzz bench demo tools
 
 test:
 	go test -race -count=1 -timeout 30m ./...
@@ -27,6 +27,12 @@ test-loaded:
 		go test -race -count=1 -timeout 30m ./... || exit 1; \
 		echo "loaded run $$i passed in $$(( $$(date +%s) - start )) s"; \
 	done
+
+# The store, reconcile and end-to-end tests on every supported PostgreSQL
+# major (14-18), installing missing server binaries from npm; see .ci/compat
+# and docs/database.md. COMPAT_MAJORS picks some, e.g. COMPAT_MAJORS="14 18".
+compat:
+	.ci/compat $(COMPAT_MAJORS)
 
 # gofmt, go vet, staticcheck, errcheck and the import rules (depguard) of
 # .golangci.yaml.

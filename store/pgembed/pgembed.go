@@ -72,7 +72,9 @@ type Config struct {
 	// Logger may be nil.
 	Logger *slog.Logger
 	// BinDir overrides binary discovery. When set, it must hold initdb,
-	// pg_ctl and postgres: no other place is searched.
+	// pg_ctl and postgres: no other place is searched. When empty, the
+	// BILLSYNC_PG_BINDIR environment variable (EnvBinDir) overrides it the
+	// same way.
 	BinDir string
 	// FallbackDir, when set, is used instead of DataDir when billsync runs
 	// as root and the unprivileged server user cannot reach DataDir (a
@@ -338,13 +340,24 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	return nil
 }
 
+// EnvBinDir names the environment variable that points every cluster whose
+// Config.BinDir is empty at one binary directory: how the tests run against
+// each supported PostgreSQL major (make compat). Like BinDir it is never
+// searched past, so a missing version fails instead of falling back to
+// another one.
+const EnvBinDir = "BILLSYNC_PG_BINDIR"
+
 // findBinDir returns the directory holding initdb, pg_ctl and postgres.
 func findBinDir(override string) (string, error) {
+	from := ""
+	if override == "" {
+		override, from = os.Getenv(EnvBinDir), " ("+EnvBinDir+")"
+	}
 	if override != "" {
 		if hasBinaries(override) {
 			return override, nil
 		}
-		return "", fmt.Errorf("pgembed: %w in %s: %s", ErrNoBinaries, override, installHint)
+		return "", fmt.Errorf("pgembed: %w in %s%s: %s", ErrNoBinaries, override, from, installHint)
 	}
 	var candidates []string
 	if initdb, err := exec.LookPath("initdb"); err == nil {

@@ -328,6 +328,35 @@ func TestErrNoBinaries(t *testing.T) {
 	require.ErrorContains(t, err, "set DATABASE_URL")
 }
 
+// TestBinDirFromEnvironment: BILLSYNC_PG_BINDIR points discovery at one
+// directory, as make compat does for each PostgreSQL major; when that
+// directory lacks the binaries, Start fails rather than fall back to
+// another version. Config.BinDir still wins over it.
+func TestBinDirFromEnvironment(t *testing.T) {
+	fake := t.TempDir()
+	for _, name := range []string{"initdb", "pg_ctl", "postgres"} {
+		require.NoError(t, os.WriteFile(filepath.Join(fake, name), nil, 0o755))
+	}
+	t.Setenv(EnvBinDir, fake)
+	dir, err := findBinDir("")
+	require.NoError(t, err)
+	require.Equal(t, fake, dir)
+
+	other := t.TempDir()
+	for _, name := range []string{"initdb", "pg_ctl", "postgres"} {
+		require.NoError(t, os.WriteFile(filepath.Join(other, name), nil, 0o755))
+	}
+	dir, err = findBinDir(other)
+	require.NoError(t, err)
+	require.Equal(t, other, dir, "Config.BinDir wins over the environment")
+
+	empty := t.TempDir()
+	t.Setenv(EnvBinDir, empty)
+	_, err = Start(t.Context(), Config{DataDir: filepath.Join(t.TempDir(), "data")})
+	require.ErrorIs(t, err, ErrNoBinaries)
+	require.ErrorContains(t, err, empty+" (BILLSYNC_PG_BINDIR)")
+}
+
 func TestRootNeedsReachableDataDir(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("only root hands the data directory to another user")
