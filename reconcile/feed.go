@@ -120,8 +120,8 @@ type FeedConfig struct {
 	Logger *slog.Logger
 }
 
-// Feed polls a provider's events list. Run it on every replica: the lock
-// lets one poll at a time.
+// Feed polls a provider's events list. Run it on every replica: its lease
+// lets one replica lead (poll) at a time.
 type Feed struct {
 	cfg FeedConfig
 	log *slog.Logger
@@ -142,18 +142,55 @@ func NewFeed(cfg FeedConfig) (*Feed, error) {
 	return &Feed{cfg: cfg, log: log.With(slog.String("provider", cfg.Provider))}, nil
 }
 
-// Run polls at once and then every interval until ctx ends. A failed poll
-// is logged and tried again at the next tick: the cursor has not moved.
+// feedTakeover bounds how long a replica that does not lead the feed
+// waits before it tries to take the lease again (its interval when
+// shorter): a leader killed -9 is replaced within its lease's TTL and this.
+const feedTakeover = 5 * time.Second
+
+// Run leads the feed whenever this replica holds its lease, until ctx
+// ends: the leader polls at once and then every interval, holding the
+// lease between polls, so replicas together poll once an interval, not
+// once each. The others try to take the lease every feedTakeover (or
+// interval, when shorter). A failed poll is logged and tried again at the
+// next tick: the cursor has not moved.
 func (f *Feed) Run(ctx context.Context) {
+	retry := min(f.cfg.Interval, feedTakeover)
+	for ctx.Err() == nil {
+		held, release, err := f.cfg.Store.FeedLock(ctx, f.cfg.Provider)
+		switch {
+		case err == nil:
+			f.lead(ctx, held)
+			release()
+			continue
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, ErrLeaseHeld):
+			f.log.DebugContext(ctx, "events poll skipped: another replica is polling")
+		default:
+			f.log.WarnContext(ctx, "events feed: lease not taken; trying again", slog.Any("error", err))
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(retry):
+		}
+	}
+}
+
+// lead polls at once and then every interval until ctx ends or the lease
+// (held) is lost.
+func (f *Feed) lead(ctx, held context.Context) {
+	ctx, cancel := whileHeld(ctx, held)
+	defer cancel()
 	t := time.NewTicker(f.cfg.Interval)
 	defer t.Stop()
 	for {
-		res, err := f.Poll(ctx)
+		res, err := f.poll(ctx)
 		switch {
 		case ctx.Err() != nil:
+			if held.Err() != nil {
+				f.log.WarnContext(ctx, "events feed: lease lost; another replica leads now", slog.Any("error", context.Cause(held)))
+			}
 			return
-		case errors.Is(err, ErrFeedBusy):
-			f.log.DebugContext(ctx, "events poll skipped: another replica is polling")
 		case err != nil:
 			f.log.WarnContext(ctx, "events poll failed; the next poll lists from the same cursor", slog.Any("error", err))
 		default:
@@ -162,7 +199,6 @@ func (f *Feed) Run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-			return
 		case <-t.C:
 		}
 	}

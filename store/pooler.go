@@ -135,7 +135,9 @@ func configurePooling(ctx context.Context, cfg *pgxpool.Config, url string, pool
 		// a statement running outside a transaction may still commit after
 		// its caller gave up. The intake dedupes a provider's retry, and
 		// every other write is keyed or guarded, so that is safe here.
-		cc.BuildContextWatcherHandler = nil // pgconn's default: a deadline on the socket
+		cc.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+			return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
+		}
 	}
 	return c, nil
 }

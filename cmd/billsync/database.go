@@ -26,7 +26,6 @@ import (
 // billsync process uses it (a no-op for DATABASE_URL).
 func databaseURL(ctx context.Context, cfg config, logger *slog.Logger) (url string, stop func(), err error) {
 	if cfg.DatabaseURL != "" {
-		logger.Info("database: DATABASE_URL", slog.String("at", describeDatabase(cfg.DatabaseURL)))
 		return cfg.DatabaseURL, func() {}, nil
 	}
 	cluster, err := pgembed.Start(ctx, pgembed.Config{DataDir: cfg.DataDir, Logger: logger,

@@ -36,8 +36,9 @@ func feedEnv(dbURL, url string, extra ...string) []string {
 		"STRIPE_WEBHOOK_SECRET=", "BILLSYNC_LOG_LEVEL=debug"}, extra...)
 }
 
-// TestTwoServesPollOneAtATime: two serve processes on one database take
-// turns with the feed lock: both try, never two listings are in flight.
+// TestTwoServesPollOneAtATime: two serve processes on one database: one
+// leads the feed (its lease), the other is refused; never two listings are
+// in flight.
 func TestTwoServesPollOneAtATime(t *testing.T) {
 	var inflight, most, lists atomic.Int32
 	h := testenv.ForTest(t, testenv.Stripe, testenv.Options{Wrap: func(next http.Handler) http.Handler {
@@ -62,9 +63,11 @@ func TestTwoServesPollOneAtATime(t *testing.T) {
 			feedEnv(dbURL, h.URL, "BILLSYNC_TEST_ARGS=serve -workers 0 -events-poll 100ms -addr "+addr)...))
 	}
 	const skipped = "events poll skipped: another replica is polling"
+	// One leads (holds the feed's lease and polls), the other tries to
+	// take it and is refused.
 	require.Eventually(t, func() bool {
-		return lists.Load() >= 6 && strings.Contains(procs[0].logs.String(), skipped) && strings.Contains(procs[1].logs.String(), skipped)
-	}, time.Minute, 50*time.Millisecond, "both serves never tried to poll:\n%s\n%s", procs[0].logs, procs[1].logs)
+		return lists.Load() >= 6 && (strings.Contains(procs[0].logs.String(), skipped) || strings.Contains(procs[1].logs.String(), skipped))
+	}, time.Minute, 50*time.Millisecond, "the serves never contended for the feed:\n%s\n%s", procs[0].logs, procs[1].logs)
 	for _, p := range procs {
 		stopBillsync(t, p)
 	}
