@@ -101,10 +101,13 @@ func appliedVersions(ctx context.Context, q interface {
 // concurrent starters apply one migration at a time and each re-reads what
 // is applied once it has the lock; the lock ends with its transaction, so
 // it works through a transaction pooler and never leaks to a pooled
-// connection. It returns the names of the migrations it applied.
+// connection. It returns the names of the migrations it applied; with
+// none pending it reads schema_migrations and writes nothing.
 func (s *Store) Migrate(ctx context.Context) ([]string, error) {
-	all, err := migrationFiles()
-	if err != nil {
+	// Nothing pending: nothing taken, nothing created, so a runtime role
+	// without CREATE on the schema starts on a migrated database.
+	all, err := s.Pending(ctx)
+	if err != nil || len(all) == 0 {
 		return nil, err
 	}
 	var done []string
@@ -114,7 +117,20 @@ func (s *Store) Migrate(ctx context.Context) ([]string, error) {
 			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrateLockKey)); err != nil {
 				return fmt.Errorf("take lock: %w", err)
 			}
-			// Inside the lock: two first starters must not both create it.
+			// Inside the lock: two first starters must not both create it
+			// (nor the schema). A role that may not create schemas can
+			// still use one made for it: created only when missing.
+			if s.schema != "" {
+				var exists bool
+				if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, s.schema).Scan(&exists); err != nil {
+					return fmt.Errorf("find schema %s: %w", s.schema, err)
+				}
+				if !exists {
+					if _, err := tx.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{s.schema}.Sanitize()); err != nil {
+						return fmt.Errorf("create schema %s: %w", s.schema, err)
+					}
+				}
+			}
 			if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 				version    integer     PRIMARY KEY,
 				name       text        NOT NULL,

@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"regexp"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -43,6 +45,7 @@ type Store struct {
 	// for delivery to each, in the change's transaction.
 	endpoints []string
 	leaseTTL  time.Duration
+	schema    string // Options.Schema: Migrate creates it when missing
 	conn      Connection
 	// listenCfg is where LISTEN connects: the pool's own configuration,
 	// the direct URL's, or nil when neither can LISTEN (a transaction
@@ -83,6 +86,14 @@ type Options struct {
 	// main URL, or, behind a transaction pooler, not at all (callers poll
 	// every PollWithoutListen).
 	DirectURL string
+	// Schema (BILLSYNC_DATABASE_SCHEMA) puts billsync's tables in a schema
+	// of their own: Migrate creates it when missing (and allowed), and
+	// every connection puts it first on its search_path, as a startup
+	// parameter (directly or through a session pooler) or, behind a
+	// transaction pooler, which refuses that, by the role's own setting
+	// (ALTER ROLE … SET search_path), which Open checks. Empty: the
+	// search_path as it is (public, by default).
+	Schema string
 	// LeaseTTL is how long a duty's lease (a sweep, the events feed, a
 	// prune) outlives its holder's last renewal; default DefaultLeaseTTL.
 	LeaseTTL time.Duration
@@ -127,6 +138,14 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, url string, opts Optio
 	if err != nil {
 		return nil, err
 	}
+	if opts.Schema != "" {
+		if !schemaName.MatchString(opts.Schema) {
+			return nil, fmt.Errorf("database schema %q: use lower-case letters, digits and _, starting with a letter or _", opts.Schema)
+		}
+		if conn.Pooling != PoolingTransaction {
+			cfg.ConnConfig.RuntimeParams["search_path"] = opts.Schema
+		}
+	}
 	s := &Store{timeout: cmp.Or(opts.Timeout, DefaultTimeout), endpoints: opts.AppEndpoints,
 		leaseTTL: cmp.Or(opts.LeaseTTL, DefaultLeaseTTL), conn: conn}
 	switch {
@@ -146,7 +165,35 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, url string, opts Optio
 		s.pool.Close()
 		return nil, fmt.Errorf("ping database: %w", err)
 	}
+	if err := s.checkSchema(ctx, opts.Schema); err != nil {
+		s.pool.Close()
+		return nil, err
+	}
 	return s, nil
+}
+
+// schemaName is what BILLSYNC_DATABASE_SCHEMA may be: a name that needs no
+// quoting, so a search_path set anywhere names it the same way.
+var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// checkSchema refuses a connection whose search_path does not put schema
+// first: billsync would read and write another schema's tables.
+func (s *Store) checkSchema(ctx context.Context, schema string) error {
+	if schema == "" {
+		return nil
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	s.schema = schema
+	var first string
+	if err := s.pool.QueryRow(ctx, `SELECT trim(split_part(current_setting('search_path'), ',', 1))`).Scan(&first); err != nil {
+		return fmt.Errorf("read search_path: %w", classify(err))
+	}
+	if strings.Trim(first, `"`) != schema {
+		return fmt.Errorf("BILLSYNC_DATABASE_SCHEMA is %s but the connection's search_path starts with %s: behind a transaction pooler, "+
+			"set it for billsync's role (ALTER ROLE %s SET search_path = %s), see docs/database.md", schema, first, s.conn.User, schema)
+	}
+	return nil
 }
 
 // Connection says what the store found when it opened: where the database

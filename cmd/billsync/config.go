@@ -30,6 +30,9 @@ type config struct {
 	// DatabaseDirectURL carries LISTEN (and nothing else) past a
 	// transaction pooler: BILLSYNC_DATABASE_DIRECT_URL.
 	DatabaseDirectURL string
+	// DatabaseSchema is BILLSYNC_DATABASE_SCHEMA: billsync's tables in a
+	// schema of their own.
+	DatabaseSchema string
 	// Pooling is BILLSYNC_DATABASE_POOLER (auto when unset).
 	Pooling         store.Pooling
 	poolingErr      error
@@ -161,6 +164,7 @@ func (c *config) bindCommon(fs *flag.FlagSet, getenv func(string) string) {
 		"deadline of each database call (a hung database costs a request or a reconcile at most this, and never blocks shutdown)")
 	c.DatabaseURL = getenv("DATABASE_URL")
 	c.DatabaseDirectURL = getenv("BILLSYNC_DATABASE_DIRECT_URL")
+	c.DatabaseSchema = getenv("BILLSYNC_DATABASE_SCHEMA")
 	if c.Pooling, c.poolingErr = store.ParsePooling(getenv("BILLSYNC_DATABASE_POOLER")); c.poolingErr != nil {
 		c.poolingErr = fmt.Errorf("BILLSYNC_DATABASE_POOLER: %w", c.poolingErr)
 	}

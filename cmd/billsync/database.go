@@ -71,7 +71,7 @@ func openDatabase(ctx context.Context, cfg config, logger *slog.Logger) (st *sto
 		return nil, nil, err
 	}
 	st, err = store.Open(ctx, url, store.Options{Timeout: cfg.DBTimeout, MaxConns: store.ServePoolSize(url), AppEndpoints: cfg.AppWebhookURLs,
-		Pooling: cfg.Pooling, DirectURL: cfg.DatabaseDirectURL})
+		Pooling: cfg.Pooling, DirectURL: cfg.DatabaseDirectURL, Schema: cfg.DatabaseSchema})
 	if err != nil {
 		stopCluster()
 		return nil, nil, err
