@@ -17,11 +17,19 @@ const queueChannel = "billsync_queue"
 const notifyEvery = 20 * time.Millisecond
 
 // notify tells listening workers that work is due, at most once per
-// notifyEvery. Best effort: a lost notification costs one poll interval.
+// notifyEvery: one suppressed within the interval is sent at its end, so
+// work stored just after a worker's claim is not left to the workers'
+// poll. Best effort: a lost notification costs one poll interval.
 func (s *Store) notify(ctx context.Context) {
 	now := time.Now().UnixNano()
 	last := s.lastNotify.Load()
 	if now-last < int64(notifyEvery) || !s.lastNotify.CompareAndSwap(last, now) {
+		if s.trailing.CompareAndSwap(false, true) {
+			time.AfterFunc(notifyEvery, func() {
+				s.trailing.Store(false)
+				s.notify(context.WithoutCancel(ctx))
+			})
+		}
 		return
 	}
 	ctx, cancel := s.bound(ctx)

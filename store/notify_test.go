@@ -96,3 +96,24 @@ func TestRefusesAQueryModeThePoolerBreaks(t *testing.T) {
 	require.Equal(t, "cache_describe", st.Connection().QueryMode)
 	require.False(t, st.Connection().QueryModeChosen)
 }
+
+// TestNotifySuppressedIsSentLate: a second event within the NOTIFY rate
+// limit still wakes the listener (at the interval's end): a worker that
+// claimed just before it must not wait for its poll.
+func TestNotifySuppressedIsSentLate(t *testing.T) {
+	st := storetest.NewStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	woken := make(chan struct{}, 10)
+	go st.Listen(ctx, slog.New(slog.DiscardHandler), func() { woken <- struct{}{} })
+	<-woken // listening
+	receive(t, st, "evt_first", "cus_first")
+	receive(t, st, "evt_second", "cus_second") // within notifyEvery of the first, on a quiet machine
+	for i := range 2 {
+		select {
+		case <-woken:
+		case <-time.After(time.Minute):
+			t.Fatalf("wake-up %d of 2 never came", i+1)
+		}
+	}
+}

@@ -38,6 +38,7 @@ type Store struct {
 	pool       *pgxpool.Pool
 	timeout    time.Duration
 	lastNotify atomic.Int64 // unix nanos of the last NOTIFY sent
+	trailing   atomic.Bool  // a NOTIFY is scheduled for the end of the interval
 	// faults are set only by tests and the demo, through storehook
 	// (scratch.CrashAfterAccountWrite); production never sets one.
 	faults storehook.Faults

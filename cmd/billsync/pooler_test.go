@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -287,4 +289,59 @@ func TestServeBehindTransactionPooler(t *testing.T) {
 		stopBillsync(t, p)
 	}
 	bouncer.alive(t)
+}
+
+// TestMeasureWakeBehindPooler measures, behind PgBouncer in transaction
+// mode, the time from a subscription at the fake Stripe to the change
+// feed's long poll answering with it (webhook → intake → worker → apply →
+// change feed), with LISTEN on BILLSYNC_DATABASE_DIRECT_URL and without it
+// (polling). A measurement, not a check: run it with
+// BILLSYNC_MEASURE_WAKE=1 -v; docs/database.md has the figures.
+func TestMeasureWakeBehindPooler(t *testing.T) {
+	if os.Getenv("BILLSYNC_MEASURE_WAKE") == "" {
+		t.Skip("a measurement: BILLSYNC_MEASURE_WAKE=1")
+	}
+	const appToken, rounds = "app-token-0123456789abc", 40
+	for _, withDirect := range []bool{true, false} {
+		h := testenv.ForTest(t, testenv.Stripe, testenv.Options{})
+		directURL := storetest.URL(t)
+		_, pooled := startPgBouncer(t, directURL, "transaction")
+		addr := freeAddr(t)
+		secret := h.Stripe.Fake.AddWebhookEndpoint("http://" + addr + "/webhooks/stripe")
+		env := []string{"DATABASE_URL=" + pooled, "BILLSYNC_TEST_ARGS=serve -workers 2 -addr " + addr,
+			"STRIPE_WEBHOOK_SECRET=" + secret, "STRIPE_API_KEY=" + stripemock.DefaultAPIKey,
+			"STRIPE_API_URL=" + h.URL, "BILLSYNC_APP_TOKEN=" + appToken}
+		if withDirect {
+			env = append(env, "BILLSYNC_DATABASE_DIRECT_URL="+directURL)
+		}
+		p := startBillsync(t, t.TempDir(), addr, env...)
+		next := ""
+		var took []time.Duration
+		for range rounds {
+			answered := make(chan string, 1)
+			go func() {
+				req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/api/changes?wait=30s&after="+next, nil)
+				req.Header.Set("Authorization", "Bearer "+appToken)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					answered <- ""
+					return
+				}
+				defer resp.Body.Close()
+				var ans struct{ Next string }
+				_ = json.NewDecoder(resp.Body).Decode(&ans)
+				answered <- ans.Next
+			}()
+			time.Sleep(50 * time.Millisecond) // a measurement: let the poll start waiting
+			began := time.Now()
+			h.Subscribe(h.Customer(""), "price_pro")
+			next = <-answered
+			took = append(took, time.Since(began))
+			require.NotEmpty(t, next, p.logs.String())
+		}
+		slices.Sort(took)
+		t.Logf("LISTEN via direct url %v: subscription → change feed answered, %d rounds: p50 %s, p90 %s, max %s",
+			withDirect, rounds, took[rounds/2], took[rounds*9/10], took[rounds-1])
+		stopBillsync(t, p)
+	}
 }
