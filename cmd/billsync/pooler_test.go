@@ -345,3 +345,48 @@ func TestMeasureWakeBehindPooler(t *testing.T) {
 		stopBillsync(t, p)
 	}
 }
+
+// TestServeBehindSessionPooler: through PgBouncer in session mode (said,
+// since a pooler reaching PostgreSQL over a socket shows no port to detect
+// by), serve applies a subscription and LISTENs on its URL; a kill -9 and a
+// graceful stop leave the pooler running (no cancel request is sent behind
+// a pooler: PgBouncer 1.18 can die of one).
+func TestServeBehindSessionPooler(t *testing.T) {
+	ctx := context.Background()
+	h := testenv.ForTest(t, testenv.Stripe, testenv.Options{})
+	directURL := storetest.URL(t)
+	bouncer, pooled := startPgBouncer(t, directURL, "session")
+	direct, err := pgx.Connect(ctx, directURL)
+	require.NoError(t, err)
+	defer direct.Close(ctx)
+	start := func() *billsyncProc {
+		addr := freeAddr(t)
+		secret := h.Stripe.Fake.AddWebhookEndpoint("http://" + addr + "/webhooks/stripe")
+		return startBillsync(t, t.TempDir(), addr, "DATABASE_URL="+pooled, "BILLSYNC_DATABASE_POOLER=session",
+			"BILLSYNC_TEST_ARGS=serve -workers 2 -addr "+addr, "STRIPE_WEBHOOK_SECRET="+secret,
+			"STRIPE_API_KEY="+stripemock.DefaultAPIKey, "STRIPE_API_URL="+h.URL)
+	}
+	applied := func(cus string) func() bool {
+		return func() bool {
+			var n int
+			require.NoError(t, direct.QueryRow(ctx, `SELECT count(*) FROM accounts WHERE customer_id = $1 AND plan = 'pro'`, cus).Scan(&n))
+			return n == 1
+		}
+	}
+	p := start()
+	require.Contains(t, p.logs.String(), "pooling=session")
+	require.Contains(t, p.logs.String(), `listen="on, via the database url"`)
+	cus := h.Customer("")
+	h.Subscribe(cus, "price_pro")
+	storetest.WaitFor(t, "the subscription applied through the session pooler", applied(cus))
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	<-p.exited
+	bouncer.alive(t)
+
+	p = start()
+	cus = h.Customer("")
+	h.Subscribe(cus, "price_pro")
+	storetest.WaitFor(t, "the subscription applied after the kill", applied(cus))
+	stopBillsync(t, p)
+	bouncer.alive(t)
+}
