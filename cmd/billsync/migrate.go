@@ -12,7 +12,7 @@ import (
 func runMigrate(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: billsync migrate [flags]\n\nApplies pending migrations (each in its own transaction, under an advisory lock) and exits.")
+		fmt.Fprintln(fs.Output(), "usage: billsync migrate [flags]\n\nApplies pending migrations (each in its own transaction, under a transaction-scoped advisory lock) and exits.")
 		fs.PrintDefaults()
 	}
 	var cfg config
