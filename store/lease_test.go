@@ -73,7 +73,9 @@ func TestLeasePassesOnWhenItsHolderDies(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := storetest.URL(t)
-	ttl := 2 * time.Second
+	// Long enough that a renewal slowed by a loaded machine (each may take
+	// a sixth of it) does not lose the lease before a dies.
+	ttl := 6 * time.Second
 	a := storetest.OpenStore(t, url, store.Options{LeaseTTL: ttl})
 	b := storetest.OpenStore(t, url, store.Options{LeaseTTL: ttl})
 
