@@ -48,6 +48,10 @@ type App struct {
 	Feed      ChangeFeed
 	Committed *reconcile.Signal
 	FeedPoll  time.Duration
+	// Stopping closes when the server starts to shut down: a long poll
+	// then answers at once with the cursor it was given (nothing came),
+	// rather than hold a graceful stop for the rest of its wait.
+	Stopping <-chan struct{}
 }
 
 // Change feed limits: a page holds at most MaxFeedLimit changes, and a
@@ -221,6 +225,10 @@ func (a App) serveChanges(w http.ResponseWriter, r *http.Request) error {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err() // the app hung up: counted as the client's
+		case <-a.Stopping:
+			t.Stop()
+			writeJSON(w, http.StatusOK, feedAnswer{Changes: []json.RawMessage{}, Next: f.after.String()})
+			return nil
 		case <-woken:
 		case <-t.C:
 		}

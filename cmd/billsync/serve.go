@@ -224,7 +224,8 @@ secret also as *_FILE; see docs/configuration.md.`)
 		Admin: server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler, Sweeps: sweeps, Changes: st,
 			ProviderLimits: map[string]float64{stripe.Provider: cfg.StripeRateLimit, kinde.Provider: cfg.KindeRateLimit},
 			EventsFeeds:    feeds},
-		App: server.App{Token: cfg.AppToken, Store: st, Plans: plans, Feed: st, Committed: &committed, FeedPoll: poll},
+		App: server.App{Token: cfg.AppToken, Store: st, Plans: plans, Feed: st, Committed: &committed, FeedPoll: poll,
+			Stopping: ctx.Done()},
 	})
 	// Workers finish the job in hand and release their leases; sweeps
 	// apply the pages in hand and stay resumable.

@@ -9,9 +9,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -331,4 +333,74 @@ func TestNoMigrateRefusesPendingMigrations(t *testing.T) {
 
 	require.NoError(t, prepareSchema(ctx, st, false, logger))
 	require.NoError(t, prepareSchema(ctx, st, true, logger), "an up-to-date schema is accepted")
+}
+
+// TestServeStopsWithALongPollInFlight: SIGTERM while the app long-polls the
+// change feed (wait=30s, the docs' example): the poll answers at once with
+// the cursor it sent, and serve exits 0 instead of sitting out
+// -shutdown-timeout (a rolling deploy would stop taking webhooks meanwhile).
+func TestServeStopsWithALongPollInFlight(t *testing.T) {
+	const appToken = "app-token-0123456789abc"
+	addr := freeAddr(t)
+	dataDir := filepath.Join(reachableDir(t), "data")
+	p := startBillsync(t, dataDir, addr, "BILLSYNC_APP_TOKEN="+appToken,
+		"BILLSYNC_TEST_ARGS=serve -workers 0 -shutdown-timeout 10s -addr "+addr+" -data-dir "+dataDir)
+	sent := make(chan string, 1) // the client's local address, once the request is written
+	type answer struct {
+		code int
+		body string
+		err  error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		var local string
+		trace := &httptrace.ClientTrace{
+			GotConn:      func(info httptrace.GotConnInfo) { local = info.Conn.LocalAddr().String() },
+			WroteRequest: func(httptrace.WroteRequestInfo) { sent <- local },
+		}
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace),
+			http.MethodGet, "http://"+addr+"/api/changes?wait=30s", nil)
+		req.Header.Set("Authorization", "Bearer "+appToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			answered <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		answered <- answer{code: resp.StatusCode, body: string(b), err: err}
+	}()
+	// SIGTERM only once serve has read the request: one it has not read
+	// is closed unanswered, as any HTTP server does at shutdown.
+	client := <-sent
+	storetest.WaitFor(t, "serve reads the long poll", func() bool { return tcpRead(t, addr, client) })
+	stopBillsync(t, p) // exit 0, or the test fails
+	a := <-answered
+	require.NoError(t, a.err)
+	require.Equal(t, http.StatusOK, a.code, a.body)
+	require.JSONEq(t, `{"changes":[],"next":"0-0"}`, a.body, "nothing came: the cursor it sent (the start)")
+}
+
+// tcpRead reports whether the server side of the loopback connection from
+// client to server has no bytes left unread (its receive queue in
+// /proc/net/tcp is empty).
+func tcpRead(t *testing.T, server, client string) bool {
+	t.Helper()
+	hexPort := func(addr string) string {
+		_, port, err := net.SplitHostPort(addr)
+		require.NoError(t, err)
+		n, err := strconv.Atoi(port)
+		require.NoError(t, err)
+		return fmt.Sprintf(":%04X", n)
+	}
+	b, err := os.ReadFile("/proc/net/tcp")
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasSuffix(f[1], hexPort(server)) && strings.HasSuffix(f[2], hexPort(client)) {
+			_, rx, _ := strings.Cut(f[4], ":")
+			return strings.Trim(rx, "0") == ""
+		}
+	}
+	return false
 }
