@@ -148,7 +148,7 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, url string, opts Optio
 		}
 	}
 	s := &Store{timeout: cmp.Or(opts.Timeout, DefaultTimeout), endpoints: opts.AppEndpoints,
-		leaseTTL: cmp.Or(opts.LeaseTTL, DefaultLeaseTTL), conn: conn}
+		leaseTTL: cmp.Or(opts.LeaseTTL, DefaultLeaseTTL), conn: conn, schema: opts.Schema}
 	switch {
 	case opts.DirectURL != "":
 		direct, err := pgx.ParseConfig(opts.DirectURL)
@@ -185,7 +185,6 @@ func (s *Store) checkSchema(ctx context.Context, schema string) error {
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	s.schema = schema
 	var first string
 	if err := s.pool.QueryRow(ctx, `SELECT trim(split_part(current_setting('search_path'), ',', 1))`).Scan(&first); err != nil {
 		return fmt.Errorf("read search_path: %w", classify(err))
