@@ -31,6 +31,10 @@ type Event struct {
 	// IgnoreReason, when set, stores the event as ignored with this reason
 	// and queues nothing.
 	IgnoreReason string
+	// Transaction: the event records a payment (a transaction, for a
+	// provider that allocates reads per transaction); the store counts
+	// each stored once, by the day it arrived.
+	Transaction bool
 }
 
 // Expectation is what an event's own object says one subscription is now.

@@ -35,6 +35,7 @@ type Metrics struct {
 	rateLimit *prometheus.GaugeVec
 	// appAttempts counts app webhook attempts (metrics_app.go).
 	appAttempts *prometheus.CounterVec
+	budget      budgetMetrics
 }
 
 // NewMetrics returns the registry; depth may be nil.
@@ -74,10 +75,12 @@ func NewMetrics(depth QueueDepthFunc, logger *slog.Logger) *Metrics {
 		}, []string{"provider", "second_read"}),
 		rateLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "billsync_provider_rate_limit",
-			Help: "Requests per second this process allows itself at the provider's API (-stripe-rate, -kinde-rate), by provider. Each replica has its own limiter: the sum over replicas is what billsync may ask of the provider, to hold against billsync_provider_requests_total and the provider's own limit.",
+			Help: "Requests per second this process allows itself at the provider's API, by provider: Stripe's is this replica's share of -stripe-rate (the account's global rate, shared by the replicas running workers), Kinde's -kinde-rate (each replica's own).",
 		}, []string{"provider"}),
 	}
 	m.appAttempts = newAppAttempts()
+	m.budget = newBudgetMetrics()
+	m.reg.MustRegister(m.budget.collectors()...)
 	m.reg.MustRegister(m.deliveries, m.reconciles, m.latency, m.calls, m.connect, m.unmapped, m.rechecks, m.rateLimit, m.appAttempts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if depth != nil {

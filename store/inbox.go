@@ -52,11 +52,17 @@ func (s *Store) StoreDelivery(ctx context.Context, d reconcile.Delivery) (reconc
 			-- counted with the event, so the count never lags its account.
 			UPDATE events_feed SET caught = caught + 1
 			WHERE provider = $1 AND $15 = 'feed' AND (SELECT inserted FROM ev)
+		), txn AS (
+			-- A payment counts toward the read allocation once, by the day
+			-- it first arrived (see ReportSpend).
+			INSERT INTO provider_transactions (provider, day, transactions)
+			SELECT $1, `+utcDay+`, 1 FROM ev WHERE inserted AND $16
+			ON CONFLICT (provider, day) DO UPDATE SET transactions = provider_transactions.transactions + 1
 		)
 		SELECT id, inserted, seen_count, status FROM ev`,
 		ev.Provider, ev.DedupeKey, ev.EventID, ev.Type, ev.CustomerID, nullTime(ev.Time),
 		ev.APIVersion, ev.Payload, status, outcome, d.DeliveryID, d.RemoteAddr, expectDoc(ev.Expect), ev.UserRef,
-		cmp.Or(d.Source, reconcile.SourceWebhook),
+		cmp.Or(d.Source, reconcile.SourceWebhook), ev.Transaction,
 	).Scan(&st.EventID, &inserted, &st.SeenCount, &st.Status)
 	if err != nil {
 		return reconcile.Stored{}, fmt.Errorf("store %s event %s: %w", ev.Provider, ev.DedupeKey, classify(err))

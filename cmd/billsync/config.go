@@ -9,9 +9,11 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/server"
 	"github.com/billsync/billsync/store"
@@ -48,7 +50,9 @@ type config struct {
 	StripeWebhookSecrets []string
 	StripeTolerance      time.Duration
 	StripeRateLimit      float64
-	StripeEndpointRate   float64
+	StripeOperationRate  float64
+	StripeReadAllocation float64
+	readAllocationErr    error
 	UserRefKey           string
 	// StripeEntitlements and KindeEntitlements make every fetch read the
 	// provider's entitlements too (features from Stripe Entitlements or
@@ -233,8 +237,13 @@ func (c *config) feedOn() bool { return c.EventsPoll > 0 && c.StripeAPIKey != ""
 // (serve, resync, replay): they must read the provider and the plans alike.
 func (c *config) bindReconcile(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.StripeAPIURL, "stripe-api-url", getenv("STRIPE_API_URL"), "Stripe API base URL, e.g. a fake Stripe (env STRIPE_API_URL; default api.stripe.com)")
-	fs.Float64Var(&c.StripeRateLimit, "stripe-rate", 25, "Stripe API requests per second of this process: every request (fetches, sweep pages, retries, thin-event lookups) of every worker counts")
-	fs.Float64Var(&c.StripeEndpointRate, "stripe-endpoint-rate", 0, "Stripe API requests per second per endpoint family (customers, subscriptions, prices, invoices), within -stripe-rate; 0 = no per-endpoint limit")
+	fs.Float64Var(&c.StripeRateLimit, "stripe-rate", 0, "the Stripe account's global rate, requests per second, shared by every replica running workers (each takes its share; every request counts: fetches, sweep pages, retries, feed polls); 0 (the default) follows the key: 100 live, 25 test; see docs/stripe-budget.md")
+	fs.Float64Var(&c.StripeOperationRate, "stripe-operation-rate", stripe.OperationRate, "requests per second of each Stripe API operation (GET /v1/customers/{id}, GET /v1/subscriptions, …), within -stripe-rate and shared like it: Stripe's default is 25")
+	fs.Func("stripe-endpoint-rate", "gone: use -stripe-operation-rate", func(string) error {
+		return errors.New("gone: Stripe limits each API operation (method and path), not each endpoint family; billsync now follows that by itself (-stripe-operation-rate, default 25)")
+	})
+	c.StripeReadAllocation, c.readAllocationErr = envFloat(getenv, "BILLSYNC_STRIPE_READ_ALLOCATION")
+	fs.Float64Var(&c.StripeReadAllocation, "stripe-read-allocation", c.StripeReadAllocation, "the Stripe account's read allocation, reads per 30 days (env BILLSYNC_STRIPE_READ_ALLOCATION); 0 (the default) derives it as Stripe does: 500 per transaction of the last 30 days, at least 10,000")
 	fs.StringVar(&c.UserRefKey, "user-ref-key", "user_id", "Stripe customer metadata key holding the app's user reference")
 	fs.StringVar(&c.KindeDomain, "kinde-domain", getenv("KINDE_DOMAIN"), "Kinde business domain, e.g. https://yourbusiness.kinde.com (env KINDE_DOMAIN; Kinde is on when it and KINDE_CLIENT_ID/KINDE_CLIENT_SECRET are set)")
 	fs.Float64Var(&c.KindeRateLimit, "kinde-rate", 10, "Kinde Management API requests per second of this process (token requests, fetches and retries of every worker count; Kinde publishes no number, it answers 429 with RateLimit-Reset)")
@@ -245,6 +254,24 @@ func (c *config) bindReconcile(fs *flag.FlagSet, getenv func(string) string) {
 	fs.BoolVar(&c.KindeEntitlements, "kinde-entitlements", envBool(getenv, "BILLSYNC_KINDE_ENTITLEMENTS"),
 		"read each customer's Kinde billing entitlements with every fetch, a source of features (env BILLSYNC_KINDE_ENTITLEMENTS=true; scope read:billing_entitlements)")
 	fs.StringVar(&c.PlansPath, "plans", getenv("BILLSYNC_PLANS"), "plans file (YAML; env BILLSYNC_PLANS; default: the built-in plans.example.yaml)")
+}
+
+// envFloat reads a number from an environment variable; 0 when unset.
+func envFloat(getenv func(string) string, name string) (float64, error) {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return 0, nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s %q: want a number", name, v)
+	}
+	return f, nil
+}
+
+// stripeRate is -stripe-rate, or the key's default when it is 0.
+func (c *config) stripeRate() float64 {
+	return cmp.Or(c.StripeRateLimit, stripe.DefaultRate(c.StripeAPIKey))
 }
 
 // envBool reads a boolean environment variable: true, 1 or yes (any
@@ -382,8 +409,16 @@ func (c *config) validateStripe() []error {
 	if c.Workers > 0 && c.StripeAPIKey == "" {
 		errs = append(errs, errors.New("STRIPE_API_KEY is not set: the reconcile worker reads customers from the Stripe API (or set STRIPE_API_KEY_FILE, or -workers 0 for intake only)"))
 	}
-	if c.StripeRateLimit <= 0 {
-		errs = append(errs, errors.New("-stripe-rate must be positive"))
+	if c.StripeRateLimit < 0 {
+		errs = append(errs, errors.New("-stripe-rate must not be negative (0: follow the key, 100 live, 25 test)"))
+	}
+	if c.StripeOperationRate <= 0 {
+		errs = append(errs, errors.New("-stripe-operation-rate must be positive (Stripe's default is 25)"))
+	}
+	if c.readAllocationErr != nil {
+		errs = append(errs, c.readAllocationErr)
+	} else if c.StripeReadAllocation < 0 {
+		errs = append(errs, errors.New("-stripe-read-allocation must not be negative (0: derive it from transactions)"))
 	}
 	if c.SweepParallel < 0 {
 		errs = append(errs, errors.New("-sweep-parallel must not be negative (0: the default)"))

@@ -146,7 +146,7 @@ func TestServeStartsWhileKindeIsUnreachable(t *testing.T) {
 func TestKindeConfiguration(t *testing.T) {
 	base := func() config {
 		return config{Addr: "127.0.0.1:0", ShutdownTimeout: 1, DBTimeout: 1, IntakeTimeout: 1, StripeTolerance: 1,
-			StripeRateLimit: 1, KindeRateLimit: 1, Workers: 1, SweepSchedule: "off"}
+			StripeRateLimit: 1, StripeOperationRate: 1, KindeRateLimit: 1, Workers: 1, SweepSchedule: "off"}
 	}
 	kindeOn := func(c *config) {
 		c.KindeDomain, c.KindeClientID, c.KindeClientSecret = "https://acme.kinde.com", "id", "s3cr3t_value"

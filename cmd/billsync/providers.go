@@ -9,6 +9,7 @@ import (
 	"github.com/billsync/billsync/providers/kinde"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/server"
 	"github.com/billsync/billsync/store"
 )
 
@@ -21,18 +22,18 @@ type providers struct {
 
 // newProviders builds the client of every configured provider: Stripe
 // when cfg has its API key, Kinde when its domain and M2M credentials are
-// set. onAttempt (may be nil) sees every API attempt: metrics.
-func newProviders(cfg config, logger *slog.Logger, onAttempt func(provider, status string)) (providers, error) {
+// set. metrics (may be nil) sees every API attempt and every 429.
+func newProviders(cfg config, logger *slog.Logger, metrics *server.Metrics) (providers, error) {
 	var p providers
 	observe := func(provider string) func(string) {
-		if onAttempt == nil {
+		if metrics == nil {
 			return nil
 		}
-		return func(status string) { onAttempt(provider, status) }
+		return func(status string) { metrics.ObserveProviderRequest(provider, status) }
 	}
 	var err error
 	if cfg.StripeAPIKey != "" {
-		if p.stripe, err = newStripeClient(cfg, logger, observe(stripe.Provider)); err != nil {
+		if p.stripe, err = newStripeClient(cfg, logger, metrics); err != nil {
 			return p, err
 		}
 	}

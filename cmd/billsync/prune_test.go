@@ -89,7 +89,7 @@ func TestServePruneSchedule(t *testing.T) {
 // it.
 func TestPruneConfig(t *testing.T) {
 	cfg := config{Addr: "127.0.0.1:0", StripeWebhookSecrets: []string{"whsec_x"}, StripeAPIKey: "sk_test",
-		StripeRateLimit: 1, ShutdownTimeout: 1, DBTimeout: 1, IntakeTimeout: 1, StripeTolerance: 1, Workers: 1,
+		StripeRateLimit: 1, StripeOperationRate: 1, ShutdownTimeout: 1, DBTimeout: 1, IntakeTimeout: 1, StripeTolerance: 1, Workers: 1,
 		SweepSchedule: "off", PruneSchedule: "off"}
 	cfg.PruneOlderThan.fromEnv("ninety days")
 	require.NoError(t, cfg.validateServe(), "off: the retention is not used")

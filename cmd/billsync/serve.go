@@ -80,12 +80,19 @@ secret also as *_FILE; see docs/configuration.md.`)
 	claimErr := func() error { return nil }
 	var feeds []string       // providers whose events feed runs here
 	var sweeps server.Sweeps // nil without workers: the admin API answers 503
-	provs, err := newProviders(cfg, logger, metrics.ObserveProviderRequest)
+	provs, err := newProviders(cfg, logger, metrics)
 	if err != nil {
 		return err
 	}
 	if provs.stripe != nil {
-		metrics.SetProviderRateLimit(stripe.Provider, cfg.StripeRateLimit)
+		metrics.SetProviderRateLimit(stripe.Provider, cfg.stripeRate())
+		// The budget every replica shares.
+		_, stopSpending, err := spendStripe(ctx, st, provs.stripe, cfg.Workers > 0, metrics, logger)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); <-ctx.Done(); stopSpending() }()
 	}
 	if provs.kinde != nil {
 		metrics.SetProviderRateLimit(kinde.Provider, cfg.KindeRateLimit)
@@ -222,7 +229,7 @@ secret also as *_FILE; see docs/configuration.md.`)
 		// request held open for as long as the database hangs.
 		StoreTimeout: cfg.IntakeTimeout,
 		Admin: server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler, Sweeps: sweeps, Changes: st,
-			ProviderLimits: map[string]float64{stripe.Provider: cfg.StripeRateLimit, kinde.Provider: cfg.KindeRateLimit},
+			ProviderLimits: map[string]float64{stripe.Provider: cfg.stripeRate(), kinde.Provider: cfg.KindeRateLimit},
 			EventsFeeds:    feeds},
 		App: server.App{Token: cfg.AppToken, Store: st, Plans: plans, Feed: st, Committed: &committed, FeedPoll: poll,
 			Stopping: ctx.Done()},

@@ -67,7 +67,17 @@ func openSupport(ctx context.Context, cfg config, logger *slog.Logger) (*support
 		closeDB()
 		return nil, nil, err
 	}
-	return &support{st: st, providers: provs, plans: plans, worker: w, cfg: cfg}, closeDB, nil
+	stopSpending := func() {}
+	if provs.stripe != nil {
+		// What a command reads counts toward the allocation like serve's
+		// reads; it takes no share of the rates (it runs no worker).
+		if _, stopSpending, err = spendStripe(ctx, st, provs.stripe, false, nil, logger); err != nil {
+			closeDB()
+			return nil, nil, err
+		}
+	}
+	closeAll := func() { stopSpending(); closeDB() }
+	return &support{st: st, providers: provs, plans: plans, worker: w, cfg: cfg}, closeAll, nil
 }
 
 // cliActor is the audit log's actor for a person at a terminal.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/server"
 	"github.com/billsync/billsync/store"
 )
 
@@ -70,13 +71,19 @@ sweep fails.`)
 	return errors.Join(errs...)
 }
 
-// newStripeClient is the Stripe client serve and sweep share.
-func newStripeClient(cfg config, logger *slog.Logger, onAttempt func(status string)) (*stripe.Client, error) {
-	return stripe.NewClient(stripe.Config{
+// newStripeClient is the Stripe client serve and sweep share; metrics
+// (may be nil) sees its attempts and 429s.
+func newStripeClient(cfg config, logger *slog.Logger, metrics *server.Metrics) (*stripe.Client, error) {
+	c := stripe.Config{
 		APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIURL, UserRefKey: cfg.UserRefKey,
-		RateLimit: cfg.StripeRateLimit, EndpointRateLimit: cfg.StripeEndpointRate, Logger: logger, OnAttempt: onAttempt,
-		Entitlements: cfg.StripeEntitlements,
-	})
+		RateLimit: cfg.StripeRateLimit, OperationRateLimit: cfg.StripeOperationRate, ReadAllocation: cfg.StripeReadAllocation,
+		Logger: logger, Entitlements: cfg.StripeEntitlements,
+	}
+	if metrics != nil {
+		c.OnAttempt = func(status string) { metrics.ObserveProviderRequest(stripe.Provider, status) }
+		c.OnRateLimited = func(op, reason string) { metrics.ObserveRateLimited(stripe.Provider, op, reason) }
+	}
+	return stripe.NewClient(c)
 }
 
 func newSweeper(st *store.Store, client *stripe.Client, plans *reconcile.Plans, logger *slog.Logger, parallel int,

@@ -64,7 +64,7 @@ func TestSweepSchedule(t *testing.T) {
 		require.NoError(t, err, spec)
 	}
 	cfg := config{Addr: "127.0.0.1:0", StripeWebhookSecrets: []string{"whsec_x"}, StripeAPIKey: "sk_test",
-		StripeRateLimit: 1, ShutdownTimeout: 1, DBTimeout: 1, IntakeTimeout: 1, StripeTolerance: 1, Workers: 1,
+		StripeRateLimit: 1, StripeOperationRate: 1, ShutdownTimeout: 1, DBTimeout: 1, IntakeTimeout: 1, StripeTolerance: 1, Workers: 1,
 		SweepSchedule: "nightly"}
 	err := cfg.validateServe()
 	require.ErrorContains(t, err, `BILLSYNC_SWEEP_SCHEDULE "nightly": want a five-field cron spec`)

@@ -124,6 +124,7 @@ func (s *StripeSide) NewClient(cfg stripe.Config) (*stripe.Client, error) {
 // speeds, as Fast does for an Env's clients.
 func FastStripe(cfg stripe.Config) stripe.Config {
 	fast(&cfg.RateLimit, &cfg.Burst, &cfg.RetryWaitMin, &cfg.RetryWaitMax)
+	cfg.OperationRateLimit = cmp.Or(cfg.OperationRateLimit, cfg.RateLimit)
 	return cfg
 }
 

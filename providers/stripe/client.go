@@ -45,21 +45,33 @@ type Config struct {
 	// them (one request per customer): accounts keep those last fetched.
 	Entitlements bool
 
-	// RateLimit is requests per second shared by every call of this client,
-	// retries included; default 25 (Stripe's test-mode limit). Burst is the
+	// RateLimit is the account's global rate, requests per second, shared
+	// by every call of this client, retries included; default
+	// DefaultRate(APIKey): 100 for a live key, 25 for a test key. With
+	// several replicas each takes its share (SetReplicas). Burst is the
 	// limiter's bucket size; default 1 (evenly spaced requests).
 	RateLimit float64
 	Burst     int
+	// OperationRateLimit is each named API operation's rate (Operation),
+	// within RateLimit: Stripe limits each to 25 requests per second
+	// unless it says otherwise, so a reconcile that reads two operations
+	// spends from two budgets; default OperationRate.
+	OperationRateLimit float64
 	// ListRateLimit is requests per second the sweep's listing (ListPage,
-	// Split) may take of RateLimit; default half of it, so
-	// webhook-triggered fetches keep the rest.
+	// Split) may take; default the list operation's rate or half of
+	// RateLimit, whichever is lower, so webhook-triggered fetches keep the
+	// rest of the global rate.
 	ListRateLimit float64
-	// EndpointRateLimit is requests per second each endpoint family
-	// (/v1/customers…, /v1/subscriptions…, /v1/prices…, /v1/invoices…)
-	// may take, within RateLimit: Stripe also limits some endpoints on
-	// their own, so a reconcile that reads two families spends from two
-	// budgets. 0 (the default) = only the shared RateLimit applies.
-	EndpointRateLimit float64
+
+	// ReadAllocation is the account's monthly read allocation, reads per
+	// 30 days; 0 (the default) derives it from the transactions stored
+	// (ReadAllocation).
+	ReadAllocation float64
+
+	// OnRateLimited, when set, sees every 429 with its operation and
+	// Stripe-Rate-Limited-Reason ("none" when Stripe sent none: a lock
+	// timeout, not a limiter).
+	OnRateLimited func(operation, reason string)
 
 	// Timeout bounds each HTTP attempt (connect, headers, body), not the time
 	// spent waiting for the rate limiter or between retries; default 10s.
@@ -83,9 +95,10 @@ type Config struct {
 
 func (cfg Config) withDefaults() Config {
 	cfg.UserRefKey = cmp.Or(cfg.UserRefKey, "user_id")
-	cfg.RateLimit = cmp.Or(cfg.RateLimit, 25)
+	cfg.RateLimit = cmp.Or(cfg.RateLimit, DefaultRate(cfg.APIKey))
 	cfg.Burst = cmp.Or(cfg.Burst, 1)
-	cfg.ListRateLimit = cmp.Or(cfg.ListRateLimit, cfg.RateLimit/2)
+	cfg.OperationRateLimit = cmp.Or(cfg.OperationRateLimit, OperationRate)
+	cfg.ListRateLimit = cmp.Or(cfg.ListRateLimit, min(cfg.OperationRateLimit, cfg.RateLimit/2))
 	cfg.Timeout = cmp.Or(cfg.Timeout, 10*time.Second)
 	switch {
 	case cfg.RetryMax == 0:
@@ -111,7 +124,7 @@ func (cfg Config) validate() error {
 			errs = append(errs, fmt.Errorf("base URL %q is not an http(s) URL", cfg.BaseURL))
 		}
 	}
-	if cfg.RateLimit < 0 || cfg.Burst < 0 || cfg.ListRateLimit < 0 || cfg.EndpointRateLimit < 0 {
+	if cfg.RateLimit < 0 || cfg.Burst < 0 || cfg.ListRateLimit < 0 || cfg.OperationRateLimit < 0 || cfg.ReadAllocation < 0 {
 		errs = append(errs, errors.New("rate limit and burst must not be negative"))
 	}
 	if cfg.Timeout < 0 || cfg.RetryWaitMin < 0 || cfg.RetryWaitMax < cfg.RetryWaitMin {
@@ -138,8 +151,9 @@ func (cfg Config) validate() error {
 //	go-retryablehttp (RetryMax retries of network errors, timeouts, 429 and
 //	  5xx, backoff honouring Retry-After, Stripe-Should-Retry obeyed)
 //	attempt.Transport (per attempt: wait for the listing's limiter when it
-//	  calls, the endpoint family's limiter when configured, and the shared
-//	  rate limiter; then run the attempt under its own Timeout)
+//	  calls, the operation's limiter and the account's global one (budget:
+//	  this replica's share, slowed by 429s); then run the attempt under its
+//	  own Timeout, and count its answer)
 //	http.Transport
 type Client struct {
 	http       *http.Client // retrying and limited: the layers above
@@ -147,11 +161,12 @@ type Client struct {
 	apiKey     string // never logged
 	userRefKey string
 	// entitlements: Fetch reads active entitlements (Config.Entitlements).
-	entitlements bool
-	log          *slog.Logger
-	listLimiter  *rate.Limiter
-	rate         float64 // Config.RateLimit
-	listRate     float64 // Config.ListRateLimit
+	entitlements   bool
+	log            *slog.Logger
+	listLimiter    *rate.Limiter
+	budget         *budget
+	readAllocation float64 // Config.ReadAllocation
+	listRate       float64 // Config.ListRateLimit
 	// latency averages Fetch's durations and listLatency ListPage's
 	// (pages of 100 customers take longer than one), each less its waits
 	// for the rate limits (attempt.Timed): each sizes its own calls in
@@ -180,30 +195,38 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 	}
 	rc := retryablehttp.NewClient()
 	c := &Client{
-		baseURL:      cmp.Or(strings.TrimRight(cfg.BaseURL, "/"), stripeapi.APIURL),
-		apiKey:       cfg.APIKey,
-		userRefKey:   cfg.UserRefKey,
-		entitlements: cfg.Entitlements,
-		log:          cfg.Logger.With("provider", Provider),
-		listLimiter:  rate.NewLimiter(rate.Limit(cfg.ListRateLimit), 1),
-		rate:         cfg.RateLimit,
-		listRate:     cfg.ListRateLimit,
+		baseURL:        cmp.Or(strings.TrimRight(cfg.BaseURL, "/"), stripeapi.APIURL),
+		apiKey:         cfg.APIKey,
+		userRefKey:     cfg.UserRefKey,
+		entitlements:   cfg.Entitlements,
+		log:            cfg.Logger.With("provider", Provider),
+		listLimiter:    rate.NewLimiter(rate.Limit(cfg.ListRateLimit), 1),
+		budget:         newBudget(cfg.RateLimit, cfg.OperationRateLimit, cfg.Burst),
+		readAllocation: cfg.ReadAllocation,
+		listRate:       cfg.ListRateLimit,
 	}
-	shared := rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.Burst)
-	endpoints := newEndpointLimiters(cfg.EndpointRateLimit, cfg.Burst)
 	rc.HTTPClient = &http.Client{Transport: &attempt.Transport{
 		Base: base,
-		// the listing's own limiter (a sweep's share), the endpoint family's,
-		// then the client's shared one.
+		// the listing's own limiter (a sweep's share), the operation's,
+		// then the account's global one.
 		Limits: func(req *http.Request) []attempt.Limit {
 			return []attempt.Limit{
 				{Name: "stripe list", Limiter: listLimiter(req.Context())},
-				{Name: "stripe endpoint family", Limiter: endpoints.of(req.URL.Path)},
-				{Name: "stripe", Limiter: shared},
+				{Name: "stripe operation", Limiter: c.budget.of(Operation(req.Method, req.URL.Path)).limiter()},
+				{Name: "stripe", Limiter: c.budget.global.limiter()},
 			}
 		},
 		Timeout:   cfg.Timeout,
 		OnAttempt: cfg.OnAttempt,
+		OnAnswer: func(req *http.Request, resp *http.Response) {
+			op := Operation(req.Method, req.URL.Path)
+			if req.Method == http.MethodGet {
+				c.budget.count(op)
+			}
+			if reason := c.budget.answered(op, resp); reason != "" && cfg.OnRateLimited != nil {
+				cfg.OnRateLimited(op, reason)
+			}
+		},
 	}}
 	rc.RetryMax, rc.RetryWaitMin, rc.RetryWaitMax = cfg.RetryMax, cfg.RetryWaitMin, cfg.RetryWaitMax
 	// DefaultBackoff waits exactly Retry-After (seconds or HTTP date) on 429
@@ -220,10 +243,15 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 // Name returns "stripe".
 func (c *Client) Name() string { return Provider }
 
-// Budget returns the client's rate limit and its recent fetches' latency:
-// the worker keeps as many fetches in flight as they call for.
+// Budget returns the rate a reconcile can be read at and its recent
+// fetches' latency: the worker keeps as many fetches in flight as they
+// call for. The rate is this replica's share of the global rate, or of
+// the two operations a customer is read with (see fetch), whichever is
+// lower.
 func (c *Client) Budget() reconcile.Budget {
-	return reconcile.Budget{Rate: c.rate, Latency: c.latency.Latency()}
+	global, _ := c.budget.snapshot()
+	reads := c.budget.of(opRetrieveCustomer).rate() + c.budget.of(opListSubscriptions).rate()
+	return reconcile.Budget{Rate: min(global, reads), Latency: c.latency.Latency()}
 }
 
 // ListBudget returns the listing's share of the rate (ListRateLimit) and

@@ -713,17 +713,17 @@ func TestRateLimitShared(t *testing.T) {
 	})
 }
 
-func TestEndpointRateLimit(t *testing.T) {
+func TestOperationRateLimit(t *testing.T) {
 	t.Parallel()
 	f := newFake(t, stripemock.Options{}, nil)
 	cus := f.customer(t, nil)
 	f.seen()
 
 	// Six customer retrieves at 5/s take a second of the bubble's clock; a
-	// prices call meanwhile waits for its own family's budget only.
+	// prices list meanwhile waits for its own operation's budget only.
 	synctest.Test(t, func(t *testing.T) {
 		cfg := testConfig(f.URL)
-		cfg.EndpointRateLimit, cfg.Burst = 5, 1
+		cfg.OperationRateLimit, cfg.Burst = 5, 1
 		c := f.bubbleClient(t, cfg)
 		done := make(chan time.Duration)
 		begin := time.Now()
@@ -734,7 +734,7 @@ func TestEndpointRateLimit(t *testing.T) {
 			}
 			done <- time.Since(begin)
 		}()
-		synctest.Wait() // the first retrieve is answered; the second waits for the customers' budget
+		synctest.Wait() // the first retrieve is answered; the second waits for the operation's budget
 		require.Equal(t, 1, f.count())
 		pricesBegin := time.Now()
 		prices, err := c.ActivePrices(context.Background())
@@ -742,21 +742,23 @@ func TestEndpointRateLimit(t *testing.T) {
 		require.NoError(t, err)
 		require.NotEmpty(t, prices)
 		customersTook := <-done
-		require.InDelta(t, time.Second, customersTook, float64(time.Millisecond), "customers: 5/s")
-		// The prices call waits for the shared limit's next token (1/10000 s
-		// at Burst 1), never for the customers' (1/5 s).
+		require.InDelta(t, time.Second, customersTook, float64(time.Millisecond), "retrieve customer: 5/s")
+		// The prices list waits for the global limit's next token (1/10000 s
+		// at Burst 1), never for the retrieve's (1/5 s).
 		require.Less(t, pricesTook, 200*time.Millisecond, "prices do not queue behind customers")
 	})
 
-	t.Run("ZeroIsSharedOnly", func(t *testing.T) {
+	t.Run("DefaultIsStripes25", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			c := f.bubbleClient(t, testConfig(f.URL))
+			cfg := testConfig(f.URL)
+			cfg.OperationRateLimit, cfg.Burst = 0, 1
+			c := f.bubbleClient(t, cfg)
 			begin := time.Now()
 			for range 6 {
 				_, err := c.Fetch(context.Background(), cus)
 				require.NoError(t, err)
 			}
-			require.Zero(t, time.Since(begin), "no family's limit: the shared burst lets all six through")
+			require.InDelta(t, 5*time.Second/25, time.Since(begin), float64(time.Millisecond), "25/s: five waits of 1/25 s")
 		})
 	})
 }

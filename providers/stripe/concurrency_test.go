@@ -168,7 +168,9 @@ func runAdaptive(t *testing.T, rate float64, bound int, phases []phase) (*meter,
 	synctest.Test(t, func(t *testing.T) {
 		// The client as serve runs it at -stripe-rate: evenly spaced
 		// requests (burst 1).
-		cfg := stripe.Config{APIKey: stripemock.DefaultAPIKey, BaseURL: f.URL, RateLimit: rate}
+		// One operation at the whole rate: this test is about latency,
+		// not Stripe's per-operation limits (budget_test.go).
+		cfg := stripe.Config{APIKey: stripemock.DefaultAPIKey, BaseURL: f.URL, RateLimit: rate, OperationRateLimit: rate}
 		client, err := stripe.NewClientOver(cfg, inproc.Transport{Handler: m.wrap(f.Server)})
 		require.NoError(t, err)
 		provider := &countingFetches{Provider: client}

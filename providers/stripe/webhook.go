@@ -212,6 +212,11 @@ type objectJSON struct {
 	Customer json.RawMessage `json:"customer"`
 	Status   string          `json:"status"`
 	Items    json.RawMessage `json:"items"`
+	// What tells a transaction (transactionOf): an invoice's amount paid,
+	// a checkout session's mode and payment status.
+	AmountPaid    json.RawMessage `json:"amount_paid"`
+	Mode          string          `json:"mode"`
+	PaymentStatus string          `json:"payment_status"`
 }
 
 // ParseEvent reads a verified event body. It never fails: an event billsync
@@ -309,7 +314,28 @@ func parseEvent(body []byte) (ev reconcile.Event, rel related, connect bool) {
 		ev.CustomerID = customer
 		ev.Expect = expectationOf(raw.Data.Object)
 	}
+	ev.Transaction = transactionOf(raw.Type, raw.Data.Object)
 	return ev, related{}, false
+}
+
+// transactionOf reports whether an event records a transaction, a payment
+// Stripe counts toward the read allocation (ReadAllocation): an invoice
+// paid with money (invoice.paid with amount_paid > 0: a subscription's
+// first payment and each renewal; a $0 or fully credited invoice moves no
+// money) or a one-off checkout paid (checkout.session.completed in payment
+// mode, paid). Of the events billsync subscribes to (FeedTypes) these are
+// the ones that mean money moved, each once: invoice.payment_succeeded
+// repeats invoice.paid and is not counted. A thin event carries no amount
+// and is not counted: the allocation derived errs low, never high.
+func transactionOf(typ string, o objectJSON) bool {
+	switch typ {
+	case "invoice.paid":
+		var paid int64
+		return o.Object == "invoice" && json.Unmarshal(o.AmountPaid, &paid) == nil && paid > 0
+	case "checkout.session.completed":
+		return o.Mode == "payment" && o.PaymentStatus == "paid"
+	}
+	return false
 }
 
 // expectationOf reads what a subscription event's object says the

@@ -46,6 +46,9 @@ type Transport struct {
 	// OnAttempt, when set, sees every attempt's status code ("200", "429",
 	// …) or "error" when no answer came (metrics).
 	OnAttempt func(status string)
+	// OnAnswer, when set, sees every attempt that got an answer, before
+	// its body is read: a client's budget counts and reacts to it there.
+	OnAnswer func(*http.Request, *http.Response)
 }
 
 // Timed runs call with a ctx whose attempts count their waits for the
@@ -105,6 +108,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		cancel()
 		return nil, err
+	}
+	if t.OnAnswer != nil {
+		t.OnAnswer(req, resp)
 	}
 	resp.Body = cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
 	return resp, nil

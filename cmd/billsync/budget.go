@@ -1,0 +1,38 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/server"
+	"github.com/billsync/billsync/store"
+)
+
+// spendStripe reports the Stripe client's reads to the database and
+// shares its rates with the other replicas (reconcile.Spending) until
+// stop, which sends the last reads. worker: this process runs workers, so
+// it takes a share of the rates; its first report is made before spendStripe
+// returns, so the first fetches already keep to it. metrics may be nil.
+func spendStripe(ctx context.Context, st *store.Store, client *stripe.Client, worker bool, metrics *server.Metrics,
+	logger *slog.Logger) (spending *reconcile.Spending, stop func(), err error) {
+	cfg := reconcile.SpendingConfig{Store: st, Client: client, Worker: worker, Logger: logger}
+	if metrics != nil {
+		cfg.OnReport = func(v reconcile.SpendView) {
+			metrics.ObserveSpend(v)
+			global, _ := client.Rates()
+			metrics.SetProviderRateLimit(stripe.Provider, global)
+		}
+	}
+	if spending, err = reconcile.NewSpending(cfg); err != nil {
+		return nil, nil, err
+	}
+	if _, err := spending.Report(ctx); err != nil {
+		logger.WarnContext(ctx, "budget: first report failed; this replica takes the whole rate until one succeeds", slog.Any("error", err))
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); spending.Run(ctx) }()
+	return spending, func() { cancel(); <-done }, nil
+}

@@ -1,0 +1,203 @@
+package stripe_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/billsync/billsync/mocks/inproc"
+	"github.com/billsync/billsync/providers/stripe"
+)
+
+func TestOperation(t *testing.T) {
+	t.Parallel()
+	for path, want := range map[string]string{
+		"/v1/customers/cus_1":                          "GET /v1/customers/{id}",
+		"/v1/customers/cus_2":                          "GET /v1/customers/{id}",
+		"/v1/customers":                                "GET /v1/customers",
+		"/v1/subscriptions":                            "GET /v1/subscriptions",
+		"/v1/subscriptions/sub_1":                      "GET /v1/subscriptions/{id}",
+		"/v1/subscription_items":                       "GET /v1/subscription_items",
+		"/v1/customers/cus_1/balance_transactions":     "GET /v1/customers/{id}/balance_transactions",
+		"/v1/entitlements/active_entitlements":         "GET /v1/entitlements/active_entitlements",
+		"/v1/entitlements/features/feat_1":             "GET /v1/entitlements/features/{id}",
+		"/v1/webhook_endpoints/we_1":                   "GET /v1/webhook_endpoints/{id}",
+		"/v2/core/events/evt_1":                        "GET /v2/core/events/{id}",
+		"/v1/test_helpers/test_clocks/clock_1/advance": "GET /v1/test_helpers/test_clocks/{id}/advance",
+	} {
+		require.Equal(t, want, stripe.Operation(http.MethodGet, path), path)
+	}
+	require.Equal(t, "POST /v1/customers/{id}", stripe.Operation(http.MethodPost, "/v1/customers/cus_1"))
+}
+
+func TestDefaultRateFollowsTheKey(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 100.0, stripe.DefaultRate("sk_live_abc"))
+	require.Equal(t, 100.0, stripe.DefaultRate("rk_live_abc"))
+	require.Equal(t, 25.0, stripe.DefaultRate("sk_test_abc"))
+	require.Equal(t, 25.0, stripe.DefaultRate("rk_test_abc"))
+}
+
+func TestReadAllocation(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 10_000.0, stripe.ReadAllocation(0, 0), "the floor")
+	require.Equal(t, 10_000.0, stripe.ReadAllocation(0, 20), "500 × 20 is below the floor")
+	require.Equal(t, 500_000.0, stripe.ReadAllocation(0, 1000))
+	require.Equal(t, 42_000.0, stripe.ReadAllocation(42_000, 1000), "configured wins")
+}
+
+// limitedStripe answers every retrieve of a customer, the first with a
+// 429 carrying reason (none when empty), and counts the attempts.
+func limitedStripe(reason string) (http.Handler, *atomic.Int64) {
+	var n atomic.Int64
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if n.Add(1) == 1 {
+			if reason != "" {
+				w.Header().Set("Stripe-Rate-Limited-Reason", reason)
+			}
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write([]byte(`{"error":{"code":"rate_limit","message":"Request rate limit exceeded.","type":"invalid_request_error"}}`))
+			return
+		}
+		id := strings.TrimPrefix(r.URL.Path, "/v1/customers/")
+		_, _ = w.Write([]byte(`{"id":"` + id + `","object":"customer","metadata":{},"subscriptions":{"object":"list","data":[],"has_more":false}}`))
+	}), &n
+}
+
+// TestA429SlowsWhatItNames: a 429 for the operation's rate halves that
+// operation's rate only; one for the global rate halves the global rate
+// only; one without a reason (a lock timeout) slows nothing. Each is
+// counted with its operation and reason, and both attempts are reads.
+func TestA429SlowsWhatItNames(t *testing.T) {
+	t.Parallel()
+	const retrieve = "GET /v1/customers/{id}"
+	for _, tc := range []struct {
+		reason             string
+		wantGlobal, wantOp float64
+		counted            string
+	}{
+		{reason: "endpoint-rate", wantGlobal: 40, wantOp: 10, counted: "endpoint-rate"},
+		{reason: "endpoint-concurrency", wantGlobal: 40, wantOp: 10, counted: "endpoint-concurrency"},
+		{reason: "global-rate", wantGlobal: 20, wantOp: 20, counted: "global-rate"},
+		{reason: "global-concurrency", wantGlobal: 20, wantOp: 20, counted: "global-concurrency"},
+		{reason: "resource-specific", wantGlobal: 40, wantOp: 20, counted: "resource-specific"},
+		{reason: "", wantGlobal: 40, wantOp: 20, counted: "none"},
+	} {
+		t.Run(tc.counted, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				h, attempts := limitedStripe(tc.reason)
+				var mu sync.Mutex
+				var limited []string
+				cfg := testConfig("http://stripe.test")
+				cfg.RateLimit, cfg.OperationRateLimit = 40, 20
+				cfg.OnRateLimited = func(op, reason string) {
+					mu.Lock()
+					defer mu.Unlock()
+					limited = append(limited, op+" "+reason)
+				}
+				c, err := stripe.NewClientOver(cfg, inproc.Transport{Handler: h})
+				require.NoError(t, err)
+				_, err = c.Fetch(context.Background(), "cus_1")
+				require.NoError(t, err)
+				require.EqualValues(t, 2, attempts.Load(), "the 429, then the retry")
+
+				global, ops := c.Rates()
+				// The retry came a few milliseconds later (RetryWaitMin): the
+				// rates have climbed back by a twentieth of their share a
+				// second since, a hair.
+				require.InDelta(t, tc.wantGlobal, global, 0.1, "global")
+				require.InDelta(t, tc.wantOp, ops[retrieve], 0.1, "the retrieve's operation")
+				require.Equal(t, []string{retrieve + " " + tc.counted}, limited)
+				require.Equal(t, map[string]int64{retrieve: 2}, c.TakeReads(), "both attempts are reads")
+				require.Empty(t, c.TakeReads(), "taken once")
+			})
+		})
+	}
+}
+
+// TestSlowedRateRecovers: after a 429 the operation's rate climbs back to
+// its share while answers come.
+func TestSlowedRateRecovers(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		h, _ := limitedStripe("endpoint-rate")
+		cfg := testConfig("http://stripe.test")
+		cfg.RateLimit, cfg.OperationRateLimit = 40, 20
+		c, err := stripe.NewClientOver(cfg, inproc.Transport{Handler: h})
+		require.NoError(t, err)
+		_, err = c.Fetch(context.Background(), "cus_1")
+		require.NoError(t, err)
+		_, ops := c.Rates()
+		require.Less(t, ops["GET /v1/customers/{id}"], 11.0)
+		for range 30 { // a fetch a second for 30 s: half back in 10 s
+			time.Sleep(time.Second)
+			_, err = c.Fetch(context.Background(), "cus_1")
+			require.NoError(t, err)
+		}
+		_, ops = c.Rates()
+		require.Equal(t, 20.0, ops["GET /v1/customers/{id}"])
+	})
+}
+
+// TestReplicasShareTheRates: with n replicas running workers each takes
+// 1/n of the global rate and of each operation's, except the operations
+// of duties one replica holds at a time (the sweep's customer list, the
+// events feed), which keep their whole rate.
+func TestReplicasShareTheRates(t *testing.T) {
+	t.Parallel()
+	h, _ := limitedStripe("")
+	cfg := testConfig("http://stripe.test")
+	cfg.RateLimit, cfg.OperationRateLimit = 100, 25
+	c, err := stripe.NewClientOver(cfg, inproc.Transport{Handler: h})
+	require.NoError(t, err)
+	require.Equal(t, 50.0, c.Budget().Rate, "alone: the two read operations, 2 × 25, within the global 100")
+
+	c.SetReplicas(4)
+	global, ops := c.Rates()
+	require.Equal(t, 25.0, global)
+	require.Equal(t, 25.0/4, ops["GET /v1/customers/{id}"])
+	require.Equal(t, 25.0/4, ops["GET /v1/subscriptions"])
+	require.Equal(t, 25.0, ops["GET /v1/customers"], "the sweep's list: one replica at a time")
+	require.Equal(t, 25.0, ops["GET /v1/events"], "the events feed: one replica at a time")
+	require.Equal(t, 2*25.0/4, c.Budget().Rate, "the worker sizes its fetches by its share")
+
+	c.SetReplicas(1)
+	global, ops = c.Rates()
+	require.Equal(t, 100.0, global)
+	require.Equal(t, 25.0, ops["GET /v1/customers/{id}"])
+}
+
+// TestTransactionsAreTheEventsOfMoneyPaid: the events the derived read
+// allocation counts are invoices paid with money and one-off checkouts
+// paid, once each.
+func TestTransactionsAreTheEventsOfMoneyPaid(t *testing.T) {
+	t.Parallel()
+	event := func(typ, object string) []byte {
+		return []byte(`{"id":"evt_1","object":"event","type":"` + typ + `","created":1700000000,"data":{"object":` + object + `}}`)
+	}
+	for _, tc := range []struct {
+		name string
+		body []byte
+		want bool
+	}{
+		{"invoice paid", event("invoice.paid", `{"id":"in_1","object":"invoice","customer":"cus_1","amount_paid":2000}`), true},
+		{"invoice paid nothing", event("invoice.paid", `{"id":"in_1","object":"invoice","customer":"cus_1","amount_paid":0}`), false},
+		{"invoice amount unreadable", event("invoice.paid", `{"id":"in_1","object":"invoice","customer":"cus_1","amount_paid":"x"}`), false},
+		{"the same payment again", event("invoice.payment_succeeded", `{"id":"in_1","object":"invoice","customer":"cus_1","amount_paid":2000}`), false},
+		{"checkout paid", event("checkout.session.completed", `{"id":"cs_1","object":"checkout.session","customer":"cus_1","mode":"payment","payment_status":"paid"}`), true},
+		{"checkout of a subscription", event("checkout.session.completed", `{"id":"cs_1","object":"checkout.session","customer":"cus_1","mode":"subscription","payment_status":"paid"}`), false},
+		{"checkout unpaid", event("checkout.session.completed", `{"id":"cs_1","object":"checkout.session","customer":"cus_1","mode":"payment","payment_status":"unpaid"}`), false},
+		{"subscription change", event("customer.subscription.updated", `{"id":"sub_1","object":"subscription","customer":"cus_1","status":"active"}`), false},
+	} {
+		require.Equal(t, tc.want, stripe.ParseEvent(tc.body).Transaction, tc.name)
+	}
+}
