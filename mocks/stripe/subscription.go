@@ -533,6 +533,11 @@ func (s *Server) listSubscriptions(c *call) (obj, error) {
 		return nil, invalidParam("status", "Invalid status: must be one of all, ended, "+strings.Join(subStatuses, ", "))
 	}
 	customerID, _ := f.str("customer")
+	if _, ok := s.customers.get(customerID); customerID != "" && !ok {
+		// Like Stripe: a customer it never knew is refused, not an empty
+		// list; a deleted one still lists its (ended) subscriptions.
+		return nil, noSuch("customer", customerID, "customer")
+	}
 	priceID, _ := f.str("price")
 	rows := s.subs.newestFirst(func(sub *subscription) bool {
 		return statusMatches(status, sub.Status) && (customerID == "" || sub.Customer == customerID) &&

@@ -348,10 +348,10 @@ func (c *Client) resolve(ctx context.Context, cust customerJSON) (reconcile.Snap
 	// A subscription's embedded items are a list too: when it says
 	// has_more, the rest are listed, so no item (the one that decides the
 	// plan, say) is silently missing. Rare: one request per such
-	// subscription.
+	// subscription. An ended one is left out of the snapshot: no request.
 	var items map[string][]object
 	for _, sub := range subs {
-		if !sub.Items.HasMore.v || !sub.ID.ok {
+		if !sub.Items.HasMore.v || !sub.ID.ok || ended(sub) {
 			continue // without an id, subscriptionsWithItems reports it
 		}
 		if items == nil {

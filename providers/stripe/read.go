@@ -167,7 +167,8 @@ func earliestEnd(items []reconcile.Item) time.Time {
 
 // subscriptionsOf reads a customer's current subscriptions, newest first
 // (Stripe lists them so; the sort makes the embedded list and the
-// subscription list give one order whatever they send). One unreadable
+// subscription list give one order whatever they send). Ended ones are
+// left out (see ended), whatever the list held. One unreadable
 // subscription fails the customer: dropping it could hide the plan.
 func subscriptionsOf(objs []object) ([]reconcile.Subscription, error) {
 	return subscriptionsWithItems(objs, nil)
@@ -178,6 +179,9 @@ func subscriptionsOf(objs []object) ([]reconcile.Subscription, error) {
 func subscriptionsWithItems(objs []object, items map[string][]object) ([]reconcile.Subscription, error) {
 	subs := make([]reconcile.Subscription, 0, len(objs))
 	for _, o := range objs {
+		if ended(o) {
+			continue
+		}
 		its := o.Items.Data
 		if listed := items[o.ID.s]; listed != nil {
 			its = listed
@@ -190,6 +194,19 @@ func subscriptionsWithItems(objs []object, items map[string][]object) ([]reconci
 	}
 	slices.SortStableFunc(subs, func(a, b reconcile.Subscription) int { return b.Created.Compare(a.Created) })
 	return subs, nil
+}
+
+// ended reports whether a subscription is over for good: canceled, or
+// incomplete_expired (its first payment never came; terminal too). They
+// are what Stripe's status=ended lists. A customer's current subscriptions
+// are the others: the customer's expanded subscriptions and the default
+// subscription list leave canceled ones out, and billsync leaves out both
+// ended statuses on every path (the embedded list, the default list, the
+// list of status=all that fetchBySubscriptions reads), so that what a
+// snapshot holds never depends on which request read it. A subscription
+// without a readable status is not ended: subscriptionWithItems reports it.
+func ended(o object) bool {
+	return o.Status.ok && (o.Status.s == "canceled" || o.Status.s == "incomplete_expired")
 }
 
 // customerJSON is what a customer object says about its subscriptions.
