@@ -52,13 +52,20 @@ func runMock(ctx context.Context, args []string, stdout io.Writer, logger *slog.
 
 Runs a stateful fake Stripe that speaks the real REST API (form-encoded
 requests, Stripe-Version honoured) and sends signed webhooks, with fault
-knobs. Control endpoints (no key): /_mock/faults, /_mock/clock/advance,
-/_mock/deliveries, /_mock/reset, /_mock/customers/{id}/card,
-/_mock/dunning, /_mock/event_destinations, /_mock/events/list_lag (events
-appear in GET /v1/events N s after creation), and
-/_mock/webhook_endpoints/{id}/disable (Stripe disables an endpoint) (see
-mocks/stripe/control.go). GET /v1/events lists the last 30 days;
-/v1/webhook_endpoints creates, lists, retrieves and updates endpoints.
+knobs. It enforces Stripe's documented rate limits on -api-key (25
+requests/s for each operation, inside 25/s in all for a sandbox key or
+100/s for a live one; a 429 says why in Stripe-Rate-Limited-Reason), and
+counts every request by operation. -driver-key is a second key, left
+alone by the limits and the fault flags: seed test data through it.
+Control endpoints (no key): /_mock/faults, /_mock/limits, /_mock/usage
+(requests, reads and 429s by operation; ?key=… for one key's),
+/_mock/usage/reset, /_mock/clock/advance, /_mock/deliveries,
+/_mock/reset, /_mock/customers/{id}/card, /_mock/dunning,
+/_mock/event_destinations, /_mock/events/list_lag (events appear in GET
+/v1/events N s after creation), and /_mock/webhook_endpoints/{id}/disable
+(Stripe disables an endpoint) (see mocks/stripe/control.go). GET
+/v1/events lists the last 30 days; /v1/webhook_endpoints creates, lists,
+retrieves and updates endpoints.
 
 Next to it, a fake Kinde (-kinde-addr): its webhook key set at
 /.well-known/jwks, M2M tokens at /oauth2/token, the billing agreements
@@ -70,6 +77,8 @@ fault flags apply to both.`)
 	}
 	addr := fs.String("addr", "127.0.0.1:12112", "listen address")
 	apiKey := fs.String("api-key", stripemock.DefaultAPIKey, "secret key clients must send (Authorization: Bearer …)")
+	driverKey := fs.String("driver-key", testenv.DriverAPIKey, `a second accepted key, left alone by -stripe-limits and the fault flags, for seeding data ("": none)`)
+	stripeLimits := fs.Bool("stripe-limits", true, "enforce Stripe's documented rate limits on -api-key (25/s per operation; 25/s in all for sk_test_ keys, 100/s for sk_live_); false: none")
 	webhookURL := fs.String("webhook", "", "webhook endpoint URL to register at start; its secret is printed as STRIPE_WEBHOOK_SECRET")
 	kindeAddr := fs.String("kinde-addr", "127.0.0.1:12113", `the fake Kinde's listen address ("off": none)`)
 	kindeWebhook := fs.String("kinde-webhook", "", "Kinde webhook URL to register at start (e.g. http://127.0.0.1:8080/webhooks/kinde)")
@@ -94,8 +103,22 @@ fault flags apply to both.`)
 	if err := f.Validate(); err != nil {
 		return fmt.Errorf("mock: %w", err)
 	}
+	var limits stripemock.Limits
+	if *stripeLimits {
+		limits = stripemock.DocumentedLimits()
+		limits.TargetKey = *apiKey
+	}
+	var extraKeys []string
+	if *driverKey != "" {
+		if *driverKey == *apiKey {
+			return errors.New("mock: -driver-key must differ from -api-key")
+		}
+		extraKeys = []string{*driverKey}
+		f.TargetKey = *apiKey // the flags' faults hit the client under test, not the driver
+	}
 
-	fake := stripemock.New(stripemock.Options{APIKey: *apiKey, Faults: f, Logger: logger.With("component", "stripemock")})
+	fake := stripemock.New(stripemock.Options{APIKey: *apiKey, ExtraAPIKeys: extraKeys, Faults: f, Limits: limits,
+		Logger: logger.With("component", "stripemock")})
 	defer fake.Close()
 	for _, p := range slices.Concat(testenv.Prices(), prices) {
 		fake.AddPrice(p.ID, p.LookupKey, p.Amount)
@@ -108,6 +131,9 @@ fault flags apply to both.`)
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(stdout, "# fake Stripe listening on %s (control endpoints under %s/_mock/)\n", base, base)
 	fmt.Fprintf(stdout, "STRIPE_API_URL=%s\nSTRIPE_API_KEY=%s\n", base, *apiKey)
+	if *driverKey != "" {
+		fmt.Fprintf(stdout, "# seed data with the driver key (not limited, not faulted):\nSTRIPE_DRIVER_KEY=%s\n", *driverKey)
+	}
 	if *webhookURL != "" {
 		fmt.Fprintf(stdout, "STRIPE_WEBHOOK_SECRET=%s\n", fake.AddWebhookEndpoint(*webhookURL))
 	}
@@ -117,8 +143,10 @@ fault flags apply to both.`)
 #   curl -u %[2]s: %[1]s/v1/webhook_endpoints -d url=http://127.0.0.1:8080/webhooks/stripe
 #   curl %[1]s/_mock/faults -d '{"duplicate_copies":2,"reorder_delay":"2s"}'
 #   curl %[1]s/_mock/clock/advance -d '{"seconds":2678400}'
+#   curl %[1]s/_mock/usage
+#   curl %[1]s/_mock/limits -d '{"documented":true,"operations":{"GET /v1/events":5},"target_key":"%[2]s"}'
 `, base, *apiKey)
-	logger.Info("fake stripe started", "addr", base, "faults", f)
+	logger.Info("fake stripe started", "addr", base, "faults", f, "limits", limits)
 	servers := []*http.Server{{Handler: fake, ReadHeaderTimeout: 10 * time.Second}}
 	listeners := []net.Listener{ln}
 

@@ -32,9 +32,13 @@ type Faults struct {
 	// 429s. Stripe's own 429s carry none (its docs only advise backing off),
 	// so the default is none: a client must not depend on it. The fake
 	// Kinde sends it as RateLimit-Reset, in seconds (default 1 s).
-	RetryAfter        time.Duration
-	Latency           time.Duration // added to every API response
-	RequestsPerSecond float64       // API token bucket; over it → 429
+	RetryAfter time.Duration
+	Latency    time.Duration // added to every API response
+	// RequestsPerSecond is one token bucket for every API request (a
+	// second's worth of burst); over it → 429. It is the old, single
+	// budget: the fake Stripe models Stripe's own limits (per operation,
+	// inside a global one, with Stripe-Rate-Limited-Reason) in its Limits.
+	RequestsPerSecond float64
 	// StaleReads makes GET requests see customers and subscriptions as they
 	// were this long ago (by the wall clock): a read right after a change
 	// returns the previous state, one made StaleReads later the new one. An

@@ -14,6 +14,10 @@ import (
 //
 //	GET  /_mock/faults                     current Faults
 //	POST /_mock/faults                     replace Faults: {"duplicate_copies":2,"reorder_delay":"2s","drop_rate":0.1,…}
+//	GET  /_mock/limits                     current Limits
+//	POST /_mock/limits                     replace Limits: {"documented":true,"operations":{"GET /v1/events":5},…}
+//	GET  /_mock/usage[?key=sk_…]           requests by operation, every key's or one key's: Usage
+//	POST /_mock/usage/reset                start counting again
 //	GET  /_mock/clock                      {"now":…}
 //	POST /_mock/clock/advance              {"seconds":N}: advance the clock, renewing subscriptions
 //	GET  /_mock/deliveries                 every webhook attempt so far
@@ -26,8 +30,9 @@ import (
 //	POST /_mock/events/list_lag            {"seconds":N}: events appear in GET /v1/events N s after creation
 //	POST /_mock/webhook_endpoints/{id}/disable
 //	                                       Stripe disables the endpoint (as after days of failures)
-//	POST /_mock/reset                      forget customers, subscriptions, invoices, events and
-//	                                       deliveries; prices and webhook endpoints stay
+//	POST /_mock/reset                      forget customers, subscriptions, invoices, events,
+//	                                       deliveries and usage; prices, webhook endpoints, faults
+//	                                       and limits stay
 func (s *Server) controlRoutes() {
 	m := s.control
 	m.HandleFunc("POST /_mock/events/list_lag", func(w http.ResponseWriter, r *http.Request) {
@@ -61,6 +66,32 @@ func (s *Server) controlRoutes() {
 		}
 		s.SetFaults(f)
 		controlJSON(w, http.StatusOK, f)
+	})
+	m.HandleFunc("GET /_mock/limits", func(w http.ResponseWriter, r *http.Request) {
+		controlJSON(w, http.StatusOK, s.Limits())
+	})
+	m.HandleFunc("POST /_mock/limits", func(w http.ResponseWriter, r *http.Request) {
+		var l Limits
+		if err := decodeBody(r, &l); err != nil {
+			controlError(w, err)
+			return
+		}
+		if err := s.SetLimits(l); err != nil {
+			controlError(w, err)
+			return
+		}
+		controlJSON(w, http.StatusOK, s.Limits())
+	})
+	m.HandleFunc("GET /_mock/usage", func(w http.ResponseWriter, r *http.Request) {
+		if key := r.URL.Query().Get("key"); key != "" {
+			controlJSON(w, http.StatusOK, s.KeyUsage(key))
+			return
+		}
+		controlJSON(w, http.StatusOK, s.Usage())
+	})
+	m.HandleFunc("POST /_mock/usage/reset", func(w http.ResponseWriter, r *http.Request) {
+		s.ResetUsage()
+		controlJSON(w, http.StatusOK, s.Usage())
 	})
 	m.HandleFunc("GET /_mock/clock", func(w http.ResponseWriter, r *http.Request) {
 		controlJSON(w, http.StatusOK, clockJSON(s.clock.Now()))
@@ -147,9 +178,11 @@ func (s *Server) controlRoutes() {
 	})
 }
 
-// Reset forgets customers, subscriptions, invoices, events, idempotency keys
-// and delivery records. Prices, webhook endpoints and faults stay.
+// Reset forgets customers, subscriptions, invoices, events, idempotency keys,
+// delivery records and usage. Prices, webhook endpoints, faults and limits
+// stay.
 func (s *Server) Reset() {
+	s.ResetUsage()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.customers = table[*customer]{}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -19,10 +20,12 @@ const (
 type stripeError struct {
 	status     int
 	retryAfter time.Duration // sets Retry-After on 429s
-	Type       string
-	Code       string
-	Message    string
-	Param      string
+	// limitedReason sets Stripe-Rate-Limited-Reason on the limiters' 429s.
+	limitedReason string
+	Type          string
+	Code          string
+	Message       string
+	Param         string
 }
 
 func (e *stripeError) Error() string { return fmt.Sprintf("%d %s: %s", e.status, e.Type, e.Message) }
@@ -31,7 +34,8 @@ func (e *stripeError) body() []byte {
 	inner := obj{"type": e.Type, "message": e.Message}
 	if e.Code != "" {
 		inner["code"] = e.Code
-		inner["doc_url"] = "https://stripe.com/docs/error-codes/" + e.Code
+		// Stripe's pages are hyphenated: rate_limit → error-codes/rate-limit.
+		inner["doc_url"] = "https://stripe.com/docs/error-codes/" + strings.ReplaceAll(e.Code, "_", "-")
 	}
 	if e.Param != "" {
 		inner["param"] = e.Param
@@ -41,6 +45,9 @@ func (e *stripeError) body() []byte {
 }
 
 func (e *stripeError) write(w http.ResponseWriter) {
+	if e.limitedReason != "" {
+		w.Header().Set("Stripe-Rate-Limited-Reason", e.limitedReason)
+	}
 	if e.retryAfter > 0 {
 		secs := int(math.Ceil(e.retryAfter.Seconds()))
 		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))

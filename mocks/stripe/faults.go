@@ -25,9 +25,10 @@ func (s *Server) injectFault(key string) *stripeError {
 	}
 	switch failure, f := s.faults.Request(); failure {
 	case fault.RateLimited:
-		// Stripe's 429: invalid_request_error/rate_limit, no Retry-After.
-		return &stripeError{status: http.StatusTooManyRequests, retryAfter: f.RetryAfter, Type: typeInvalidRequest,
-			Code: "rate_limit", Message: "Request rate limit exceeded. You can learn more about rate limits here https://stripe.com/docs/rate-limits."}
+		// Stripe's 429 body, without Stripe-Rate-Limited-Reason: the old
+		// single bucket (RequestsPerSecond) and the dice are not Stripe's
+		// limiters; Limits are.
+		return rateLimited("", f.RetryAfter)
 	case fault.ServerError:
 		return &stripeError{status: http.StatusInternalServerError, Type: typeAPI,
 			Message: "An unknown error occurred while processing your request (fault injected by stripemock)."}

@@ -8,8 +8,10 @@
 // destinations. Faults (copies, reordering, drops, 5xx, 429, latency, a rate
 // limit, stale reads, aimed at one API key or all) are injected on demand,
 // and failed deliveries are retried on a Stripe-like schedule that a time
-// factor compresses. Its responses are checked against the OpenAPI spec that
-// stripe-mock ships (see openapi_test.go).
+// factor compresses. Stripe's own rate limits (per operation, inside a
+// global one) are enforced when asked (Limits), and every request is
+// counted by operation (Usage). Its responses are checked against the
+// OpenAPI spec that stripe-mock ships (see openapi_test.go).
 //
 // It is a test double only: it keeps nothing on disk, knows no real money
 // movement (a customer's card pays every invoice unless a test makes it
@@ -22,6 +24,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -58,6 +61,10 @@ type Options struct {
 	// lists; default EventsKept, Stripe's 30 days; negative: every event
 	// (for tests that advance the clock by months and read the history).
 	EventsKept time.Duration
+	// Limits are the initial rate limits (see SetLimits); the zero value
+	// limits nothing, DocumentedLimits() is Stripe's model. New panics on
+	// limits SetLimits would refuse.
+	Limits Limits
 }
 
 // Server is the fake Stripe. It implements http.Handler: /v1/… is the API,
@@ -75,6 +82,8 @@ type Server struct {
 	retryBackoff time.Duration
 	api          *http.ServeMux
 	control      *http.ServeMux
+	patterns     []string // the API's route patterns: its operations
+	gate         *gate    // rate limits, requests in flight, usage
 
 	ctx    context.Context // ends deliveries on Close
 	cancel context.CancelFunc
@@ -149,6 +158,7 @@ func New(opts Options) *Server {
 		eventsKept:     cmp.Or(opts.EventsKept, EventsKept),
 		api:            http.NewServeMux(),
 		control:        http.NewServeMux(),
+		gate:           newGate(),
 	}
 	if s.clock == nil {
 		s.clock = NewClock(time.Now())
@@ -178,6 +188,9 @@ func New(opts Options) *Server {
 		s.tick(now)
 	})
 	s.routes()
+	if err := s.SetLimits(opts.Limits); err != nil {
+		panic("stripemock: " + err.Error())
+	}
 	return s
 }
 
@@ -216,8 +229,10 @@ func (s *Server) routes() {
 		"/": s.unknownRoute,
 	}
 	for pattern, h := range routes {
-		s.api.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) { s.serveAPI(w, r, h) })
+		s.patterns = append(s.patterns, pattern)
+		s.api.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) { s.serveAPI(w, r, pattern, h) })
 	}
+	slices.Sort(s.patterns)
 	s.controlRoutes()
 }
 
@@ -248,9 +263,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveAPI runs the steps every Stripe request goes through: request id,
-// API version, latency, authentication, injected faults, form parsing,
-// idempotency, then the handler under the lock.
-func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, h handler) {
+// API version, authentication, rate limits, latency, injected faults, form
+// parsing, idempotency, then the handler under the lock. op is the route
+// pattern: the operation Stripe's limits and the usage count by.
+//
+// The limits decide on arrival, before Latency, as Stripe's limiters do
+// before any work: a refused request answers at once, and a let-through
+// one is in flight (for Limits.Concurrency) through its latency until
+// answered, so a slow Stripe makes requests pile up against the cap.
+func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, op string, h handler) {
 	c := &call{r: r, requestID: newID("req"), version: DefaultAPIVersion}
 	w.Header().Set("Request-Id", c.requestID)
 	w.Header().Set("Stripe-Version", c.version)
@@ -263,6 +284,14 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, h handler) {
 		w.Header().Set("Stripe-Version", v)
 	}
 	key, authErr := s.authenticate(r)
+	if authErr == nil {
+		done, reason := s.gate.admit(key, r.Method, op, s.clock.Now())
+		if reason != "" {
+			rateLimited(reason, 0).write(w)
+			return
+		}
+		defer done()
+	}
 	if f := s.Faults(); f.Targets(key) {
 		if f.Latency > 0 && !sleep(r.Context(), f.Latency) {
 			return
