@@ -79,7 +79,14 @@ type feedProvider struct {
 	lists     []time.Time // when each listing was read
 	endpoints []time.Time // when the endpoint was read
 	lose      func()      // ends the lease held now
+	stop      func()      // stops the feed (runFeed sets it)
+	runaway   bool        // the feed listed more than maxLists times
 }
+
+// maxLists stops a feed that polls without waiting (a zero interval),
+// which would spin the bubble's clock still: a month at one poll a
+// minute is 43,200.
+const maxLists = 100_000
 
 func newFeedProvider() *feedProvider {
 	return &feedProvider{webhooked: map[string]bool{}, stored: map[string]bool{}}
@@ -154,6 +161,10 @@ func (p *feedProvider) config(withEndpoint bool) reconcile.FeedConfig {
 			}
 			p.mu.Lock()
 			defer p.mu.Unlock()
+			if p.runaway = len(p.lists) >= maxLists; p.runaway {
+				p.stop()
+				return reconcile.FeedPage{}, context.Canceled
+			}
 			p.lists = append(p.lists, time.Now())
 			return reconcile.FeedPage{Events: append([]reconcile.FeedEvent(nil), p.events...)}, nil
 		}),
@@ -169,13 +180,16 @@ func (p *feedProvider) config(withEndpoint bool) reconcile.FeedConfig {
 	return cfg
 }
 
-// runFeed runs a feed on cfg in the bubble until the test ends; the first
-// poll is done when it returns.
-func runFeed(t *testing.T, cfg reconcile.FeedConfig) *reconcile.Feed {
+// runFeed runs a feed of p on cfg in the bubble until the test ends; the
+// first poll is done when it returns.
+func runFeed(t *testing.T, p *feedProvider, cfg reconcile.FeedConfig) *reconcile.Feed {
 	t.Helper()
 	feed, err := reconcile.NewFeed(cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
+	p.mu.Lock()
+	p.stop = cancel
+	p.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -184,6 +198,7 @@ func runFeed(t *testing.T, cfg reconcile.FeedConfig) *reconcile.Feed {
 	t.Cleanup(func() {
 		cancel()
 		<-done
+		require.False(t, p.runaway, "the feed polled without waiting")
 	})
 	synctest.Wait()
 	return feed
@@ -244,7 +259,7 @@ func TestFeedIntervalFollowsTheBudget(t *testing.T) {
 				p := newFeedProvider()
 				cfg := p.config(tc.endpoint)
 				cfg.Allocation, cfg.Share = fixed(tc.allocation), tc.share
-				feed := runFeed(t, cfg)
+				feed := runFeed(t, p, cfg)
 				require.Equal(t, tc.want, feed.Interval())
 				time.Sleep(3*time.Hour + time.Second)
 				lists, _ := p.reads()
@@ -266,7 +281,7 @@ func TestFeedIntervalFollowsTheBudget(t *testing.T) {
 				defer mu.Unlock()
 				return allocation
 			}
-			feed := runFeed(t, cfg)
+			feed := runFeed(t, p, cfg)
 			require.Equal(t, 1090*time.Second, feed.Interval())
 			mu.Lock()
 			allocation = 100_000 // the account's transactions grew
@@ -297,7 +312,7 @@ func TestFeedSpendsItsShareOfTheFloor(t *testing.T) {
 		p := newFeedProvider()
 		cfg := p.config(true)
 		cfg.Allocation = fixed(10_000)
-		runFeed(t, cfg)
+		runFeed(t, p, cfg)
 		time.Sleep(reconcile.ReadWindow - time.Second)
 		synctest.Wait()
 		lists, endpoints := p.reads()
@@ -323,7 +338,7 @@ func TestFeedSpeedsUpOnACaughtEvent(t *testing.T) {
 		cfg.Logger = slogTo(&logs)
 		budget := 1090 * time.Second
 		t0 := time.Now()
-		feed := runFeed(t, cfg)
+		feed := runFeed(t, p, cfg)
 		sleepUntil(t0.Add(2*budget + time.Second))
 		p.list(feedEvent("evt_webhooked", false), true)
 		sleepUntil(t0.Add(3*budget + time.Second))
@@ -333,6 +348,7 @@ func TestFeedSpeedsUpOnACaughtEvent(t *testing.T) {
 		require.Equal(t, time.Minute, feed.Interval(), "the feed caught a lost webhook")
 		time.Sleep(3 * time.Hour)
 		lists, _ := p.reads()
+		require.Greater(t, len(lists), 17)
 		require.Equal(t, []time.Duration{
 			budget, budget, budget, budget, // quiet, the webhooked event, the lost one
 			time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 16 * time.Minute,
@@ -374,7 +390,7 @@ func TestFeedReadsTheEndpointOnlyWhenItMatters(t *testing.T) {
 		p := newFeedProvider()
 		cfg := p.config(true)
 		cfg.Allocation = fixed(10_000)
-		return p, runFeed(t, cfg)
+		return p, runFeed(t, p, cfg)
 	}
 	t.Run("FirstPollAndEveryEndpointEvery", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
@@ -414,7 +430,7 @@ func TestFeedReadsTheEndpointOnlyWhenItMatters(t *testing.T) {
 			p.setDisabled(true)
 			cfg := p.config(true)
 			cfg.Allocation = fixed(10_000)
-			feed := runFeed(t, cfg)
+			feed := runFeed(t, p, cfg)
 			require.Equal(t, time.Minute, feed.Interval())
 			time.Sleep(10*time.Minute + time.Second)
 			lists, endpoints := p.reads()
@@ -424,6 +440,7 @@ func TestFeedReadsTheEndpointOnlyWhenItMatters(t *testing.T) {
 			time.Sleep(time.Hour)
 			lists, endpoints = p.reads()
 			require.Len(t, endpoints, 12, "one read finds it enabled; then quiet")
+			require.Greater(t, len(lists), 13)
 			require.Equal(t, []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute}, gaps(lists)[10:13])
 			require.Equal(t, budget, feed.Interval())
 		})
@@ -448,7 +465,7 @@ func TestFeedWithoutAllocationPollsEveryInterval(t *testing.T) {
 		p := newFeedProvider()
 		cfg := p.config(true)
 		cfg.Interval = 2 * time.Minute
-		feed := runFeed(t, cfg)
+		feed := runFeed(t, p, cfg)
 		require.Equal(t, 2*time.Minute, feed.Interval())
 		time.Sleep(time.Hour + time.Second)
 		p.list(feedEvent("evt_lost", true), false)
