@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"sync"
 	"time"
 )
 
@@ -21,6 +23,15 @@ import (
 // The cursor moves only past stored events, and only once a whole listing
 // is stored: a crash between a page and the cursor write lists that page
 // again (its events are already stored: nothing doubles), never skips one.
+//
+// Every poll is a read the provider counts: Stripe allocates an account
+// reads per rolling 30 days (500 a transaction, at least 10,000), and a
+// feed polling every minute would spend 43,200 of them listing nothing.
+// So the feed paces itself by the allocation (FeedConfig.Allocation): a
+// quiet feed polls as often as its Share of the allocation pays for, a
+// poll that finds a webhook lost or late brings the next one down to the
+// fastest Interval, and each quiet poll after it doubles the wait back up
+// to the budget's.
 
 // FeedEvent is one listed event.
 type FeedEvent struct {
@@ -98,23 +109,62 @@ type FeedStore interface {
 
 // Feed defaults.
 const (
+	// DefaultFeedInterval is the fastest the feed polls: after a poll
+	// that caught a lost webhook, and always when it has no Allocation.
 	DefaultFeedInterval = time.Minute
 	// DefaultFeedOverlap is how far before its cursor each poll lists
 	// again: Stripe may show an event in its list a little after the
 	// event's created second.
 	DefaultFeedOverlap = 2 * time.Minute
+	// DefaultFeedShare is the share of the read allocation the feed
+	// spends: a quarter. The rest is for the reads that do the work: the
+	// worker's fetch of each customer an event names (a webhook's or the
+	// feed's), the sweep's listing of every customer, support's resyncs
+	// and previews. Those grow with the account's transactions, as the
+	// allocation does; the feed's idle polling does not.
+	DefaultFeedShare = 0.25
+	// DefaultEndpointEvery is how often a quiet feed reads the webhook
+	// endpoint's status: 120 reads of 30 days. Stripe disables an endpoint
+	// only after days of failed deliveries, and meanwhile the events it
+	// lists show them undelivered, which has the endpoint read at once.
+	DefaultEndpointEvery = 6 * time.Hour
+	// ReadWindow is what a read allocation counts: a rolling 30 days.
+	ReadWindow = 30 * 24 * time.Hour
 )
+
+// feedSlowest is the slowest the feed polls, whatever its budget (its
+// Interval when that is slower): an allocation too small to pay for
+// hourly polls (Share of it under 840 reads a month) is a mistake to see
+// in the log, not a reason to heal lost webhooks a day late.
+const feedSlowest = time.Hour
 
 // FeedConfig configures a Feed.
 type FeedConfig struct {
 	Provider string
 	Source   EventSource
 	Store    FeedStore
-	// Endpoint, when set, is read on each poll; a disabled endpoint is an
-	// alert.
+	// Endpoint, when set, is read at a leader's first poll, at a poll
+	// that lists events the provider has not delivered yet, at every poll
+	// while the last read found it disabled (an alert), and otherwise once
+	// every EndpointEvery.
 	Endpoint EndpointChecker
-	Interval time.Duration // default DefaultFeedInterval
-	Overlap  time.Duration // default DefaultFeedOverlap
+	// Interval is the fastest the feed polls (-events-poll): after a poll
+	// that caught events no webhook had brought, listed undelivered ones,
+	// or found the endpoint disabled. Quiet, it polls at the interval its
+	// budget gives, never faster than this. Default DefaultFeedInterval.
+	Interval time.Duration
+	// Allocation returns the provider's read allocation now, in reads per
+	// ReadWindow; it is called at every poll (it follows the account's
+	// transactions). nil: no budget, the feed polls every Interval.
+	Allocation func() float64
+	// Share is the part of Allocation the feed's own reads (the events
+	// list and the endpoint's status) may spend, in (0, 1]; default
+	// DefaultFeedShare.
+	Share float64
+	// EndpointEvery is how often a quiet feed reads the endpoint; default
+	// DefaultEndpointEvery. Its reads are counted in the budget.
+	EndpointEvery time.Duration
+	Overlap       time.Duration // default DefaultFeedOverlap
 	// Start is how far back the very first poll lists; default Overlap.
 	Start  time.Duration
 	Logger *slog.Logger
@@ -125,6 +175,15 @@ type FeedConfig struct {
 type Feed struct {
 	cfg FeedConfig
 	log *slog.Logger
+
+	mu sync.Mutex
+	// interval is the wait after the last poll; 0 before the first.
+	interval time.Duration
+	// endpointReadAt is when this replica last read the endpoint (a
+	// failed read too: it spent a read); zero when it has not since it
+	// began to lead. endpointDisabled: the last read found it disabled.
+	endpointReadAt   time.Time
+	endpointDisabled bool
 }
 
 // NewFeed checks cfg and returns a Feed.
@@ -132,10 +191,15 @@ func NewFeed(cfg FeedConfig) (*Feed, error) {
 	if cfg.Provider == "" || cfg.Source == nil || cfg.Store == nil {
 		return nil, errors.New("events feed: provider, source and store are required")
 	}
-	if cfg.Interval < 0 || cfg.Overlap < 0 || cfg.Start < 0 {
-		return nil, errors.New("events feed: interval, overlap and start must not be negative")
+	if cfg.Interval < 0 || cfg.Overlap < 0 || cfg.Start < 0 || cfg.EndpointEvery < 0 {
+		return nil, errors.New("events feed: interval, overlap, start and endpoint-every must not be negative")
+	}
+	if !(cfg.Share >= 0 && cfg.Share <= 1) {
+		return nil, fmt.Errorf("events feed: share %v is not a fraction of the read allocation (0 < share <= 1)", cfg.Share)
 	}
 	cfg.Interval = cmp.Or(cfg.Interval, DefaultFeedInterval)
+	cfg.Share = cmp.Or(cfg.Share, DefaultFeedShare)
+	cfg.EndpointEvery = cmp.Or(cfg.EndpointEvery, DefaultEndpointEvery)
 	cfg.Overlap = cmp.Or(cfg.Overlap, DefaultFeedOverlap)
 	cfg.Start = cmp.Or(cfg.Start, cfg.Overlap)
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
@@ -148,11 +212,12 @@ func NewFeed(cfg FeedConfig) (*Feed, error) {
 const feedTakeover = 5 * time.Second
 
 // Run leads the feed whenever this replica holds its lease, until ctx
-// ends: the leader polls at once and then every interval, holding the
-// lease between polls, so replicas together poll once an interval, not
-// once each. The others try to take the lease every feedTakeover (or
-// interval, when shorter). A failed poll is logged and tried again at the
-// next tick: the cursor has not moved.
+// ends: the leader polls at once and then at the interval its pace gives
+// (see Interval), holding the lease between polls, so replicas together
+// poll once an interval, not once each. The others try to take the lease
+// every feedTakeover (or the fastest interval, when shorter). A failed
+// poll is logged and tried again after the interval: the cursor has not
+// moved.
 func (f *Feed) Run(ctx context.Context) {
 	retry := min(f.cfg.Interval, feedTakeover)
 	for ctx.Err() == nil {
@@ -176,32 +241,122 @@ func (f *Feed) Run(ctx context.Context) {
 	}
 }
 
-// lead polls at once and then every interval until ctx ends or the lease
-// (held) is lost.
+// lead polls at once and then after each poll's interval until ctx ends
+// or the lease (held) is lost. The wait runs from the end of a poll: a
+// slow listing (a backlog) delays the next, never doubles it up.
 func (f *Feed) lead(ctx, held context.Context) {
 	ctx, cancel := whileHeld(ctx, held)
 	defer cancel()
-	t := time.NewTicker(f.cfg.Interval)
+	f.mu.Lock()
+	// The endpoint may have changed while another replica led.
+	f.endpointReadAt = time.Time{}
+	f.mu.Unlock()
+	t := time.NewTimer(f.cfg.Interval)
 	defer t.Stop()
-	for {
+	for ctx.Err() == nil {
 		res, err := f.poll(ctx)
 		switch {
 		case ctx.Err() != nil:
-			if held.Err() != nil {
-				f.log.WarnContext(ctx, "events feed: lease lost; another replica leads now", slog.Any("error", context.Cause(held)))
-			}
-			return
+			continue
 		case err != nil:
 			f.log.WarnContext(ctx, "events poll failed; the next poll lists from the same cursor", slog.Any("error", err))
 		default:
 			f.log.DebugContext(ctx, "events polled", slog.Int("listed", res.Listed), slog.Int("stored", res.Stored),
-				slog.Int("caught", res.Caught), slog.Time("cursor", res.Cursor))
+				slog.Int("caught", res.Caught), slog.Int("undelivered", res.Undelivered), slog.Time("cursor", res.Cursor))
 		}
+		t.Reset(f.pace(ctx, res, err != nil))
 		select {
 		case <-ctx.Done():
 		case <-t.C:
 		}
 	}
+	if held.Err() != nil {
+		f.log.WarnContext(ctx, "events feed: lease lost; another replica leads now", slog.Any("error", context.Cause(held)))
+	}
+}
+
+// Interval returns how long the feed waits after its last poll: the
+// budget's interval when quiet, down to FeedConfig.Interval after a poll
+// that found a webhook lost; FeedConfig.Interval before the first poll.
+// Safe for concurrent use (metrics, the console).
+func (f *Feed) Interval() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return cmp.Or(f.interval, f.cfg.Interval)
+}
+
+// pace returns the wait before the next poll, after a poll that did res
+// (failed: it ended early), and logs at INFO when the wait changes. A
+// poll that caught events no webhook had brought, listed events the
+// provider has not delivered, or found the endpoint disabled brings it to
+// the fastest Interval: webhooks are failing, and the feed is what heals
+// their accounts. A quiet poll doubles it, up to the budget's interval.
+func (f *Feed) pace(ctx context.Context, res PollResult, failed bool) time.Duration {
+	budget, alloc, budgetWhy := f.budgetInterval()
+	f.mu.Lock()
+	from := f.interval
+	var to time.Duration
+	why := ""
+	switch {
+	case res.Caught > 0:
+		to, why = f.cfg.Interval, "the feed caught events no webhook had brought"
+	case res.Undelivered > 0:
+		to, why = f.cfg.Interval, "the provider lists events it has not delivered to every webhook endpoint"
+	case f.endpointDisabled:
+		to, why = f.cfg.Interval, "the webhook endpoint is disabled"
+	case from == 0:
+		to, why = budget, budgetWhy
+	case failed:
+		// No news of the webhooks: keep the pace, within the budget.
+		to, why = min(from, budget), "the read allocation grew"
+	default:
+		to, why = min(2*from, budget), "quiet polls: webhooks deliver"
+		if to < from {
+			why = "the read allocation grew"
+		}
+	}
+	f.interval = to
+	f.mu.Unlock()
+	if to != from {
+		attrs := []slog.Attr{slog.Duration("from", from), slog.Duration("to", to), slog.String("why", why)}
+		if f.cfg.Allocation != nil {
+			attrs = append(attrs, slog.Float64("allocation", alloc), slog.Float64("share", f.cfg.Share),
+				slog.Duration("budget_interval", budget))
+		}
+		f.log.LogAttrs(ctx, slog.LevelInfo, "events feed: poll interval changed", attrs...)
+	}
+	return to
+}
+
+// budgetInterval returns the interval at which the feed's reads spend
+// Share of the allocation: ReadWindow ÷ (Share × allocation − the
+// endpoint reads it plans, one every EndpointEvery), rounded up to the
+// second, within [Interval, max(feedSlowest, Interval)]. Without an
+// Allocation it is Interval. It returns the allocation read and why the
+// interval is what it is.
+func (f *Feed) budgetInterval() (interval time.Duration, allocation float64, why string) {
+	fastest := f.cfg.Interval
+	if f.cfg.Allocation == nil {
+		return fastest, 0, "no read budget"
+	}
+	slowest := max(feedSlowest, fastest)
+	allocation = f.cfg.Allocation()
+	endpointReads := 0.0
+	if f.cfg.Endpoint != nil {
+		endpointReads = float64(ReadWindow) / float64(f.cfg.EndpointEvery)
+	}
+	reads := f.cfg.Share*allocation - endpointReads
+	if math.IsNaN(reads) || reads <= 0 {
+		return slowest, allocation, "the read allocation does not pay for the feed's reads: polling at the slowest"
+	}
+	secs := math.Ceil(ReadWindow.Seconds() / reads)
+	switch {
+	case secs >= slowest.Seconds():
+		return slowest, allocation, "the read allocation does not pay for the feed's reads: polling at the slowest"
+	case secs <= fastest.Seconds():
+		return fastest, allocation, "the read budget pays for the fastest interval"
+	}
+	return time.Duration(secs) * time.Second, allocation, "the read budget"
 }
 
 // ErrFeedBusy: another replica holds the feed lock.
@@ -210,7 +365,13 @@ var ErrFeedBusy = errors.New("events feed: another replica is polling")
 // PollResult is what one poll did.
 type PollResult struct {
 	Listed, Stored, Caught int
-	Cursor                 time.Time
+	// Undelivered counts the listed events the provider had not delivered
+	// to every webhook endpoint that the feed had not stored before: one
+	// re-listed by the overlap window (the newest event stays listed until
+	// a newer one comes) is old news, and would keep a feed fast for as
+	// long as some endpoint fails.
+	Undelivered int
+	Cursor      time.Time
 }
 
 // Poll lists and stores once, under the feed lock.
@@ -256,7 +417,7 @@ func (f *Feed) poll(ctx context.Context) (PollResult, error) {
 		}
 	}
 	rec.Cursor = res.Cursor
-	if f.cfg.Endpoint != nil {
+	if f.endpointDue(res) {
 		f.checkEndpoint(ctx, &rec)
 	}
 	if err := st.SaveFeedPoll(ctx, f.cfg.Provider, rec); err != nil {
@@ -280,6 +441,9 @@ func (f *Feed) store(ctx context.Context, page FeedPage, res *PollResult, rec *F
 		res.Listed++
 		if e.Undelivered {
 			rec.Undelivered++
+			if !stored[e.Event.DedupeKey] {
+				res.Undelivered++
+			}
 		}
 		if t := e.Event.Time; t.After(rec.NewestEventAt) {
 			rec.NewestEventAt = t
@@ -306,12 +470,33 @@ func (f *Feed) store(ctx context.Context, page FeedPage, res *PollResult, rec *F
 	return nil
 }
 
+// endpointDue says whether a poll that did res reads the endpoint: at the
+// first poll since this replica began to lead, when it listed events not
+// delivered yet, while the last read found the endpoint disabled, and
+// otherwise once every EndpointEvery. A quiet poll is then one read.
+func (f *Feed) endpointDue(res PollResult) bool {
+	if f.cfg.Endpoint == nil {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.endpointReadAt.IsZero() || res.Undelivered > 0 || f.endpointDisabled ||
+		time.Since(f.endpointReadAt) >= f.cfg.EndpointEvery
+}
+
 // checkEndpoint reads the webhook endpoint's status into rec; a disabled
 // endpoint is an alert (the provider sends nothing until it is enabled
 // again: the feed is the only signal). A failed read is logged and leaves
-// the recorded status as it was.
+// the recorded status as it was; it counts as a read (it spent one), so
+// it is tried again EndpointEvery later, or sooner on undelivered events.
 func (f *Feed) checkEndpoint(ctx context.Context, rec *FeedPoll) {
 	id, enabled, err := f.cfg.Endpoint.WebhookEndpoint(ctx)
+	f.mu.Lock()
+	f.endpointReadAt = time.Now()
+	if err == nil {
+		f.endpointDisabled = !enabled
+	}
+	f.mu.Unlock()
 	if err != nil {
 		f.log.WarnContext(ctx, "events feed: read the webhook endpoint", slog.Any("error", err))
 		return
