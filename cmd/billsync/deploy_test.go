@@ -389,7 +389,7 @@ func scrapeServe(t *testing.T) map[string]bool {
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 	t.Cleanup(app.Close)
 	proc := startBillsync(t, dataDir, addr, "BILLSYNC_APP_WEBHOOK_URL="+app.URL, "BILLSYNC_APP_WEBHOOK_SECRET="+testAppSecret,
-		"BILLSYNC_TEST_ARGS=serve -workers 2 -events-poll 1s -addr "+addr+" -data-dir "+dataDir, "BILLSYNC_SWEEP_SCHEDULE=@every 1s",
+		"BILLSYNC_TEST_ARGS=serve -workers 2 -events-poll 1s -stripe-read-allocation 1e12 -addr "+addr+" -data-dir "+dataDir, "BILLSYNC_SWEEP_SCHEDULE=@every 1s",
 		"STRIPE_WEBHOOK_SECRET="+secret, "STRIPE_API_KEY="+stripemock.DefaultAPIKey, "STRIPE_API_URL="+h.URL)
 	ctx := context.Background()
 	for _, price := range []string{"price_team", "price_legacy"} {

@@ -60,7 +60,7 @@ func TestTwoServesPollOneAtATime(t *testing.T) {
 	for range 2 {
 		addr := freeAddr(t)
 		procs = append(procs, startBillsync(t, t.TempDir(), addr,
-			feedEnv(dbURL, h.URL, "BILLSYNC_TEST_ARGS=serve -workers 0 -events-poll 100ms -addr "+addr)...))
+			feedEnv(dbURL, h.URL, "BILLSYNC_TEST_ARGS=serve -workers 0 -events-poll 100ms -stripe-read-allocation 1e12 -addr "+addr)...))
 	}
 	const skipped = "events poll skipped: another replica is polling"
 	// One leads (holds the feed's lease and polls), the other tries to
@@ -178,7 +178,7 @@ func TestWebhookFreeEndToEnd(t *testing.T) {
 	h.Stripe.Fake.SetFaults(stripemock.Faults{DropRate: 1})
 	addr := freeAddr(t)
 	p := startBillsync(t, t.TempDir(), addr, feedEnv(dbURL, h.URL,
-		"BILLSYNC_TEST_ARGS=serve -workers 2 -events-poll 200ms -sweep-schedule off -addr "+addr)...)
+		"BILLSYNC_TEST_ARGS=serve -workers 2 -events-poll 200ms -stripe-read-allocation 1e12 -sweep-schedule off -addr "+addr)...)
 
 	rng := rand.New(rand.NewPCG(17, 17))
 	prices := []string{"price_free", "price_pro", "price_team"}
@@ -242,7 +242,7 @@ func TestDisabledEndpointAlerts(t *testing.T) {
 	h.Stripe.Fake.AddWebhookEndpoint("http://" + addr + "/webhooks/stripe")
 	id := h.Stripe.Fake.WebhookEndpointIDs()[0]
 	p := startBillsync(t, t.TempDir(), addr, feedEnv(dbURL, h.URL,
-		"STRIPE_WEBHOOK_SECRET=whsec_serve_test", "BILLSYNC_TEST_ARGS=serve -workers 0 -events-poll 100ms -addr "+addr)...)
+		"STRIPE_WEBHOOK_SECRET=whsec_serve_test", "BILLSYNC_TEST_ARGS=serve -workers 0 -events-poll 100ms -stripe-read-allocation 1e12 -addr "+addr)...)
 	metric := func() string {
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {

@@ -171,7 +171,7 @@ func TestServeBehindTransactionPooler(t *testing.T) {
 		addr := freeAddr(t)
 		secret := h.Stripe.Fake.AddWebhookEndpoint("http://" + addr + "/webhooks/stripe")
 		p := startBillsync(t, t.TempDir(), addr, "DATABASE_URL="+pooled,
-			"BILLSYNC_TEST_ARGS=serve -workers 2 -events-poll 300ms -addr "+addr,
+			"BILLSYNC_TEST_ARGS=serve -workers 2 -events-poll 300ms -stripe-read-allocation 1e12 -addr "+addr,
 			"BILLSYNC_EVENTS_POLL=", "STRIPE_WEBHOOK_SECRET="+secret, "STRIPE_API_KEY="+stripemock.DefaultAPIKey,
 			"STRIPE_API_URL="+h.URL, "BILLSYNC_ADMIN_TOKEN="+adminToken, "BILLSYNC_APP_TOKEN="+appToken)
 		return p, addr

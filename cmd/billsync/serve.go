@@ -84,10 +84,11 @@ secret also as *_FILE; see docs/configuration.md.`)
 	if err != nil {
 		return err
 	}
+	var spending *reconcile.Spending // the Stripe budget every replica shares
 	if provs.stripe != nil {
 		metrics.SetProviderRateLimit(stripe.Provider, cfg.stripeRate())
-		// The budget every replica shares.
-		_, stopSpending, err := spendStripe(ctx, st, provs.stripe, cfg.Workers > 0, metrics, logger)
+		var stopSpending func()
+		spending, stopSpending, err = spendStripe(ctx, st, provs.stripe, cfg.Workers > 0, metrics, logger)
 		if err != nil {
 			return err
 		}
@@ -130,7 +131,7 @@ secret also as *_FILE; see docs/configuration.md.`)
 		verifiers = append(verifiers, kindeVerifier)
 	}
 	if cfg.feedOn() && provs.stripe != nil {
-		feed, err := newStripeFeed(cfg, st, provs.stripe, logger)
+		feed, err := newStripeFeed(cfg, st, provs.stripe, spending, logger)
 		if err != nil {
 			return err
 		}
@@ -253,9 +254,12 @@ secret also as *_FILE; see docs/configuration.md.`)
 // newStripeFeed builds the Stripe events feed. The webhook endpoint's
 // status is read on each poll when webhooks are expected (a webhook
 // secret is set) or STRIPE_WEBHOOK_ENDPOINT_ID names the endpoint.
-func newStripeFeed(cfg config, st *store.Store, client *stripe.Client, logger *slog.Logger) (*reconcile.Feed, error) {
+// Its interval follows spending's read allocation (a quarter of it),
+// never faster than -events-poll.
+func newStripeFeed(cfg config, st *store.Store, client *stripe.Client, spending *reconcile.Spending,
+	logger *slog.Logger) (*reconcile.Feed, error) {
 	fc := reconcile.FeedConfig{
-		Provider: stripe.Provider, Source: client, Store: st,
+		Provider: stripe.Provider, Source: client, Store: st, Allocation: spending.Allocation,
 		Interval: cfg.EventsPoll, Overlap: cfg.EventsOverlap, Logger: logger,
 	}
 	if len(cfg.StripeWebhookSecrets) > 0 || cfg.StripeEndpointID != "" {
@@ -270,9 +274,9 @@ func eventsFeedSetting(cfg config) string {
 	case !cfg.feedOn():
 		return "off"
 	case len(cfg.StripeWebhookSecrets) == 0:
-		return "every " + cfg.EventsPoll.String() + " (webhook-free: the only Stripe signal)"
+		return "at most every " + cfg.EventsPoll.String() + ", within a quarter of Stripe's read allocation (webhook-free: the only Stripe signal)"
 	}
-	return "every " + cfg.EventsPoll.String()
+	return "at most every " + cfg.EventsPoll.String() + ", within a quarter of Stripe's read allocation"
 }
 
 // queueDepth adapts the store for the metrics' queue gauge.

@@ -1,6 +1,7 @@
 package stripe
 
 import (
+	"context"
 	"maps"
 	"math"
 	"net/http"
@@ -345,3 +346,27 @@ func (c *Client) Allocation(transactions int64) float64 {
 // replica's share of the global rate and of each operation called so far,
 // after any slowdown a 429 brought.
 func (c *Client) Rates() (global float64, operations map[string]float64) { return c.budget.snapshot() }
+
+// readCustomer reads a customer's snapshot by whichever of the two read
+// operations has budget now: the retrieve while its limiter has a token,
+// the subscriptions list when the retrieve's are spent and the list has
+// more. A quiet queue reads by retrieve alone; a queue deeper than one
+// operation carries reads at both operations' rates (2 × 25/s where the
+// global rate allows), each within its own limit.
+func (c *Client) readCustomer(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
+	retrieve, list := c.budget.tokens(opRetrieveCustomer), c.budget.tokens(opListSubscriptions)
+	if retrieve < 1 && list > retrieve {
+		return c.fetchBySubscriptions(ctx, customerID)
+	}
+	return c.fetchCustomer(ctx, customerID)
+}
+
+// tokens is op's limiter's tokens now (negative when requests wait for
+// it); +Inf when it is unlimited.
+func (b *budget) tokens(op string) float64 {
+	l := b.of(op).limiter()
+	if l == nil {
+		return math.Inf(1)
+	}
+	return l.Tokens()
+}

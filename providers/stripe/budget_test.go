@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/billsync/billsync/mocks/inproc"
+	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/providers/stripe"
 )
 
@@ -200,4 +201,42 @@ func TestTransactionsAreTheEventsOfMoneyPaid(t *testing.T) {
 	} {
 		require.Equal(t, tc.want, stripe.ParseEvent(tc.body).Transaction, tc.name)
 	}
+}
+
+// TestADeepQueueReadsByBothOperations: 60 customers read at once, each
+// operation limited to 5/s within a global 100/s: the reads alternate
+// between the retrieve and the subscriptions list, so they take about 6 s
+// (60 at 2 × 5/s) rather than 12 s, and neither operation is sent faster
+// than its limit.
+func TestADeepQueueReadsByBothOperations(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, stripemock.Options{}, nil)
+	cus := f.customer(t, map[string]string{"user_id": "u1"})
+	f.subscribe(t, cus, "price_pro")
+	f.seen()
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig(f.URL)
+		cfg.RateLimit, cfg.OperationRateLimit, cfg.Burst = 100, 5, 1
+		c := f.bubbleClient(t, cfg)
+		begin := time.Now()
+		var wg sync.WaitGroup
+		for range 60 {
+			wg.Go(func() {
+				snap, err := c.Fetch(context.Background(), cus)
+				require.NoError(t, err)
+				require.Len(t, snap.Subscriptions, 1)
+			})
+		}
+		wg.Wait()
+		took := time.Since(begin)
+		reads := c.TakeReads()
+		retrieve, list := reads["GET /v1/customers/{id}"], reads["GET /v1/subscriptions"]
+		require.EqualValues(t, 60, retrieve+list, "one request a read: %v", reads)
+		require.Greater(t, list, int64(20), "the list carried a share: %v", reads)
+		require.Greater(t, retrieve, int64(20), "the retrieve carried a share: %v", reads)
+		// Each operation within its limit: n requests at 5/s, burst 1,
+		// need (n-1)/5 s.
+		require.GreaterOrEqual(t, took, time.Duration(float64(max(retrieve, list)-1)/5*float64(time.Second)))
+		require.Less(t, took, 8*time.Second, "both operations' rates used (one alone: 12 s)")
+	})
 }

@@ -292,7 +292,7 @@ func (c *Client) fetch(ctx context.Context, customerID string) (reconcile.Snapsh
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ents := c.startEntitlements(ctx, customerID)
-	snap, err := c.fetchCustomer(ctx, customerID)
+	snap, err := c.readCustomer(ctx, customerID)
 	if err != nil {
 		cancel()
 		ents.wait()

@@ -673,6 +673,7 @@ func TestRateLimitShared(t *testing.T) {
 	t.Parallel()
 	f := newFake(t, stripemock.Options{}, nil)
 	cus := f.customer(t, nil)
+	f.subscribe(t, cus, "price_pro") // either read operation takes one request
 	f.seen()
 	synctest.Test(t, func(t *testing.T) {
 		cfg := testConfig(f.URL)
