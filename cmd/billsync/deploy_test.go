@@ -298,7 +298,7 @@ func TestKubernetesManifests(t *testing.T) {
 }
 
 // metricName matches the billsync_* metric names in PromQL text.
-var metricName = regexp.MustCompile(`\bbillsync_[a-z_]+\b`)
+var metricName = regexp.MustCompile(`\bbillsync_[a-z0-9_]+\b`)
 
 // TestDeployNamesExistingMetrics scrapes a running `billsync serve` (its
 // workers reconciling against the fake Stripe, a sweep done, an unmapped
