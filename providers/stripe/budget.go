@@ -2,7 +2,6 @@ package stripe
 
 import (
 	"context"
-	"maps"
 	"math"
 	"net/http"
 	"strings"
@@ -245,7 +244,7 @@ func (b *budget) snapshot() (global float64, ops map[string]float64) {
 	for op, t := range b.ops {
 		ops[op] = t.rate()
 	}
-	return b.global.rate(), maps.Clone(ops)
+	return b.global.rate(), ops
 }
 
 // Slowing after a 429 and recovering: the rate halves on each 429 that
@@ -264,7 +263,8 @@ type throttle struct {
 	lim     *rate.Limiter
 	base    float64 // requests per second before any slowdown; ≤ 0 = unlimited
 	factor  float64 // (0, 1]: the slowdown in force
-	changed time.Time
+	slowed  time.Time // the last halving: 429s of one burst halve once
+	grown   time.Time // the last change, halving or growth: growth is by the time since
 }
 
 func newThrottle(perSecond float64, burst int) *throttle {
@@ -305,11 +305,11 @@ func (t *throttle) setBase(perSecond float64) {
 func (t *throttle) slow(now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.lim == nil || now.Sub(t.changed) < slowCoalescing {
+	if t.lim == nil || now.Sub(t.slowed) < slowCoalescing {
 		return
 	}
 	t.factor = max(t.factor/2, slowFloor)
-	t.changed = now
+	t.slowed, t.grown = now, now
 	t.lim.SetLimit(rate.Limit(t.base * t.factor))
 }
 
@@ -319,8 +319,8 @@ func (t *throttle) recover(now time.Time) {
 	if t.lim == nil || t.factor >= 1 {
 		return
 	}
-	t.factor = min(1, t.factor+recoverPerSec*now.Sub(t.changed).Seconds())
-	t.changed = now
+	t.factor = min(1, t.factor+recoverPerSec*now.Sub(t.grown).Seconds())
+	t.grown = now
 	t.lim.SetLimit(rate.Limit(t.base * t.factor))
 }
 

@@ -240,3 +240,38 @@ func TestADeepQueueReadsByBothOperations(t *testing.T) {
 		require.Less(t, took, 8*time.Second, "both operations' rates used (one alone: 12 s)")
 	})
 }
+
+// TestA429AfterAnAnswerSlowsAgain: 429s of one burst halve the rate once,
+// but an answer between them does not hide a second 429 that comes after
+// the burst's window: 429, answers, and a 429 120 ms after the first halve
+// the operation's rate twice.
+func TestA429AfterAnAnswerSlowsAgain(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int64
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			if i := n.Add(1); i == 1 || i == 4 {
+				w.Header().Set("Stripe-Rate-Limited-Reason", "endpoint-rate")
+				w.WriteHeader(http.StatusTooManyRequests)
+				_, _ = w.Write([]byte(`{"error":{"code":"rate_limit","message":"Request rate limit exceeded.","type":"invalid_request_error"}}`))
+				return
+			}
+			_, _ = w.Write([]byte(`{"id":"cus_1","object":"customer","metadata":{},"subscriptions":{"object":"list","data":[],"has_more":false}}`))
+		})
+		cfg := testConfig("http://stripe.test")
+		cfg.RateLimit, cfg.OperationRateLimit = 40, 20
+		c, err := stripe.NewClientOver(cfg, inproc.Transport{Handler: h})
+		require.NoError(t, err)
+		for i := range 3 {
+			if i > 0 {
+				time.Sleep(60 * time.Millisecond)
+			}
+			_, err = c.Fetch(context.Background(), "cus_1")
+			require.NoError(t, err)
+		}
+		require.EqualValues(t, 5, n.Load())
+		_, ops := c.Rates()
+		require.InDelta(t, 5, ops["GET /v1/customers/{id}"], 0.1, "halved twice")
+	})
+}
