@@ -259,12 +259,12 @@ const (
 
 // throttle is a token bucket at a share of a rate (base), slowed by 429s.
 type throttle struct {
-	mu      sync.Mutex
-	lim     *rate.Limiter
-	base    float64 // requests per second before any slowdown; ≤ 0 = unlimited
-	factor  float64 // (0, 1]: the slowdown in force
-	slowed  time.Time // the last halving: 429s of one burst halve once
-	grown   time.Time // the last change, halving or growth: growth is by the time since
+	mu     sync.Mutex
+	lim    *rate.Limiter
+	base   float64   // requests per second before any slowdown; ≤ 0 = unlimited
+	factor float64   // (0, 1]: the slowdown in force
+	slowed time.Time // the last halving: 429s of one burst halve once
+	grown  time.Time // the last change, halving or growth: growth is by the time since
 }
 
 func newThrottle(perSecond float64, burst int) *throttle {
