@@ -29,10 +29,16 @@ func (s *Store) announce(ctx context.Context, tx pgx.Tx, before *reconcile.Accou
 	if !ok {
 		return nil
 	}
+	// The feed's order key (migrations/015_change_order.sql): this
+	// transaction's id, or the account's previous change's key if that is
+	// greater, so the account's changes read in seq order.
+	var key int64
 	if err := tx.QueryRow(ctx, `
-		UPDATE accounts SET change_seq = change_seq + 1 WHERE id = $1
-		RETURNING change_seq, nextval(pg_get_serial_sequence('account_changes', 'id')), now()`,
-		ch.AccountID).Scan(&ch.Seq, &ch.ID, &ch.Time); err != nil {
+		UPDATE accounts SET change_seq = change_seq + 1,
+			change_xid = greatest(change_xid, pg_current_xact_id()::text::bigint)
+		WHERE id = $1
+		RETURNING change_seq, change_xid, nextval(pg_get_serial_sequence('account_changes', 'id')), now()`,
+		ch.AccountID).Scan(&ch.Seq, &key, &ch.ID, &ch.Time); err != nil {
 		return fmt.Errorf("number change: %w", err)
 	}
 	ch.Time = ch.Time.UTC()
@@ -41,8 +47,8 @@ func (s *Store) announce(ctx context.Context, tx pgx.Tx, before *reconcile.Accou
 		return fmt.Errorf("encode change: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `
-		INSERT INTO account_changes (id, account_id, seq, created_at, payload) VALUES ($1, $2, $3, $4, $5::jsonb)`,
-		ch.ID, ch.AccountID, ch.Seq, ch.Time, string(body)); err != nil { // text: a []byte is bytea in the exec modes
+		INSERT INTO account_changes (id, account_id, seq, xid, created_at, payload) VALUES ($1, $2, $3, $4, $5, $6::jsonb)`,
+		ch.ID, ch.AccountID, ch.Seq, key, ch.Time, string(body)); err != nil { // text: a []byte is bytea in the exec modes
 		return fmt.Errorf("write change: %w", err)
 	}
 	if err := s.faults.AfterChangeWrite(); err != nil {
@@ -170,11 +176,13 @@ func scanChange(r pgx.CollectableRow) (reconcile.FeedChange, error) {
 }
 
 // Changes returns up to limit committed changes after the cursor, in feed
-// order: (writing transaction id, id). Only changes whose transaction is
-// older than every transaction still in flight are shown: each of those
-// has ended, so no change can later commit before the last one returned,
-// and a reader that moves its cursor past a change never skips another.
-// A change waits to be shown while any older transaction is open.
+// order: (key, id), where a change's key is its writing transaction's id
+// or its account's previous change's key if greater. Only changes whose
+// key is older than every transaction still in flight are shown: each of
+// those has ended, and a change in flight has a key at least its own
+// transaction's id, so no change can later commit before the last one
+// returned and a reader that moves its cursor past a change never skips
+// another. A change waits to be shown while any older transaction is open.
 func (s *Store) Changes(ctx context.Context, after reconcile.ChangeCursor, limit int) ([]reconcile.FeedChange, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()

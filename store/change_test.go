@@ -200,6 +200,57 @@ func TestFeedNeverSkipsALateCommit(t *testing.T) {
 	require.Less(t, seen[0].ID, seen[1].ID, "A took the lower id and committed last")
 }
 
+// lockWaiters counts the sessions of st's database waiting for a lock.
+func lockWaiters(t *testing.T, st *store.Store) int {
+	return count(t, st, `SELECT count(*) FROM pg_stat_activity
+		WHERE wait_event_type = 'Lock' AND datname = current_database()`)
+}
+
+// TestFeedKeepsAnAccountsOrderWhateverTheTransactionIDs: a reconcile's
+// transaction takes its id at its first write (the lock on its queue row)
+// and then waits for the account behind a debit that queued earlier and
+// takes its id only when it gets the lock: the reconcile's change has the
+// account's next seq but the older transaction id. The feed still gives
+// the account's changes in seq order. Ordered by the writing transaction's
+// id alone, it gave seq 3 before seq 2.
+func TestFeedKeepsAnAccountsOrderWhateverTheTransactionIDs(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	id := grantedAccount(t, st, "cus_1", "u1", "price_free")
+	holder, err := st.Pool().Begin(ctx)
+	require.NoError(t, err)
+	defer holder.Rollback(ctx) //nolint:errcheck // rolled back below; this is for a failure before
+	_, err = holder.Exec(ctx, `SELECT 1 FROM accounts WHERE id = $1 FOR UPDATE`, id)
+	require.NoError(t, err)
+
+	debited := make(chan error, 1)
+	go func() {
+		_, err := st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "d", Amount: 1}, reconcile.DecideDebit)
+		debited <- err
+	}()
+	storetest.WaitFor(t, "the debit waits for the account", func() bool { return lockWaiters(t, st) == 1 })
+
+	receive(t, st, "evt_2", "cus_1")
+	job := claimOne(t, st)
+	applied := make(chan error, 1)
+	go func() {
+		snap := liveSnap("cus_1", "price_pro")
+		snap.UserRef = "u1"
+		_, err := applySnap(ctx, st, job, dbNow(t, st), snap, testenv.Plans())
+		applied <- err
+	}()
+	storetest.WaitFor(t, "the reconcile waits behind the debit", func() bool { return lockWaiters(t, st) == 2 })
+	require.NoError(t, holder.Rollback(ctx))
+	require.NoError(t, <-debited)
+	require.NoError(t, <-applied)
+
+	got := allChanges(t, st, 3)
+	for i, c := range got {
+		require.Equal(t, int64(i+1), c.Seq, "change %d of the feed", i)
+	}
+	require.Equal(t, reconcile.TriggerUsage, got[1].Why.Trigger, "the debit had the lock first")
+}
+
 // TestFeedUnderConcurrentWriters: writers on many accounts commit in
 // whatever order the scheduler makes (a random pause inside each change's
 // transaction shuffles it) while a reader follows the feed all along: it
