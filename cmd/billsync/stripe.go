@@ -9,8 +9,10 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/reconcile"
 )
 
 // errStripeCheck: `stripe check` found something to fix (exit 1).
@@ -30,10 +32,14 @@ customers, subscriptions, events and webhook endpoints (a restricted key
 missing a permission is named); whether the endpoint (STRIPE_WEBHOOK_ENDPOINT_ID,
 else the one at --url, else every endpoint whose URL ends in
 /webhooks/stripe) exists, is enabled, subscribes to every needed type and
-pins billsync's API version; and the plans check (billsync plans check).
+pins billsync's API version; the plans check (billsync plans check); and,
+with DATABASE_URL set, the read budget: the reads every replica recorded
+over Stripe's rolling 30 days, their pace, and whether it stays within the
+read allocation (-stripe-read-allocation, or derived from the transactions
+billsync stored; docs/stripe-budget.md).
 
-Reads STRIPE_API_KEY (or STRIPE_API_KEY_FILE), STRIPE_API_URL and
-BILLSYNC_PLANS.`
+Reads STRIPE_API_KEY (or STRIPE_API_KEY_FILE), STRIPE_API_URL,
+BILLSYNC_PLANS and DATABASE_URL.`
 	if len(args) == 0 || (args[0] != "setup" && args[0] != "check") {
 		fmt.Fprintln(os.Stderr, usage)
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
@@ -45,6 +51,7 @@ BILLSYNC_PLANS.`
 	fs.Usage = func() { fmt.Fprintln(fs.Output(), usage); fs.PrintDefaults() }
 	var cfg config
 	cfg.bindReconcile(fs, os.Getenv)
+	cfg.bindCommon(fs, os.Getenv)
 	endpointURL := fs.String("url", "", "the webhook endpoint's URL, https://<host>/webhooks/stripe")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -62,7 +69,22 @@ BILLSYNC_PLANS.`
 		}
 		return stripeSetup(ctx, client, *endpointURL, stdout)
 	}
-	return stripeCheck(ctx, client, cfg, *endpointURL, os.Getenv("STRIPE_WEBHOOK_ENDPOINT_ID"), stdout)
+	if cfg.DatabaseURL == "" {
+		fmt.Fprintln(stdout, "skip the read budget: DATABASE_URL is unset (billsync records its reads in its database)")
+		return stripeCheck(ctx, client, cfg, *endpointURL, os.Getenv("STRIPE_WEBHOOK_ENDPOINT_ID"), nil, stdout)
+	}
+	st, closeDB, err := openDatabase(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	// The check's own reads count toward the allocation like any command's.
+	spending, stopSpending, err := spendStripe(ctx, st, client, false, nil, logger)
+	if err != nil {
+		return err
+	}
+	defer stopSpending()
+	return stripeCheck(ctx, client, cfg, *endpointURL, os.Getenv("STRIPE_WEBHOOK_ENDPOINT_ID"), spending, stdout)
 }
 
 func stripeSetup(ctx context.Context, client *stripe.Client, endpointURL string, w io.Writer) error {
@@ -85,7 +107,10 @@ func stripeSetup(ctx context.Context, client *stripe.Client, endpointURL string,
 	return nil
 }
 
-func stripeCheck(ctx context.Context, client *stripe.Client, cfg config, endpointURL, endpointID string, w io.Writer) error {
+// stripeCheck reports what check finds; spending, when not nil, holds the
+// read budget the database recorded (docs/stripe-budget.md).
+func stripeCheck(ctx context.Context, client *stripe.Client, cfg config, endpointURL, endpointID string,
+	spending *reconcile.Spending, w io.Writer) error {
 	problems := 0
 	report := func(ok bool, format string, args ...any) {
 		mark := "ok  "
@@ -140,6 +165,14 @@ func stripeCheck(ctx context.Context, client *stripe.Client, cfg config, endpoin
 			report(len(rep.unmapped) == 0, "every one of %d active prices maps to a plan%s", len(prices), listed(" (unmapped: ", priceIDs(rep.unmapped)))
 		}
 	}
+	if spending != nil {
+		if v := spending.View(); !v.Reported {
+			report(false, "read the read budget from the database: the first report failed (see the log)")
+		} else {
+			report(!v.Over(), "reads of the last %s: %d, on pace for %.0f over 30 days, within the allocation of %.0f (%s)",
+				budgetWindow(v), v.Total, v.Projected, v.Allocation, allocationSource(cfg, v))
+		}
+	}
 	if problems > 0 {
 		return fmt.Errorf("%w: %d", errStripeCheck, problems)
 	}
@@ -170,4 +203,25 @@ func priceIDs(prices []stripe.Price) []string {
 		ids = append(ids, p.ID)
 	}
 	return ids
+}
+
+// budgetWindow is how much of the 30-day window the recorded reads cover.
+func budgetWindow(v reconcile.SpendView) string {
+	if v.Since.IsZero() {
+		return "30 days (none recorded yet)"
+	}
+	covered := min(reconcile.SpendWindow, v.Now.Sub(v.Since))
+	if days := int(covered.Hours() / 24); days >= 1 {
+		return fmt.Sprintf("%d days", days)
+	}
+	return covered.Round(time.Minute).String()
+}
+
+// allocationSource says where the allocation comes from.
+func allocationSource(cfg config, v reconcile.SpendView) string {
+	if cfg.StripeReadAllocation > 0 {
+		return "-stripe-read-allocation"
+	}
+	return fmt.Sprintf("max(%d, %d per transaction × %d transactions over 30 days); set -stripe-read-allocation to the figure Stripe gives the account",
+		int(stripe.MinReadAllocation), int(stripe.ReadsPerTransaction), v.Transactions)
 }

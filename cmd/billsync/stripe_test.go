@@ -14,6 +14,8 @@ import (
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/storetest"
 )
 
 // TestStripeSetupAndCheck: setup creates the endpoint with the feed's
@@ -98,4 +100,50 @@ func TestEndpointMissingTypes(t *testing.T) {
 	require.Contains(t, missing, "invoice.paid")
 	require.Contains(t, missing, "customer.deleted")
 	require.NotContains(t, missing, "customer.subscription.updated")
+}
+
+// TestStripeCheckShowsTheReadBudget: with DATABASE_URL set, check reads
+// what every replica recorded: a pace past the derived allocation (the
+// 10,000 minimum) fails and says where the allocation comes from; the same
+// reads within a configured allocation pass; and the check's own reads are
+// recorded too. Without DATABASE_URL the budget is skipped, saying why.
+func TestStripeCheckShowsTheReadBudget(t *testing.T) {
+	ctx := context.Background()
+	h := testenv.ForTest(t, testenv.Stripe, testenv.Options{})
+	t.Setenv("STRIPE_API_KEY", stripemock.DefaultAPIKey)
+	t.Setenv("STRIPE_API_KEY_FILE", "")
+	t.Setenv("STRIPE_API_URL", h.URL)
+	t.Setenv("STRIPE_WEBHOOK_ENDPOINT_ID", "")
+	t.Setenv("BILLSYNC_STRIPE_READ_ALLOCATION", "")
+	url := storetest.URL(t)
+	st := storetest.OpenStore(t, url, store.Options{})
+	_, err := st.ReportSpend(ctx, stripe.Provider, "replica-a", map[string]int64{"GET /v1/customers/{id}": 4000}, true)
+	require.NoError(t, err)
+	reads := func() int64 {
+		sp, err := st.ReportSpend(ctx, stripe.Provider, "reader", nil, false)
+		require.NoError(t, err)
+		var n int64
+		for _, r := range sp.Reads {
+			n += r
+		}
+		return n
+	}
+	billsync := func(args ...string) string {
+		var out bytes.Buffer
+		_ = run(ctx, args, &out, &out) // the endpoint and plan checks fail here; the budget line is what is checked
+		return out.String()
+	}
+
+	t.Setenv("DATABASE_URL", url)
+	out := billsync("stripe", "check")
+	require.Regexp(t, `FAIL reads of the last \S+: 4000, on pace for \d+ over 30 days, within the allocation of 10000 \(max\(10000, 500 per transaction × 0 transactions`, out)
+	require.Greater(t, reads(), int64(4000), "the check's own reads are recorded")
+
+	out = billsync("stripe", "check", "-stripe-read-allocation", "1e9")
+	require.Regexp(t, `ok   reads of the last \S+: \d+, on pace for \d+ over 30 days, within the allocation of 1000000000 \(-stripe-read-allocation\)`, out)
+
+	t.Setenv("DATABASE_URL", "")
+	out = billsync("stripe", "check")
+	require.Contains(t, out, "skip the read budget: DATABASE_URL is unset")
+	require.NotContains(t, out, "reads of the last")
 }
