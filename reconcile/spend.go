@@ -72,8 +72,14 @@ type SpendView struct {
 	// (at least an hour, so a first minute's reads do not project
 	// wildly).
 	Projected float64
-	Reported  bool // a report has succeeded
+	// Covered is how much of the window the record covers (at least an
+	// hour): Projected is Total scaled from it to the whole window.
+	Covered  time.Duration
+	Reported bool // a report has succeeded
 }
+
+// Days is Covered in days.
+func (v SpendView) Days() float64 { return v.Covered.Hours() / 24 }
 
 // Over reports whether the projection exceeds the allocation.
 func (v SpendView) Over() bool { return v.Reported && v.Projected > v.Allocation }
@@ -224,10 +230,10 @@ func viewOf(provider string, sp Spend, allocation float64) SpendView {
 	for _, n := range sp.Reads {
 		v.Total += n
 	}
-	covered := SpendWindow
+	v.Covered = SpendWindow
 	if !sp.Since.IsZero() {
-		covered = min(SpendWindow, max(sp.Now.Sub(sp.Since), time.Hour))
+		v.Covered = min(SpendWindow, max(sp.Now.Sub(sp.Since), time.Hour))
 	}
-	v.Projected = float64(v.Total) * float64(SpendWindow) / float64(covered)
+	v.Projected = float64(v.Total) * float64(SpendWindow) / float64(v.Covered)
 	return v
 }

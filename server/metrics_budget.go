@@ -1,6 +1,10 @@
 package server
 
 import (
+	"slices"
+	"strings"
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/billsync/billsync/reconcile"
@@ -17,6 +21,13 @@ type budgetMetrics struct {
 	projected    *prometheus.GaugeVec
 	transactions *prometheus.GaugeVec
 	replicas     *prometheus.GaugeVec
+	last         *lastSpends // for the console's overview
+}
+
+// lastSpends holds each provider's last budget report.
+type lastSpends struct {
+	mu    sync.Mutex
+	views map[string]reconcile.SpendView
 }
 
 func newBudgetMetrics() budgetMetrics {
@@ -45,7 +56,20 @@ func newBudgetMetrics() budgetMetrics {
 			Name: "billsync_provider_replicas",
 			Help: "Replicas running the provider's worker, which share its global and per-operation rates equally.",
 		}, []string{"provider"}),
+		last: &lastSpends{views: map[string]reconcile.SpendView{}},
 	}
+}
+
+// spends returns each provider's last budget report, by provider.
+func (b budgetMetrics) spends() []reconcile.SpendView {
+	b.last.mu.Lock()
+	defer b.last.mu.Unlock()
+	vs := make([]reconcile.SpendView, 0, len(b.last.views))
+	for _, v := range b.last.views {
+		vs = append(vs, v)
+	}
+	slices.SortFunc(vs, func(a, b reconcile.SpendView) int { return strings.Compare(a.Provider, b.Provider) })
+	return vs
 }
 
 func (b budgetMetrics) collectors() []prometheus.Collector {
@@ -67,4 +91,7 @@ func (m *Metrics) ObserveSpend(v reconcile.SpendView) {
 	b.projected.WithLabelValues(v.Provider).Set(v.Projected)
 	b.transactions.WithLabelValues(v.Provider).Set(float64(v.Transactions))
 	b.replicas.WithLabelValues(v.Provider).Set(float64(v.Replicas))
+	b.last.mu.Lock()
+	b.last.views[v.Provider] = v
+	b.last.mu.Unlock()
 }

@@ -30,9 +30,10 @@ type overviewData struct {
 	Results    []resultTotal
 	Answers    []labelCount // this process's webhook answers since it started
 	Providers  []providerRate
-	Unmapped   []labelCount // this process's unmapped-price reconciles since it started
-	Since      time.Time    // when this process's counts began
-	Delivered  int          // deliveries in the last 24 hours
+	Budgets    []reconcile.SpendView // each provider's read budget, every replica's reads
+	Unmapped   []labelCount          // this process's unmapped-price reconciles since it started
+	Since      time.Time             // when this process's counts began
+	Delivered  int                   // deliveries in the last 24 hours
 	Copies     int
 }
 
@@ -112,6 +113,7 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request, session strin
 		d.Since = m.started
 		d.Answers = m.counts("billsync_webhook_deliveries_total", "answer")
 		d.Unmapped = m.counts("billsync_unmapped_prices_total", "price")
+		d.Budgets = m.budget.spends()
 		now := time.Now()
 		for _, p := range m.rates.providers() {
 			perSecond := m.rates.lastMinute(p, now)

@@ -34,6 +34,10 @@ func TestConsoleOverview(t *testing.T) {
 	}
 	metrics.ObserveDelivery("stripe", "stored")
 	metrics.ObserveDelivery("stripe", "401")
+	dbNow := time.Now()
+	metrics.ObserveSpend(reconcile.SpendView{Provider: "stripe", Reported: true, Total: 6000, Projected: 18000,
+		Allocation: 10000, Covered: 10 * 24 * time.Hour,
+		Spend: reconcile.Spend{Now: dbNow, Since: dbNow.Add(-10 * 24 * time.Hour), Transactions: 3, Replicas: 2}})
 	srv := httptest.NewServer(server.New(server.Config{Inbox: e.st, Metrics: metrics,
 		Admin: server.Admin{Token: adminToken, Store: e.st, ProviderLimits: map[string]float64{"stripe": 25}}}))
 	t.Cleanup(srv.Close)
@@ -68,6 +72,9 @@ func TestConsoleOverview(t *testing.T) {
 	require.Contains(t, requests, `<line class="limit"`)
 	require.Contains(t, requests, "of a limit of 25/s")
 	require.Regexp(t, regexp.MustCompile(`stripe: <strong>0\.\d</strong> requests/s`), requests)
+	require.Regexp(t, `<div class="tile bad" id="budget-stripe">`, body, "a pace past the allocation is flagged")
+	require.Contains(t, section("budget-stripe"), `stripe: <span class="big">6000</span> reads over the last 10 days, on pace for <strong>18000</strong> over 30 days, of an allocation of <strong>10000</strong>: over it`)
+	require.Contains(t, section("budget-stripe"), "3 transactions over 30 days; 2 replicas share the rates")
 
 	// The same address still searches.
 	code, body = b.get("/admin/?q=u1%40example.com")

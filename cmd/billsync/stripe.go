@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
@@ -169,8 +168,8 @@ func stripeCheck(ctx context.Context, client *stripe.Client, cfg config, endpoin
 		if v := spending.View(); !v.Reported {
 			report(false, "read the read budget from the database: the first report failed (see the log)")
 		} else {
-			report(!v.Over(), "reads of the last %s: %d, on pace for %.0f over 30 days, within the allocation of %.0f (%s)",
-				budgetWindow(v), v.Total, v.Projected, v.Allocation, allocationSource(cfg, v))
+			report(!v.Over(), "reads of the last %.3g days: %d, on pace for %.0f over 30 days, within the allocation of %.0f (%s)",
+				v.Days(), v.Total, v.Projected, v.Allocation, allocationSource(cfg, v))
 		}
 	}
 	if problems > 0 {
@@ -203,18 +202,6 @@ func priceIDs(prices []stripe.Price) []string {
 		ids = append(ids, p.ID)
 	}
 	return ids
-}
-
-// budgetWindow is how much of the 30-day window the recorded reads cover.
-func budgetWindow(v reconcile.SpendView) string {
-	if v.Since.IsZero() {
-		return "30 days (none recorded yet)"
-	}
-	covered := min(reconcile.SpendWindow, v.Now.Sub(v.Since))
-	if days := int(covered.Hours() / 24); days >= 1 {
-		return fmt.Sprintf("%d days", days)
-	}
-	return covered.Round(time.Minute).String()
 }
 
 // allocationSource says where the allocation comes from.

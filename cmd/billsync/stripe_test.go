@@ -136,11 +136,11 @@ func TestStripeCheckShowsTheReadBudget(t *testing.T) {
 
 	t.Setenv("DATABASE_URL", url)
 	out := billsync("stripe", "check")
-	require.Regexp(t, `FAIL reads of the last \S+: 4000, on pace for \d+ over 30 days, within the allocation of 10000 \(max\(10000, 500 per transaction × 0 transactions`, out)
+	require.Regexp(t, `FAIL reads of the last [\d.]+ days: 4000, on pace for \d+ over 30 days, within the allocation of 10000 \(max\(10000, 500 per transaction × 0 transactions`, out)
 	require.Greater(t, reads(), int64(4000), "the check's own reads are recorded")
 
 	out = billsync("stripe", "check", "-stripe-read-allocation", "1e9")
-	require.Regexp(t, `ok   reads of the last \S+: \d+, on pace for \d+ over 30 days, within the allocation of 1000000000 \(-stripe-read-allocation\)`, out)
+	require.Regexp(t, `ok   reads of the last [\d.]+ days: \d+, on pace for \d+ over 30 days, within the allocation of 1000000000 \(-stripe-read-allocation\)`, out)
 
 	t.Setenv("DATABASE_URL", "")
 	out = billsync("stripe", "check")
