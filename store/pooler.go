@@ -146,10 +146,13 @@ func configurePooling(ctx context.Context, cfg *pgxpool.Config, url string, pool
 // a direct connection apart, from what the server says on two connections
 // held open at once: only a transaction pooler serves two live client
 // sessions from one backend (PgBouncer hands the server connection one
-// client just released to the next, last in first out), and only
-// something in between makes the server listen on another port than the
-// client dialled. A known pooled address (Supabase's port 6543 or
-// pooler.supabase.com, a Neon -pooler host) is taken at its word.
+// client just released to the next, last in first out) or one client
+// session from several backends (when other clients take the backend in
+// between, as they do on a busy pooler); and only something in between
+// makes the server listen on another port than the client dialled, or on a
+// Unix socket when the client dialled TCP. A known pooled address
+// (Supabase's port 6543 or pooler.supabase.com, a Neon -pooler host) is
+// taken at its word.
 func detectPooling(ctx context.Context, cc *pgx.ConnConfig) (Pooling, string, error) {
 	host := strings.ToLower(cc.Host)
 	switch {
@@ -173,7 +176,8 @@ func detectPooling(ctx context.Context, cc *pgx.ConnConfig) (Pooling, string, er
 	}
 	defer b.Close(context.WithoutCancel(ctx)) //nolint:errcheck // a probe
 	var serverPort *int
-	for range 3 {
+	var firstA, firstB int
+	for i := range 5 {
 		var pidA, pidB int
 		if err := a.QueryRow(ctx, `SELECT pg_backend_pid(), inet_server_port()`).Scan(&pidA, &serverPort); err != nil {
 			return "", "", fmt.Errorf("detect pooling: %w", classify(err))
@@ -181,11 +185,21 @@ func detectPooling(ctx context.Context, cc *pgx.ConnConfig) (Pooling, string, er
 		if err := b.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pidB); err != nil {
 			return "", "", fmt.Errorf("detect pooling: %w", classify(err))
 		}
-		if pidA == pidB {
+		if i == 0 {
+			firstA, firstB = pidA, pidB
+		}
+		switch {
+		case pidA == pidB:
 			return PoolingTransaction, "detected: two open connections were served by one backend", nil
+		case pidA != firstA || pidB != firstB:
+			return PoolingTransaction, "detected: one open connection was served by several backends", nil
 		}
 	}
-	if serverPort != nil && !strings.HasPrefix(cc.Host, "/") && *serverPort != int(cc.Port) {
+	tcp := !strings.HasPrefix(cc.Host, "/")
+	switch {
+	case tcp && serverPort == nil:
+		return PoolingSession, "detected: the client dialled TCP and the server sees a Unix socket (a pooler or proxy keeping sessions)", nil
+	case tcp && *serverPort != int(cc.Port):
 		return PoolingSession, fmt.Sprintf("detected: the server listens on port %d, not the %d dialled (a pooler or proxy keeping sessions)",
 			*serverPort, cc.Port), nil
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/billsync/billsync/migrations"
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/mocks/testenv"
+	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
 )
 
@@ -389,4 +390,50 @@ func TestServeBehindSessionPooler(t *testing.T) {
 	storetest.WaitFor(t, "the subscription applied after the kill", applied(cus))
 	stopBillsync(t, p)
 	bouncer.alive(t)
+}
+
+// TestPoolingDetectedOnABusyPooler: billsync tells PgBouncer's transaction
+// and session modes apart while other clients keep the pooler busy (three
+// migrates starting at once did, and one took a transaction pooler for a
+// direct connection: its prepared statements then failed). PgBouncer
+// reaches PostgreSQL over a Unix socket here, so the port the server
+// listens on tells nothing.
+func TestPoolingDetectedOnABusyPooler(t *testing.T) {
+	ctx := context.Background()
+	direct := storetest.URL(t)
+	for _, mode := range []store.Pooling{store.PoolingTransaction, store.PoolingSession} {
+		t.Run(string(mode), func(t *testing.T) {
+			_, pooled := startPgBouncer(t, direct, string(mode))
+			busy, stop := context.WithCancel(ctx)
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Go(func() {
+					cc, err := pgx.ParseConfig(pooled)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					cc.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+					conn, err := pgx.ConnectConfig(busy, cc)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					defer conn.Close(ctx) //nolint:errcheck // a load
+					for busy.Err() == nil {
+						_, _ = conn.Exec(busy, `SELECT pg_sleep(0.001)`)
+					}
+				})
+			}
+			for i := range 10 {
+				st, err := store.Open(ctx, pooled, store.Options{})
+				require.NoError(t, err)
+				got := st.Connection()
+				st.Close()
+				require.Equal(t, mode, got.Pooling, "open %d: %s", i, got.Detected)
+			}
+			stop()
+			wg.Wait()
+		})
+	}
 }
