@@ -289,7 +289,8 @@ func (f *Feed) Interval() time.Duration {
 // (failed: it ended early), and logs at INFO when the wait changes. A
 // poll that caught events no webhook had brought, listed events the
 // provider has not delivered, or found the endpoint disabled brings it to
-// the fastest Interval: webhooks are failing, and the feed is what heals
+// the fastest Interval (a disabled endpoint: within the whole allocation,
+// see disabledInterval): webhooks are failing, and the feed is what heals
 // their accounts. A quiet poll doubles it, up to the budget's interval.
 func (f *Feed) pace(ctx context.Context, res PollResult, failed bool) time.Duration {
 	budget, alloc, budgetWhy := f.budgetInterval()
@@ -303,7 +304,7 @@ func (f *Feed) pace(ctx context.Context, res PollResult, failed bool) time.Durat
 	case res.Undelivered > 0:
 		to, why = f.cfg.Interval, "the provider lists events it has not delivered to every webhook endpoint"
 	case f.endpointDisabled:
-		to, why = f.cfg.Interval, "the webhook endpoint is disabled"
+		to, why = f.disabledInterval(alloc), "the webhook endpoint is disabled"
 	case from == 0:
 		to, why = budget, budgetWhy
 	case failed:
@@ -357,6 +358,25 @@ func (f *Feed) budgetInterval() (interval time.Duration, allocation float64, why
 		return fastest, allocation, "the read budget pays for the fastest interval"
 	}
 	return time.Duration(secs) * time.Second, allocation, "the read budget"
+}
+
+// disabledInterval is the wait while the webhook endpoint is disabled,
+// however long that lasts: Interval, unless its polls (a listing and an
+// endpoint read each) would spend reads faster than the whole allocation
+// allows; then the interval that spends exactly that, so the feed alone
+// never overspends a small account's allocation. alloc is the allocation
+// budgetInterval read.
+func (f *Feed) disabledInterval(alloc float64) time.Duration {
+	fastest := f.cfg.Interval
+	if f.cfg.Allocation == nil {
+		return fastest
+	}
+	slowest := max(feedSlowest, fastest)
+	if math.IsNaN(alloc) || alloc <= 0 {
+		return slowest
+	}
+	secs := math.Ceil(2 * ReadWindow.Seconds() / alloc)
+	return min(max(fastest, time.Duration(secs)*time.Second), slowest)
 }
 
 // ErrFeedBusy: another replica holds the feed lock.

@@ -303,19 +303,24 @@ func TestFeedIntervalFollowsTheBudget(t *testing.T) {
 	})
 }
 
+// monthAtTheFloor runs a feed on p for 30 days (in a synctest bubble) with
+// Stripe's floor of 10,000 reads as its allocation and returns its reads.
+func monthAtTheFloor(t *testing.T, p *feedProvider) (lists, endpoints []time.Time) {
+	cfg := p.config(true)
+	cfg.Allocation = fixed(10_000)
+	runFeed(t, p, cfg)
+	time.Sleep(reconcile.ReadWindow - time.Second)
+	synctest.Wait()
+	return p.reads()
+}
+
 // TestFeedSpendsItsShareOfTheFloor: over 30 days of a quiet account at
 // Stripe's floor of 10,000 reads, the feed's listings and endpoint reads
 // together stay within a quarter of it, and use most of it (a feed much
 // slower heals lost webhooks later than it could).
 func TestFeedSpendsItsShareOfTheFloor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := newFeedProvider()
-		cfg := p.config(true)
-		cfg.Allocation = fixed(10_000)
-		runFeed(t, p, cfg)
-		time.Sleep(reconcile.ReadWindow - time.Second)
-		synctest.Wait()
-		lists, endpoints := p.reads()
+		lists, endpoints := monthAtTheFloor(t, newFeedProvider())
 		reads := len(lists) + len(endpoints)
 		t.Logf("30 days: %d listings + %d endpoint reads = %d reads", len(lists), len(endpoints), reads)
 		require.LessOrEqual(t, reads, 2_500, "a quarter of 10,000")
@@ -383,7 +388,8 @@ func TestFeedSpeedsUpOnACaughtEvent(t *testing.T) {
 // (the listing): the endpoint's status is read at a leader's first poll,
 // once every EndpointEvery, at a poll that lists an event not delivered
 // yet (and the feed then polls fast), and at every poll while it is
-// disabled (fast too: the feed is the only signal).
+// disabled (fast too, the feed being the only signal, but never faster
+// than the whole allocation pays for, however long it stays disabled).
 func TestFeedReadsTheEndpointOnlyWhenItMatters(t *testing.T) {
 	budget := 1090 * time.Second
 	start := func(t *testing.T) (*feedProvider, *reconcile.Feed) {
@@ -429,20 +435,37 @@ func TestFeedReadsTheEndpointOnlyWhenItMatters(t *testing.T) {
 			p := newFeedProvider()
 			p.setDisabled(true)
 			cfg := p.config(true)
-			cfg.Allocation = fixed(10_000)
+			allocation := 10_000.0
+			cfg.Allocation = func() float64 { return allocation }
 			feed := runFeed(t, p, cfg)
+			require.Equal(t, 519*time.Second, feed.Interval(), "2 reads a poll at the whole allocation's pace: 2 × 30 days ÷ 10,000")
+			allocation = 100_000 // Stripe raised it (or -stripe-read-allocation): it pays for polls every minute
+			time.Sleep(519 * time.Second)
+			synctest.Wait()
 			require.Equal(t, time.Minute, feed.Interval())
 			time.Sleep(10*time.Minute + time.Second)
 			lists, endpoints := p.reads()
-			require.Len(t, lists, 11)
-			require.Len(t, endpoints, 11, "read at every poll while disabled")
+			require.Len(t, lists, 12)
+			require.Len(t, endpoints, 12, "read at every poll while disabled")
 			p.setDisabled(false) // re-enabled in the dashboard
 			time.Sleep(time.Hour)
 			lists, endpoints = p.reads()
-			require.Len(t, endpoints, 12, "one read finds it enabled; then quiet")
-			require.Greater(t, len(lists), 13)
-			require.Equal(t, []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute}, gaps(lists)[10:13])
-			require.Equal(t, budget, feed.Interval())
+			require.Len(t, endpoints, 13, "one read finds it enabled; then quiet")
+			require.Greater(t, len(lists), 14)
+			quiet := 105 * time.Second // the budget of 100,000
+			require.Equal(t, []time.Duration{time.Minute, quiet, quiet}, gaps(lists)[11:14])
+			require.Equal(t, quiet, feed.Interval())
+		})
+	})
+	t.Run("DisabledForAMonth", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			p := newFeedProvider()
+			p.setDisabled(true)
+			lists, endpoints := monthAtTheFloor(t, p)
+			t.Logf("30 days disabled: %d listings + %d endpoint reads", len(lists), len(endpoints))
+			require.LessOrEqual(t, len(lists)+len(endpoints), 10_000, "within the whole allocation")
+			require.Greater(t, len(lists)+len(endpoints), 9_900)
+			require.Equal(t, len(lists), len(endpoints), "the endpoint read at every poll")
 		})
 	})
 	t.Run("NewLeader", func(t *testing.T) {
