@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -435,11 +436,12 @@ func TestFeedReadsTheEndpointOnlyWhenItMatters(t *testing.T) {
 			p := newFeedProvider()
 			p.setDisabled(true)
 			cfg := p.config(true)
-			allocation := 10_000.0
-			cfg.Allocation = func() float64 { return allocation }
+			var allocation atomic.Int64 // read by the feed's goroutine
+			allocation.Store(10_000)
+			cfg.Allocation = func() float64 { return float64(allocation.Load()) }
 			feed := runFeed(t, p, cfg)
 			require.Equal(t, 519*time.Second, feed.Interval(), "2 reads a poll at the whole allocation's pace: 2 × 30 days ÷ 10,000")
-			allocation = 100_000 // Stripe raised it (or -stripe-read-allocation): it pays for polls every minute
+			allocation.Store(100_000) // Stripe raised it (or -stripe-read-allocation): it pays for polls every minute
 			time.Sleep(519 * time.Second)
 			synctest.Wait()
 			require.Equal(t, time.Minute, feed.Interval())
