@@ -346,18 +346,27 @@ func (f *Feed) budgetInterval() (interval time.Duration, allocation float64, why
 	if f.cfg.Endpoint != nil {
 		endpointReads = float64(ReadWindow) / float64(f.cfg.EndpointEvery)
 	}
-	reads := f.cfg.Share*allocation - endpointReads
+	interval = f.paced(f.cfg.Share*allocation-endpointReads, 1)
+	switch interval {
+	case slowest:
+		return interval, allocation, "the read allocation does not pay for the feed's reads: polling at the slowest"
+	case fastest:
+		return interval, allocation, "the read budget pays for the fastest interval"
+	}
+	return interval, allocation, "the read budget"
+}
+
+// paced returns the interval at which polls of perPoll reads each spend
+// reads over ReadWindow, rounded up to the second, within [Interval,
+// max(feedSlowest, Interval)]: the slowest when reads pay for nothing.
+func (f *Feed) paced(reads, perPoll float64) time.Duration {
+	fastest := f.cfg.Interval
+	slowest := max(feedSlowest, fastest)
 	if math.IsNaN(reads) || reads <= 0 {
-		return slowest, allocation, "the read allocation does not pay for the feed's reads: polling at the slowest"
+		return slowest
 	}
-	secs := math.Ceil(ReadWindow.Seconds() / reads)
-	switch {
-	case secs >= slowest.Seconds():
-		return slowest, allocation, "the read allocation does not pay for the feed's reads: polling at the slowest"
-	case secs <= fastest.Seconds():
-		return fastest, allocation, "the read budget pays for the fastest interval"
-	}
-	return time.Duration(secs) * time.Second, allocation, "the read budget"
+	secs := math.Ceil(perPoll * ReadWindow.Seconds() / reads)
+	return min(max(fastest, time.Duration(secs)*time.Second), slowest)
 }
 
 // disabledInterval is the wait while the webhook endpoint is disabled,
@@ -367,16 +376,10 @@ func (f *Feed) budgetInterval() (interval time.Duration, allocation float64, why
 // never overspends a small account's allocation. alloc is the allocation
 // budgetInterval read.
 func (f *Feed) disabledInterval(alloc float64) time.Duration {
-	fastest := f.cfg.Interval
 	if f.cfg.Allocation == nil {
-		return fastest
+		return f.cfg.Interval
 	}
-	slowest := max(feedSlowest, fastest)
-	if math.IsNaN(alloc) || alloc <= 0 {
-		return slowest
-	}
-	secs := math.Ceil(2 * ReadWindow.Seconds() / alloc)
-	return min(max(fastest, time.Duration(secs)*time.Second), slowest)
+	return f.paced(alloc, 2)
 }
 
 // ErrFeedBusy: another replica holds the feed lock.

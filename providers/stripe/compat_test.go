@@ -86,14 +86,21 @@ func (m *stripeMock) patchResponse(resp *http.Response) error {
 	return nil
 }
 
-func TestCompatStripeMock(t *testing.T) {
-	// The subtests run in order: they share one stripe-mock and one
-	// recorder, and FetchLive patches the recorder's answers while it runs.
+// stripeMockClient returns a started stripe-mock and a client of it that
+// does not retry (a rejected request must show).
+func stripeMockClient(t *testing.T) (*stripeMock, *stripe.Client) {
+	t.Helper()
 	m := startStripeMock(t)
 	cfg := testConfig(m.URL)
 	cfg.APIKey = "sk_test_123" // stripe-mock takes any test key
-	cfg.RetryMax = -1          // a rejected request must show, not be retried
-	c := newTestClient(t, cfg)
+	cfg.RetryMax = -1
+	return m, newTestClient(t, cfg)
+}
+
+func TestCompatStripeMock(t *testing.T) {
+	// The subtests run in order: they share one stripe-mock and one
+	// recorder, and FetchLive patches the recorder's answers while it runs.
+	m, c := stripeMockClient(t)
 
 	t.Run("Fetch", func(t *testing.T) {
 		_, err := c.Fetch(context.Background(), "cus_compat")

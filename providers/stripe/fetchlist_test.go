@@ -617,11 +617,7 @@ func TestFetchBySubscriptionsOnTheFake(t *testing.T) {
 // the one asked for, which the list read refuses (permanent) rather than
 // read another customer's subscriptions as this one's.
 func TestFetchBySubscriptionsOnStripeMock(t *testing.T) {
-	m := startStripeMock(t)
-	cfg := testConfig(m.URL)
-	cfg.APIKey = "sk_test_123" // stripe-mock takes any test key
-	cfg.RetryMax = -1          // a rejected request must show, not be retried
-	c := newTestClient(t, cfg)
+	m, c := stripeMockClient(t)
 
 	_, err := c.FetchBySubscriptions(context.Background(), "cus_compat")
 	reqs := m.seen()
