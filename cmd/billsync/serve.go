@@ -87,13 +87,15 @@ secret also as *_FILE; see docs/configuration.md.`)
 	var spending *reconcile.Spending // the Stripe budget every replica shares
 	if provs.stripe != nil {
 		metrics.SetProviderRateLimit(stripe.Provider, cfg.stripeRate())
+		// It outlives the signal: the last report, once the workers, the
+		// intake's thin-event reads and the admin API's resyncs are done,
+		// counts every read this process made.
 		var stopSpending func()
-		spending, stopSpending, err = spendStripe(ctx, st, provs.stripe, cfg.Workers > 0, metrics, logger)
+		spending, stopSpending, err = spendStripe(context.WithoutCancel(ctx), st, provs.stripe, cfg.Workers > 0, metrics, logger)
 		if err != nil {
 			return err
 		}
-		wg.Add(1)
-		go func() { defer wg.Done(); <-ctx.Done(); stopSpending() }()
+		defer stopSpending()
 	}
 	if provs.kinde != nil {
 		metrics.SetProviderRateLimit(kinde.Provider, cfg.KindeRateLimit)
