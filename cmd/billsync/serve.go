@@ -85,17 +85,29 @@ secret also as *_FILE; see docs/configuration.md.`)
 		return err
 	}
 	var spending *reconcile.Spending // the Stripe budget every replica shares
+	lastReport := func(context.Context) {}
 	if provs.stripe != nil {
 		metrics.SetProviderRateLimit(stripe.Provider, cfg.stripeRate())
-		// It outlives the signal: the last report, once the workers, the
-		// intake's thin-event reads and the admin API's resyncs are done,
-		// counts every read this process made.
+		// It outlives the signal: its last report comes once the HTTP
+		// server has drained (the admin API's resyncs, the intake's
+		// thin-event reads) and the workers have stopped, so it counts
+		// every read this process made, within what is left of
+		// -shutdown-timeout. (A serve that fails before it listens exits
+		// without it: the replica is dropped when it is no longer seen.)
 		var stopSpending func()
 		spending, stopSpending, err = spendStripe(context.WithoutCancel(ctx), st, provs.stripe, cfg.Workers > 0, metrics, logger)
 		if err != nil {
 			return err
 		}
-		defer stopSpending()
+		lastReport = func(shutCtx context.Context) {
+			done := make(chan struct{})
+			go func() { defer close(done); stopSpending() }()
+			select {
+			case <-done:
+			case <-shutCtx.Done():
+				logger.Warn("budget: no time left for the last read report; the replica is dropped when it is no longer seen")
+			}
+		}
 	}
 	if provs.kinde != nil {
 		metrics.SetProviderRateLimit(kinde.Provider, cfg.KindeRateLimit)
@@ -250,7 +262,7 @@ secret also as *_FILE; see docs/configuration.md.`)
 			return fmt.Errorf("workers still busy after -shutdown-timeout %s: their leases run out on their own", cfg.ShutdownTimeout)
 		}
 	}
-	return listenAndServe(ctx, cfg.Addr, srv, cfg.ShutdownTimeout, stdout, logger, stopWorkers, cfg.AdminToken != "", intakes...)
+	return listenAndServe(ctx, cfg.Addr, srv, cfg.ShutdownTimeout, stdout, logger, stopWorkers, lastReport, cfg.AdminToken != "", intakes...)
 }
 
 // newStripeFeed builds the Stripe events feed. The webhook endpoint's
@@ -297,9 +309,9 @@ func workerName() string {
 
 // listenAndServe serves h on addr until ctx is done; then, within grace in
 // all, it lets in-flight requests finish and runs stop (the background
-// work's own shutdown) alongside.
+// work's own shutdown) alongside, and then last, with what is left.
 func listenAndServe(ctx context.Context, addr string, h http.Handler, grace time.Duration, stdout io.Writer, logger *slog.Logger,
-	stop func(context.Context) error, console bool, intakes ...string) error {
+	stop func(context.Context) error, last func(context.Context), console bool, intakes ...string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
@@ -339,5 +351,6 @@ func listenAndServe(ctx context.Context, addr string, h http.Handler, grace time
 		errs = append(errs, fmt.Errorf("shutdown: %w", err))
 	}
 	errs = append(errs, <-stopped)
+	last(shutCtx)
 	return errors.Join(errs...)
 }
