@@ -285,6 +285,14 @@ func (f *Feed) Interval() time.Duration {
 	return cmp.Or(f.interval, f.cfg.Interval)
 }
 
+// BudgetInterval returns the interval the read budget gives a quiet feed
+// now: the slowest it polls while webhooks deliver (Interval without an
+// Allocation).
+func (f *Feed) BudgetInterval() time.Duration {
+	interval, _, _ := f.budgetInterval()
+	return interval
+}
+
 // pace returns the wait before the next poll, after a poll that did res
 // (failed: it ended early), and logs at INFO when the wait changes. A
 // poll that caught events no webhook had brought, listed events the

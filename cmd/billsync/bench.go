@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/billsync/billsync/cmd/billsync/internal/bench"
 )
@@ -37,11 +38,34 @@ func (s *benchSenders) Set(v string) error {
 	return nil
 }
 
+// benchLatencies is the comma-separated -latency flag.
+type benchLatencies []time.Duration
+
+func (l *benchLatencies) String() string {
+	parts := make([]string, len(*l))
+	for i, d := range *l {
+		parts[i] = d.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l *benchLatencies) Set(v string) error {
+	*l = nil
+	for _, f := range strings.Split(v, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil {
+			return fmt.Errorf("want latencies like 50ms,300ms: %w", err)
+		}
+		*l = append(*l, d)
+	}
+	return nil
+}
+
 // benchHidden are tuning flags kept out of --help: they change what is
 // measured, so the figures would no longer be the issue's.
 var benchHidden = map[string]bool{
 	"senders": true, "intake-deliveries": true, "rounds": true, "drain-events": true,
-	"customers": true, "workers": true, "batch": true, "latency": true, "rate": true, "pool-conns": true,
+	"customers": true, "workers": true, "batch": true, "latency": true, "rate": true, "operation-rate": true, "pool-conns": true,
 	"sweep-accounts": true, "only": true, "cpuprofile": true, "sweep-parallel": true, "baseline-workers": true, "load-for": true,
 }
 
@@ -56,22 +80,31 @@ operator's tables are never touched) and with an in-process fake Stripe:
 
   intake  concurrent senders post signed deliveries (30% copies) over HTTP;
           compared with the same store transaction called directly
+The fake enforces Stripe's documented limits on a live key (100 req/s in
+all, 25 req/s each API operation, 429 over them) and billsync's client
+runs at serve's defaults for that key. drain, latency and sweep run at
+50 ms and at 300 ms provider latency:
+
   drain   a burst of events over many customers, reconciled with serve's
-          defaults against the fake with 50 ms latency (-latency) through
-          a client limited to 100 req/s; compared with the limit and with
-          a worker bounded at 8 in flight (serve's old fixed loops); then
-          a second burst posted through the intake while the workers run
-  latency deliveries posted through the intake at half the limit for
-          -load-for: webhook → applied p50/p99, compared with the
-          provider's latency and with the 8-in-flight baseline
-  sweep   every account re-read in bulk from the fake at 100 req/s (the
-          sweep's share: half) and 50 ms latency, 1% of them drifted
-          (plan changed, webhook lost); compared with the time its list
-          calls need at its share, and with the requests of reconciling
-          each account one by one
+          defaults; compared with what its two read operations allow
+          (2 × 25 req/s), counting 429s, and with a worker bounded at 8
+          in flight (serve's old fixed loops); then a second burst posted
+          through the intake while the workers run
+  latency deliveries posted through the intake at half of what the read
+          operations allow for -load-for: webhook → applied p50/p99,
+          compared with the provider's latency and with the 8-in-flight
+          baseline
+  sweep   every account re-read in bulk from the fake at the list
+          operation's 25 req/s, 1% of them drifted (plan changed, webhook
+          lost); compared with the time its list calls need at that rate,
+          and with the requests of reconciling each account one by one
   heal    plan changes at the fake timed until their accounts show them:
           by webhook (the baseline), then with every webhook dropped and
-          the events feed alone, polling every 2 s (its 1 min default ÷ 30)
+          the events feed alone, at the interval the read budget of an
+          account at the 10,000-read floor gives (its times ÷ 100)
+  idle    the events feed's reads over 30 days on an account where
+          nothing happens, at serve's defaults and the 10,000-read floor;
+          compared with the same feed without a read budget
 
 It prints each figure, its target and PASS or MISS, and exits 0 either way.
 
@@ -98,7 +131,7 @@ flags:`)
 	fs.IntVar(&bc.DrainEvents, "drain-events", 0, "drain: events to store before the workers start")
 	fs.IntVar(&bc.Customers, "customers", 0, "drain: customers the events are spread over")
 	fs.IntVar(&bc.SweepAccounts, "sweep-accounts", 0, "sweep: accounts at the fake, 1% of them drifted")
-	fs.StringVar(&bc.Only, "only", "", "run one part alone: intake, drain, latency, sweep or heal")
+	fs.StringVar(&bc.Only, "only", "", "run one part alone: intake, drain, latency, sweep, heal or idle")
 	fs.DurationVar(&bc.LoadFor, "load-for", 0, "latency: how long the steady load (half the rate limit) is posted (default 10s, 30s with -full)")
 	fs.StringVar(&bc.CPUProfile, "cpuprofile", "", "write the measured sweep's CPU profile to this file")
 	fs.IntVar(&bc.SweepParallel, "sweep-parallel", 0, "sweep: list requests in flight (0: adapting, serve's default; 1: one page at a time)")
@@ -106,8 +139,9 @@ flags:`)
 	fs.IntVar(&bc.BaselineWorkers, "baseline-workers", 0, "drain: the baseline measured in the same run, a worker bounded at this many in flight (default 8: serve's old fixed loops; -1 skips it)")
 	fs.IntVar(&bc.Batch, "batch", 0, "drain: claimed jobs kept waiting beyond those in flight, at least (default: the worker's, reconcile.DefaultBatch)")
 	fs.IntVar(&bc.PoolConns, "pool-conns", 0, "database connections of the bench pools (default: as serve gets them)")
-	fs.DurationVar(&bc.Latency, "latency", 0, "drain and sweep: latency the fake adds to every API request")
-	fs.Float64Var(&bc.RateLimit, "rate", 0, "drain: the Stripe client's requests per second")
+	fs.Var((*benchLatencies)(&bc.Latencies), "latency", "drain, latency and sweep: the latencies the fake adds to every API request, comma-separated, each a run (default 50ms,300ms)")
+	fs.Float64Var(&bc.RateLimit, "rate", 0, "the Stripe account's global rate, requests per second, at the fake and in the client (default a live key's, 100)")
+	fs.Float64Var(&bc.OperationRate, "operation-rate", 0, "each Stripe API operation's rate, requests per second, at the fake and in the client (default Stripe's 25)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

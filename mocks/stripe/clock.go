@@ -33,6 +33,17 @@ func NewStoppedClock(t time.Time) *Clock {
 	return c
 }
 
+// Start makes a stopped clock run with the wall clock from what it reads
+// now; a running clock is left as it is. The fake's rate limits refill
+// by this clock: a stopped one refills them only with Advance.
+func (c *Clock) Start() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		c.base, c.realStart, c.offset, c.stopped = c.now(), time.Now(), 0, false
+	}
+}
+
 // Now returns the fake current time.
 func (c *Clock) Now() time.Time {
 	c.mu.Lock()

@@ -1,9 +1,14 @@
 // Package bench measures billsync on this machine, each figure against a
 // baseline measured in the same run: the HTTP intake against the same store
 // call made directly (its ceiling), the worker draining a burst against
-// the fake Stripe's rate limit, and the nightly sweep against the time its
-// list calls need at that limit. Run returns a Report; Report.Print writes
-// it as a table.
+// what Stripe's rate limits allow its two read operations, the nightly
+// sweep against the time its list calls need at the list operation's
+// limit, the events feed's idle reads against the read allocation, and
+// healing a lost webhook at the interval that allocation gives. The fake
+// Stripe enforces Stripe's documented limits (per operation, inside a
+// global one) on a live key, with billsync's client at serve's defaults
+// for that key, at each provider latency of Config.Latencies. Run returns
+// a Report; Report.Print writes it as a table.
 //
 // It must never touch the operator's data: it works only in databases it
 // creates (billsync_bench_*) on the server it is given, and drops them at
@@ -18,9 +23,12 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
+	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/scratch"
@@ -30,19 +38,34 @@ import (
 const (
 	TargetIntakeRatio = 0.8                   // intake throughput / ceiling, at TargetSenders
 	TargetIntakeP99   = 20 * time.Millisecond // intake p99, at TargetSenders
-	TargetLimitShare  = 0.95                  // drain: API requests/s as a share of the client's limit
+	TargetLimitShare  = 0.95                  // drain: API requests/s as a share of what its read operations allow
+	TargetLimited     = 0.0                   // drain: 429 answers per 1,000 requests
 	TargetFetches     = 1.1                   // drain: provider fetches per customer per burst
 	TargetAppliedP99  = 2.0                   // latency: webhook → applied p99 / provider latency, at half the limit
 	TargetSweepWall   = 2.0                   // sweep: wall time / provider-bound minimum (list calls ÷ rate)
 	TargetSweepCalls  = 80.0                  // sweep: per-account requests / list requests
 	TargetSweepRSSMiB = 200.0                 // sweep: peak RSS of billsync sweep in a process of its own
-	TargetSweep1M     = 4 * time.Minute       // sweep: 1M accounts projected, judged from TargetSweep1MFrom accounts
+	TargetSweep1M     = 8 * time.Minute       // sweep: 1M accounts projected (the list operation's 25/s needs 6.7 min), judged from TargetSweep1MFrom accounts
 	// TargetSweep1MFrom is the fewest accounts a 1M projection is judged
 	// from: below it, the process's start and the last parts' short pages
 	// are too large a share of the run to scale by.
 	TargetSweep1MFrom = 100_000
 	TargetSenders     = 32
+	// TargetIdleReads is the events feed's reads over 30 days on an idle
+	// account at the 10,000-read floor: a quarter of it.
+	TargetIdleReads = 2500
 )
+
+// benchKey is the fake's API key: a live key, so billsync's client takes
+// a live account's global rate by itself (stripe.DefaultRate), as serve
+// does, and the fake enforces the live global limit.
+const benchKey = "sk_live_billsync_bench"
+
+// readOperations is how many API operations a reconcile can read a
+// customer by (retrieve customer, list subscriptions by customer): with
+// Stripe's limit per operation, the drain's ceiling is this many times
+// the operation rate, within the global one.
+const readOperations = 2
 
 const (
 	copyShare       = 0.3  // share of intake deliveries that are copies of another delivery's event
@@ -59,15 +82,25 @@ type Config struct {
 	Customers        int
 	SweepAccounts    int
 	// LoadFor is how long the latency part posts its steady load.
-	LoadFor   time.Duration
-	Workers   int
-	Batch     int
+	LoadFor time.Duration
+	Workers int
+	Batch   int
+	// Latencies are the provider latencies the drain, latency and sweep
+	// parts each run at (default 50 ms and 300 ms); the heal part runs at
+	// the last. Latency is the one a part runs at (set by Run).
+	Latencies []time.Duration
 	Latency   time.Duration
-	RateLimit float64
+	// RateLimit is the Stripe account's global rate (-stripe-rate),
+	// default a live key's 100/s; OperationRate each API operation's
+	// (-stripe-operation-rate), default Stripe's 25/s. The fake enforces
+	// both, and billsync's client runs at both.
+	RateLimit     float64
+	OperationRate float64
 	// PoolConns is the bench pools' size; 0 = what serve gets on the same
 	// URL (its pool_max_conns, else store.DefaultServePoolSize).
 	PoolConns int
-	// Only, when set (intake, drain, sweep or heal), runs that part alone.
+	// Only, when set (intake, drain, latency, sweep, heal or idle), runs
+	// that part alone.
 	Only string
 	// SweepParallel pins how many list requests the sweeps keep in
 	// flight; 0 adapts, as serve's default.
@@ -76,6 +109,9 @@ type Config struct {
 	// the worker bounded at this many in flight (8: serve's old fixed
 	// loops, throughput = loops ÷ latency); negative skips it.
 	BaselineWorkers int
+	// HealScale divides the heal part's feed times and multiplies its
+	// allocation; default HealPollScale.
+	HealScale int
 	// CPUProfile, when set, is the file the measured sweep's CPU profile
 	// is written to (pprof format): the sweep alone, not its setup.
 	CPUProfile string
@@ -114,8 +150,13 @@ func (c Config) withDefaults() Config {
 	c.Workers = cmp.Or(c.Workers, reconcile.DefaultMaxInFlight) // serve's -workers
 	c.BaselineWorkers = cmp.Or(c.BaselineWorkers, 8)            // serve's old fixed loops
 	c.Batch = cmp.Or(c.Batch, reconcile.DefaultBatch)           // as serve runs it
-	c.Latency = cmp.Or(c.Latency, 50*time.Millisecond)
-	c.RateLimit = cmp.Or(c.RateLimit, 100)
+	c.HealScale = cmp.Or(c.HealScale, HealPollScale)
+	if len(c.Latencies) == 0 {
+		c.Latencies = []time.Duration{50 * time.Millisecond, 300 * time.Millisecond}
+	}
+	c.Latency = cmp.Or(c.Latency, c.Latencies[0])
+	c.RateLimit = cmp.Or(c.RateLimit, stripe.DefaultRate(benchKey))
+	c.OperationRate = cmp.Or(c.OperationRate, stripe.OperationRate)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -141,21 +182,40 @@ func (c Config) Validate() error {
 	if c.SweepAccounts < 100 {
 		errs = append(errs, errors.New("-sweep-accounts must be 100 or more"))
 	}
-	if c.Only != "" && c.Only != "intake" && c.Only != "drain" && c.Only != "latency" && c.Only != "sweep" && c.Only != "heal" {
-		errs = append(errs, errors.New("-only must be intake, drain, latency, sweep or heal"))
+	if c.Only != "" && !slices.Contains([]string{"intake", "drain", "latency", "sweep", "heal", "idle"}, c.Only) {
+		errs = append(errs, errors.New("-only must be intake, drain, latency, sweep, heal or idle"))
 	}
 	if c.LoadFor < time.Second {
 		errs = append(errs, errors.New("-load-for must be 1s or more"))
 	}
-	if c.Workers < 1 || c.Batch < 1 || c.Latency < 0 || c.RateLimit <= 0 || c.PoolConns < 0 || c.SweepParallel < 0 {
-		errs = append(errs, errors.New("-workers and -batch must be 1 or more, -latency, -pool-conns and -sweep-parallel not negative, -rate positive"))
+	if c.Workers < 1 || c.Batch < 1 || slices.ContainsFunc(c.Latencies, func(d time.Duration) bool { return d < 0 }) ||
+		c.RateLimit <= 0 || c.OperationRate <= 0 || c.PoolConns < 0 || c.SweepParallel < 0 {
+		errs = append(errs, errors.New("-workers and -batch must be 1 or more, -latency, -pool-conns and -sweep-parallel not negative, -rate and -operation-rate positive"))
 	}
 	return errors.Join(errs...)
 }
 
-// Run measures the intake, then the drain, each in a fresh database of its
-// own on the server at databaseURL (like store.Open, the URL is where, cfg
-// is what), and returns the report with each target judged.
+// allowed is the requests per second the drain's reads may take: its read
+// operations' rates together, within the global rate.
+func (c Config) allowed() float64 { return min(c.RateLimit, readOperations*c.OperationRate) }
+
+// listRate is the sweep's share, as serve gives it: the list operation's
+// rate, at most half the global one (stripe.Config.ListRateLimit).
+func (c Config) listRate() float64 { return min(c.OperationRate, c.RateLimit/2) }
+
+// limits are the fake's: Stripe's model at the run's rates.
+func (c Config) limits() stripemock.Limits {
+	return stripemock.Limits{Global: c.RateLimit, LiveGlobal: c.RateLimit, PerOperation: c.OperationRate}
+}
+
+// client is billsync's Stripe client as serve runs it at the run's rates.
+func (c Config) client() stripe.Config {
+	return stripe.Config{RateLimit: c.RateLimit, OperationRateLimit: c.OperationRate}
+}
+
+// Run measures the intake, then each other part, each in a fresh database
+// of its own on the server at databaseURL (like store.Open, the URL is
+// where, cfg is what), and returns the report with each target judged.
 func Run(ctx context.Context, databaseURL string, cfg Config) (Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return Report{}, err
@@ -172,33 +232,60 @@ func Run(ctx context.Context, databaseURL string, cfg Config) (Report, error) {
 	stamp := time.Now().Unix()
 	// Each part gets a database of its own: the intake leaves its
 	// customers queued, which the drain must not see.
-	parts := []struct {
+	type part struct {
 		name string
 		run  func(st *store.Store) error
-	}{
-		{"intake", func(st *store.Store) (err error) { rep.Intake, err = runIntake(ctx, st, cfg); return err }},
-		{"drain", func(st *store.Store) (err error) { rep.Drain, err = runDrain(ctx, st, cfg, true); return err }},
-		{"drain_baseline", func(st *store.Store) (err error) {
-			if cfg.BaselineWorkers <= 0 {
-				return nil
-			}
-			base := cfg
-			base.Workers = cfg.BaselineWorkers
-			d, err := runDrain(ctx, st, base, false)
-			rep.Drain.Baseline = &DrainBaseline{Workers: d.Workers, Seconds: d.Seconds, APIRequestsPerSec: d.APIRequestsPerSec, LimitShare: d.LimitShare}
-			return err
-		}},
-		{"latency", func(st *store.Store) (err error) { rep.Latency, err = runLatency(ctx, st, cfg); return err }},
-		{"sweep", func(st *store.Store) (err error) { rep.Sweep, err = runSweep(ctx, st, cfg); return err }},
-		{"heal", func(st *store.Store) (err error) { rep.Heal, err = runHeal(ctx, st, cfg); return err }},
 	}
-	for _, part := range parts {
-		if cfg.Only != "" && cfg.Only != strings.TrimSuffix(part.name, "_baseline") {
+	parts := []part{
+		{"intake", func(st *store.Store) (err error) { rep.Intake, err = runIntake(ctx, st, cfg); return err }},
+	}
+	for _, latency := range cfg.Latencies {
+		at := cfg
+		at.Latency = latency
+		var drain DrainResult
+		suffix := "_" + latency.String()
+		parts = append(parts,
+			part{"drain" + suffix, func(st *store.Store) (err error) {
+				drain, err = runDrain(ctx, st, at, true)
+				return err
+			}},
+			part{"drain_baseline" + suffix, func(st *store.Store) error {
+				if at.BaselineWorkers > 0 {
+					base := at
+					base.Workers = at.BaselineWorkers
+					d, err := runDrain(ctx, st, base, false)
+					if err != nil {
+						return err
+					}
+					drain.Baseline = &DrainBaseline{Workers: d.Workers, Seconds: d.Seconds, APIRequestsPerSec: d.APIRequestsPerSec, LimitShare: d.LimitShare}
+				}
+				rep.Drain = append(rep.Drain, drain)
+				return nil
+			}},
+			part{"latency" + suffix, func(st *store.Store) error {
+				l, err := runLatency(ctx, st, at)
+				rep.Latency = append(rep.Latency, l)
+				return err
+			}},
+			part{"sweep" + suffix, func(st *store.Store) error {
+				sw, err := runSweep(ctx, st, at)
+				rep.Sweep = append(rep.Sweep, sw)
+				return err
+			}})
+	}
+	last := cfg
+	last.Latency = cfg.Latencies[len(cfg.Latencies)-1]
+	parts = append(parts,
+		part{"heal", func(st *store.Store) (err error) { rep.Heal, err = runHeal(ctx, st, last); return err }},
+		part{"idle", func(st *store.Store) (err error) { rep.Idle, err = runIdle(ctx, st, last); return err }})
+	for _, p := range parts {
+		name, _, _ := strings.Cut(p.name, "_")
+		if cfg.Only != "" && cfg.Only != name {
 			continue
 		}
-		err := withDatabase(ctx, databaseURL, fmt.Sprintf("billsync_bench_%d_%s", stamp, part.name), cfg, func(st *store.Store) error {
+		err := withDatabase(ctx, databaseURL, fmt.Sprintf("billsync_bench_%d_%s", stamp, strings.ReplaceAll(p.name, ".", "")), cfg, func(st *store.Store) error {
 			rep.PoolConns = scratch.MaxConns(st)
-			return part.run(st)
+			return p.run(st)
 		})
 		if err != nil {
 			return rep, err

@@ -34,7 +34,8 @@ func startIntake(t testing.TB, st *store.Store) *intake {
 // toy is a run small enough for a test.
 func toy() Config {
 	return Config{Senders: []int{1, 4}, IntakeDeliveries: 40, Rounds: 2,
-		DrainEvents: 30, Customers: 6, SweepAccounts: 300, Workers: 3, Latency: 2 * time.Millisecond, RateLimit: 500, LoadFor: time.Second}.withDefaults()
+		DrainEvents: 30, Customers: 6, SweepAccounts: 300, Workers: 3, Latencies: []time.Duration{2 * time.Millisecond},
+		RateLimit: 500, OperationRate: 250, LoadFor: time.Second, HealScale: 1000}.withDefaults()
 }
 
 // TestIntakeStoresWhatItReports: read back from the database, every
@@ -181,7 +182,7 @@ func TestLatencyAnswersEveryDelivery(t *testing.T) {
 	cfg.BaselineWorkers = 2
 	res, err := runLatency(ctx, st, cfg)
 	require.NoError(t, err)
-	load := int(cfg.RateLimit / 2) // one second at half the limit
+	load := int(cfg.allowed() / 2) // one second at half what the read operations allow
 	require.Equal(t, load, res.Measured.Events)
 	require.NotNil(t, res.Baseline)
 	require.Equal(t, load, res.Baseline.Events)
@@ -263,14 +264,23 @@ func TestBenchQuick(t *testing.T) {
 	require.Equal(t, int(store.ServePoolSize(url)), rep.PoolConns, "the bench's pools are serve's size")
 	require.Len(t, rep.Intake, 2)
 	require.Equal(t, "intake throughput / ceiling, 4 senders", rep.Targets[0].Name)
-	require.Len(t, rep.Targets, 10)
-	require.Equal(t, int(cfg.RateLimit/2), rep.Latency.Measured.Events, "one second of load at half the limit")
-	require.Equal(t, 300, rep.Sweep.Accounts)
-	require.Equal(t, 3, rep.Sweep.Drifted, "1% of the accounts drifted")
-	require.Equal(t, rep.Sweep.Drifted, rep.Sweep.Healed, "the sweep healed exactly the drifted accounts")
-	require.LessOrEqual(t, rep.Sweep.ListCalls, int64(4), "300 accounts in pages of 100, and one call to find the end")
-	require.Positive(t, rep.Sweep.PerAccountCalls)
-	p := rep.Sweep.Process
+	require.Len(t, rep.Targets, 12)
+	require.Len(t, rep.Drain, 1, "one latency")
+	require.Zero(t, rep.Drain[0].RateLimited, "the client keeps within the fake's limits")
+	require.Equal(t, rep.Drain[0].APIRequests, rep.Drain[0].Operations["GET /v1/customers/{id}"]+rep.Drain[0].Operations["GET /v1/subscriptions"],
+		"the drain reads customers by its two operations only: %v", rep.Drain[0].Operations)
+	require.Len(t, rep.Latency, 1)
+	require.Equal(t, int(cfg.allowed()/2), rep.Latency[0].Measured.Events, "one second of load at half what the read operations allow")
+	require.Len(t, rep.Sweep, 1)
+	sw := rep.Sweep[0]
+	require.Equal(t, 300, sw.Accounts)
+	require.Equal(t, 3, sw.Drifted, "1% of the accounts drifted")
+	require.Equal(t, sw.Drifted, sw.Healed, "the sweep healed exactly the drifted accounts")
+	require.LessOrEqual(t, sw.ListCalls, int64(4), "300 accounts in pages of 100, and one call to find the end")
+	require.Zero(t, sw.RateLimited)
+	require.Equal(t, cfg.OperationRate, sw.ListRate, "the sweep lists at its operation's rate")
+	require.Positive(t, sw.PerAccountCalls)
+	p := sw.Process
 	require.NotNil(t, p)
 	require.Equal(t, 3, p.Drifted, "another 1% drifted")
 	require.Equal(t, p.Drifted, p.Healed, "billsync sweep healed exactly them")
@@ -278,13 +288,25 @@ func TestBenchQuick(t *testing.T) {
 	require.Positive(t, p.PeakRSSMiB, "the child's peak RSS was read")
 	require.LessOrEqual(t, p.ListCalls, int64(4), "300 accounts in pages of 100, and one call to find the end")
 	require.Positive(t, p.WallRatio)
-	require.Equal(t, "billsync sweep peak RSS, 300 accounts", rep.Targets[len(rep.Targets)-2].Name)
+	require.Equal(t, "billsync sweep peak RSS, 300 accounts, 2 ms", rep.Targets[len(rep.Targets)-3].Name)
 	// Every change of the heal part's second half was caught by the feed:
 	// no webhook brought it.
 	require.Equal(t, healChanges, rep.Heal.Changes)
 	require.GreaterOrEqual(t, rep.Heal.FeedCaught, int64(healChanges))
 	require.Positive(t, rep.Heal.Feed.P99Ms)
-	require.Equal(t, "heal p99, every webhook lost (events feed alone)", rep.Targets[len(rep.Targets)-1].Name)
+	require.Equal(t, 10000.0, rep.Heal.Allocation, "an account with no transactions: the floor")
+	require.Equal(t, (18*time.Minute+10*time.Second).Seconds()*1000, rep.Heal.BudgetPollMs, "the floor's budget interval")
+	require.Equal(t, 2000.0, rep.Heal.PollMs, "18m10s ÷ 1000, rounded up to the second")
+	require.Equal(t, "heal p99, every webhook lost (events feed alone), 10000 reads/month", rep.Targets[len(rep.Targets)-2].Name)
+	// Idle: one read a quiet poll (the events list), one the endpoint's
+	// status; a quarter of the floor at most.
+	require.Equal(t, 1.0, rep.Idle.ReadsPerPoll)
+	require.Equal(t, 1.0, rep.Idle.EndpointReads)
+	require.Equal(t, 1090.0, rep.Idle.IntervalS)
+	require.LessOrEqual(t, rep.Idle.ReadsPerMonth, float64(TargetIdleReads))
+	require.Equal(t, 60.0, rep.Idle.BaselineIntervalS)
+	require.Equal(t, 43320.0, rep.Idle.BaselineReadsPerMonth, "43,200 polls and 120 endpoint reads")
+	require.Equal(t, "PASS", rep.Targets[len(rep.Targets)-1].Verdict)
 }
 
 // TestReportPrintsMiss: the table names each target and says MISS plainly
@@ -294,9 +316,10 @@ func TestReportPrintsMiss(t *testing.T) {
 		Mode: "quick",
 		Intake: []IntakeResult{{Senders: 32, Ratio: 0.5,
 			HTTP: Latency{PerSec: 500, P99Ms: 40}, Ceiling: Latency{PerSec: 1000, P99Ms: 10}}},
-		Drain: DrainResult{Events: 20, Customers: 2, LimitShare: 0.99, RateLimit: 100, FetchesPerCustomer: 1,
-			Live: LiveResult{FetchesPerCustomer: 1.5, Refetched: 1}},
-		Sweep: SweepResult{Accounts: 1000, WallRatio: 2.5, CallReduction: 100},
+		Drain: []DrainResult{{Events: 20, Customers: 2, LatencyMs: 50, LimitShare: 0.99, RateLimit: 100, Allowed: 50, FetchesPerCustomer: 1,
+			APIRequests: 1000, RateLimited: 3, LimitedPer1000: 3, Live: LiveResult{FetchesPerCustomer: 1.5, Refetched: 1}}},
+		Sweep: []SweepResult{{Accounts: 1000, LatencyMs: 300, WallRatio: 2.5, CallReduction: 100}},
+		Idle:  IdleResult{Allocation: 10000, ReadsPerMonth: 2498, BaselineReadsPerMonth: 43320, BaselineIntervalS: 60},
 	}
 	rep.evaluate()
 	var out bytes.Buffer
@@ -314,15 +337,17 @@ func TestReportPrintsMiss(t *testing.T) {
 		}
 	}
 	require.Equal(t, map[string]string{
-		"intake throughput / ceiling, 32 senders":                 "MISS",
-		"intake p99, 32 senders":                                  "MISS",
-		"drain API requests/s / client limit":                     "PASS",
-		"drain fetches per customer, burst stored first":          "PASS",
-		"drain fetches per customer, burst arriving live":         "MISS",
-		"sweep wall time / provider-bound minimum, 1000 accounts": "MISS",
-		"sweep per-account requests / list requests":              "PASS",
+		"intake throughput / ceiling, 32 senders":                               "MISS",
+		"intake p99, 32 senders":                                                "MISS",
+		"drain API requests/s / what its read operations allow, 50 ms":          "PASS",
+		"drain 429s per 1,000 requests, 50 ms":                                  "MISS",
+		"drain fetches per customer, burst stored first, 50 ms":                 "PASS",
+		"drain fetches per customer, burst arriving live, 50 ms":                "MISS",
+		"sweep wall time / list operation's minimum, 1000 accounts, 300 ms":     "MISS",
+		"sweep per-account requests / list requests, 300 ms":                    "PASS",
+		"idle events feed reads / 30 days, serve's defaults, 10000 reads/month": "PASS",
 	}, verdicts, out.String())
-	require.Contains(t, out.String(), "MISS: 4 of 7 targets missed")
+	require.Contains(t, out.String(), "MISS: 5 of 9 targets missed")
 }
 
 // TestSweep1MProjection: from 100,000 accounts the bench judges the 1M
@@ -331,7 +356,7 @@ func TestReportPrintsMiss(t *testing.T) {
 // size it does not judge one.
 func TestSweep1MProjection(t *testing.T) {
 	judged := func(sw SweepResult) (Target, bool) {
-		rep := Report{Sweep: sw}
+		rep := Report{Sweep: []SweepResult{sw}}
 		rep.evaluate()
 		for _, tg := range rep.Targets {
 			if strings.HasPrefix(tg.Name, "sweep, 1M accounts projected") {
@@ -340,20 +365,20 @@ func TestSweep1MProjection(t *testing.T) {
 		}
 		return Target{}, false
 	}
-	sw := SweepResult{Accounts: 100_000, RateLimit: 100, ListRate: 50, ListCalls: 1060, WallRatio: 1.19,
-		CallReduction: 100, Projected1MSeconds: 252, Process: &ProcessSweep{Seconds: 21.4, Projected1MSeconds: 214}}
+	sw := SweepResult{Accounts: 100_000, RateLimit: 100, ListRate: 25, ListCalls: 1060, WallRatio: 1.19,
+		CallReduction: 100, Projected1MSeconds: 504, Process: &ProcessSweep{Seconds: 43.4, Projected1MSeconds: 434}}
 	tg, ok := judged(sw)
 	require.True(t, ok)
 	require.Contains(t, tg.Name, "billsync sweep, a process of its own")
 	require.Equal(t, "PASS", tg.Verdict)
-	require.InDelta(t, 214.0/60, tg.Value, 0.001)
-	require.Contains(t, tg.Baseline, "the in-process sweep: 4.2 min")
+	require.InDelta(t, 434.0/60, tg.Value, 0.001)
+	require.Contains(t, tg.Baseline, "the in-process sweep: 8.4 min")
 
 	sw.Process = nil
 	tg, ok = judged(sw)
 	require.True(t, ok)
 	require.Contains(t, tg.Name, "the in-process sweep")
-	require.Equal(t, "MISS", tg.Verdict, "4.2 min")
+	require.Equal(t, "MISS", tg.Verdict, "8.4 min")
 
 	sw.Accounts = 20_000
 	_, ok = judged(sw)

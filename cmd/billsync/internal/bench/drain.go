@@ -30,7 +30,9 @@ type DrainResult struct {
 	Customers         int     `json:"customers"`
 	StoredVia         string  `json:"stored_via"`
 	LatencyMs         float64 `json:"provider_latency_ms"`
-	RateLimit         float64 `json:"rate_limit_per_sec"`
+	RateLimit         float64 `json:"rate_limit_per_sec"`     // the global rate
+	OperationRate     float64 `json:"operation_rate_per_sec"` // each operation's
+	Allowed           float64 `json:"allowed_per_sec"`        // the read operations' rates together, within the global one
 	Workers           int     `json:"workers"`
 	Batch             int     `json:"batch"`
 	SeedSeconds       float64 `json:"seed_seconds"`
@@ -38,7 +40,13 @@ type DrainResult struct {
 	Seconds           float64 `json:"seconds"` // workers start → queue empty
 	APIRequests       int64   `json:"api_requests"`
 	APIRequestsPerSec float64 `json:"api_requests_per_sec"`
-	LimitShare        float64 `json:"limit_share"`
+	LimitShare        float64 `json:"limit_share"` // APIRequestsPerSec / Allowed
+	// Operations are the drain's requests by API operation, counted at the
+	// fake, 429s included; LimitedPer1000 is its 429 answers per 1,000
+	// requests, LimitedBy them by Stripe-Rate-Limited-Reason.
+	Operations     map[string]int64 `json:"requests_by_operation"`
+	LimitedPer1000 float64          `json:"rate_limited_per_1000"`
+	LimitedBy      map[string]int64 `json:"rate_limited_by_reason,omitempty"`
 	// DeepShare is the share of the limit while the queue was deep: the
 	// requests over the time less one latency (the last requests' answers
 	// come back a latency after they were sent, with nothing left to send).
@@ -111,6 +119,7 @@ func runDrain(ctx context.Context, st *store.Store, cfg Config, live bool) (Drai
 	res := DrainResult{
 		Events: cfg.DrainEvents, Customers: cfg.Customers, StoredVia: "store.StoreDelivery (no HTTP)",
 		LatencyMs: float64(cfg.Latency) / float64(time.Millisecond), RateLimit: cfg.RateLimit,
+		OperationRate: cfg.OperationRate, Allowed: cfg.allowed(),
 		Workers: cfg.Workers, Batch: cfg.Batch, Outcomes: map[string]int{},
 	}
 	d, err := newDrain(ctx, st, cfg)
@@ -145,8 +154,10 @@ func runDrain(ctx context.Context, st *store.Store, cfg Config, live bool) (Drai
 	cfg.Logger.Info("bench drain: events stored", slog.Int("events", cfg.DrainEvents), slog.Float64("seconds", res.StoreSeconds))
 
 	// The provider as Stripe's live mode would be: every request takes the
-	// latency, and the account's rate limit is enforced (429 over it).
-	d.h.Stripe.Fake.SetFaults(stripemock.Faults{Latency: cfg.Latency, RequestsPerSecond: cfg.RateLimit})
+	// latency, and the account's limits are enforced (429 over them).
+	if err := d.meter(cfg, stripemock.Faults{Latency: cfg.Latency}); err != nil {
+		return res, err
+	}
 	provider := &countingProvider{Provider: d.h.Stripe.Client, fetches: map[string]int{}}
 	var outcomesMu sync.Mutex
 	worker, err := d.worker(cfg, provider, func(_ reconcile.Job, out reconcile.Outcome) {
@@ -180,15 +191,19 @@ func runDrain(ctx context.Context, st *store.Store, cfg Config, live bool) (Drai
 	res.Seconds = round(took.Seconds(), 3)
 	res.APIRequests, res.RateLimited, res.Connections = reqs, limited, conns
 	res.APIRequestsPerSec = round(float64(reqs)/took.Seconds(), 1)
-	res.LimitShare = round(float64(reqs)/took.Seconds()/cfg.RateLimit, 4)
+	res.LimitShare = round(float64(reqs)/took.Seconds()/res.Allowed, 4)
 	if deep := took - cfg.Latency; deep > 0 {
-		res.DeepShare = round(float64(reqs)/deep.Seconds()/cfg.RateLimit, 4)
+		res.DeepShare = round(float64(reqs)/deep.Seconds()/res.Allowed, 4)
+	}
+	res.Operations, res.LimitedBy = byOperation(d.h.Stripe.Fake.Usage())
+	if reqs > 0 {
+		res.LimitedPer1000 = round(float64(limited)*1000/float64(reqs), 2)
 	}
 	res.Reconciles = stats.Reconciles
 	res.ReconcilesPerSec = round(float64(stats.Reconciles)/took.Seconds(), 1)
 	if stats.Reconciles > 0 {
 		res.RequestsPerReconcile = round(float64(reqs)/float64(stats.Reconciles), 2)
-		res.MaxReconcilesPerSec = round(cfg.RateLimit/res.RequestsPerReconcile, 1)
+		res.MaxReconcilesPerSec = round(res.Allowed/res.RequestsPerReconcile, 1)
 	}
 	res.Fetches, res.CustomersFetched = provider.counts()
 	res.Timeline = provider.timeline(start)
@@ -287,7 +302,7 @@ func (d *drain) live(ctx context.Context, cfg Config) (LiveResult, error) {
 // since start. At the limit a drain needs requests/limit seconds; ten times
 // that (plus a minute) means it is broken, not slow.
 func (d *drain) waitEmpty(ctx context.Context, start time.Time, cfg Config) (time.Duration, error) {
-	limit := time.Minute + 10*time.Duration(2*float64(len(d.customers))/cfg.RateLimit*float64(time.Second))
+	limit := time.Minute + 10*time.Duration(2*float64(len(d.customers))/cfg.allowed()*float64(time.Second))
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.NewTimer(limit)
@@ -320,9 +335,9 @@ func newDrain(ctx context.Context, st *store.Store, cfg Config) (*drain, error) 
 		Store: st, Wrap: d.counted.wrap, ConnState: d.counted.connState,
 		Stripe: testenv.StripeOptions{
 			// The fake's own webhooks are not the load: seeding sends none.
-			Fake: stripemock.Options{Faults: stripemock.Faults{DropRate: 1}},
-			// billsync's client as serve runs it, at the bench's limit.
-			Client: stripe.Config{RateLimit: cfg.RateLimit},
+			Fake: stripemock.Options{APIKey: benchKey, Faults: stripemock.Faults{DropRate: 1}},
+			// billsync's client as serve runs it, at the bench's rates.
+			Client: cfg.client(),
 		},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -337,6 +352,33 @@ func newDrain(ctx context.Context, st *store.Store, cfg Config) (*drain, error) 
 	d.seedSeconds = round(time.Since(t0).Seconds(), 2)
 	cfg.Logger.Info("bench: fake seeded", slog.Int("customers", len(d.customers)), slog.Float64("seconds", d.seedSeconds))
 	return d, nil
+}
+
+// meter has the fake enforce the run's limits, with faults, and starts
+// counting its requests again.
+func (d *drain) meter(cfg Config, faults stripemock.Faults) error {
+	d.h.Stripe.Fake.SetFaults(faults)
+	if err := d.h.Stripe.Fake.SetLimits(cfg.limits()); err != nil {
+		return err
+	}
+	d.h.Stripe.Fake.ResetUsage()
+	return nil
+}
+
+// byOperation returns the requests the fake counted by operation and its
+// 429s by reason.
+func byOperation(u stripemock.Usage) (requests, limited map[string]int64) {
+	requests = map[string]int64{}
+	for op, ou := range u.Operations {
+		requests[op] = ou.Requests
+		for reason, n := range ou.RateLimited {
+			if limited == nil {
+				limited = map[string]int64{}
+			}
+			limited[reason] += n
+		}
+	}
+	return requests, limited
 }
 
 // seed creates n customers at the fake for the drain.

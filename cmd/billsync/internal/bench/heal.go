@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"sync"
@@ -21,11 +20,15 @@ import (
 // The heal part: how long a plan change at Stripe takes to reach its
 // account when every webhook is lost, the events feed being the only
 // signal, against the same changes delivered by webhook in the same run.
+// The feed runs as serve runs it on an account at the read allocation's
+// floor (no transactions: 10,000 reads a month), its time scaled down.
 const (
-	// HealPollScale divides the feed's default interval (1 min) for the
-	// bench: 2 s, so a run takes seconds, not minutes. The target scales
-	// with it: one poll interval + TargetHealSlack.
-	HealPollScale   = 30
+	// HealPollScale divides the feed's times for the bench (its fastest
+	// interval, 1 min; its endpoint reads, every 6 h) and multiplies the
+	// allocation: the interval its budget gives, 18m10s at the floor,
+	// becomes 11 s, so a run takes seconds, not hours. The target scales
+	// with it: one budget interval + TargetHealSlack.
+	HealPollScale   = 100
 	TargetHealSlack = 5 * time.Second
 	healChanges     = 40
 	healCustomers   = 20
@@ -35,13 +38,20 @@ const (
 // HealResult is the time from a change at the fake to its applied
 // account: by webhook (the baseline), and by the events feed alone.
 type HealResult struct {
-	Changes    int     `json:"changes"`
-	LatencyMs  float64 `json:"provider_latency_ms"`
-	PollMs     float64 `json:"poll_interval_ms"`
-	Workers    int     `json:"workers"`
-	Webhook    Percent `json:"webhook"`
-	Feed       Percent `json:"feed"`
-	FeedCaught int64   `json:"feed_caught"`
+	Changes   int     `json:"changes"`
+	LatencyMs float64 `json:"provider_latency_ms"`
+	// Allocation is the account's read allocation (reads per 30 days);
+	// PollMs the interval its budget gives the bench's scaled feed, and
+	// BudgetPollMs the same unscaled: what an account at that allocation
+	// waits, at most, before the feed looks.
+	Allocation   float64 `json:"read_allocation"`
+	PollMs       float64 `json:"poll_interval_ms"`
+	BudgetPollMs float64 `json:"budget_interval_ms"`
+	Scale        int     `json:"scale"` // the feed's times ÷ it, its allocation × it
+	Workers      int     `json:"workers"`
+	Webhook      Percent `json:"webhook"`
+	Feed         Percent `json:"feed"`
+	FeedCaught   int64   `json:"feed_caught"`
 }
 
 // Percent is p50, p99 and max of a set of durations, in milliseconds.
@@ -62,18 +72,9 @@ func percentOf(d []time.Duration) Percent {
 // with webhooks delivered (the feed running too, as serve runs it), then
 // with every webhook dropped.
 func runHeal(ctx context.Context, st *store.Store, cfg Config) (HealResult, error) {
-	poll := reconcile.DefaultFeedInterval / HealPollScale
 	workers := 8 // serve's default -workers
-	res := HealResult{Changes: healChanges, LatencyMs: float64(cfg.Latency) / float64(time.Millisecond),
-		PollMs: float64(poll) / float64(time.Millisecond), Workers: workers}
-	h, err := testenv.New(testenv.Stripe, testenv.Options{
-		Store: st,
-		Stripe: testenv.StripeOptions{
-			Fake:   stripemock.Options{Faults: stripemock.Faults{Latency: cfg.Latency, TargetKey: stripemock.DefaultAPIKey}},
-			Client: stripe.Config{RateLimit: cfg.RateLimit},
-		},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	res := HealResult{Changes: healChanges, LatencyMs: float64(cfg.Latency) / float64(time.Millisecond), Workers: workers}
+	h, err := meteredFake(st, cfg)
 	if err != nil {
 		return res, err
 	}
@@ -83,11 +84,18 @@ func runHeal(ctx context.Context, st *store.Store, cfg Config) (HealResult, erro
 	if err != nil {
 		return res, err
 	}
-	feed, err := reconcile.NewFeed(reconcile.FeedConfig{Provider: stripe.Provider, Source: h.Stripe.Client, Store: st,
-		Interval: poll, Logger: discard})
+	res.Allocation = h.Stripe.Client.Allocation(0)
+	res.Scale = cfg.HealScale
+	feed, err := newServeFeed(h, st, cfg.HealScale)
 	if err != nil {
 		return res, err
 	}
+	unscaled, err := newServeFeed(h, st, 1)
+	if err != nil {
+		return res, err
+	}
+	res.PollMs = ms(feed.BudgetInterval())
+	res.BudgetPollMs = ms(unscaled.BudgetInterval())
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { st.Listen(runCtx, discard, worker.Wake) })
@@ -119,7 +127,7 @@ func runHeal(ctx context.Context, st *store.Store, cfg Config) (HealResult, erro
 	if err != nil {
 		return res, err
 	}
-	h.SetFaults(stripemock.Faults{Latency: cfg.Latency, TargetKey: stripemock.DefaultAPIKey, DropRate: 1})
+	h.SetFaults(stripemock.Faults{Latency: cfg.Latency, DropRate: 1})
 	if res.Feed, err = timeChanges(ctx, h, st, subs, plans); err != nil {
 		return res, fmt.Errorf("heal (feed alone): %w", err)
 	}
@@ -127,6 +135,42 @@ func runHeal(ctx context.Context, st *store.Store, cfg Config) (HealResult, erro
 	res.FeedCaught = after - before
 	return res, err
 }
+
+// meteredFake starts the fake Stripe with the run's latency and limits,
+// billsync wired to it as serve runs it (the intake registered, the
+// client at the run's rates). The caller closes it.
+func meteredFake(st *store.Store, cfg Config) (*testenv.Env, error) {
+	h, err := testenv.New(testenv.Stripe, testenv.Options{
+		Store: st,
+		Stripe: testenv.StripeOptions{
+			Fake:   stripemock.Options{APIKey: benchKey, Faults: stripemock.Faults{Latency: cfg.Latency}},
+			Client: cfg.client(),
+		},
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := h.Stripe.Fake.SetLimits(cfg.limits()); err != nil {
+		h.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// newServeFeed is the events feed as serve builds it on an account with
+// no transactions (the allocation's floor), its times divided by scale
+// and its allocation multiplied by it.
+func newServeFeed(h *testenv.Env, st *store.Store, scale int) (*reconcile.Feed, error) {
+	return reconcile.NewFeed(reconcile.FeedConfig{Provider: stripe.Provider, Source: h.Stripe.Client, Store: st,
+		Endpoint:      stripe.Endpoint{Client: h.Stripe.Client},
+		Allocation:    func() float64 { return h.Stripe.Client.Allocation(0) * float64(scale) },
+		Interval:      reconcile.DefaultFeedInterval / time.Duration(scale),
+		EndpointEvery: reconcile.DefaultEndpointEvery / time.Duration(scale),
+		Logger:        slog.New(slog.DiscardHandler)})
+}
+
+func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 1) }
 
 func caught(ctx context.Context, st *store.Store) (int64, error) {
 	s, err := st.FeedState(ctx, stripe.Provider)

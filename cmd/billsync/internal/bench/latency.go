@@ -19,7 +19,7 @@ import (
 // the same load, in the same run, against the baseline's bound.
 type LatencyResult struct {
 	LatencyMs  float64 `json:"provider_latency_ms"`
-	RateLimit  float64 `json:"rate_limit_per_sec"`
+	RateLimit  float64 `json:"rate_limit_per_sec"` // what the read operations allow (Config.allowed)
 	LoadPerSec float64 `json:"load_per_sec"`
 	Seconds    float64 `json:"load_seconds"`
 	Customers  int     `json:"customers"`
@@ -43,14 +43,16 @@ type Applied struct {
 // limit for cfg.LoadFor while the worker runs (woken after each, as
 // serve's NOTIFY listener would), and times each to its reconcile.
 func runLatency(ctx context.Context, st *store.Store, cfg Config) (LatencyResult, error) {
-	res := LatencyResult{LatencyMs: float64(cfg.Latency) / float64(time.Millisecond), RateLimit: cfg.RateLimit,
-		LoadPerSec: cfg.RateLimit / 2, Seconds: cfg.LoadFor.Seconds(), Customers: cfg.Customers}
+	res := LatencyResult{LatencyMs: float64(cfg.Latency) / float64(time.Millisecond), RateLimit: cfg.allowed(),
+		LoadPerSec: cfg.allowed() / 2, Seconds: cfg.LoadFor.Seconds(), Customers: cfg.Customers}
 	d, err := newDrain(ctx, st, cfg)
 	if err != nil {
 		return res, err
 	}
 	defer d.h.Close()
-	d.h.Stripe.Fake.SetFaults(stripemock.Faults{DropRate: 1, Latency: cfg.Latency, RequestsPerSecond: cfg.RateLimit})
+	if err := d.meter(cfg, stripemock.Faults{DropRate: 1, Latency: cfg.Latency}); err != nil {
+		return res, err
+	}
 	if res.Measured, err = d.steady(ctx, cfg, cfg.Workers, "measured"); err != nil {
 		return res, err
 	}
@@ -112,8 +114,8 @@ func (d *drain) steady(ctx context.Context, cfg Config, workers int, name string
 
 	poster := newPoster(d.h.IntakeURL)
 	defer poster.close()
-	n := int(cfg.LoadFor.Seconds() * cfg.RateLimit / 2)
-	tick := time.NewTicker(time.Duration(float64(time.Second) / (cfg.RateLimit / 2)))
+	n := int(cfg.LoadFor.Seconds() * cfg.allowed() / 2)
+	tick := time.NewTicker(time.Duration(float64(time.Second) / (cfg.allowed() / 2)))
 	defer tick.Stop()
 	errs := make(chan error, n)
 	var posts sync.WaitGroup

@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/scratch"
 )
@@ -39,15 +38,17 @@ type ProcessSweep struct {
 	Timeline []int `json:"list_calls_per_second"`
 }
 
-// sweepProcess runs argv (billsync sweep) on the bench's database and the
-// fake at fakeURL, with list calls at rate (the sweep's share of
-// -stripe-rate, as serve gives it) and parallel in flight, and
-// reads its run from the database and its peak RSS from the kernel.
-func sweepProcess(ctx context.Context, argv []string, st *store.Store, fakeURL string, rate float64, parallel int) (ProcessSweep, error) {
-	args := append(argv[1:len(argv):len(argv)], "-provider", "stripe", "-sweep-parallel", strconv.Itoa(parallel),
-		"-stripe-rate", strconv.FormatFloat(2*rate, 'f', -1, 64)) // the sweep lists at half of -stripe-rate
+// sweepProcess runs cfg.SweepCommand (billsync sweep) on the bench's
+// database and the fake at fakeURL, at cfg's rates (the sweep lists at its
+// share, as serve gives it) with cfg.SweepParallel list calls in flight,
+// and reads its run from the database and its peak RSS from the kernel.
+func sweepProcess(ctx context.Context, cfg Config, st *store.Store, fakeURL string) (ProcessSweep, error) {
+	argv := cfg.SweepCommand
+	args := append(argv[1:len(argv):len(argv)], "-provider", "stripe", "-sweep-parallel", strconv.Itoa(cfg.SweepParallel),
+		"-stripe-rate", strconv.FormatFloat(cfg.RateLimit, 'f', -1, 64),
+		"-stripe-operation-rate", strconv.FormatFloat(cfg.OperationRate, 'f', -1, 64))
 	cmd := exec.CommandContext(ctx, argv[0], args...)
-	cmd.Env = append(withoutProviders(os.Environ()), "DATABASE_URL="+scratch.URL(st), "STRIPE_API_KEY="+stripemock.DefaultAPIKey,
+	cmd.Env = append(withoutProviders(os.Environ()), "DATABASE_URL="+scratch.URL(st), "STRIPE_API_KEY="+benchKey,
 		"STRIPE_API_URL="+fakeURL, "BILLSYNC_LOG_LEVEL=warn")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

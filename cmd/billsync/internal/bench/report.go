@@ -3,6 +3,9 @@ package bench
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -18,12 +21,15 @@ type Report struct {
 	StartedAt time.Time      `json:"started_at"`
 	Seconds   float64        `json:"seconds"`
 	Intake    []IntakeResult `json:"intake"`
-	Drain     DrainResult    `json:"drain"`
-	Latency   LatencyResult  `json:"latency"`
-	Sweep     SweepResult    `json:"sweep"`
-	Heal      HealResult     `json:"heal"`
-	Targets   []Target       `json:"targets"`
-	Missed    int            `json:"missed"`
+	// Drain, Latency and Sweep have one result for each provider latency
+	// (Config.Latencies).
+	Drain   []DrainResult   `json:"drain"`
+	Latency []LatencyResult `json:"latency"`
+	Sweep   []SweepResult   `json:"sweep"`
+	Heal    HealResult      `json:"heal"`
+	Idle    IdleResult      `json:"idle"`
+	Targets []Target        `json:"targets"`
+	Missed  int             `json:"missed"`
 }
 
 // Target is one measured figure against its target.
@@ -67,61 +73,91 @@ func (r *Report) evaluate() {
 			Baseline: fmt.Sprintf("ceiling p99 %.1f ms", at.Ceiling.P99Ms),
 		})
 	}
-	if d := r.Drain; d.Events > 0 {
-		r.evaluateDrain(add)
+	for _, d := range r.Drain {
+		evaluateDrain(d, add)
 	}
-	if r.Latency.Measured.Events > 0 {
-		r.evaluateLatency(add)
+	for _, l := range r.Latency {
+		evaluateLatency(l, add)
 	}
-	if r.Sweep.Accounts > 0 {
-		r.evaluateSweep(add)
+	for _, sw := range r.Sweep {
+		evaluateSweep(sw, add)
 	}
 	if hl := r.Heal; hl.Changes > 0 {
 		limit := hl.PollMs + float64(TargetHealSlack.Milliseconds())
 		add(Target{
-			Name: "heal p99, every webhook lost (events feed alone)", Value: hl.Feed.P99Ms, Unit: "ms",
-			Target: fmt.Sprintf("<= %.0f ms (poll %.0f ms + %s)", limit, hl.PollMs, TargetHealSlack), Pass: hl.Feed.P99Ms <= limit,
+			Name:  fmt.Sprintf("heal p99, every webhook lost (events feed alone), %.0f reads/month", hl.Allocation),
+			Value: hl.Feed.P99Ms, Unit: "ms",
+			Target: fmt.Sprintf("<= %.0f ms (the budget's interval %s ÷ %d + %s)", limit,
+				time.Duration(hl.BudgetPollMs*float64(time.Millisecond)), hl.Scale, TargetHealSlack),
+			Pass:     hl.Feed.P99Ms <= limit,
 			Baseline: fmt.Sprintf("same changes by webhook: p50 %.0f ms, p99 %.0f ms", hl.Webhook.P50Ms, hl.Webhook.P99Ms),
+		})
+	}
+	if id := r.Idle; id.Allocation > 0 {
+		add(Target{
+			Name: fmt.Sprintf("idle events feed reads / 30 days, serve's defaults, %.0f reads/month", id.Allocation), Value: id.ReadsPerMonth, Unit: "reads",
+			Target: fmt.Sprintf("<= %d (a quarter of the floor)", TargetIdleReads), Pass: id.ReadsPerMonth <= TargetIdleReads,
+			Baseline: fmt.Sprintf("no read budget (a poll every %s): %.0f", time.Duration(id.BaselineIntervalS*float64(time.Second)), id.BaselineReadsPerMonth),
 		})
 	}
 }
 
-func (r *Report) evaluateDrain(add func(Target)) {
-	d := r.Drain
+// at names the provider latency a figure was measured at.
+func at(latencyMs float64) string { return fmt.Sprintf("%.0f ms", latencyMs) }
+
+func evaluateDrain(d DrainResult, add func(Target)) {
 	add(Target{
-		Name: "drain API requests/s / client limit", Value: d.LimitShare, Unit: "share",
+		Name: "drain API requests/s / what its read operations allow, " + at(d.LatencyMs), Value: d.LimitShare, Unit: "share",
 		Target: fmt.Sprintf(">= %.0f%%", TargetLimitShare*100), Pass: d.LimitShare >= TargetLimitShare,
 		Baseline: drainBaseline(d),
 	})
 	add(Target{
-		Name: "drain fetches per customer, burst stored first", Value: d.FetchesPerCustomer, Unit: "fetches",
+		Name: "drain 429s per 1,000 requests, " + at(d.LatencyMs), Value: d.LimitedPer1000, Unit: "per1000",
+		Target: fmt.Sprintf("<= %.0f", TargetLimited), Pass: d.LimitedPer1000 <= TargetLimited,
+		Baseline: fmt.Sprintf("%d of %d requests; by operation %s", d.RateLimited, d.APIRequests, formatCounts(d.Operations)),
+	})
+	add(Target{
+		Name: "drain fetches per customer, burst stored first, " + at(d.LatencyMs), Value: d.FetchesPerCustomer, Unit: "fetches",
 		Target: fmt.Sprintf("<= %.1f", TargetFetches), Pass: d.FetchesPerCustomer <= TargetFetches,
 		Baseline: fmt.Sprintf("%d events over %d customers", d.Events, d.Customers),
 	})
 	add(Target{
-		Name: "drain fetches per customer, burst arriving live", Value: d.Live.FetchesPerCustomer, Unit: "fetches",
+		Name: "drain fetches per customer, burst arriving live, " + at(d.LatencyMs), Value: d.Live.FetchesPerCustomer, Unit: "fetches",
 		Target: fmt.Sprintf("<= %.1f", TargetFetches), Pass: d.Live.FetchesPerCustomer <= TargetFetches,
 		Baseline: fmt.Sprintf("%d customers fetched more than once", d.Live.Refetched),
 	})
 }
 
-func (r *Report) evaluateLatency(add func(Target)) {
-	l := r.Latency
+// formatCounts writes counts by name, sorted: "a 3, b 1".
+func formatCounts(m map[string]int64) string {
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func evaluateLatency(l LatencyResult, add func(Target)) {
+	if l.Measured.Events == 0 {
+		return
+	}
 	ratio := round(l.Measured.P99Ms/l.LatencyMs, 2)
 	base := fmt.Sprintf("provider latency %.0f ms", l.LatencyMs)
 	if b := l.Baseline; b != nil {
 		base += fmt.Sprintf("; %d fixed: p99 %.0f ms", b.Workers, b.P99Ms)
 	}
 	add(Target{
-		Name: "webhook → applied p99 / provider latency, load at half the limit", Value: ratio, Unit: "times",
+		Name: "webhook → applied p99 / provider latency, load at half the limit, " + at(l.LatencyMs), Value: ratio, Unit: "times",
 		Target: fmt.Sprintf("<= %.1f", TargetAppliedP99), Pass: l.LatencyMs > 0 && ratio <= TargetAppliedP99,
 		Baseline: base,
 	})
 }
 
-func (r Report) printLatency(w io.Writer) {
-	l := r.Latency
-	fmt.Fprintf(w, "LATENCY: %.0f deliveries/s (half the %.0f req/s limit) for %.0f s through the HTTP intake, over %d customers; fake Stripe latency %.0f ms\n",
+func printLatency(w io.Writer, l LatencyResult) {
+	fmt.Fprintf(w, "LATENCY: %.0f deliveries/s (half the %.0f req/s the read operations allow) for %.0f s through the HTTP intake, over %d customers; fake Stripe latency %.0f ms\n",
 		l.LoadPerSec, l.RateLimit, l.Seconds, l.Customers, l.LatencyMs)
 	for _, a := range []*Applied{&l.Measured, l.Baseline} {
 		if a == nil {
@@ -134,24 +170,26 @@ func (r Report) printLatency(w io.Writer) {
 }
 
 // drainBaseline says what the drain did against its baseline in the same
-// run: the old fixed loops, and the limit itself.
+// run: the old fixed loops, and what its operations allow.
 func drainBaseline(d DrainResult) string {
-	s := fmt.Sprintf("%.1f of %.0f req/s", d.APIRequestsPerSec, d.RateLimit)
+	s := fmt.Sprintf("%.1f of %.0f req/s (%d operations × %.0f within %.0f)", d.APIRequestsPerSec, d.Allowed, readOperations, d.OperationRate, d.RateLimit)
 	if b := d.Baseline; b != nil {
 		s += fmt.Sprintf("; %d fixed: %.1f req/s (%.1f%%), %.1f× slower", b.Workers, b.APIRequestsPerSec, b.LimitShare*100, b.Seconds/d.Seconds)
 	}
 	return s
 }
 
-func (r *Report) evaluateSweep(add func(Target)) {
-	sw := r.Sweep
+func evaluateSweep(sw SweepResult, add func(Target)) {
+	if sw.Accounts == 0 {
+		return
+	}
 	add(Target{
-		Name: fmt.Sprintf("sweep wall time / provider-bound minimum, %d accounts", sw.Accounts), Value: sw.WallRatio, Unit: "ratio",
+		Name: fmt.Sprintf("sweep wall time / list operation's minimum, %d accounts, %s", sw.Accounts, at(sw.LatencyMs)), Value: sw.WallRatio, Unit: "ratio",
 		Target: fmt.Sprintf("<= %.1f", TargetSweepWall), Pass: sw.WallRatio > 0 && sw.WallRatio <= TargetSweepWall,
 		Baseline: fmt.Sprintf("%.2f s against %d list calls ÷ the sweep's %.0f req/s = %.2f s", sw.Seconds, sw.ListCalls, sw.ListRate, sw.ProviderBoundSeconds),
 	})
 	add(Target{
-		Name: "sweep per-account requests / list requests", Value: sw.CallReduction, Unit: "times",
+		Name: "sweep per-account requests / list requests, " + at(sw.LatencyMs), Value: sw.CallReduction, Unit: "times",
 		Target: fmt.Sprintf(">= %.0f×", TargetSweepCalls), Pass: sw.CallReduction >= TargetSweepCalls,
 		Baseline: fmt.Sprintf("%d accounts × %.2f requests per fetch = %d, against %d", sw.Accounts, sw.RequestsPerFetch, sw.PerAccountCalls, sw.ListCalls),
 	})
@@ -164,7 +202,7 @@ func (r *Report) evaluateSweep(add func(Target)) {
 			projected, seconds, from = p.Projected1MSeconds, p.Seconds, "billsync sweep, a process of its own"
 		}
 		add(Target{
-			Name: fmt.Sprintf("sweep, 1M accounts projected at %.0f req/s (%s)", sw.RateLimit, from), Value: projected / 60, Unit: "min",
+			Name: fmt.Sprintf("sweep, 1M accounts projected at %.0f req/s (%s), %s", sw.ListRate, from, at(sw.LatencyMs)), Value: projected / 60, Unit: "min",
 			Target: fmt.Sprintf("<= %.0f min", TargetSweep1M.Minutes()), Pass: projected > 0 && projected <= TargetSweep1M.Seconds(),
 			Baseline: fmt.Sprintf("the floor at the sweep's %.0f req/s: %.1f min; the in-process sweep: %.1f min; the whole run scaled, start and end too: %.1f min",
 				sw.ListRate, float64(sw.ListCalls)/sw.ListRate*1e6/float64(sw.Accounts)/60, sw.Projected1MSeconds/60,
@@ -173,7 +211,7 @@ func (r *Report) evaluateSweep(add func(Target)) {
 	}
 	if p := sw.Process; p != nil {
 		add(Target{
-			Name: fmt.Sprintf("billsync sweep peak RSS, %d accounts", sw.Accounts), Value: p.PeakRSSMiB, Unit: "MiB",
+			Name: fmt.Sprintf("billsync sweep peak RSS, %d accounts, %s", sw.Accounts, at(sw.LatencyMs)), Value: p.PeakRSSMiB, Unit: "MiB",
 			Target: fmt.Sprintf("<= %.0f MiB", TargetSweepRSSMiB), Pass: p.PeakRSSMiB > 0 && p.PeakRSSMiB <= TargetSweepRSSMiB,
 			Baseline: fmt.Sprintf("a process of its own: %d healed of %d drifted in %.2f s", p.Healed, p.Drifted, p.Seconds),
 		})
@@ -204,22 +242,35 @@ func (r Report) Print(w io.Writer) {
 		tw.Flush()
 		fmt.Fprintln(w)
 	}
-	if r.Drain.Events > 0 {
-		r.printDrain(w)
+	for _, d := range r.Drain {
+		printDrain(w, d)
 	}
-	if r.Latency.Measured.Events > 0 {
-		r.printLatency(w)
+	for _, l := range r.Latency {
+		if l.Measured.Events > 0 {
+			printLatency(w, l)
+		}
 	}
-	if r.Sweep.Accounts > 0 {
-		r.printSweep(w)
+	for _, sw := range r.Sweep {
+		if sw.Accounts > 0 {
+			printSweep(w, sw)
+		}
 	}
 	if hl := r.Heal; hl.Changes > 0 {
-		fmt.Fprintf(w, "HEAL: %d plan changes at the fake (%.0f ms latency), %d workers, events feed every %.0f ms (the default 1 min ÷ %d)\n",
-			hl.Changes, hl.LatencyMs, hl.Workers, hl.PollMs, HealPollScale)
+		fmt.Fprintf(w, "HEAL: %d plan changes at the fake (%.0f ms latency), %d workers; events feed as serve runs it at %.0f reads/month (a quiet poll every %s), its times ÷ %d: every %.0f ms\n",
+			hl.Changes, hl.LatencyMs, hl.Workers, hl.Allocation, time.Duration(hl.BudgetPollMs*float64(time.Millisecond)), hl.Scale, hl.PollMs)
 		fmt.Fprintf(w, "  change at the fake → account applied: by webhook p50 %.0f ms, p99 %.0f ms, max %.0f ms\n",
 			hl.Webhook.P50Ms, hl.Webhook.P99Ms, hl.Webhook.MaxMs)
 		fmt.Fprintf(w, "  every webhook dropped, the feed alone: p50 %.0f ms, p99 %.0f ms, max %.0f ms (%d events caught)\n\n",
 			hl.Feed.P50Ms, hl.Feed.P99Ms, hl.Feed.MaxMs, hl.FeedCaught)
+	}
+
+	if id := r.Idle; id.Allocation > 0 {
+		fmt.Fprintf(w, "IDLE: the events feed as serve runs it on an account with no transactions (read allocation %.0f a month)\n", id.Allocation)
+		fmt.Fprintf(w, "  counted at the fake: %.1f reads a quiet poll, %.0f a read of the webhook endpoint's status\n", id.ReadsPerPoll, id.EndpointReads)
+		fmt.Fprintf(w, "  a quiet poll every %s (the budget's), the endpoint every %s: %.0f reads / 30 days = %.1f%% of the allocation\n",
+			time.Duration(id.IntervalS*float64(time.Second)), time.Duration(id.EndpointEveryS*float64(time.Second)), id.ReadsPerMonth, id.Share*100)
+		fmt.Fprintf(w, "  baseline, same reads with no budget (a poll every %s): %.0f reads / 30 days\n\n",
+			time.Duration(id.BaselineIntervalS*float64(time.Second)), id.BaselineReadsPerMonth)
 	}
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -235,12 +286,12 @@ func (r Report) Print(w io.Writer) {
 	}
 }
 
-func (r Report) printDrain(w io.Writer) {
-	d := r.Drain
-	fmt.Fprintf(w, "DRAIN: %d events over %d customers, stored with %s; fake Stripe latency %s, client limit %.0f req/s, at most %d in flight (sized to rate × latency below it; batch %d)\n",
-		d.Events, d.Customers, d.StoredVia, time.Duration(d.LatencyMs*float64(time.Millisecond)), d.RateLimit, d.Workers, d.Batch)
-	fmt.Fprintf(w, "  queue empty after %.2f s: %d API requests = %.1f req/s = %.1f%% of the %.0f req/s limit (%.1f%% over the time less one latency, while requests waited)\n",
-		d.Seconds, d.APIRequests, d.APIRequestsPerSec, d.LimitShare*100, d.RateLimit, d.DeepShare*100)
+func printDrain(w io.Writer, d DrainResult) {
+	fmt.Fprintf(w, "DRAIN: %d events over %d customers, stored with %s; fake Stripe latency %s, limits %.0f req/s global and %.0f req/s each operation (enforced by the fake, followed by the client), at most %d in flight (sized to rate × latency below it; batch %d)\n",
+		d.Events, d.Customers, d.StoredVia, time.Duration(d.LatencyMs*float64(time.Millisecond)), d.RateLimit, d.OperationRate, d.Workers, d.Batch)
+	fmt.Fprintf(w, "  queue empty after %.2f s: %d API requests = %.1f req/s = %.1f%% of the %.0f req/s its %d read operations allow (%.1f%% over the time less one latency, while requests waited)\n",
+		d.Seconds, d.APIRequests, d.APIRequestsPerSec, d.LimitShare*100, d.Allowed, readOperations, d.DeepShare*100)
+	fmt.Fprintf(w, "  requests by operation: %s; 429s by reason: %s\n", formatCounts(d.Operations), formatCounts(d.LimitedBy))
 	if b := d.Baseline; b != nil {
 		fmt.Fprintf(w, "  baseline, same run: at most %d in flight (serve's old %d fixed loops): %.2f s, %.1f req/s = %.1f%% of the limit\n",
 			b.Workers, b.Workers, b.Seconds, b.APIRequestsPerSec, b.LimitShare*100)
@@ -258,13 +309,12 @@ func (r Report) printDrain(w io.Writer) {
 		l.Fetches, l.Customers, l.FetchesPerCustomer, l.Refetched)
 }
 
-func (r Report) printSweep(w io.Writer) {
-	sw := r.Sweep
+func printSweep(w io.Writer, sw SweepResult) {
 	parallel := "adapting to rate × latency"
 	if sw.Parallel > 0 {
 		parallel = fmt.Sprintf("pinned at %d", sw.Parallel)
 	}
-	fmt.Fprintf(w, "SWEEP: %d accounts at the fake (%d drifted: plan changed at Stripe, webhook lost), client and fake limit %.0f req/s (the sweep's share %.0f), %.0f ms latency, list requests in flight %s\n",
+	fmt.Fprintf(w, "SWEEP: %d accounts at the fake (%d drifted: plan changed at Stripe, webhook lost), client and fake limits %.0f req/s global (the sweep's share: its list operation's %.0f), %.0f ms latency, list requests in flight %s\n",
 		sw.Accounts, sw.Drifted, sw.RateLimit, sw.ListRate, sw.LatencyMs, parallel)
 	fmt.Fprintf(w, "  %.2f s for %d list calls (%d answered 429); at the sweep's share they need %.2f s, so wall time is %.2f× that\n",
 		sw.Seconds, sw.ListCalls, sw.RateLimited, sw.ProviderBoundSeconds, sw.WallRatio)
@@ -293,6 +343,10 @@ func (t Target) formatValue() string {
 		return fmt.Sprintf("%.0f MiB", t.Value)
 	case "min":
 		return fmt.Sprintf("%.1f min", t.Value)
+	case "reads":
+		return fmt.Sprintf("%.0f", t.Value)
+	case "per1000":
+		return fmt.Sprintf("%.2f", t.Value)
 	default:
 		return fmt.Sprintf("%.3f", t.Value)
 	}

@@ -27,8 +27,9 @@ type SweepResult struct {
 	Drifted   int     `json:"drifted"`
 	Healed    int     `json:"healed"`
 	RateLimit float64 `json:"rate_limit"`
-	// ListRate is the sweep's own share of RateLimit, as serve gives it
-	// (half): the provider-bound time is list calls ÷ ListRate.
+	// ListRate is the sweep's own share, as serve gives it: the list
+	// operation's limit, at most half of RateLimit. The provider-bound
+	// time is list calls ÷ ListRate.
 	ListRate float64 `json:"list_rate"`
 	// LatencyMs is what the fake adds to each answer of the measured
 	// sweeps; Parallel is how many list requests the sweep keeps in
@@ -81,7 +82,7 @@ const sweepGCPercent = 400
 const fetchSample = 100
 
 func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, error) {
-	listRate := cfg.RateLimit / 2 // the sweep's share, as serve gives it
+	listRate := cfg.listRate()
 	res := SweepResult{Accounts: cfg.SweepAccounts, RateLimit: cfg.RateLimit, ListRate: listRate,
 		LatencyMs: float64(cfg.Latency) / float64(time.Millisecond), Parallel: cfg.SweepParallel}
 	plans := testenv.Plans()
@@ -101,8 +102,8 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	h, err := testenv.New(testenv.Stripe, testenv.Options{
 		Wrap: counted.wrap, ConnState: counted.connState,
 		Stripe: testenv.StripeOptions{
-			Fake:   stripemock.Options{Clock: clock, Faults: stripemock.Faults{DropRate: 1}}, // drift: no webhook reaches billsync
-			Client: stripe.Config{RateLimit: 1e6, ListRateLimit: 1e6},                        // the first sweep, unmetered
+			Fake:   stripemock.Options{APIKey: benchKey, Clock: clock, Faults: stripemock.Faults{DropRate: 1}}, // drift: no webhook reaches billsync
+			Client: stripe.Config{RateLimit: 1e6, OperationRateLimit: 1e6, ListRateLimit: 1e6},                 // the first sweep, unmetered
 		},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -117,6 +118,8 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 		return res, err
 	}
 	res.SeedSeconds = round(time.Since(t0).Seconds(), 1)
+	// From here the fake's clock runs: its rate limits refill by it.
+	clock.Start()
 	cfg.Logger.Info("bench sweep: fake seeded", slog.Int("customers", len(customers)), slog.Float64("seconds", res.SeedSeconds))
 
 	// Every account as billsync would hold it after a night without drift.
@@ -156,11 +159,21 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	res.RequestsPerFetch = round(float64(counted.requests.Load()-reqs0)/float64(min(fetchSample, len(customers))), 2)
 	res.PerAccountCalls = int64(math.Round(res.RequestsPerFetch * float64(len(customers))))
 
-	// The measured sweep: Stripe's limit enforced at the fake (429 over
-	// it) and the provider's latency, billsync's client at the same rate,
-	// the sweep's share of it half (the client's default, as in serve).
-	metered := stripemock.Faults{DropRate: 1, RequestsPerSecond: cfg.RateLimit, Latency: cfg.Latency}
-	h.Stripe.Fake.SetFaults(metered)
+	// The measured sweep: Stripe's limits enforced at the fake (429 over
+	// them) and the provider's latency, billsync's client at the same
+	// rates, the sweep's share the list operation's (the client's default,
+	// as in serve).
+	meter := func(on bool) error {
+		if !on { // the drift is the dashboard's, not metered
+			h.Stripe.Fake.SetFaults(stripemock.Faults{DropRate: 1})
+			return h.Stripe.Fake.SetLimits(stripemock.Limits{})
+		}
+		h.Stripe.Fake.SetFaults(stripemock.Faults{DropRate: 1, Latency: cfg.Latency})
+		return h.Stripe.Fake.SetLimits(cfg.limits())
+	}
+	if err := meter(true); err != nil {
+		return res, err
+	}
 	// The in-process fake holds every customer, subscription, invoice and
 	// event (about 1 GiB of small objects at 100,000 accounts), and the
 	// Go GC re-scans all of it on the cores the sweep is measured on, a
@@ -168,7 +181,7 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	// process collects less often while the sweeps run; billsync sweep
 	// in its own process keeps the default.
 	defer debug.SetGCPercent(debug.SetGCPercent(sweepGCPercent))
-	client, err := h.Stripe.NewClient(stripe.Config{RateLimit: cfg.RateLimit})
+	client, err := h.Stripe.NewClient(cfg.client())
 	if err != nil {
 		return res, err
 	}
@@ -221,15 +234,19 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	// billsync's own footprint: drift another 1% (the customers between
 	// the first drift's) and sweep again with `billsync sweep` in a
 	// process of its own.
-	h.Stripe.Fake.SetFaults(stripemock.Faults{DropRate: 1}) // the drift is the dashboard's, not metered
+	if err := meter(false); err != nil {
+		return res, err
+	}
 	drifted, err := drift(step / 2)
 	if err != nil {
 		return res, err
 	}
-	h.Stripe.Fake.SetFaults(metered)
+	if err := meter(true); err != nil {
+		return res, err
+	}
 	reqs0 = counted.requests.Load()
 	counted.mark()
-	ran, err := sweepProcess(ctx, cfg.SweepCommand, st, h.URL, listRate, cfg.SweepParallel)
+	ran, err := sweepProcess(ctx, cfg, st, h.URL)
 	if err != nil {
 		return res, err
 	}
