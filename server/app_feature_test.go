@@ -158,10 +158,10 @@ func TestConsoleShowsFeatures(t *testing.T) {
 	code, body := b.get(fmt.Sprintf("/admin/accounts/%d", id))
 	require.Equal(t, http.StatusOK, code, body)
 	for _, row := range []string{
-		`<tr><td><code>seats</code></td><td>limit</td><td class="num">5</td><td><code>plan:pro</code></td></tr>`,
-		`<tr><td><code>export</code></td><td>boolean</td><td class="num">on</td><td><code>plan:pro</code></td></tr>`,
-		`<tr><td><code>ai_credits</code></td><td>metered</td><td class="num">1000</td><td><code>plan:pro</code></td></tr>`,
-		`<tr><td><code>ai_credits</code></td><td class="num">1000</td><td class="num">250</td><td class="num">750</td></tr>`,
+		`<tr><td data-label="Feature"><code>seats</code></td><td data-label="Type">limit</td><td data-label="Value" class="num">5</td><td data-label="Source"><code>plan:pro</code></td></tr>`,
+		`<tr><td data-label="Feature"><code>export</code></td><td data-label="Type">boolean</td><td data-label="Value" class="num">on</td><td data-label="Source"><code>plan:pro</code></td></tr>`,
+		`<tr><td data-label="Feature"><code>ai_credits</code></td><td data-label="Type">metered</td><td data-label="Value" class="num">1000</td><td data-label="Source"><code>plan:pro</code></td></tr>`,
+		`<tr><td data-label="Meter"><code>ai_credits</code></td><td data-label="Granted this period" class="num">1000</td><td data-label="Used" class="num">250</td><td data-label="Balance" class="num">750</td></tr>`,
 	} {
 		require.Contains(t, body, row)
 	}

@@ -37,7 +37,7 @@ func TestConsoleShowsWhatTheAppWasTold(t *testing.T) {
 	code, body := b.get("/admin/accounts/" + itoa(id))
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "What the app was told")
-	require.Regexp(t, `<td class="num">1</td>\s*<td>[^<]+</td>\s*<td>created</td>\s*<td>pro</td>\s*<td class="num">500</td>`, body)
+	require.Regexp(t, `<td data-label="Seq" class="num">1</td>\s*<td data-label="When">[^<]+</td>\s*<td data-label="Changed">created</td>\s*<td data-label="Plan">pro</td>\s*<td data-label="Balance" class="num">500</td>`, body)
 
 	ds, err := st.ClaimDeliveries(ctx, "test", []string{endpoint}, 10, time.Minute)
 	require.NoError(t, err)
@@ -84,8 +84,8 @@ func TestConsoleShowsMeterChanges(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, b.signIn(adminToken).StatusCode)
 
 	_, body := b.get("/admin/accounts/" + itoa(id))
-	require.Regexp(t, `<td>meters</td>\s*<td>pro → pro</td>\s*<td class="num">500 → 500<br><code class="small">ai_credits</code> 1000 → 950</td>`+
-		`\s*<td>usage \(app\) <code class="small">usage.ai_credits:`+itoa(id)+`:k</code></td>`, body)
+	require.Regexp(t, `<td data-label="Changed">meters</td>\s*<td data-label="Plan">pro → pro</td>\s*<td data-label="Balance" class="num">500 → 500<br><code class="small">ai_credits</code> 1000 → 950</td>`+
+		`\s*<td data-label="Why">usage \(app\) <code class="small">usage.ai_credits:`+itoa(id)+`:k</code></td>`, body)
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

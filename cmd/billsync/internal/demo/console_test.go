@@ -2,6 +2,8 @@ package demo_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/billsync/billsync/cmd/billsync/internal/demo"
@@ -22,9 +25,10 @@ import (
 // the demo's result, for each provider: sign in with the token the demo
 // prints, find the demo customer, open its account, resync (the dry run
 // writes nothing, the apply heals), replay an event, and see each outcome
-// on the page; then the page on a phone's width, and sign-out. The
-// overview's and the account page's screenshots are saved as test
-// artifacts.
+// on the page; then, on a phone's width (390×844), the account page, a
+// replay's outcome, an event and the events list, each measured so that the
+// outcomes, results and Replay buttons lie inside the window; and sign-out.
+// Each page's screenshot is saved as a test artifact.
 func TestConsoleInBrowser(t *testing.T) {
 	browser := startBrowser(t)
 	for _, provider := range []string{"stripe", "kinde"} {
@@ -147,27 +151,133 @@ func testConsoleInBrowser(t *testing.T, browser context.Context, provider string
 	require.Contains(t, changes, "replay (admin-console)")
 	require.Contains(t, changes, "resync (admin-console)")
 
-	// On a phone's width the page does not scroll sideways: wide tables
-	// scroll in their own box.
+	// On a phone's width (issue 26) a support person sees what matters
+	// without scrolling sideways: each event's outcome and its Replay
+	// button, each reconcile's result and what it did, on every page that
+	// shows them.
+	fits := func(page string, targets ...phoneTarget) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(tab, time.Minute)
+		defer cancel()
+		requirePhoneFit(t, ctx, page, targets...)
+		screenshot("console-" + page + "-" + provider + "-phone.png")
+	}
 	do(chromedp.EmulateViewport(390, 844), chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("plan")))
-	ctx2, cancel2 := context.WithTimeout(tab, time.Minute)
-	defer cancel2()
-	fits, err := chromedp.Run(ctx2, chromedp.Evaluate[bool](`document.documentElement.scrollWidth <= window.innerWidth`))
-	require.NoError(t, err)
-	require.True(t, fits, "the account page is wider than a phone")
-	screenshot("console-account-" + provider + "-phone.png")
+	fits("account",
+		phoneTarget{Table: "events", Column: "Outcome"},
+		phoneTarget{Selector: "#events button.replay"},
+		phoneTarget{Table: "history", Column: "Result"},
+		phoneTarget{Table: "history", Column: "What it did"})
+	do(chromedp.Click(chromedp.CSS("#events button.replay")), chromedp.WaitVisible(chromedp.ID("outcome")))
+	fits("replayed", phoneTarget{Selector: "#outcome"}, phoneTarget{Selector: "#diff td"})
+	do(chromedp.Click(chromedp.ID("back")), chromedp.WaitVisible(chromedp.ID("plan")),
+		chromedp.Click(chromedp.CSS("#events td a")), chromedp.WaitVisible(chromedp.ID("replay")))
+	fits("event", phoneTarget{Selector: "#replay"})
+	do(chromedp.Navigate(wh.ConsoleURL+"events?status=applied"), chromedp.WaitVisible(chromedp.ID("event-list")))
+	fits("events-applied",
+		phoneTarget{Table: "event-list", Column: "Customer"},
+		phoneTarget{Table: "event-list", Column: "Outcome"})
 
 	// The failures page tells how many changes wait for the app (none is
 	// configured in the demo: none waits); the Deliveries page lists none.
 	do(chromedp.Navigate(wh.ConsoleURL+"events"), chromedp.WaitVisible(chromedp.ID("outbox")))
 	require.Contains(t, text("outbox"), "None waiting")
+	fits("events-failed")
 	do(chromedp.Navigate(wh.ConsoleURL+"deliveries"), chromedp.WaitVisible(chromedp.ID("no-deliveries")))
+	fits("deliveries")
 
 	// Sign out: the console asks to sign in again.
 	do(chromedp.Click(chromedp.ID("signout")),
 		chromedp.WaitVisible(chromedp.ID("token")),
 		chromedp.Navigate(wh.ConsoleURL+"sweeps"),
 		chromedp.WaitVisible(chromedp.ID("token")))
+}
+
+// phoneTarget names what must be seen on a phone: the cells of a table's
+// column, by the column's heading, or the elements a CSS selector matches.
+type phoneTarget struct {
+	Table    string `json:"table,omitempty"`
+	Column   string `json:"column,omitempty"`
+	Selector string `json:"selector,omitempty"`
+}
+
+func (p phoneTarget) String() string {
+	if p.Selector != "" {
+		return p.Selector
+	}
+	return "#" + p.Table + " " + p.Column
+}
+
+// phoneView is what the page measured: each target's boxes, and every
+// table cell that sticks out of the window or, in a table laid out as
+// cards, is not labelled with its column's heading.
+type phoneView struct {
+	Inner, Scroll float64
+	Boxes         map[string][]phoneBox
+	Outside       []string
+	Unlabelled    []string
+}
+
+type phoneBox struct{ Left, Right, Width, Height float64 }
+
+// phoneFitJS measures, in the page, what phoneView holds.
+const phoneFitJS = `((targets) => {
+	const inner = window.innerWidth;
+	const view = {inner, scroll: document.documentElement.scrollWidth, boxes: {}, outside: [], unlabelled: []};
+	const box = (el) => { const r = el.getBoundingClientRect(); return {left: r.left, right: r.right, width: r.width, height: r.height}; };
+	const heads = (table) => table.tHead ? [...table.tHead.rows[0].cells].map((th) => th.textContent.trim()) : null;
+	for (const t of targets) {
+		const name = t.selector || "#" + t.table + " " + t.column;
+		let els = [];
+		if (t.selector) {
+			els = [...document.querySelectorAll(t.selector)];
+		} else {
+			const table = document.getElementById(t.table);
+			const col = table ? (heads(table) || []).indexOf(t.column) : -1;
+			if (col >= 0) els = [...table.tBodies[0].rows].map((r) => r.cells[col]);
+		}
+		view.boxes[name] = els.map(box);
+	}
+	for (const table of document.querySelectorAll("main table")) {
+		const hs = heads(table);
+		for (const [i, r] of [...table.tBodies[0].rows].entries()) {
+			for (const [j, c] of [...r.cells].entries()) {
+				const b = box(c);
+				const where = "#" + table.id + " row " + i + " cell " + j;
+				if (b.left < 0 || b.right > inner) view.outside.push(where + ": " + b.left.toFixed(0) + ".." + b.right.toFixed(0));
+				if (hs && table.classList.contains("cards") && c.dataset.label !== hs[j]) view.unlabelled.push(where + ": " + c.dataset.label + " for " + hs[j]);
+			}
+		}
+	}
+	return view;
+})(%s)`
+
+// requirePhoneFit checks the page in the window as it is now: every target
+// is found, drawn and wholly inside the window's width; no table cell sticks
+// out; the page does not scroll sideways.
+func requirePhoneFit(t *testing.T, ctx context.Context, page string, targets ...phoneTarget) {
+	t.Helper()
+	spec, err := json.Marshal(append([]phoneTarget{}, targets...))
+	require.NoError(t, err)
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[phoneView](fmt.Sprintf(phoneFitJS, spec)))
+	require.NoError(t, err)
+	for _, target := range targets {
+		boxes := v.Boxes[target.String()]
+		require.NotEmpty(t, boxes, "%s: no %s on the page", page, target)
+		var edges []string
+		inside := true
+		for i, b := range boxes {
+			require.Positive(t, b.Width, "%s: %s[%d] is not drawn", page, target, i)
+			require.Positive(t, b.Height, "%s: %s[%d] is not drawn", page, target, i)
+			edges = append(edges, fmt.Sprintf("%.0f..%.0f", b.Left, b.Right))
+			inside = inside && b.Left >= 0 && b.Right <= v.Inner
+		}
+		t.Logf("%s at %.0f px: %s spans %s", page, v.Inner, target, strings.Join(edges, ", "))
+		assert.True(t, inside, "%s: %s is not inside the %.0f px window: %s", page, target, v.Inner, strings.Join(edges, ", "))
+	}
+	assert.Empty(t, v.Outside, "%s: table cells outside the %.0f px window", page, v.Inner)
+	assert.Empty(t, v.Unlabelled, "%s: cells of a card table without their column's heading", page)
+	assert.LessOrEqual(t, v.Scroll, v.Inner, "%s: the page scrolls sideways", page)
 }
 
 // startBrowser starts headless Chromium (Debian's chromium package; .ci/run
