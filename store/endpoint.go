@@ -6,24 +6,29 @@ import (
 )
 
 // RegisterEndpoints gives each of the app's endpoints a cursor on the
-// change feed, once (a registered endpoint keeps its own). An endpoint
-// that already has deliveries (written with their changes, before
+// change feed, once (a registered endpoint keeps its own). A new endpoint
+// starts from now: below every transaction still in flight
+// (pg_snapshot_xmin), so a change written by one of them still reaches
+// it. One that already has deliveries (written with their changes, before
 // migrations/016_app_endpoints.sql) starts after the last change it has
-// one for; a new one starts from now: below every transaction still in
-// flight (pg_snapshot_xmin), so a change written by one of them still
-// reaches it. Call it before this process writes changes it means each
-// new endpoint to get.
+// one for, or from now if that is earlier. Call it before this process
+// writes changes it means each new endpoint to get.
 func (s *Store) RegisterEndpoints(ctx context.Context, endpoints []string) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	if _, err := s.pool.Exec(ctx, `
 		INSERT INTO app_endpoints (endpoint, cursor_xid, cursor_id)
-		SELECT e, coalesce(last.xid, pg_snapshot_xmin(pg_current_snapshot())::text::bigint - 1),
-		       coalesce(last.id, 9223372036854775807)
+		SELECT e, start.xid, start.id
 		FROM unnest($1::text[]) e
+		CROSS JOIN (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint - 1 AS xid,
+		                   9223372036854775807::bigint AS id) cur
 		LEFT JOIN LATERAL (
 			SELECT c.xid, c.id FROM app_deliveries d JOIN account_changes c ON c.id = d.change_id
 			WHERE d.endpoint = e ORDER BY c.xid DESC, c.id DESC LIMIT 1) last ON true
+		-- Never after now (cur): a change after its last delivery may still
+		-- commit below it; ON CONFLICT skips the deliveries it has.
+		CROSS JOIN LATERAL (SELECT * FROM (VALUES (last.xid, last.id), (cur.xid, cur.id)) v (xid, id)
+			WHERE xid IS NOT NULL ORDER BY xid, id LIMIT 1) start
 		ON CONFLICT (endpoint) DO NOTHING`, endpoints); err != nil {
 		return fmt.Errorf("register app endpoints: %w", classify(err))
 	}
