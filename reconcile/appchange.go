@@ -264,7 +264,8 @@ type DeliveryStats struct {
 	// ahead of the rows).
 	LastChangeID             int64
 	Pending, Delivered, Dead int64
-	// OldestUndelivered is when the oldest pending delivery's change was
-	// written; zero when none is pending.
+	// OldestUndelivered is when the oldest change not yet delivered was
+	// written (a pending delivery's, or one not yet fanned out to an
+	// endpoint); zero when there is none.
 	OldestUndelivered time.Time
 }

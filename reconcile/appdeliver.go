@@ -15,6 +15,12 @@ import (
 // DeliveryStore is what the deliverer needs from the database
 // (store.Store implements it).
 type DeliveryStore interface {
+	// RegisterEndpoints gives each endpoint a cursor on the change feed,
+	// from now, unless it has one.
+	RegisterEndpoints(ctx context.Context, endpoints []string) error
+	// FanOut creates the deliveries of up to limit changes per endpoint
+	// past its cursor, and moves the cursor; more when a page was full.
+	FanOut(ctx context.Context, endpoints []string, limit int) (more bool, err error)
 	// ClaimDeliveries leases up to limit due deliveries to endpoints to
 	// holder, at most one per account and endpoint, in seq order.
 	ClaimDeliveries(ctx context.Context, holder string, endpoints []string, limit int, lease time.Duration) ([]AppDelivery, error)
@@ -88,11 +94,18 @@ type DelivererConfig struct {
 	OnAttempt func(d AppDelivery, a DeliveryAttempt, status string)
 }
 
+// fanOutPage is how many changes per endpoint one fan-out creates
+// deliveries for.
+const fanOutPage = 500
+
 // Deliverer sends the app its account changes: each one at least once,
-// one account's in order, with the same id on every attempt.
+// one account's in order, with the same id on every attempt. It creates
+// the deliveries itself, from the change feed, so a change reaches every
+// endpoint whichever process wrote it.
 type Deliverer struct {
-	cfg  DelivererConfig
-	wake chan struct{}
+	cfg        DelivererConfig
+	wake       chan struct{}
+	registered bool // Run's own: the endpoints have their cursors
 }
 
 // NewDeliverer checks cfg and returns a Deliverer.
@@ -115,6 +128,29 @@ func NewDeliverer(cfg DelivererConfig) (*Deliverer, error) {
 	cfg.Poll = cmp.Or(cfg.Poll, time.Second)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return &Deliverer{cfg: cfg, wake: make(chan struct{}, 1)}, nil
+}
+
+// Register gives the endpoints their cursors on the change feed. A new
+// endpoint gets the changes written from now on: call it before this
+// process's workers start, so none of theirs is before its cursor. Run
+// registers too, when not done yet.
+func (d *Deliverer) Register(ctx context.Context) error {
+	if err := d.cfg.Store.RegisterEndpoints(ctx, d.cfg.Endpoints); err != nil {
+		return fmt.Errorf("deliverer: %w", err)
+	}
+	return nil
+}
+
+// fanOut creates the deliveries of the changes past the endpoints'
+// cursors; more when there may be more to create.
+func (d *Deliverer) fanOut(ctx context.Context) (more bool, err error) {
+	if !d.registered {
+		if err := d.Register(ctx); err != nil {
+			return false, err
+		}
+		d.registered = true
+	}
+	return d.cfg.Store.FanOut(ctx, d.cfg.Endpoints, fanOutPage)
 }
 
 // Wake makes the deliverer look for due deliveries now (a change
@@ -140,6 +176,12 @@ func (d *Deliverer) Run(ctx context.Context) {
 	answered := make(chan struct{}, 1)
 	idle := false // the last claim found fewer due than it asked for
 	for ctx.Err() == nil {
+		// Deliveries are created before each claim: a NOTIFY, a poll or
+		// an answer wakes both.
+		more, err := d.fanOut(ctx)
+		if err != nil && ctx.Err() == nil {
+			d.cfg.Logger.Warn("fan out app deliveries failed", slog.Any("error", err))
+		}
 		if free := d.cfg.Concurrency - int(inFlight.Load()); !idle && free > 0 {
 			ds, err := d.cfg.Store.ClaimDeliveries(ctx, d.cfg.Name, d.cfg.Endpoints, free, d.cfg.Lease)
 			if err != nil && ctx.Err() == nil {
@@ -156,6 +198,10 @@ func (d *Deliverer) Run(ctx context.Context) {
 			if idle = err != nil || len(ds) < free; !idle {
 				continue // more may be due
 			}
+		}
+		if more && ctx.Err() == nil {
+			idle = false
+			continue // more changes to fan out
 		}
 		t := time.NewTimer(d.cfg.Poll)
 		select {

@@ -43,6 +43,12 @@ func (m *memDeliveries) add(changeID, account, seq int64) {
 		Body: fmt.Appendf(nil, `{"id":%d,"account_id":%d,"seq":%d}`, changeID, account, seq)}, due: time.Now()})
 }
 
+// The memory store's deliveries are put in place by the test: nothing to
+// register or fan out.
+func (m *memDeliveries) RegisterEndpoints(context.Context, []string) error { return nil }
+
+func (m *memDeliveries) FanOut(context.Context, []string, int) (bool, error) { return false, nil }
+
 func (m *memDeliveries) ClaimDeliveries(_ context.Context, holder string, _ []string, limit int, lease time.Duration) ([]reconcile.AppDelivery, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

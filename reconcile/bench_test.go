@@ -58,7 +58,7 @@ func BenchmarkApply(b *testing.B) {
 	}
 	b.Run("NewAccount", func(b *testing.B) { newAccount(b, storetest.NewStore(b)) })
 	b.Run("NewAccountAppEndpoint", func(b *testing.B) {
-		newAccount(b, storetest.OpenStore(b, storetest.URL(b), store.Options{AppEndpoints: []string{"http://app.test/hook"}}))
+		newAccount(b, storetest.OpenStoreWithEndpoints(b, storetest.URL(b), store.Options{}, "http://app.test/hook"))
 	})
 
 	// Unchanged: the same customer again and again (a sweep or a resync

@@ -95,7 +95,7 @@ func HealthSignals(now time.Time, feeds []FeedState, app DeliveryStats) []Health
 			out = append(out, s)
 		}
 	}
-	if app.Pending+app.Delivered+app.Dead == 0 {
+	if app.Pending+app.Delivered+app.Dead == 0 && app.OldestUndelivered.IsZero() {
 		return out
 	}
 	oldest := HealthSignal{Name: "oldest undelivered change", Value: "none", Hint: "every change reached the app"}
@@ -103,6 +103,10 @@ func HealthSignals(now time.Time, feeds []FeedState, app DeliveryStats) []Health
 		d := max(now.Sub(app.OldestUndelivered), 0)
 		oldest.Value = age(d)
 		oldest.Hint = fmt.Sprintf("%d deliveries to the app pending", app.Pending)
+		if app.Pending == 0 {
+			// Changes past an endpoint's cursor have no delivery yet.
+			oldest.Hint = "changes not yet queued for the app: is serve's deliverer running?"
+		}
 		oldest.Bad = d > UndeliveredTooOld
 	}
 	dead := HealthSignal{Name: "dead app deliveries", Value: strconv.FormatInt(app.Dead, 10), Bad: app.Dead > 0}

@@ -24,7 +24,7 @@ import (
 func TestConsoleShowsWhatTheAppWasTold(t *testing.T) {
 	ctx := context.Background()
 	const endpoint = "http://app.test/hook"
-	st := storetest.OpenStore(t, storetest.URL(t), store.Options{AppEndpoints: []string{endpoint}})
+	st := storetest.OpenStoreWithEndpoints(t, storetest.URL(t), store.Options{}, endpoint)
 	srv := httptest.NewServer(server.New(server.Config{Inbox: st,
 		Admin: server.Admin{Token: adminToken, Store: st, Changes: st}}))
 	t.Cleanup(srv.Close)
@@ -39,6 +39,7 @@ func TestConsoleShowsWhatTheAppWasTold(t *testing.T) {
 	require.Contains(t, body, "What the app was told")
 	require.Regexp(t, `<td data-label="Seq" class="num">1</td>\s*<td data-label="When">[^<]+</td>\s*<td data-label="Changed">created</td>\s*<td data-label="Plan">pro</td>\s*<td data-label="Balance" class="num">500</td>`, body)
 
+	storetest.FanOut(t, st, endpoint)
 	ds, err := st.ClaimDeliveries(ctx, "test", []string{endpoint}, 10, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, ds, 1)

@@ -91,7 +91,7 @@ func TestConsoleOverview(t *testing.T) {
 func TestConsoleOverviewSignals(t *testing.T) {
 	ctx := context.Background()
 	const endpoint = "http://app.test/hook"
-	st := storetest.OpenStore(t, storetest.URL(t), store.Options{AppEndpoints: []string{endpoint}})
+	st := storetest.OpenStoreWithEndpoints(t, storetest.URL(t), store.Options{}, endpoint)
 	newest := time.Now().Add(-5 * time.Minute)
 	require.NoError(t, st.SaveFeedPoll(ctx, "stripe", reconcile.FeedPoll{Cursor: newest, NewestEventAt: newest,
 		EndpointChecked: true, EndpointID: "we_123", EndpointEnabled: false}))
@@ -135,6 +135,7 @@ func TestConsoleOverviewSignals(t *testing.T) {
 	body = overview()
 	require.Regexp(t, tile(false, "oldest undelivered change", `\d+s`), body)
 	require.Regexp(t, tile(false, "dead app deliveries", "0"), body)
+	storetest.FanOut(t, st, endpoint)
 	ds, err := st.ClaimDeliveries(ctx, "test", []string{endpoint}, 10, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, ds, 1)

@@ -20,8 +20,9 @@ const ChangesChannel = "billsync_account_changes"
 
 // announce writes the app's change of an account in the caller's
 // transaction: the account_changes row (numbered in the account's
-// sequence, under the row lock the caller holds), one pending delivery
-// per app endpoint, and the NOTIFY. moves are the ledger rows it wrote,
+// sequence, under the row lock the caller holds) and the NOTIFY. Its
+// deliveries are not written here but by serve's deliverer (FanOut), for
+// the endpoints serve knows: the writer may be a process that knows none. moves are the ledger rows it wrote,
 // on any meter. A change that changes nothing the app sees writes nothing.
 func (s *Store) announce(ctx context.Context, tx pgx.Tx, before *reconcile.AccountState, after reconcile.AccountState,
 	moves []reconcile.LedgerMove, why reconcile.Why) error {
@@ -53,13 +54,6 @@ func (s *Store) announce(ctx context.Context, tx pgx.Tx, before *reconcile.Accou
 	}
 	if err := s.faults.AfterChangeWrite(); err != nil {
 		return err
-	}
-	if len(s.endpoints) > 0 {
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO app_deliveries (change_id, endpoint, account_id, seq)
-			SELECT $1, e, $2, $3 FROM unnest($4::text[]) e`, ch.ID, ch.AccountID, ch.Seq, s.endpoints); err != nil {
-			return fmt.Errorf("queue change deliveries: %w", err)
-		}
 	}
 	note := `{"id":` + strconv.FormatInt(ch.ID, 10) + `,"account_id":` + strconv.FormatInt(ch.AccountID, 10) +
 		`,"seq":` + strconv.FormatInt(ch.Seq, 10) + `}`

@@ -320,7 +320,7 @@ func TestFeedUnderConcurrentWriters(t *testing.T) {
 // accounts' are; a delivered or dead one lets the next go.
 func TestDeliveriesInOrderPerAccount(t *testing.T) {
 	ctx := context.Background()
-	st := storetest.OpenStore(t, storetest.URL(t), store.Options{AppEndpoints: []string{"http://app/hook"}})
+	st := storetest.OpenStoreWithEndpoints(t, storetest.URL(t), store.Options{}, "http://app/hook")
 	grantedAccount(t, st, "cus_a", "ua", "price_pro")
 	grantedAccount(t, st, "cus_b", "ub", "price_pro")
 	for _, k := range []string{"1", "2"} {
@@ -328,6 +328,7 @@ func TestDeliveriesInOrderPerAccount(t *testing.T) {
 		require.NoError(t, err)
 	}
 	eps := []string{"http://app/hook"}
+	storetest.FanOut(t, st, eps...)
 	first, err := st.ClaimDeliveries(ctx, "r1", eps, 10, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, first, 2, "one per account: a's seq 1 and b's seq 1")

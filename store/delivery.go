@@ -108,7 +108,9 @@ func (s *Store) RetryDelivery(ctx context.Context, changeID int64, endpoint stri
 }
 
 // DeliveryStats counts the deliveries by status and finds the oldest
-// pending one's change.
+// undelivered change: the oldest pending delivery's, or the first change
+// the slowest endpoint's cursor has not passed yet (no delivery created:
+// the fan-out is behind, or stopped, and the app waits all the same).
 func (s *Store) DeliveryStats(ctx context.Context) (reconcile.DeliveryStats, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
@@ -117,7 +119,11 @@ func (s *Store) DeliveryStats(ctx context.Context) (reconcile.DeliveryStats, err
 	err := s.pool.QueryRow(ctx, `
 		SELECT (SELECT coalesce(max(id), 0) FROM account_changes),
 		       count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'delivered'),
-		       count(*) FILTER (WHERE status = 'dead'), min(created_at) FILTER (WHERE status = 'pending')
+		       count(*) FILTER (WHERE status = 'dead'),
+		       least(min(created_at) FILTER (WHERE status = 'pending'),
+		             (SELECT c.created_at FROM account_changes c,
+		                (SELECT cursor_xid, cursor_id FROM app_endpoints ORDER BY cursor_xid, cursor_id LIMIT 1) e
+		              WHERE (c.xid, c.id) > (e.cursor_xid, e.cursor_id) ORDER BY c.xid, c.id LIMIT 1))
 		FROM app_deliveries`).Scan(&st.LastChangeID, &st.Pending, &st.Delivered, &st.Dead, &oldest)
 	if err != nil {
 		return st, fmt.Errorf("delivery stats: %w", classify(err))

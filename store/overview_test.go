@@ -61,7 +61,7 @@ func TestOverview(t *testing.T) {
 // endpoint, a change undelivered for too long, a dead delivery).
 func TestOverviewSignals(t *testing.T) {
 	ctx := context.Background()
-	st := storetest.OpenStore(t, storetest.URL(t), store.Options{AppEndpoints: []string{"http://app/hook"}})
+	st := storetest.OpenStoreWithEndpoints(t, storetest.URL(t), store.Options{}, "http://app/hook")
 	signals := func() map[string]reconcile.HealthSignal {
 		t.Helper()
 		o, err := st.Overview(ctx)
@@ -99,6 +99,7 @@ func TestOverviewSignals(t *testing.T) {
 	require.True(t, s["oldest undelivered change"].Bad, "undelivered for 16 minutes")
 	require.Contains(t, s["oldest undelivered change"].Value, "16m")
 
+	storetest.FanOut(t, st, "http://app/hook")
 	ds, err := st.ClaimDeliveries(ctx, "r1", []string{"http://app/hook"}, 10, time.Minute)
 	require.NoError(t, err)
 	require.NotEmpty(t, ds)

@@ -47,7 +47,9 @@ const (
 			ORDER BY id LIMIT $2
 			FOR UPDATE SKIP LOCKED)`
 	// The app's changes older than the cutoff whose every delivery is
-	// finished (delivered or dead; a change with none is finished too),
+	// finished (delivered or dead; a change with none is finished too)
+	// and that every endpoint's cursor has passed (its deliveries are
+	// created after the change is written: FanOut),
 	// with their deliveries and attempts (by cascade). The deliveries are
 	// locked and read again before the delete: a console Retry that made
 	// one pending after this statement's snapshot is then seen (a locked
@@ -58,6 +60,7 @@ const (
 			SELECT c.id FROM account_changes c
 			WHERE c.created_at < $1
 			  AND NOT EXISTS (SELECT 1 FROM app_deliveries d WHERE d.change_id = c.id AND d.status = 'pending')
+			  AND (c.xid, c.id) <= ALL (SELECT cursor_xid, cursor_id FROM app_endpoints)
 			ORDER BY c.id LIMIT $2
 			FOR UPDATE SKIP LOCKED),
 		d AS (
@@ -79,9 +82,10 @@ const pruneLockTimeout = "2s"
 
 // Prune deletes what r allows, in batches of r.Batch rows, each its own
 // transaction; see reconcile.Retention. It never touches pending or dead
-// events (nor their receipts), a change with a pending delivery, the
-// queue, accounts, the ledger or sweep runs. One prune runs at a time across replicas (a lease);
-// another gets reconcile.ErrPruneRunning. Cancelled, it returns what it
+// events (nor their receipts), a change with a pending delivery or one
+// an endpoint's cursor has not passed, the queue, accounts, the ledger or
+// sweep runs. One prune runs at a time across replicas (a lease); another
+// gets reconcile.ErrPruneRunning. Cancelled, it returns what it
 // deleted so far with the error.
 func (s *Store) Prune(ctx context.Context, r reconcile.Retention) (reconcile.Pruned, error) {
 	if err := r.Validate(); err != nil {

@@ -237,7 +237,7 @@ func TestPruneOneAtATime(t *testing.T) {
 func TestPruneFinishedChanges(t *testing.T) {
 	ctx := context.Background()
 	ep := "http://app/hook"
-	st := storetest.OpenStore(t, storetest.URL(t), store.Options{AppEndpoints: []string{ep}})
+	st := storetest.OpenStoreWithEndpoints(t, storetest.URL(t), store.Options{}, ep)
 	ids := map[string]int64{}
 	for _, c := range []string{"a", "b", "c", "d"} {
 		ids[c] = grantedAccount(t, st, "cus_"+c, "u"+c, "price_pro")
@@ -248,6 +248,7 @@ func TestPruneFinishedChanges(t *testing.T) {
 
 	// Each account's first change is sent once: a's and d's delivered,
 	// b's dead, c's to be retried.
+	storetest.FanOut(t, st, ep)
 	ds, err := st.ClaimDeliveries(ctx, "r1", []string{ep}, 10, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, ds, 4)
@@ -307,8 +308,9 @@ func TestPruneFinishedChanges(t *testing.T) {
 func TestPruneKeepsARetriedChange(t *testing.T) {
 	ctx := context.Background()
 	ep := "http://app/hook"
-	st := storetest.OpenStore(t, storetest.URL(t), store.Options{AppEndpoints: []string{ep}})
+	st := storetest.OpenStoreWithEndpoints(t, storetest.URL(t), store.Options{}, ep)
 	grantedAccount(t, st, "cus_a", "ua", "price_pro")
+	storetest.FanOut(t, st, ep)
 	ds, err := st.ClaimDeliveries(ctx, "r1", []string{ep}, 10, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, ds, 1)

@@ -45,7 +45,7 @@ func TestQueryModesAgree(t *testing.T) {
 	const endpoint = "https://app.example/billsync"
 	stores := make([]*store.Store, len(storetest.QueryModes))
 	for i, m := range storetest.QueryModes {
-		stores[i] = storetest.OpenStore(t, storetest.WithQueryMode(url, m), store.Options{AppEndpoints: []string{endpoint}})
+		stores[i] = storetest.OpenStoreWithEndpoints(t, storetest.WithQueryMode(url, m), store.Options{}, endpoint)
 	}
 
 	// Writes: customer qm<i> through the store in mode i.
@@ -88,6 +88,7 @@ func TestQueryModesAgree(t *testing.T) {
 		require.Equal(t, reconcile.ResultApplied, out.Result, "%s: %s", mode, out.Text)
 		writes[i] = written{Expect: jobs[0].Expect, UserRef: jobs[0].UserRef, Outcome: out.Text, Result: out.Result}
 		accountIDs[i] = out.AccountID
+		storetest.FanOut(t, st, endpoint) // each mode's fan-out creates its change's delivery
 	}
 
 	// Reads: every customer in every mode.

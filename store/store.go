@@ -41,13 +41,10 @@ type Store struct {
 	trailing   atomic.Bool  // a NOTIFY is scheduled for the end of the interval
 	// faults are set only by tests and the demo, through storehook
 	// (scratch.CrashAfterAccountWrite); production never sets one.
-	faults storehook.Faults
-	// endpoints are the app's webhook endpoints: each change is queued
-	// for delivery to each, in the change's transaction.
-	endpoints []string
-	leaseTTL  time.Duration
-	schema    string // Options.Schema: Migrate creates it when missing
-	conn      Connection
+	faults   storehook.Faults
+	leaseTTL time.Duration
+	schema   string // Options.Schema: Migrate creates it when missing
+	conn     Connection
 	// listenCfg is where LISTEN connects: the pool's own configuration,
 	// the direct URL's, or nil when neither can LISTEN (a transaction
 	// pooler and no direct URL).
@@ -74,10 +71,6 @@ type Options struct {
 	// MaxConns caps the connection pool; default the URL's pool_max_conns,
 	// else the driver's (max(4, CPUs)).
 	MaxConns int32
-	// AppEndpoints are the app's webhook URLs (BILLSYNC_APP_WEBHOOK_URL):
-	// every account change is queued for delivery to each. None: changes
-	// are only in the feed.
-	AppEndpoints []string
 	// Pooling is what sits between billsync and PostgreSQL
 	// (BILLSYNC_DATABASE_POOLER); PoolingAuto detects it.
 	Pooling Pooling
@@ -147,8 +140,8 @@ func openConfig(ctx context.Context, cfg *pgxpool.Config, url string, opts Optio
 			cfg.ConnConfig.RuntimeParams["search_path"] = opts.Schema
 		}
 	}
-	s := &Store{timeout: cmp.Or(opts.Timeout, DefaultTimeout), endpoints: opts.AppEndpoints,
-		leaseTTL: cmp.Or(opts.LeaseTTL, DefaultLeaseTTL), conn: conn, schema: opts.Schema}
+	s := &Store{timeout: cmp.Or(opts.Timeout, DefaultTimeout), leaseTTL: cmp.Or(opts.LeaseTTL, DefaultLeaseTTL),
+		conn: conn, schema: opts.Schema}
 	switch {
 	case opts.DirectURL != "":
 		direct, err := pgx.ParseConfig(opts.DirectURL)

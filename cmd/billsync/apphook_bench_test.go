@@ -71,7 +71,7 @@ func benchDelivery(b *testing.B, answer func(account int64) time.Duration, laten
 		got <- struct{}{}
 	}))
 	defer app.Close()
-	st := storetest.OpenStore(b, storetest.URL(b), store.Options{AppEndpoints: []string{app.URL}})
+	st := storetest.OpenStoreWithEndpoints(b, storetest.URL(b), store.Options{}, app.URL)
 	const accounts = deliveryAccounts
 	for i := range accounts {
 		debitsFor(b, st, fmt.Sprintf("cus_%d", i), fmt.Sprintf("u%d", i), 0)

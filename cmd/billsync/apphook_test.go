@@ -118,7 +118,7 @@ func TestAppWebhooksAcrossReplicas(t *testing.T) {
 	defer close(recv.release)
 
 	url := storetest.URL(t)
-	st := storetest.OpenStore(t, url, store.Options{AppEndpoints: []string{app.URL}})
+	st := storetest.OpenStoreWithEndpoints(t, url, store.Options{}, app.URL)
 	const accounts, debits = 3, 4
 	for i := range accounts {
 		debitsFor(t, st, fmt.Sprintf("cus_%d", i), fmt.Sprintf("u%d", i), debits)

@@ -70,7 +70,7 @@ func openDatabase(ctx context.Context, cfg config, logger *slog.Logger) (st *sto
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err = store.Open(ctx, url, store.Options{Timeout: cfg.DBTimeout, MaxConns: store.ServePoolSize(url), AppEndpoints: cfg.AppWebhookURLs,
+	st, err = store.Open(ctx, url, store.Options{Timeout: cfg.DBTimeout, MaxConns: store.ServePoolSize(url),
 		Pooling: cfg.Pooling, DirectURL: cfg.DatabaseDirectURL, Schema: cfg.DatabaseSchema})
 	if err != nil {
 		stopCluster()

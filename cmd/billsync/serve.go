@@ -144,6 +144,24 @@ secret also as *_FILE; see docs/configuration.md.`)
 		}
 		verifiers = append(verifiers, kindeVerifier)
 	}
+	// The app's endpoints get their cursors before anything here writes a
+	// change: a new endpoint starts from now, and gets this process's
+	// changes from the first.
+	var deliverer *reconcile.Deliverer
+	if len(cfg.AppWebhookURLs) > 0 {
+		sender, err := server.NewAppSender(server.AppSenderConfig{Secret: cfg.AppWebhookSecret})
+		if err != nil {
+			return err
+		}
+		deliverer, err = reconcile.NewDeliverer(reconcile.DelivererConfig{Name: workerName(), Store: st, Sender: sender,
+			Endpoints: cfg.AppWebhookURLs, Lease: cfg.AppWebhookLease, Poll: poll, Logger: logger.With("component", "app-webhooks"), OnAttempt: metrics.ObserveAppDelivery})
+		if err != nil {
+			return err
+		}
+		if err := deliverer.Register(ctx); err != nil {
+			return err
+		}
+	}
 	if cfg.feedOn() && provs.stripe != nil {
 		feed, err := newStripeFeed(cfg, st, provs.stripe, spending, logger)
 		if err != nil {
@@ -208,16 +226,7 @@ secret also as *_FILE; see docs/configuration.md.`)
 	// change commits.
 	var committed reconcile.Signal
 	wakeDeliverer := func() {}
-	if len(cfg.AppWebhookURLs) > 0 {
-		sender, err := server.NewAppSender(server.AppSenderConfig{Secret: cfg.AppWebhookSecret})
-		if err != nil {
-			return err
-		}
-		deliverer, err := reconcile.NewDeliverer(reconcile.DelivererConfig{Name: workerName(), Store: st, Sender: sender,
-			Endpoints: cfg.AppWebhookURLs, Lease: cfg.AppWebhookLease, Poll: poll, Logger: logger.With("component", "app-webhooks"), OnAttempt: metrics.ObserveAppDelivery})
-		if err != nil {
-			return err
-		}
+	if deliverer != nil {
 		wakeDeliverer = deliverer.Wake
 		wg.Add(1)
 		go func() { defer wg.Done(); deliverer.Run(ctx) }()

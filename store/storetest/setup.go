@@ -120,11 +120,13 @@ func SetFeedCaught(t TB, st *store.Store, provider string, n int64) {
 	change(t, st, 1, `UPDATE events_feed SET caught = $2 WHERE provider = $1`, provider, n)
 }
 
-// AgeAppDeliveries moves every delivery to the app age into the past, as
-// if its change had been written then.
+// AgeAppDeliveries moves every change and delivery to the app age into
+// the past, as if the change had been written then (its delivery may not
+// be created yet).
 func AgeAppDeliveries(t TB, st *store.Store, age time.Duration) {
 	t.Helper()
-	change(t, st, someRows, `UPDATE app_deliveries SET created_at = now() - make_interval(secs => $1)`, age.Seconds())
+	change(t, st, someRows, `UPDATE account_changes SET created_at = now() - make_interval(secs => $1)`, age.Seconds())
+	change(t, st, anyRows, `UPDATE app_deliveries SET created_at = now() - make_interval(secs => $1)`, age.Seconds())
 }
 
 // AgeAccountChanges moves the changes of provider's customer's account

@@ -486,3 +486,31 @@ func Tables(t testing.TB, st *store.Store) map[string]string {
 	}
 	return out
 }
+
+// OpenStoreWithEndpoints is OpenStore with the app's endpoints registered
+// from now, as serve does before its workers start: every change written
+// after it gets a delivery to each, once FanOut runs.
+func OpenStoreWithEndpoints(t testing.TB, url string, opts store.Options, endpoints ...string) *store.Store {
+	t.Helper()
+	st := OpenStore(t, url, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := st.RegisterEndpoints(ctx, endpoints); err != nil {
+		t.Fatalf("storetest: %v", err)
+	}
+	return st
+}
+
+// FanOut creates the deliveries of every change written so far (and
+// committed) to the endpoints, as serve's deliverer does before it claims.
+func FanOut(t testing.TB, st *store.Store, endpoints ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for more := true; more; {
+		var err error
+		if more, err = st.FanOut(ctx, endpoints, 100); err != nil {
+			t.Fatalf("storetest: %v", err)
+		}
+	}
+}
