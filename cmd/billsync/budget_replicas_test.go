@@ -120,9 +120,9 @@ func TestReplicasShareOneStripeBudget(t *testing.T) {
 	t.Logf("%d customers: %d reads in %s (%.1f/s; applied by A %v, by B %v); Stripe answered %d 429s; by operation: %v",
 		customers, usage.Reads, took.Round(time.Millisecond), rate, appliedA, appliedB, usage.RateLimited, usage.Operations)
 	require.Zero(t, usage.RateLimited, "together the replicas exceeded Stripe's limits: %v", usage.Operations)
-	// The burst pressed on the limits: faster than one replica's share, so
-	// a replica that took more than its share would have been refused.
-	require.Greater(t, rate, float64(global)/2, "the burst never needed more than one replica's share")
+	// The pace is logged, not judged (no timing threshold in a test): a
+	// replica that took the whole rate is caught by the 429s above, as
+	// seen with SetReplicas ignoring n.
 
 	// The shared record holds every read the fake served billsync, by
 	// operation. (A report without reads, as no replica, adds nothing.)
