@@ -213,7 +213,7 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.PruneSchedule, "prune-schedule", cmp.Or(getenv("BILLSYNC_PRUNE_SCHEDULE"), "off"),
 		"when to prune (see billsync prune): a five-field cron spec in UTC, or off (env BILLSYNC_PRUNE_SCHEDULE; one replica prunes at a time)")
 	c.PruneOlderThan.fromEnv(cmp.Or(getenv("BILLSYNC_PRUNE_OLDER_THAN"), defaultRetention))
-	fs.Var(&c.PruneOlderThan, "prune-older-than", "what a scheduled prune deletes: handled events and log rows older than this, days (90d) or a duration (env BILLSYNC_PRUNE_OLDER_THAN; default 90d; at least 72h)")
+	fs.Var(&c.PruneOlderThan, "prune-older-than", "what a scheduled prune deletes: handled events and log rows older than this, days (90d) or a duration (env BILLSYNC_PRUNE_OLDER_THAN; at least 72h)")
 }
 
 // setEventsPoll reads -events-poll: a positive duration, or off.

@@ -32,7 +32,15 @@ type retentionFlag struct {
 	envErr error
 }
 
-func (r *retentionFlag) String() string { return r.d.String() }
+// String writes whole days as days, as they are given ("90d"): flag's
+// help shows it as the default, so it reads like the documented one.
+func (r *retentionFlag) String() string {
+	const day = 24 * time.Hour
+	if r.d%day == 0 {
+		return strconv.FormatInt(int64(r.d/day), 10) + "d"
+	}
+	return r.d.String()
+}
 
 func (r *retentionFlag) Set(v string) error {
 	d, err := parseAge(v)
@@ -86,7 +94,7 @@ time across replicas. See docs/retention.md.
 	if err := age.Set(cmp.Or(os.Getenv("BILLSYNC_PRUNE_OLDER_THAN"), defaultRetention)); err != nil {
 		return fmt.Errorf("%w: BILLSYNC_PRUNE_OLDER_THAN %w", errUsage, err)
 	}
-	fs.Var(&age, "older-than", "delete handled events and log rows older than this: days (90d) or a duration (env BILLSYNC_PRUNE_OLDER_THAN; default 90d)")
+	fs.Var(&age, "older-than", "delete handled events and log rows older than this: days (90d) or a duration (env BILLSYNC_PRUNE_OLDER_THAN)")
 	fs.IntVar(&r.Batch, "batch", reconcile.DefaultPruneBatch, "rows one statement deletes (each batch is its own short transaction)")
 	sizes := fs.Bool("sizes", false, "print each table's rows (PostgreSQL's estimate) and bytes (pg_total_relation_size) after pruning")
 	if err := fs.Parse(args); err != nil {

@@ -102,3 +102,18 @@ func TestPruneConfig(t *testing.T) {
 	require.NoError(t, cfg.PruneOlderThan.Set("48h"))
 	require.ErrorContains(t, cfg.validateServe(), "-prune-older-than: invalid request: older-than 48h0m0s is below 72h0m0s")
 }
+
+// TestPruneHelpOneDefault: -older-than's help names its default once, in
+// the days it is written in (it once showed "default 90d" and flag's own
+// "(default 2160h0m0s)"); serve's -prune-older-than alike.
+func TestPruneHelpOneDefault(t *testing.T) {
+	for cmd, name := range map[string]string{"prune": "-older-than", "serve": "-prune-older-than"} {
+		help := runBillsync(t, cmd+" --help")
+		_, usage, ok := strings.Cut(help, "\n  "+name+" ")
+		require.True(t, ok, "%s --help lists %s:\n%s", cmd, name, help)
+		usage, _, _ = strings.Cut(usage, "\n  -")
+		require.Equal(t, 1, strings.Count(usage, "default"), "%s %s: %s", cmd, name, usage)
+		require.Contains(t, usage, "(default 90d)", "%s %s", cmd, name)
+		require.NotContains(t, usage, "2160h0m0s", "%s %s", cmd, name)
+	}
+}
