@@ -43,6 +43,7 @@ sweep fails.`)
 	var cfg config
 	cfg.bindCommon(fs, os.Getenv)
 	cfg.bindReconcile(fs, os.Getenv) // the sweep's list calls take at most half of -stripe-rate
+	cfg.bindSweep(fs)
 	only := fs.String("provider", "", "sweep only this provider (stripe or kinde); default every configured one")
 	if err := fs.Parse(args); err != nil {
 		return err
