@@ -96,7 +96,10 @@ func newSweeper(st *store.Store, client *stripe.Client, plans *reconcile.Plans, 
 
 // progress prints a sweep's progress: one line rewritten in place on a
 // terminal, else a plain line every tenth page (a million customers
-// are ten thousand pages).
+// are ten thousand pages). It never repeats the summary that follows: off
+// a terminal the first line comes after ten pages, not after the first
+// (a sweep of one page printed its figures twice), and on a terminal the
+// line is erased when the sweep ends.
 type progress struct {
 	w     io.Writer
 	tty   bool
@@ -121,14 +124,14 @@ func (p *progress) page(run reconcile.SweepRun) {
 	switch {
 	case p.tty:
 		fmt.Fprintf(p.w, "\r\033[K%s", line)
-	case p.pages%10 == 1:
+	case p.pages%10 == 0:
 		fmt.Fprintln(p.w, line)
 	}
 }
 
 func (p *progress) done() {
 	if p.tty && p.pages > 0 {
-		fmt.Fprintln(p.w)
+		fmt.Fprint(p.w, "\r\033[K")
 	}
 }
 
