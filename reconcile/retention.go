@@ -66,10 +66,13 @@ type Pruned struct {
 // schedule, or a `billsync prune`).
 var ErrPruneRunning = errors.New("a prune is already running")
 
-// TableSize is one table's footprint: rows (PostgreSQL's estimate unless
-// counted) and bytes with its indexes and TOAST.
+// TableSize is one table's footprint: rows and bytes with its indexes and
+// TOAST.
 type TableSize struct {
 	Table string
+	// Rows are counted when Exact; else PostgreSQL's estimate, -1 when
+	// it has none (the table was never analyzed).
 	Rows  int64
+	Exact bool
 	Bytes int64
 }

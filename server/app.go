@@ -236,8 +236,14 @@ func (a App) serveChanges(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
+// statusNone is the app API's status of an account with no current
+// subscription: the store keeps "" for it, which an app would have to
+// special-case as "unknown".
+const statusNone = "none"
+
 // userAnswer is GET /api/users/{user_ref}'s answer. Periods are null for
-// an account never reconciled.
+// an account never reconciled; Status is the provider's subscription
+// status, or statusNone.
 type userAnswer struct {
 	AccountID   int64      `json:"account_id"`
 	Provider    string     `json:"provider"`
@@ -261,7 +267,7 @@ func userJSON(u reconcile.UserAccount, plans *reconcile.Plans) userAnswer {
 		}
 		return &t
 	}
-	return userAnswer{a.ID, a.Provider, a.CustomerID, a.UserRef, a.Plan, a.Status, opt(a.PeriodStart), opt(a.PeriodEnd), u.Balance,
+	return userAnswer{a.ID, a.Provider, a.CustomerID, a.UserRef, a.Plan, cmp.Or(a.Status, statusNone), opt(a.PeriodStart), opt(a.PeriodEnd), u.Balance,
 		plans.Checks(u)}
 }
 

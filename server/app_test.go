@@ -65,7 +65,16 @@ func newAppEnv(t *testing.T, token string) *appEnv {
 // account's id.
 func (e *appEnv) account(provider, customer, userRef, price string) int64 {
 	e.t.Helper()
+	return e.accountOf(reconcile.Snapshot{Provider: provider, CustomerID: customer, UserRef: userRef,
+		Subscriptions: []reconcile.Subscription{{ID: "sub_" + customer, Status: "active",
+			Items: []reconcile.Item{{PriceRefs: []string{price}, Quantity: 1, PeriodStart: appPeriodStart, PeriodEnd: appPeriodEnd}}}}})
+}
+
+// accountOf makes an account of snap the way the worker does (see account).
+func (e *appEnv) accountOf(snap reconcile.Snapshot) int64 {
+	e.t.Helper()
 	ctx := context.Background()
+	provider, customer := snap.Provider, snap.CustomerID
 	_, err := e.st.StoreDelivery(ctx, reconcile.Delivery{Event: reconcile.Event{
 		Provider: provider, DedupeKey: "evt_" + customer, EventID: "evt_" + customer, Type: "customer.subscription.updated",
 		CustomerID: customer, Payload: []byte(`{}`)}})
@@ -73,9 +82,6 @@ func (e *appEnv) account(provider, customer, userRef, price string) int64 {
 	jobs, err := e.st.Claim(ctx, "test", 1, time.Minute)
 	require.NoError(e.t, err)
 	require.Len(e.t, jobs, 1)
-	snap := reconcile.Snapshot{Provider: provider, CustomerID: customer, UserRef: userRef,
-		Subscriptions: []reconcile.Subscription{{ID: "sub_" + customer, Status: "active",
-			Items: []reconcile.Item{{PriceRefs: []string{price}, Quantity: 1, PeriodStart: appPeriodStart, PeriodEnd: appPeriodEnd}}}}}
 	obs, err := e.st.Now(ctx)
 	require.NoError(e.t, err)
 	out, err := e.st.Apply(ctx, jobs[0], obs, func(cur reconcile.Account) reconcile.Change {
@@ -200,6 +206,20 @@ func TestAppUser(t *testing.T) {
 	a = e.do("GET", "/api/users/u%001", appToken, "")
 	require.Equal(t, http.StatusBadRequest, a.code, a.body)
 	require.Contains(t, a.json(t)["error"], "NUL")
+}
+
+// TestAppUserWithoutSubscription: an account with no current subscription
+// answers status "none" (the document's value for it), not "" (as it once
+// did), and still its plan (the default) and balance.
+func TestAppUserWithoutSubscription(t *testing.T) {
+	e := newAppEnv(t, appToken)
+	e.accountOf(reconcile.Snapshot{Provider: "stripe", CustomerID: "cus_free", UserRef: "u_free"})
+
+	a := e.do("GET", "/api/users/u_free", appToken, "")
+	require.Equal(t, http.StatusOK, a.code, a.body)
+	m := a.json(t)
+	require.Equal(t, "none", m["status"], a.body)
+	require.NotEmpty(t, m["plan"], a.body)
 }
 
 // normalizeTimes rewrites the period fields in UTC, whatever zone the

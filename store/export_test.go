@@ -12,3 +12,7 @@ func Migrations() ([]Migration, error) { return migrationFiles() }
 // SetAfterChangeWrite installs fn inside every change's transaction, right
 // after its account_changes row (see storehook.Faults).
 func (s *Store) SetAfterChangeWrite(fn func() error) { s.faults.SetAfterChangeWrite(fn) }
+
+// SetExactRowsUnder sets the heap size under which TableSizes counts a
+// table's rows (above it, the planner's estimate).
+func (s *Store) SetExactRowsUnder(bytes int64) { s.exactRowsUnder = bytes }

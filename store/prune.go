@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -164,25 +165,58 @@ func (s *Store) pruneBatch(ctx context.Context, sql string, cutoff time.Time, ba
 	return n, nil
 }
 
-// TableSizes returns the footprint of billsync's tables: bytes with
-// indexes and TOAST (pg_total_relation_size), and rows as PostgreSQL
-// estimates them (exact after ANALYZE; counting a large table would take
-// long), largest first.
+// defaultExactRowsUnder is the heap size (pg_relation_size) under which
+// TableSizes counts a table's rows: scanning 64 MiB takes well under a
+// second, while the planner's estimate is 0 or missing for a table not
+// analyzed yet, which a small table (a few accounts) may never be.
+const defaultExactRowsUnder = 64 << 20
+
+// TableSizes returns the footprint of billsync's tables, largest first:
+// bytes with indexes and TOAST (pg_total_relation_size), and rows counted
+// in one read-only snapshot for a table under defaultExactRowsUnder, else
+// PostgreSQL's estimate (reltuples; Exact false, Rows -1 when the table was
+// never analyzed), since counting a large table would take long. It
+// writes nothing.
 func (s *Store) TableSizes(ctx context.Context) ([]reconcile.TableSize, error) {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	rows, err := s.pool.Query(ctx, `
-		SELECT c.relname, greatest(c.reltuples, 0)::bigint, pg_total_relation_size(c.oid)
-		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE c.relkind = 'r' AND n.nspname = current_schema()
-		ORDER BY 3 DESC, 1`)
-	if err != nil {
-		return nil, fmt.Errorf("table sizes: %w", classify(err))
-	}
-	sizes, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (reconcile.TableSize, error) {
-		var t reconcile.TableSize
-		err := row.Scan(&t.Table, &t.Rows, &t.Bytes)
-		return t, err
+	limit := cmp.Or(s.exactRowsUnder, defaultExactRowsUnder)
+	var sizes []reconcile.TableSize
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		qctx, cancel := s.bound(ctx)
+		defer cancel()
+		rows, err := tx.Query(qctx, `
+			SELECT n.nspname, c.relname, c.reltuples::bigint, pg_relation_size(c.oid), pg_total_relation_size(c.oid)
+			FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE c.relkind = 'r' AND n.nspname = current_schema()
+			ORDER BY 5 DESC, 2`)
+		if err != nil {
+			return err
+		}
+		var schemas []string
+		var heaps []int64
+		sizes, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (reconcile.TableSize, error) {
+			var t reconcile.TableSize
+			var schema string
+			var heap int64
+			err := row.Scan(&schema, &t.Table, &t.Rows, &heap, &t.Bytes)
+			schemas, heaps = append(schemas, schema), append(heaps, heap)
+			return t, err
+		})
+		if err != nil {
+			return err
+		}
+		for i := range sizes {
+			if heaps[i] >= limit {
+				continue
+			}
+			cctx, cancel := s.bound(ctx)
+			err := tx.QueryRow(cctx, `SELECT count(*) FROM `+pgx.Identifier{schemas[i], sizes[i].Table}.Sanitize()).Scan(&sizes[i].Rows)
+			cancel()
+			if err != nil {
+				return err
+			}
+			sizes[i].Exact = true
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("table sizes: %w", classify(err))

@@ -346,3 +346,38 @@ func TestPruneKeepsARetriedChange(t *testing.T) {
 	require.Equal(t, 1, count(t, st, `SELECT count(*) FROM account_changes`))
 	require.Equal(t, 1, count(t, st, `SELECT count(*) FROM app_deliveries WHERE status = 'pending'`))
 }
+
+// TestTableSizesCountSmallTables: a table small enough to scan is counted,
+// whatever PostgreSQL's estimate says: a table never analyzed holding
+// accounts once showed 0 rows (its reltuples, -1, clamped). Above the
+// limit the figure is the planner's estimate, marked as one, and a table
+// never analyzed has none (-1).
+func TestTableSizesCountSmallTables(t *testing.T) {
+	t.Parallel()
+	st := storetest.NewStore(t)
+	for i := range 4 {
+		reconciled(t, st, fmt.Sprintf("evt_size_%d", i), fmt.Sprintf("cus_size_%d", i), "", 0)
+	}
+	rowsOf := func() map[string]reconcile.TableSize {
+		sizes, err := st.TableSizes(context.Background())
+		require.NoError(t, err)
+		m := map[string]reconcile.TableSize{}
+		for _, s := range sizes {
+			m[s.Table] = s
+		}
+		return m
+	}
+	accounts := rowsOf()["accounts"]
+	require.True(t, accounts.Exact, "%+v", accounts)
+	require.EqualValues(t, 4, accounts.Rows, "%+v", accounts)
+	require.Positive(t, accounts.Bytes)
+
+	st.SetExactRowsUnder(1) // every table with a page is estimated
+	_, err := st.Pool().Exec(context.Background(), `ANALYZE reconcile_log`)
+	require.NoError(t, err)
+	m := rowsOf()
+	require.False(t, m["reconcile_log"].Exact)
+	require.EqualValues(t, 4, m["reconcile_log"].Rows, "analyzed: the estimate is right")
+	require.False(t, m["ledger"].Exact)
+	require.EqualValues(t, -1, m["ledger"].Rows, "never analyzed: no estimate")
+}

@@ -49,6 +49,8 @@ type Store struct {
 	// the direct URL's, or nil when neither can LISTEN (a transaction
 	// pooler and no direct URL).
 	listenCfg *pgx.ConnConfig
+	// exactRowsUnder replaces defaultExactRowsUnder when set (tests).
+	exactRowsUnder int64
 }
 
 func init() {

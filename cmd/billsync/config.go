@@ -194,6 +194,7 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&c.AppWebhookLease, "app-webhook-lease", 2*time.Minute,
 		"how long a replica holds an app delivery it claimed; another replica sends it again after this if the first died (longer than the 10 s attempt deadline)")
 	c.bindReconcile(fs, getenv)
+	c.bindSweep(fs)
 	fs.IntVar(&c.Workers, "workers", reconcile.DefaultMaxInFlight, "the most provider fetches in flight at once in this process (0: intake only); below it each provider keeps as many as its rate (-stripe-rate, -kinde-rate) can use at its observed latency, so this is a bound, not the throughput knob")
 	fs.DurationVar(&c.RecheckDelay, "recheck-delay", time.Second,
 		"when a read contradicts the customer's newest event (the provider's API lagging its webhook), wait this long and read once more; negative: never")
@@ -213,7 +214,7 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.PruneSchedule, "prune-schedule", cmp.Or(getenv("BILLSYNC_PRUNE_SCHEDULE"), "off"),
 		"when to prune (see billsync prune): a five-field cron spec in UTC, or off (env BILLSYNC_PRUNE_SCHEDULE; one replica prunes at a time)")
 	c.PruneOlderThan.fromEnv(cmp.Or(getenv("BILLSYNC_PRUNE_OLDER_THAN"), defaultRetention))
-	fs.Var(&c.PruneOlderThan, "prune-older-than", "what a scheduled prune deletes: handled events and log rows older than this, days (90d) or a duration (env BILLSYNC_PRUNE_OLDER_THAN; default 90d; at least 72h)")
+	fs.Var(&c.PruneOlderThan, "prune-older-than", "what a scheduled prune deletes: handled events and log rows older than this, days (90d) or a duration (env BILLSYNC_PRUNE_OLDER_THAN; at least 72h)")
 }
 
 // setEventsPoll reads -events-poll: a positive duration, or off.
@@ -234,7 +235,8 @@ func (c *config) setEventsPoll(v string) error {
 func (c *config) feedOn() bool { return c.EventsPoll > 0 && c.StripeAPIKey != "" }
 
 // bindReconcile registers the flags of every command that reconciles
-// (serve, resync, replay): they must read the provider and the plans alike.
+// (serve, sweep, resync, replay): they must read the provider and the plans
+// alike. The sweep's own flags are bindSweep's.
 func (c *config) bindReconcile(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.StripeAPIURL, "stripe-api-url", getenv("STRIPE_API_URL"), "Stripe API base URL, e.g. a fake Stripe (env STRIPE_API_URL; default api.stripe.com)")
 	fs.Float64Var(&c.StripeRateLimit, "stripe-rate", 0, "the Stripe account's global rate, requests per second, shared by every replica running workers (each takes its share; every request counts: fetches, sweep pages, retries, feed polls); 0 (the default) follows the key: 100 live, 25 test; see docs/stripe-budget.md")
@@ -247,13 +249,18 @@ func (c *config) bindReconcile(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.UserRefKey, "user-ref-key", "user_id", "Stripe customer metadata key holding the app's user reference")
 	fs.StringVar(&c.KindeDomain, "kinde-domain", getenv("KINDE_DOMAIN"), "Kinde business domain, e.g. https://yourbusiness.kinde.com (env KINDE_DOMAIN; Kinde is on when it and KINDE_CLIENT_ID/KINDE_CLIENT_SECRET are set)")
 	fs.Float64Var(&c.KindeRateLimit, "kinde-rate", 10, "Kinde Management API requests per second of this process (token requests, fetches and retries of every worker count; Kinde publishes no number, it answers 429 with RateLimit-Reset)")
-	fs.IntVar(&c.SweepParallel, "sweep-parallel", 0, "Stripe list requests a sweep keeps in flight (parts of the customer list, by creation time), all within its half of -stripe-rate; 0 (the default) adapts to what that half can use at the list requests' observed latency, a number pins it (1: one page at a time)")
-	fs.DurationVar(&c.KindeSweepPace, "kinde-sweep-pace", 0, "how far apart the sweep queues Kinde accounts (Kinde has no bulk listing, so a sweep reconciles each account); default 2/-kinde-rate, half of the budget, so webhook work goes first")
 	fs.BoolVar(&c.StripeEntitlements, "stripe-entitlements", envBool(getenv, "BILLSYNC_STRIPE_ENTITLEMENTS"),
 		"read each customer's Stripe active entitlements with every fetch (one more request a reconcile), a source of features (env BILLSYNC_STRIPE_ENTITLEMENTS=true; the key needs read access to entitlements)")
 	fs.BoolVar(&c.KindeEntitlements, "kinde-entitlements", envBool(getenv, "BILLSYNC_KINDE_ENTITLEMENTS"),
 		"read each customer's Kinde billing entitlements with every fetch, a source of features (env BILLSYNC_KINDE_ENTITLEMENTS=true; scope read:billing_entitlements)")
 	fs.StringVar(&c.PlansPath, "plans", getenv("BILLSYNC_PLANS"), "plans file (YAML; env BILLSYNC_PLANS; default: the built-in plans.example.yaml)")
+}
+
+// bindSweep registers the flags of the commands that sweep (serve, sweep);
+// a command that reconciles one customer has no use for them.
+func (c *config) bindSweep(fs *flag.FlagSet) {
+	fs.IntVar(&c.SweepParallel, "sweep-parallel", 0, "Stripe list requests a sweep keeps in flight (parts of the customer list, by creation time), all within its half of -stripe-rate; 0 (the default) adapts to what that half can use at the list requests' observed latency, a number pins it (1: one page at a time)")
+	fs.DurationVar(&c.KindeSweepPace, "kinde-sweep-pace", 0, "how far apart the sweep queues Kinde accounts (Kinde has no bulk listing, so a sweep reconciles each account); default 2/-kinde-rate, half of the budget, so webhook work goes first")
 }
 
 // envFloat reads a number from an environment variable; 0 when unset.

@@ -32,7 +32,15 @@ type retentionFlag struct {
 	envErr error
 }
 
-func (r *retentionFlag) String() string { return r.d.String() }
+// String writes whole days as days, as they are given ("90d"): flag's
+// help shows it as the default, so it reads like the documented one.
+func (r *retentionFlag) String() string {
+	const day = 24 * time.Hour
+	if r.d%day == 0 {
+		return strconv.FormatInt(int64(r.d/day), 10) + "d"
+	}
+	return r.d.String()
+}
 
 func (r *retentionFlag) Set(v string) error {
 	d, err := parseAge(v)
@@ -74,7 +82,8 @@ rows written before it. Pending and dead events, the queue, accounts, the
 ledger and sweep runs are never deleted. -older-than below %s is refused:
 a provider may still retry such an event (Stripe for 3 days, Kinde within
 KINDE_REPLAY_WINDOW), and its copy must be recognised. One prune runs at a
-time across replicas. See docs/retention.md.
+time across replicas. With -sizes it deletes nothing: it prints each
+table's rows and bytes instead. See docs/retention.md.
 
 `, reconcile.MinRetention)
 		fs.PrintDefaults()
@@ -86,11 +95,14 @@ time across replicas. See docs/retention.md.
 	if err := age.Set(cmp.Or(os.Getenv("BILLSYNC_PRUNE_OLDER_THAN"), defaultRetention)); err != nil {
 		return fmt.Errorf("%w: BILLSYNC_PRUNE_OLDER_THAN %w", errUsage, err)
 	}
-	fs.Var(&age, "older-than", "delete handled events and log rows older than this: days (90d) or a duration (env BILLSYNC_PRUNE_OLDER_THAN; default 90d)")
+	fs.Var(&age, "older-than", "delete handled events and log rows older than this: days (90d) or a duration (env BILLSYNC_PRUNE_OLDER_THAN)")
 	fs.IntVar(&r.Batch, "batch", reconcile.DefaultPruneBatch, "rows one statement deletes (each batch is its own short transaction)")
-	sizes := fs.Bool("sizes", false, "print each table's rows (PostgreSQL's estimate) and bytes (pg_total_relation_size) after pruning")
+	sizes := fs.Bool("sizes", false, "only report, delete nothing: each table's rows (counted; ~ marks PostgreSQL's estimate for a large table) and bytes (pg_total_relation_size)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *sizes {
+		return reportSizes(ctx, fs, cfg, stdout, logger)
 	}
 	r.OlderThan = age.d
 	if err := r.Validate(); err != nil {
@@ -115,11 +127,36 @@ time across replicas. See docs/retention.md.
 	return nil
 }
 
+// reportSizes is prune -sizes: a report only reads, so it prunes nothing,
+// and a prune flag given with it is refused rather than ignored (a
+// "prune --older-than 90d -sizes" once pruned, then reported).
+func reportSizes(ctx context.Context, fs *flag.FlagSet, cfg config, stdout io.Writer, logger *slog.Logger) error {
+	var pruneFlags []string
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "older-than" || f.Name == "batch" {
+			pruneFlags = append(pruneFlags, "-"+f.Name)
+		}
+	})
+	if len(pruneFlags) > 0 {
+		return fmt.Errorf("%w: -sizes only reports and deletes nothing: run prune with %s, and prune -sizes alone",
+			errUsage, strings.Join(pruneFlags, " "))
+	}
+	st, closeDB, err := openDatabase(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer closeDB()
+	return printSizes(ctx, stdout, st)
+}
+
 func printPruned(w io.Writer, p reconcile.Pruned) {
 	fmt.Fprintf(w, "pruned before %s: %d events, %d receipts, %d reconcile log rows, %d app changes, %d expired sessions (%d batches, at most %d rows each)\n",
 		p.Cutoff.UTC().Format(time.RFC3339), p.Events, p.Receipts, p.LogRows, p.Changes, p.Sessions, p.Batches, p.MaxInBatch)
 }
 
+// printSizes prints each table's rows and bytes. A row count is exact
+// unless marked ~ (PostgreSQL's estimate, as of the table's last ANALYZE);
+// a large table never analyzed has no figure.
 func printSizes(ctx context.Context, w io.Writer, st *store.Store) error {
 	sizes, err := st.TableSizes(ctx)
 	if err != nil {
@@ -127,14 +164,29 @@ func printSizes(ctx context.Context, w io.Writer, st *store.Store) error {
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "table\trows\tbytes\tbytes/row\t")
+	estimated := false
 	for _, s := range sizes {
+		rows := strconv.FormatInt(s.Rows, 10)
+		switch {
+		case s.Exact:
+		case s.Rows < 0:
+			rows, estimated = "not analyzed", true
+		default:
+			rows, estimated = "~"+rows, true
+		}
 		per := "-"
 		if s.Rows > 0 {
 			per = strconv.FormatInt(s.Bytes/s.Rows, 10)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t\n", s.Table, s.Rows, s.Bytes, per)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t\n", s.Table, rows, s.Bytes, per)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if estimated {
+		fmt.Fprintln(w, "rows are counted; ~ is PostgreSQL's estimate for a large table, as of its last ANALYZE (not analyzed: none yet)")
+	}
+	return nil
 }
 
 // parsePruneSchedule reads -prune-schedule: a cron spec, or off (nil).

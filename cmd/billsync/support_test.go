@@ -327,3 +327,30 @@ func TestResyncRevivesDead(t *testing.T) {
 	require.Contains(t, e.eventStatuses(cus), string(reconcile.EventApplied))
 	require.False(t, strings.Contains(e.lastLog(cus), "worker"))
 }
+
+// TestResyncHelpListsItsFlags: resync's help lists what reconciling one
+// customer uses, and none of the sweep's flags, which it once listed
+// (bound with the provider's flags).
+func TestResyncHelpListsItsFlags(t *testing.T) {
+	flags := func(cmd string) []string {
+		var names []string
+		for line := range strings.Lines(runBillsync(t, cmd+" --help")) {
+			if name, ok := strings.CutPrefix(line, "  -"); ok {
+				name, _, _ = strings.Cut(strings.TrimSpace(name), " ")
+				names = append(names, name)
+			}
+		}
+		return names
+	}
+	resync := flags("resync")
+	for _, f := range []string{"customer", "account", "user", "email", "provider", "dry-run", "data-dir", "db-timeout",
+		"stripe-api-url", "stripe-rate", "user-ref-key", "kinde-domain", "kinde-rate", "stripe-entitlements", "plans"} {
+		require.Contains(t, resync, f, "resync --help")
+	}
+	for _, f := range []string{"sweep-parallel", "kinde-sweep-pace", "sweep-schedule", "workers", "addr"} {
+		require.NotContains(t, resync, f, "resync --help lists a flag resync does not use")
+	}
+	for _, cmd := range []string{"sweep", "serve"} {
+		require.Subset(t, flags(cmd), []string{"sweep-parallel", "kinde-sweep-pace"}, cmd+" --help")
+	}
+}

@@ -43,6 +43,7 @@ sweep fails.`)
 	var cfg config
 	cfg.bindCommon(fs, os.Getenv)
 	cfg.bindReconcile(fs, os.Getenv) // the sweep's list calls take at most half of -stripe-rate
+	cfg.bindSweep(fs)
 	only := fs.String("provider", "", "sweep only this provider (stripe or kinde); default every configured one")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -95,7 +96,10 @@ func newSweeper(st *store.Store, client *stripe.Client, plans *reconcile.Plans, 
 
 // progress prints a sweep's progress: one line rewritten in place on a
 // terminal, else a plain line every tenth page (a million customers
-// are ten thousand pages).
+// are ten thousand pages). It never repeats the summary that follows: off
+// a terminal the first line comes after ten pages, not after the first
+// (a sweep of one page printed its figures twice), and on a terminal the
+// line is erased when the sweep ends.
 type progress struct {
 	w     io.Writer
 	tty   bool
@@ -120,14 +124,14 @@ func (p *progress) page(run reconcile.SweepRun) {
 	switch {
 	case p.tty:
 		fmt.Fprintf(p.w, "\r\033[K%s", line)
-	case p.pages%10 == 1:
+	case p.pages%10 == 0:
 		fmt.Fprintln(p.w, line)
 	}
 }
 
 func (p *progress) done() {
 	if p.tty && p.pages > 0 {
-		fmt.Fprintln(p.w)
+		fmt.Fprint(p.w, "\r\033[K")
 	}
 }
 

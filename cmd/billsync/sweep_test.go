@@ -40,6 +40,10 @@ func TestSweepCommand(t *testing.T) {
 
 	var out, logs bytes.Buffer
 	require.NoError(t, run(ctx, []string{"sweep"}, &out, &logs), logs.String())
+	// The summary once: a sweep of one page printed its progress line too,
+	// the same figures just before them.
+	require.True(t, strings.HasPrefix(out.String(), "stripe sweep 1 succeeded\n"), out.String())
+	require.Equal(t, 1, strings.Count(out.String(), "seen"), out.String())
 	require.Contains(t, out.String(), "succeeded")
 	require.Contains(t, out.String(), "seen 1, healed 1, failed 0")
 	require.Contains(t, out.String(), "healed "+cus+": (no account) → team (active)")
@@ -56,6 +60,27 @@ func TestSweepCommand(t *testing.T) {
 	err = run(ctx, []string{"sweep", "-stripe-rate", "1000"}, &out, &logs)
 	require.Error(t, err, "a failed sweep exits non-zero")
 	require.Contains(t, out.String(), "FAILED")
+}
+
+// TestSweepProgress: progress off a terminal is a line every tenth page,
+// the first after ten pages, so a short sweep prints only its summary; on
+// a terminal the line is rewritten in place and erased when the sweep
+// ends, so the summary stands alone.
+func TestSweepProgress(t *testing.T) {
+	var out bytes.Buffer
+	p := newProgress(&out)
+	for i := range 25 {
+		p.page(reconcile.SweepRun{ID: 1, Seen: 100 * (i + 1)})
+	}
+	p.done()
+	require.Regexp(t, `^sweep 1: 1000 customers seen, 0 healed, 0 failed \(\S+\)\nsweep 1: 2000 customers seen, 0 healed, 0 failed \(\S+\)\n$`, out.String())
+
+	out.Reset()
+	p = newProgress(&out)
+	p.tty = true
+	p.page(reconcile.SweepRun{ID: 1, Seen: 100})
+	p.done()
+	require.True(t, strings.HasSuffix(out.String(), "\r\033[K"), "the last progress line is erased: %q", out.String())
 }
 
 func TestSweepSchedule(t *testing.T) {
