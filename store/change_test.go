@@ -165,15 +165,7 @@ func TestFeedNeverSkipsALateCommit(t *testing.T) {
 		start = append(start, more...)
 	}
 
-	held, release := make(chan struct{}), make(chan struct{})
-	var first atomic.Bool
-	st.SetAfterChangeWrite(func() error {
-		if first.CompareAndSwap(false, true) {
-			close(held)
-			<-release
-		}
-		return nil
-	})
+	held, release := holdFirstChangeWrite(st)
 	errA := make(chan error, 1)
 	go func() {
 		_, err := st.Debit(ctx, reconcile.Debit{UserRef: "ua", Key: "a", Amount: 1}, reconcile.DecideDebit)
@@ -361,4 +353,20 @@ func TestDeliveriesInOrderPerAccount(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, attempts[a.Endpoint], 2, "both attempts recorded, the refused one too")
 	require.Equal(t, 500, attempts[a.Endpoint][0].StatusCode)
+}
+
+// holdFirstChangeWrite makes the store's first change write from now wait
+// in its transaction, after its change row is written, until release is
+// closed; held is closed once it waits.
+func holdFirstChangeWrite(st *store.Store) (held, release chan struct{}) {
+	held, release = make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	st.SetAfterChangeWrite(func() error {
+		if first.CompareAndSwap(false, true) {
+			close(held)
+			<-release
+		}
+		return nil
+	})
+	return held, release
 }

@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,15 +146,7 @@ func TestFanOutWaitsForAnOlderTransaction(t *testing.T) {
 	allChanges(t, st, 2)
 	storetest.FanOut(t, st, ep)
 
-	held, release := make(chan struct{}), make(chan struct{})
-	var once atomic.Bool
-	st.SetAfterChangeWrite(func() error {
-		if once.CompareAndSwap(false, true) {
-			close(held)
-			<-release
-		}
-		return nil
-	})
+	held, release := holdFirstChangeWrite(st)
 	errA := make(chan error, 1)
 	go func() {
 		_, err := st.Debit(ctx, reconcile.Debit{UserRef: "ua", Key: "a", Amount: 1}, reconcile.DecideDebit)
