@@ -165,10 +165,9 @@ func (d *Deliverer) Wake() {
 // Run delivers until ctx is done; the deliveries in hand are finished
 // first (each bounded by the sender's deadline). Up to Concurrency are in
 // flight, and a slot that frees is claimed for at once: one slow answer
-// holds up its own account's later changes only, never the others'
-// (delivered in batches, every account waited for the batch's slowest
-// answer). An answered delivery may make its account's next change due,
-// so each one ends in a new claim.
+// holds up its own account's later changes only, never the others'.
+// An answered delivery may make its account's next change due, so each
+// one ends in a new claim.
 func (d *Deliverer) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()

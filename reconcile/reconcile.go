@@ -6,12 +6,21 @@
 // webhook is only a signal; state changes only by reconciling against a
 // snapshot fetched from the provider's API.
 //
-// Where things are: the nouns (account.go, event.go, job.go, snapshot.go,
-// plan.go, feature.go, outcome.go, support.go's read models), the
-// interfaces the adapters implement (store.go, provider.go), the pure
-// decisions (decide.go, feature.go's ResolveFeatures and Check, usage.go's
-// DecideDebit, stale.go), the limits on outside input
-// (limit.go), and the running parts: the worker (worker.go), reconciling one
-// customer on demand (ondemand.go), and the sweep (sweep.go, sweeplist.go's
-// parts, sweeprun.go's start, refusal and stop).
+// Where things are:
+//   - the nouns: account.go, event.go, job.go, snapshot.go, plan.go,
+//     feature.go, outcome.go, appchange.go (what the app is told of a
+//     change), support.go and overview.go (the read models of support and
+//     of the console's first page);
+//   - the interfaces the adapters implement: store.go, provider.go, and
+//     error.go's failure classes;
+//   - the pure decisions: decide.go, feature.go's ResolveFeatures and
+//     Check, usage.go's DecideDebit, stale.go, and limit.go's limits on
+//     outside input;
+//   - the running parts: the worker (worker.go), reconciling one customer
+//     on demand (ondemand.go), the sweep (sweep.go, sweeplist.go's parts,
+//     sweeprun.go's start, refusal and stop), the provider's events feed
+//     (feed.go), the app deliverer (appdeliver.go), the requests in flight
+//     sized to a provider's budget (budget.go) and the budget every replica
+//     shares (spend.go), what a prune may forget (retention.go), and the
+//     broadcast that wakes change-feed long polls (signal.go).
 package reconcile

@@ -1,6 +1,7 @@
-// Package server is billsync's HTTP surface: webhook intake, health,
-// readiness, Prometheus metrics, the admin API, the support console and the
-// app API.
+// Package server is billsync's HTTP, both ways. Inbound: webhook intake,
+// health, readiness, Prometheus metrics, the admin API, the support
+// console and the app API. Outbound: AppSender (apphook.go), which signs
+// and sends the app its account changes for reconcile's deliverer.
 //
 // It verifies and stores; it never applies a webhook to an account, and it
 // never answers 200 for a delivery that was not committed to the store. It

@@ -20,8 +20,9 @@ import (
 	"github.com/billsync/billsync/store"
 )
 
-// defaultRetention is how long handled events, their receipts and the
-// reconcile log are kept by default: a quarter of support history.
+// defaultRetention is how long handled events (with their receipts), the
+// reconcile log and the app's delivered changes are kept by default: a
+// quarter of support history. Expired console sessions go whatever it is.
 const defaultRetention = "90d"
 
 // retentionFlag is a -older-than value: a Go duration, or whole days
@@ -77,9 +78,11 @@ func runPrune(ctx context.Context, args []string, stdout io.Writer, logger *slog
 
 Deletes what billsync no longer needs, in batches of short transactions
 that skip rows in use: handled (applied or ignored) events last seen
-before -older-than, with their payloads and receipts, and reconcile log
-rows written before it. Pending and dead events, the queue, accounts, the
-ledger and sweep runs are never deleted. -older-than below %s is refused:
+before -older-than, with their payloads and receipts; reconcile log rows
+and the app's changes (every delivery of theirs finished, every endpoint
+past them) written before it; and expired console sessions. Pending and
+dead events, the queue, accounts, the ledger and sweep runs are never
+deleted. -older-than below %s is refused:
 a provider may still retry such an event (Stripe for 3 days, Kinde within
 KINDE_REPLAY_WINDOW), and its copy must be recognised. One prune runs at a
 time across replicas. With -sizes it deletes nothing: it prints each
@@ -95,7 +98,7 @@ table's rows and bytes instead. See docs/retention.md.
 	if err := age.Set(cmp.Or(os.Getenv("BILLSYNC_PRUNE_OLDER_THAN"), defaultRetention)); err != nil {
 		return fmt.Errorf("%w: BILLSYNC_PRUNE_OLDER_THAN %w", errUsage, err)
 	}
-	fs.Var(&age, "older-than", "delete handled events and log rows older than this: days (90d) or a duration (env BILLSYNC_PRUNE_OLDER_THAN)")
+	fs.Var(&age, "older-than", "delete handled events, log rows and delivered app changes older than this: days (90d) or a duration (env BILLSYNC_PRUNE_OLDER_THAN)")
 	fs.IntVar(&r.Batch, "batch", reconcile.DefaultPruneBatch, "rows one statement deletes (each batch is its own short transaction)")
 	sizes := fs.Bool("sizes", false, "only report, delete nothing: each table's rows (counted; ~ marks PostgreSQL's estimate for a large table) and bytes (pg_total_relation_size)")
 	if err := fs.Parse(args); err != nil {
