@@ -2,10 +2,10 @@ package e2e_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -66,7 +66,7 @@ func (l *blockingLister) ListPage(ctx context.Context, cursor string) ([]reconci
 func sweepRecord(t *testing.T, st *store.Store, provider, status string) reconcile.SweepRecord {
 	t.Helper()
 	var rec reconcile.SweepRecord
-	require.Eventually(t, func() bool {
+	storetest.WaitFor(t, fmt.Sprintf("the %s sweep becomes %s", provider, status), func() bool {
 		runs, err := st.SweepRuns(context.Background(), 50)
 		if err != nil {
 			return false
@@ -78,7 +78,7 @@ func sweepRecord(t *testing.T, st *store.Store, provider, status string) reconci
 			}
 		}
 		return false
-	}, time.Minute, 10*time.Millisecond, "the %s sweep never became %s", provider, status)
+	})
 	return rec
 }
 
