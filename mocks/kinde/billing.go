@@ -74,9 +74,7 @@ func (s *Server) listAgreements(r *http.Request) (any, int) {
 	if customer == "" {
 		return apiError("CUSTOMER_ID_REQUIRED", "customer_id is required"), http.StatusBadRequest
 	}
-	s.mu.Lock()
-	all := slices.Clone(s.agreements[customer])
-	s.mu.Unlock()
+	all := s.read(customer)
 	items, more, err := page(r, all, func(a Agreement) string { return a.ID })
 	if err != nil {
 		return apiError("INVALID_PAGING", err.Error()), http.StatusBadRequest
@@ -110,9 +108,7 @@ func (s *Server) listEntitlements(r *http.Request) (any, int) {
 		return apiError("CUSTOMER_ID_REQUIRED", "customer_id is required"), http.StatusBadRequest
 	}
 	now := s.opts.Now()
-	s.mu.Lock()
-	agreements := slices.Clone(s.agreements[customer])
-	s.mu.Unlock()
+	agreements := s.read(customer)
 	plans := []map[string]string{}
 	all := []map[string]any{}
 	for _, a := range agreements {
@@ -155,6 +151,7 @@ func (s *Server) SetAgreements(customer string, agreements []Agreement) []Agreem
 		stored[i] = a
 	}
 	slices.SortFunc(stored, func(a, b Agreement) int { return cmp.Compare(a.ID, b.ID) })
+	s.changed(customer)
 	s.agreements[customer] = stored
 	return slices.Clone(stored)
 }
@@ -163,5 +160,51 @@ func (s *Server) SetAgreements(customer string, agreements []Agreement) []Agreem
 func (s *Server) Agreements(customer string) []Agreement {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return slices.Clone(s.agreements[customer])
+}
+
+// agreementsChange is one write to a customer's agreements: when it
+// happened (wall clock) and what they were before (held: whether there
+// were any).
+type agreementsChange struct {
+	at     time.Time
+	before []Agreement
+	held   bool
+}
+
+// staleWindow is how long changes are remembered for Faults.StaleReads.
+const staleWindow = 10 * time.Minute
+
+// changed records that customer's agreements are about to change. Called
+// with s.mu held. Only while Faults.StaleReads is on, as the fake Stripe:
+// changes made before it was turned on are not seen stale.
+func (s *Server) changed(customer string) {
+	if s.faults.Get().StaleReads <= 0 {
+		return
+	}
+	now := time.Now()
+	before, held := s.agreements[customer]
+	h := slices.DeleteFunc(s.history[customer], func(c agreementsChange) bool { return now.Sub(c.at) > staleWindow })
+	s.history[customer] = append(h, agreementsChange{at: now, before: before, held: held})
+}
+
+// read returns customer's agreements as the API reads them: with
+// Faults.StaleReads, as they were that long ago (by the wall clock), as a
+// lagging read replica would; a customer whose agreements were first set
+// within the window has none yet.
+func (s *Server) read(customer string) []Agreement {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if stale := s.faults.Get().StaleReads; stale > 0 {
+		cutoff := time.Now().Add(-stale)
+		for _, c := range s.history[customer] { // the state at cutoff is what the first later change found
+			if c.at.After(cutoff) {
+				if !c.held {
+					return nil
+				}
+				return slices.Clone(c.before)
+			}
+		}
+	}
 	return slices.Clone(s.agreements[customer])
 }

@@ -18,8 +18,8 @@
 // the fake Stripe: the webhook faults through the one delivery engine they
 // share (fault.Deliverer), the request faults (5xx, 429 with
 // RateLimit-Reset, latency, a request rate) on the token and API
-// endpoints. It does not model StaleReads or TargetKey (it has one
-// client, and no history of its agreements).
+// endpoints, and StaleReads on the billing API's reads. It ignores
+// TargetKey: it has one client.
 //
 // It is the workshop's: it must never be wired into billsync's product
 // path.

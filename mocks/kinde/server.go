@@ -56,8 +56,9 @@ type Server struct {
 	log  *slog.Logger
 
 	mu         sync.Mutex
-	agreements map[string][]Agreement // by customer id
-	tokens     map[string]time.Time   // access token → expiry
+	agreements map[string][]Agreement        // by customer id
+	history    map[string][]agreementsChange // recent changes per customer, for StaleReads
+	tokens     map[string]time.Time          // access token → expiry
 	endpoints  []string
 	faults     fault.State
 	nextID     int
@@ -87,7 +88,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		opts: opts, keys: keys, mux: http.NewServeMux(),
 		log:        cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)),
-		agreements: map[string][]Agreement{}, tokens: map[string]time.Time{},
+		agreements: map[string][]Agreement{}, history: map[string][]agreementsChange{}, tokens: map[string]time.Time{},
 	}
 	schedule := make([]time.Duration, len(opts.RetrySchedule))
 	for i, wait := range opts.RetrySchedule {
