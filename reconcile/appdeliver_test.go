@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/billsync/billsync/mocks/inproc"
+	"github.com/billsync/billsync/mocks/mock"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/server"
 )
@@ -277,13 +278,6 @@ func TestNextDelivery(t *testing.T) {
 	}
 }
 
-// senderFunc is an AppSender.
-type senderFunc func(ctx context.Context, d reconcile.AppDelivery) reconcile.DeliveryAttempt
-
-func (f senderFunc) Send(ctx context.Context, d reconcile.AppDelivery) reconcile.DeliveryAttempt {
-	return f(ctx, d)
-}
-
 // TestASlowAnswerHoldsUpItsOwnAccountOnly: while the app takes its time
 // over one account's change, the other accounts' changes keep flowing,
 // each in order; the slow account's next change waits for its answer.
@@ -298,7 +292,7 @@ func TestASlowAnswerHoldsUpItsOwnAccountOnly(t *testing.T) {
 		release := make(chan struct{})
 		var mu sync.Mutex
 		var answered []int64
-		sender := senderFunc(func(_ context.Context, dl reconcile.AppDelivery) reconcile.DeliveryAttempt {
+		sender := &mock.AppSender{SendFn: func(_ context.Context, dl reconcile.AppDelivery) reconcile.DeliveryAttempt {
 			if dl.ChangeID == 1 {
 				<-release
 			}
@@ -306,7 +300,7 @@ func TestASlowAnswerHoldsUpItsOwnAccountOnly(t *testing.T) {
 			answered = append(answered, dl.ChangeID)
 			mu.Unlock()
 			return reconcile.DeliveryAttempt{At: time.Now(), StatusCode: 204}
-		})
+		}}
 		d, err := reconcile.NewDeliverer(reconcile.DelivererConfig{Name: "r1", Store: st, Sender: sender,
 			Endpoints: []string{"http://app.test/hook"}, Concurrency: 2, Poll: time.Hour})
 		require.NoError(t, err)

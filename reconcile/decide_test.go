@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
 )
 
@@ -56,7 +55,7 @@ func parsePlans(t *testing.T, yaml string) *reconcile.Plans {
 }
 
 func TestDecide(t *testing.T) {
-	plans := testenv.Plans()
+	plans := examplePlans()
 	onFree := reconcile.Account{ID: 7, Provider: "stripe", CustomerID: "cus_1", UserRef: "u1", Plan: "free",
 		Status: "active", SubscriptionID: "sub_1", PeriodStart: periodStart, PeriodEnd: periodEnd, ObservedAt: t0}
 
@@ -108,7 +107,7 @@ func TestDecide(t *testing.T) {
 // and what the others fall to: the default plan on the calendar month,
 // with the provider's status and subscription recorded.
 func TestDecideStatuses(t *testing.T) {
-	plans := testenv.Plans()
+	plans := examplePlans()
 	onPro := reconcile.Account{ID: 7, Provider: "stripe", CustomerID: "cus_1", UserRef: "u1", Plan: "pro",
 		Status: "active", SubscriptionID: "sub_1", PeriodStart: periodStart, PeriodEnd: periodEnd, ObservedAt: t0}
 	tests := []struct {
@@ -151,7 +150,7 @@ func TestDecideStatuses(t *testing.T) {
 // TestDecideDeletedCustomer: a customer the provider deleted falls to the
 // default plan, recorded as deleted, and the outcome says why.
 func TestDecideDeletedCustomer(t *testing.T) {
-	plans := testenv.Plans()
+	plans := examplePlans()
 	onPro := reconcile.Account{ID: 7, Provider: "stripe", CustomerID: "cus_1", UserRef: "u1", Plan: "pro",
 		Status: "active", SubscriptionID: "sub_1", PeriodStart: periodStart, PeriodEnd: periodEnd,
 		CancelAtPeriodEnd: true, ObservedAt: t0}
@@ -191,7 +190,7 @@ func TestDecideDeletedCustomer(t *testing.T) {
 // on, its invoice failed) keeps the plan and what it was granted, and the
 // new period is granted once the subscription is active again.
 func TestDecideWaitsForPayment(t *testing.T) {
-	plans := testenv.Plans()
+	plans := examplePlans()
 	onPro := reconcile.Account{ID: 7, Provider: "stripe", CustomerID: "cus_1", UserRef: "u1", Plan: "pro",
 		Status: "active", SubscriptionID: "sub_1", PeriodStart: periodStart, PeriodEnd: periodEnd, ObservedAt: t0}
 	pastDue := oneSub("cus_1", "past_due", periodEnd, nextEnd, "pro")
@@ -300,7 +299,7 @@ func TestDecidePausedCollection(t *testing.T) {
 // TestDecideSeveralSubscriptions: the best plan among every subscription
 // that keeps its plan wins, whatever order they were bought in.
 func TestDecideSeveralSubscriptions(t *testing.T) {
-	plans := testenv.Plans()
+	plans := examplePlans()
 	older, newer := t0.Add(-60*24*time.Hour), t0.Add(-24*time.Hour)
 	laterStart := periodStart.AddDate(0, 0, 10)
 	laterEnd := periodEnd.AddDate(0, 0, 10)
@@ -384,7 +383,7 @@ func TestDecideSeveralSubscriptions(t *testing.T) {
 // TestDecideUnmapped: subscriptions that keep their plan but whose prices
 // all map to no plan leave the account as it was, and name the prices.
 func TestDecideUnmapped(t *testing.T) {
-	plans := testenv.Plans()
+	plans := examplePlans()
 	onFree := reconcile.Account{ID: 7, Provider: "stripe", CustomerID: "cus_1", UserRef: "u1", Plan: "free",
 		Status: "active", SubscriptionID: "sub_1", PeriodStart: periodStart, PeriodEnd: periodEnd, ObservedAt: t0}
 	tests := []struct {
@@ -451,7 +450,7 @@ plans:
 // TestDecideMixedIntervals: the period is the period of the item whose
 // price decided the plan, not the first item's.
 func TestDecideMixedIntervals(t *testing.T) {
-	plans := testenv.Plans()
+	plans := examplePlans()
 	yearStart, yearEnd := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC), time.Date(2027, 3, 1, 0, 0, 0, 0, time.UTC)
 	s := snapOf(sub("sub_1", "active", t0.Add(-time.Hour),
 		item(yearStart, yearEnd, "storage_addon_yearly"), // maps to no plan

@@ -6,7 +6,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
 )
 
@@ -14,7 +13,7 @@ import (
 // provider's, so a changed email alone is applied and said, and an equal
 // one is no change.
 func TestDecideEmail(t *testing.T) {
-	plans := testenv.Plans()
+	plans := examplePlans()
 	cur := reconcile.Account{ID: 7, Provider: "stripe", CustomerID: "cus_1", UserRef: "u1", Email: "old@example.com",
 		Plan: "pro", Status: "active", SubscriptionID: "sub_1", PeriodStart: periodStart, PeriodEnd: periodEnd, ObservedAt: t0}
 	s := snap("active", "pro")

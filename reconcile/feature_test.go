@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
 )
 
@@ -26,7 +25,7 @@ func featureOf(t *testing.T, a reconcile.Account, key string) reconcile.Feature 
 // feature, gives no meter grant, and keeps the default grant's key as it
 // was (grant:{account}:{period_start}:{plan}:{allowance}).
 func TestPlansWithoutFeatures(t *testing.T) {
-	plans := testenv.Plans()
+	plans := examplePlans()
 	require.Empty(t, plans.FeatureDefs())
 	ch := reconcile.Decide(reconcile.Account{ID: 7}, snap("active", "price_pro"), plans, t0)
 	require.Empty(t, ch.Next.Features)
@@ -82,7 +81,7 @@ func TestParsePlansFeaturesRefused(t *testing.T) {
 // (pro: 5, the add-on: 20): the answer is 20, from the add-on, though pro
 // decides the plan; the plan without a feature answers not allowed.
 func TestResolveTwoSubscriptionsOneLimit(t *testing.T) {
-	plans := testenv.FeaturePlans()
+	plans := featurePlans()
 	s := snapOf(
 		sub("sub_addon", "active", t0.Add(-time.Hour), item(periodStart, periodEnd, "price_seats_addon")),
 		sub("sub_pro", "active", t0.Add(-2*time.Hour), item(periodStart, periodEnd, "price_pro")),
@@ -115,7 +114,7 @@ func TestResolveTwoSubscriptionsOneLimit(t *testing.T) {
 // the largest (an unlimited one beats any number), each answer names its
 // source, and entitlements the plans file does not map are dropped.
 func TestResolveSources(t *testing.T) {
-	plans := testenv.FeaturePlans()
+	plans := featurePlans()
 	got := reconcile.ResolveFeatures(plans, []string{"free"}, []reconcile.Entitlement{
 		{Provider: "stripe", Key: "export"},
 		{Provider: "stripe", Key: "seats-50"},
@@ -139,7 +138,7 @@ func TestResolveSources(t *testing.T) {
 // the next reconcile; a read that did not ask for entitlements (the
 // sweep's listing) keeps the account's; a deleted customer has none.
 func TestDecideEntitlements(t *testing.T) {
-	plans := testenv.FeaturePlans()
+	plans := featurePlans()
 	withExport := snap("active", "price_free")
 	withExport.Entitlements = []reconcile.Entitlement{{Provider: "stripe", Key: "export"}, {Provider: "stripe", Key: "other"}}
 	first := reconcile.Decide(reconcile.Account{ID: 7}, withExport, plans, t0)
@@ -166,7 +165,7 @@ func TestDecideEntitlements(t *testing.T) {
 // TestDecideMeters: each metered feature gets its own grant for the
 // period, keyed apart from the default one; none while payment waits.
 func TestDecideMeters(t *testing.T) {
-	plans := testenv.FeaturePlans()
+	plans := featurePlans()
 	ch := reconcile.Decide(reconcile.Account{ID: 7}, snap("active", "price_pro"), plans, t0)
 	require.Equal(t, []reconcile.Grant{{Meter: "ai_credits", Plan: "pro", Source: "plan:pro", Allowance: 1000,
 		PeriodStart: periodStart, PeriodEnd: periodEnd}}, ch.Meters)
@@ -187,7 +186,7 @@ func TestDecideMeters(t *testing.T) {
 // balance; a feature that is not metered or not declared is refused
 // before.
 func TestDecideDebitMeter(t *testing.T) {
-	plans := testenv.FeaturePlans()
+	plans := featurePlans()
 	acc := reconcile.Account{ID: 7, Plan: "pro", PeriodStart: periodStart}
 	d := reconcile.Debit{UserRef: "u1", Feature: "ai_credits", Key: "k1", Amount: 30}
 	require.NoError(t, plans.CheckDebit(d))
@@ -208,12 +207,12 @@ func TestDecideDebitMeter(t *testing.T) {
 // TestFeaturesFileIsValid: the fixture parses (panics otherwise) and is
 // the example plans plus features: the same plans, prices and codes.
 func TestFeaturesFileIsValid(t *testing.T) {
-	fp, ex := testenv.FeaturePlans(), testenv.Plans()
+	fp, ex := featurePlans(), examplePlans()
 	for _, pl := range ex.List() {
 		got, ok := fp.Named(pl.Name)
 		require.True(t, ok, pl.Name)
 		require.Equal(t, pl.Allowance, got.Allowance)
 		require.Equal(t, pl.StripePrices, got.StripePrices)
 	}
-	require.True(t, bytes.Contains(testenv.FeaturePlansYAML, []byte("features:")))
+	require.True(t, bytes.Contains(featurePlansYAML(), []byte("features:")))
 }

@@ -24,49 +24,6 @@ import (
 // reads the feed makes are counted where the provider would count them.
 // What the feed stores is tested against PostgreSQL in package store.
 
-// feedStore is a reconcile.FeedStore whose methods call the matching
-// function (StoreDelivery: the embedded mock.Inbox's).
-type feedStore struct {
-	mock.Inbox
-	NowFn          func(ctx context.Context) (time.Time, error)
-	FeedLockFn     func(ctx context.Context, provider string) (context.Context, func(), error)
-	OpenFeedFn     func(ctx context.Context, provider string, start time.Time) (reconcile.FeedState, error)
-	FeedStoredFn   func(ctx context.Context, provider string, keys []string) (map[string]bool, error)
-	SaveFeedPollFn func(ctx context.Context, provider string, p reconcile.FeedPoll) error
-}
-
-var _ reconcile.FeedStore = (*feedStore)(nil)
-
-func (s *feedStore) Now(ctx context.Context) (time.Time, error) { return s.NowFn(ctx) }
-
-func (s *feedStore) FeedLock(ctx context.Context, provider string) (context.Context, func(), error) {
-	return s.FeedLockFn(ctx, provider)
-}
-
-func (s *feedStore) OpenFeed(ctx context.Context, provider string, start time.Time) (reconcile.FeedState, error) {
-	return s.OpenFeedFn(ctx, provider, start)
-}
-
-func (s *feedStore) FeedStored(ctx context.Context, provider string, keys []string) (map[string]bool, error) {
-	return s.FeedStoredFn(ctx, provider, keys)
-}
-
-func (s *feedStore) SaveFeedPoll(ctx context.Context, provider string, p reconcile.FeedPoll) error {
-	return s.SaveFeedPollFn(ctx, provider, p)
-}
-
-// listEvents is a reconcile.EventSource that is a function.
-type listEvents func(ctx context.Context, since time.Time, after string) (reconcile.FeedPage, error)
-
-func (l listEvents) ListEvents(ctx context.Context, since time.Time, after string) (reconcile.FeedPage, error) {
-	return l(ctx, since, after)
-}
-
-// webhookEndpoint is a reconcile.EndpointChecker that is a function.
-type webhookEndpoint func(ctx context.Context) (string, bool, error)
-
-func (e webhookEndpoint) WebhookEndpoint(ctx context.Context) (string, bool, error) { return e(ctx) }
-
 // feedProvider is what the fakes share: the events the provider lists
 // (one page, every poll: the overlap window lists the newest event again
 // until a newer one comes), which of them a webhook brought first, the
@@ -125,7 +82,7 @@ func (p *feedProvider) loseLease() {
 // config returns a feed's config on the fakes; withEndpoint: webhooks are
 // on, so the feed reads the endpoint's status.
 func (p *feedProvider) config(withEndpoint bool) reconcile.FeedConfig {
-	st := &feedStore{
+	st := &mock.FeedStore{
 		Inbox: mock.Inbox{StoreDeliveryFn: func(_ context.Context, d reconcile.Delivery) (reconcile.Stored, error) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
@@ -156,7 +113,7 @@ func (p *feedProvider) config(withEndpoint bool) reconcile.FeedConfig {
 	}
 	cfg := reconcile.FeedConfig{
 		Provider: "stripe", Store: st,
-		Source: listEvents(func(ctx context.Context, _ time.Time, _ string) (reconcile.FeedPage, error) {
+		Source: &mock.EventSource{ListEventsFn: func(ctx context.Context, _ time.Time, _ string) (reconcile.FeedPage, error) {
 			if err := ctx.Err(); err != nil {
 				return reconcile.FeedPage{}, err
 			}
@@ -168,15 +125,15 @@ func (p *feedProvider) config(withEndpoint bool) reconcile.FeedConfig {
 			}
 			p.lists = append(p.lists, time.Now())
 			return reconcile.FeedPage{Events: append([]reconcile.FeedEvent(nil), p.events...)}, nil
-		}),
+		}},
 	}
 	if withEndpoint {
-		cfg.Endpoint = webhookEndpoint(func(context.Context) (string, bool, error) {
+		cfg.Endpoint = &mock.EndpointChecker{WebhookEndpointFn: func(context.Context) (string, bool, error) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			p.endpoints = append(p.endpoints, time.Now())
 			return "we_1", !p.disabled, nil
-		})
+		}}
 	}
 	return cfg
 }

@@ -5,7 +5,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
 )
 
@@ -29,7 +28,7 @@ func TestParsePlans(t *testing.T) {
 // TestPlansKeeps: which subscriptions keep their plan, by the default
 // policy and by one the plans file sets.
 func TestPlansKeeps(t *testing.T) {
-	defaults := testenv.Plans()
+	defaults := examplePlans()
 	custom, err := reconcile.ParsePlans([]byte("default: free\n" +
 		"policy: {keep_plan: [active, unpaid], paused_collection_keeps_plan: false}\nplans:\n  - name: free\n"))
 	require.NoError(t, err)

@@ -10,22 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/billsync/billsync/mocks/mock"
 	"github.com/billsync/billsync/reconcile"
 )
-
-// spendStore is a reconcile.SpendStore of function fields.
-type spendStore struct {
-	report func(provider, holder string, reads map[string]int64, worker bool) (reconcile.Spend, error)
-	leave  func(provider, holder string) error
-}
-
-func (s spendStore) ReportSpend(_ context.Context, provider, holder string, reads map[string]int64, worker bool) (reconcile.Spend, error) {
-	return s.report(provider, holder, reads, worker)
-}
-
-func (s spendStore) LeaveSpend(_ context.Context, provider, holder string) error {
-	return s.leave(provider, holder)
-}
 
 // spender is a reconcile.Spender whose reads the test adds.
 type spender struct {
@@ -72,7 +59,7 @@ func TestSpendingReports(t *testing.T) {
 	var sent []map[string]int64
 	record := map[string]int64{"GET /v1/events": 1000}
 	fail := true
-	st := spendStore{report: func(provider, holder string, reads map[string]int64, worker bool) (reconcile.Spend, error) {
+	st := &mock.SpendStore{ReportSpendFn: func(_ context.Context, provider, holder string, reads map[string]int64, worker bool) (reconcile.Spend, error) {
 		require.Equal(t, "stripe", provider)
 		require.Equal(t, "replica-a", holder)
 		require.True(t, worker)
@@ -131,7 +118,7 @@ func TestSpendProjection(t *testing.T) {
 		{"ten minutes: at least an hour", now.Add(-10 * time.Minute), 600 * 30 * 24},
 		{"nothing recorded", time.Time{}, 600},
 	} {
-		st := spendStore{report: func(string, string, map[string]int64, bool) (reconcile.Spend, error) {
+		st := &mock.SpendStore{ReportSpendFn: func(context.Context, string, string, map[string]int64, bool) (reconcile.Spend, error) {
 			return reconcile.Spend{Now: now, Since: tc.since, Reads: map[string]int64{"GET /v1/events": 600}, Replicas: 1}, nil
 		}}
 		s, err := reconcile.NewSpending(reconcile.SpendingConfig{Store: st, Client: &spender{}})
@@ -151,8 +138,8 @@ func TestSpendingLeavesWhenItStops(t *testing.T) {
 		var reports, last []bool
 		var total int64
 		left := false
-		st := spendStore{
-			report: func(_, _ string, reads map[string]int64, worker bool) (reconcile.Spend, error) {
+		st := &mock.SpendStore{
+			ReportSpendFn: func(_ context.Context, _, _ string, reads map[string]int64, worker bool) (reconcile.Spend, error) {
 				mu.Lock()
 				defer mu.Unlock()
 				reports = append(reports, worker)
@@ -161,7 +148,7 @@ func TestSpendingLeavesWhenItStops(t *testing.T) {
 				}
 				return reconcile.Spend{Reads: map[string]int64{}, Replicas: 1}, nil
 			},
-			leave: func(string, string) error {
+			LeaveSpendFn: func(context.Context, string, string) error {
 				mu.Lock()
 				defer mu.Unlock()
 				last, left = reports, true

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/billsync/billsync/mocks/mock"
-	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
 )
 
@@ -206,7 +205,7 @@ func newFakeSweep(l *fakeListing) *fakeSweepStore {
 func partSweeper(t *testing.T, st *fakeSweepStore, l *fakeListing, parallel int) *reconcile.Sweeper {
 	t.Helper()
 	s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: st.store(), Provider: "test", Lister: l.splitter(),
-		Parallel: parallel, Plans: testenv.Plans()})
+		Parallel: parallel, Plans: examplePlans()})
 	require.NoError(t, err)
 	return s
 }
@@ -354,7 +353,7 @@ func TestSweepPartsFollowTheListBudget(t *testing.T) {
 			time.Sleep(time.Second) // the provider's latency
 			return list(ctx, cursor)
 		}
-		s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: st.store(), Provider: "test", Lister: sp, Plans: testenv.Plans()})
+		s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: st.store(), Provider: "test", Lister: sp, Plans: examplePlans()})
 		require.NoError(t, err)
 		done := make(chan error, 1)
 		go func() { _, err := s.Run(context.Background()); done <- err }()

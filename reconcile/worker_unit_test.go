@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/billsync/billsync/mocks/mock"
-	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
 )
 
@@ -77,7 +76,7 @@ func liveSnapshot(ctx context.Context, customerID string) (reconcile.Snapshot, e
 
 func newUnitWorker(t *testing.T, cfg reconcile.WorkerConfig) *reconcile.Worker {
 	t.Helper()
-	cfg.Plans = cmpOr(cfg.Plans, testenv.Plans())
+	cfg.Plans = cmpOr(cfg.Plans, examplePlans())
 	w, err := reconcile.NewWorker(cfg)
 	require.NoError(t, err)
 	return w
@@ -305,7 +304,7 @@ func TestWorkerIgnoresPermanentFailures(t *testing.T) {
 }
 
 func TestNewWorkerRefusesBadConfig(t *testing.T) {
-	plans := testenv.Plans()
+	plans := examplePlans()
 	st := &mock.Store{}
 	p := stripeFake(liveSnapshot)
 	for name, tc := range map[string]struct {

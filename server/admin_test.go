@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	stripeapi "github.com/stripe/stripe-go/v82"
@@ -313,10 +312,10 @@ func TestAdminSweeps(t *testing.T) {
 	require.Len(t, started.Sweeps, 1)
 	require.Equal(t, "stripe", started.Sweeps[0].Provider)
 	require.True(t, started.Sweeps[0].Started)
-	require.Eventually(t, func() bool {
+	storetest.WaitFor(t, "the started sweep succeeds", func() bool {
 		runs, err := e.st.SweepRuns(ctx, 1)
 		return err == nil && len(runs) == 1 && runs[0].Status == "succeeded"
-	}, time.Minute, 10*time.Millisecond, "the started sweep never succeeded")
+	})
 	require.Equal(t, "pro", e.plan(id))
 	code, body = e.do("GET", "/admin/api/sweeps", adminToken)
 	require.Equal(t, http.StatusOK, code, body)

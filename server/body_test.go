@@ -51,7 +51,7 @@ func TestIntakeLyingClients(t *testing.T) {
 			"Stripe-Signature: t=1,v1=00\r\nContent-Length: %d\r\n\r\n{\"id\":", server.MaxBodyBytes)
 		require.NoError(t, err)
 	}
-	waitFor(t, func() bool { return server.BodiesReading(s) == liars })
+	storetest.WaitFor(t, "every liar is read", func() bool { return server.BodiesReading(s) == liars })
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	growth := int64(after.HeapInuse) - int64(before.HeapInuse)
@@ -85,7 +85,7 @@ func TestIntakeBodyMemoryBudget(t *testing.T) {
 	_, err = fmt.Fprintf(slow, "POST /webhooks/stripe HTTP/1.1\r\nHost: billsync\r\nStripe-Signature: t=1,v1=00\r\n"+
 		"Content-Length: %d\r\n\r\n%s", server.MaxBodyBytes, bytes.Repeat([]byte(" "), 600<<10))
 	require.NoError(t, err)
-	waitFor(t, func() bool { return server.BodyMemoryInUse(s) > 512<<10 })
+	storetest.WaitFor(t, "the bodies hold over 512 KiB", func() bool { return server.BodyMemoryInUse(s) > 512<<10 })
 
 	large := padded(eventBody("evt_large", "invoice.paid", "cus_large", "2025-08-27.basil"), 100<<10)
 	a := deliver(t, srv.URL, large, sign(large, secretA, time.Now()))
@@ -97,7 +97,7 @@ func TestIntakeBodyMemoryBudget(t *testing.T) {
 	require.Equal(t, 1, storetest.Counts(t, st)["inbox_events"])
 
 	slow.Close()
-	waitFor(t, func() bool { return server.BodyMemoryInUse(s) == 0 })
+	storetest.WaitFor(t, "the bodies' memory is given back", func() bool { return server.BodyMemoryInUse(s) == 0 })
 	a = deliver(t, srv.URL, large, sign(large, secretA, time.Now()))
 	require.Equal(t, http.StatusOK, a.code, a.body)
 	require.Equal(t, "stored", a.body["status"])
@@ -152,7 +152,9 @@ func TestIntakeClientFailuresAreNotServerErrors(t *testing.T) {
 		})
 	}
 	// The server may finish with a client after the client is done.
-	waitFor(t, func() bool { return metricValue(t, srv.URL, "billsync_webhook_deliveries_total") == len(tests) })
+	storetest.WaitFor(t, "every delivery is counted", func() bool {
+		return metricValue(t, srv.URL, "billsync_webhook_deliveries_total") == len(tests)
+	})
 	require.Equal(t, len(tests), metricValue(t, srv.URL, `billsync_webhook_deliveries_total{answer="client_error",provider="stripe"}`))
 	require.Equal(t, 0, metricValue(t, srv.URL, `billsync_webhook_deliveries_total{answer="500",provider="stripe"}`))
 	require.Empty(t, logs.atLeast(slog.LevelError))
@@ -167,14 +169,6 @@ func padded(body []byte, n int) []byte {
 	out := append([]byte{}, body[:len(body)-1]...)
 	out = append(out, bytes.Repeat([]byte(" "), n-len(body))...)
 	return append(out, body[len(body)-1])
-}
-
-// waitFor returns once cond holds.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // metricValue scrapes GET /metrics and sums the samples of series: a

@@ -304,10 +304,10 @@ func TestConsolePages(t *testing.T) {
 	// A sweep started from the console is recorded and listed.
 	resp, _ = b.do("POST", "/admin/sweeps", url.Values{"csrf": {csrf}})
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-	require.Eventually(t, func() bool {
+	storetest.WaitFor(t, "the sweep started from the console succeeds", func() bool {
 		_, body := b.get("/admin/sweeps")
 		return strings.Contains(body, ">succeeded<")
-	}, time.Minute, 10*time.Millisecond, "the sweep started from the console never succeeded")
+	})
 
 	// The events feed's health is on the same page.
 	_, body = b.get("/admin/sweeps")

@@ -50,7 +50,7 @@ func TestMetrics(t *testing.T) {
 	_, err = c.Write([]byte("POST /webhooks/stripe HTTP/1.1\r\nHost: billsync\r\nContent-Length: 100\r\n\r\n{\"id\":"))
 	require.NoError(t, err)
 	require.NoError(t, c.Close())
-	waitFor(t, func() bool { return metricValue(t, srv.URL, series("client_error")) == 1 })
+	storetest.WaitFor(t, "the client error is counted", func() bool { return metricValue(t, srv.URL, series("client_error")) == 1 })
 	require.Equal(t, 5, metricValue(t, srv.URL, "billsync_webhook_deliveries_total"), "one answer per delivery")
 
 	other := eventBody("evt_dead", "invoice.paid", "cus_dead", "2025-08-27.basil")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"syscall"
 	"testing"
@@ -120,9 +121,7 @@ func deliverAsync(url string, body []byte, header string) answer {
 func waitGone(t *testing.T, pids []int) {
 	t.Helper()
 	for _, pid := range pids {
-		for syscall.Kill(pid, 0) == nil {
-			time.Sleep(10 * time.Millisecond)
-		}
+		storetest.WaitFor(t, fmt.Sprintf("the postmaster's pid %d is gone", pid), func() bool { return syscall.Kill(pid, 0) != nil })
 	}
 }
 

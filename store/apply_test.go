@@ -282,10 +282,10 @@ func TestClaimSkipsLockedAndReclaimsExpiredLeases(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, c, 1, "a released lease is claimable at once")
 	var d []reconcile.Job
-	require.Eventually(t, func() bool { // c's 1 ms lease runs out: c "died"
+	storetest.WaitFor(t, "an expired lease (its worker died) is claimable again", func() bool { // c's 1 ms lease runs out: c "died"
 		d, err = st.Claim(ctx, "d", 10, time.Minute)
 		return err == nil && len(d) == 1
-	}, 30*time.Second, time.Millisecond, "an expired lease (its worker died) is claimable again")
+	})
 	require.Equal(t, c[0].ID, d[0].ID)
 }
 
@@ -317,13 +317,13 @@ func TestApplyWaitsForAnIntakeInFlight(t *testing.T) {
 		applied <- err
 	}()
 	// Apply must be waiting for the row the intake holds before it commits.
-	require.Eventually(t, func() bool {
+	storetest.WaitFor(t, "Apply waits for the intake's row lock", func() bool {
 		var waiting bool
 		err := st.Pool().QueryRow(ctx, `
 			SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 			               WHERE NOT l.granted AND a.datname = current_database())`).Scan(&waiting)
 		return err == nil && waiting
-	}, 30*time.Second, time.Millisecond, "Apply never waited for the intake's row lock")
+	})
 	require.NoError(t, intake.Commit(ctx))
 	require.NoError(t, <-applied)
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -115,11 +114,11 @@ func TestDebitSameKeyConcurrently(t *testing.T) {
 	}
 	// Every connection the pool has left is a debit waiting for the lock.
 	waiting := int(st.Pool().Config().MaxConns) - 1
-	require.Eventually(t, func() bool {
+	storetest.WaitFor(t, "the debits wait for the account's row lock", func() bool {
 		var w int
 		require.NoError(t, hold.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype IN ('tuple', 'transactionid')`).Scan(&w))
 		return w >= min(waiting, n)
-	}, 10*time.Second, 10*time.Millisecond, "the debits never waited for the account's row lock")
+	})
 	require.NoError(t, hold.Commit(ctx))
 	wg.Wait()
 

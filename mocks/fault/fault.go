@@ -2,7 +2,11 @@
 // misbehave the way real providers sometimes do: copied, reordered and
 // dropped webhooks, 5xx and 429 answers, latency, a request budget, stale
 // reads. Both fakes (mocks/stripe and mocks/kinde) take the same Faults, so
-// a test or the demo breaks either provider with one vocabulary.
+// a test or the demo breaks either provider with one vocabulary, and they
+// mean the same in both: the webhook faults (copies, reordering, drops)
+// act through the one delivery engine both fakes send with (Deliverer),
+// the request faults through State.Request, and StaleReads on each fake's
+// reads. The fake Kinde has one client and ignores TargetKey.
 //
 // It is a test double's part: it must never be wired into billsync's
 // product path, and it must not import either fake.
@@ -42,7 +46,8 @@ type Faults struct {
 	// StaleReads makes GET requests see customers and subscriptions as they
 	// were this long ago (by the wall clock): a read right after a change
 	// returns the previous state, one made StaleReads later the new one. An
-	// object created within the window is not found yet.
+	// object created within the window is not found yet. The fake Kinde
+	// reads its customers' agreements so.
 	StaleReads time.Duration
 	// TargetKey, when set, limits the request faults (Error5xxRate,
 	// RateLimitRate, RequestsPerSecond, Latency, StaleReads) to requests

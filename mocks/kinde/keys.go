@@ -1,6 +1,3 @@
-// Package kinde is a fake Kinde for billsync's tests, demo and bench:
-// a key set that signs webhook tokens and rotates, served as Kinde serves
-// it.
 package kinde
 
 import (

@@ -2,15 +2,19 @@ package kinde_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/billsync/billsync/mocks/inproc"
 	kindemock "github.com/billsync/billsync/mocks/kinde"
 	"github.com/billsync/billsync/providers/kinde"
 )
@@ -122,4 +126,50 @@ func TestKeyRotation(t *testing.T) {
 	resp.Body.Close()
 	require.Contains(t, string(body), before)
 	require.Contains(t, string(body), after)
+}
+
+// TestStaleReads: with Faults.StaleReads the billing API reads a
+// customer's agreements as they were that long ago, as the fake Stripe
+// reads its objects: first set within the window, none yet; changed
+// within it, the previous ones.
+func TestStaleReads(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake, err := kindemock.New(kindemock.Options{Faults: kindemock.Faults{StaleReads: time.Minute}})
+		require.NoError(t, err)
+		defer fake.Close()
+		api := &http.Client{Transport: inproc.Transport{Handler: fake}}
+		resp, err := api.PostForm("http://kinde.test/oauth2/token", url.Values{"grant_type": {"client_credentials"},
+			"client_id": {kindemock.DefaultClientID}, "client_secret": {kindemock.DefaultClientSecret}, "audience": {"http://kinde.test/api"}})
+		require.NoError(t, err)
+		var token struct {
+			AccessToken string `json:"access_token"`
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&token))
+		resp.Body.Close()
+		plans := func() []string {
+			req, err := http.NewRequest(http.MethodGet, "http://kinde.test/api/v1/billing/agreements?customer_id=customer_1", nil)
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer "+token.AccessToken)
+			resp, err := api.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			var body struct{ Agreements []kindemock.Agreement }
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+			var codes []string
+			for _, a := range body.Agreements {
+				codes = append(codes, a.PlanCode)
+			}
+			return codes
+		}
+
+		fake.SetAgreements("customer_1", []kindemock.Agreement{{PlanCode: "pro"}})
+		require.Empty(t, plans(), "set within the window: not found yet")
+		time.Sleep(time.Minute + time.Second)
+		require.Equal(t, []string{"pro"}, plans())
+		fake.SetAgreements("customer_1", []kindemock.Agreement{{PlanCode: "team"}})
+		require.Equal(t, []string{"pro"}, plans(), "changed within the window: the previous plan")
+		time.Sleep(time.Minute + time.Second)
+		require.Equal(t, []string{"team"}, plans())
+	})
 }

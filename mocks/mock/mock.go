@@ -1,10 +1,13 @@
 // Package mock holds function-field fakes of every interface reconcile
-// defines (Store, OnDemandStore, SweepStore, Inbox, Provider, Lister,
-// Splitter), for testing the worker's, the sweeper's and the on-demand
-// reconcile's loop logic in milliseconds without PostgreSQL or a provider
-// (the store's own behaviour is tested against a real database in package
-// store, and the whole path through mocks/testenv). A method whose
-// function is nil panics: a test states every call it expects.
+// defines (TestEveryInterfaceHasAFake keeps it so): Store, OnDemandStore,
+// SweepStore, Inbox, Provider, Lister and Splitter here; FeedStore,
+// EventSource and EndpointChecker in feed.go; SpendStore and Spender in
+// spend.go; DeliveryStore and AppSender in appdeliver.go. They test the
+// loop logic of reconcile's worker, sweeper, feed, spending and deliverer
+// in milliseconds without PostgreSQL or a provider (the store's own
+// behaviour is tested against a real database in package store, and the
+// whole path in mocks/e2e). A method whose function is nil panics: a test
+// states every call it expects.
 //
 // It is for tests only: nothing in billsync's product path may import it.
 package mock

@@ -20,7 +20,6 @@ package stripe
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -71,23 +70,17 @@ type Options struct {
 // /_mock/… the control endpoints (see control.go). One mutex guards all
 // state; handlers do no I/O while holding it.
 type Server struct {
-	apiKey       string
-	apiKeys      []string
-	schedule     []time.Duration // real waits before each delivery retry
-	clock        *Clock
-	unsubscribe  func()
-	log          *slog.Logger
-	httpClient   *http.Client
-	attempts     int
-	retryBackoff time.Duration
-	api          *http.ServeMux
-	control      *http.ServeMux
-	patterns     []string // the API's route patterns: its operations
-	gate         *gate    // rate limits, requests in flight, usage
+	apiKey      string
+	apiKeys     []string
+	clock       *Clock
+	unsubscribe func()
+	log         *slog.Logger
+	api         *http.ServeMux
+	control     *http.ServeMux
+	patterns    []string // the API's route patterns: its operations
+	gate        *gate    // rate limits, requests in flight, usage
 
-	ctx    context.Context // ends deliveries on Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	deliverer *fault.Deliverer // sends the webhooks
 
 	mu        sync.Mutex
 	closed    bool
@@ -118,8 +111,6 @@ type Server struct {
 	lastBodySize int
 	deliveries   []DeliveryRecord
 	outcomes     map[deliveryKey]string // settled deliveries: delivered | gave_up | dropped
-	inflight     int
-	idle         chan struct{} // closed when inflight drops to 0
 }
 
 type savedResponse struct {
@@ -147,9 +138,6 @@ func New(opts Options) *Server {
 		apiKey:         cmp.Or(opts.APIKey, DefaultAPIKey),
 		clock:          opts.Clock,
 		log:            opts.Logger,
-		httpClient:     opts.HTTPClient,
-		attempts:       cmp.Or(opts.DeliveryAttempts, 3),
-		retryBackoff:   cmp.Or(opts.RetryBackoff, 100*time.Millisecond),
 		idempotent:     map[string]savedResponse{},
 		history:        map[string][]change{},
 		subsByCustomer: map[string][]*subscription{},
@@ -164,23 +152,26 @@ func New(opts Options) *Server {
 		s.clock = NewClock(time.Now())
 	}
 	s.apiKeys = append([]string{s.apiKey}, opts.ExtraAPIKeys...)
+	var schedule []time.Duration // real waits before each delivery retry
 	if len(opts.RetrySchedule) > 0 {
 		factor := cmp.Or(opts.TimeFactor, 1)
 		for _, d := range opts.RetrySchedule {
-			s.schedule = append(s.schedule, time.Duration(float64(d)/factor))
+			schedule = append(schedule, time.Duration(float64(d)/factor))
 		}
 	} else {
-		for i, wait := 1, s.retryBackoff; i < s.attempts; i, wait = i+1, wait*2 {
-			s.schedule = append(s.schedule, wait)
+		attempts := cmp.Or(opts.DeliveryAttempts, 3)
+		for i, wait := 1, cmp.Or(opts.RetryBackoff, 100*time.Millisecond); i < attempts; i, wait = i+1, wait*2 {
+			schedule = append(schedule, wait)
 		}
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	if s.httpClient == nil {
-		s.httpClient = &http.Client{Timeout: 10 * time.Second}
+	client := opts.HTTPClient
+	if client == nil {
+		client = &http.Client{Timeout: 10 * time.Second}
 	}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.deliverer = fault.NewDeliverer(client, schedule)
 	s.faults.Set(opts.Faults)
 	s.unsubscribe = s.clock.subscribe(func(now time.Time) {
 		s.mu.Lock()
@@ -250,8 +241,7 @@ func (s *Server) Close() {
 	s.closed = true
 	s.mu.Unlock()
 	s.unsubscribe()
-	s.cancel()
-	s.wg.Wait()
+	s.deliverer.Close()
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -293,7 +283,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, op string, h h
 		defer done()
 	}
 	if f := s.Faults(); f.Targets(key) {
-		if f.Latency > 0 && !sleep(r.Context(), f.Latency) {
+		if f.Latency > 0 && !fault.Sleep(r.Context(), f.Latency) {
 			return
 		}
 		if r.Method == http.MethodGet {

@@ -5,11 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
 	"github.com/stripe/stripe-go/v82/webhook"
+
+	"github.com/billsync/billsync/mocks/fault"
 )
 
 // renderThin is the thin event Stripe sends an event destination: no
@@ -97,18 +98,10 @@ func (s *Server) Deliveries() []DeliveryRecord {
 	return append([]DeliveryRecord(nil), s.deliveries...)
 }
 
-type delivery struct {
-	event   *event
-	ep      *endpoint
-	payload []byte
-	copy    int
-	delay   time.Duration
-}
-
-// scheduleDelivery starts the goroutines that send one event to one endpoint,
-// applying the fault knobs: maybe drop it, else send 1+DuplicateCopies
-// copies, each after its own random delay. Called with s.mu held, so the
-// random choices follow the order events are made.
+// scheduleDelivery sends one event to one endpoint with the fault knobs
+// applied (fault.Deliverer: maybe drop it, else copies, each after its
+// own random delay, retried on the schedule). Called with s.mu held, so
+// the random choices follow the order events are made.
 func (s *Server) scheduleDelivery(e *event, ep *endpoint) {
 	if s.closed {
 		return
@@ -122,130 +115,61 @@ func (s *Server) scheduleDelivery(e *event, ep *endpoint) {
 		s.log.Error("stripemock: encode event", "event_id", e.ID, "error", err)
 		return
 	}
-	f := s.faults.Get()
-	if s.faults.Chance(f.DropRate) {
+	dropped := s.deliverer.Send(&s.faults, fault.Webhook{
+		Request: func(ctx context.Context) (*http.Request, error) { return signed(ctx, ep, payload) },
+		Record:  func(a fault.Attempt) { s.recordAttempt(e, ep, a) },
+	})
+	if dropped {
 		s.deliveries = append(s.deliveries, DeliveryRecord{EventID: e.ID, EventType: e.Type, EndpointID: ep.ID,
 			URL: ep.URL, Dropped: true, Thin: ep.Thin, At: time.Now()})
 		s.outcomes[deliveryKey{e.ID, ep.ID, 0}] = "dropped"
 		s.log.Info("webhook delivery dropped", "event_id", e.ID, "endpoint", ep.URL)
-		return
-	}
-	copies := 1 + max(f.DuplicateCopies, 0) + s.faults.Upto(f.RandomCopies)
-	for i := range copies {
-		delay := s.faults.Delay(f.ReorderDelay)
-		if s.inflight == 0 {
-			s.idle = make(chan struct{})
-		}
-		s.inflight++
-		s.wg.Add(1)
-		go s.deliver(delivery{event: e, ep: ep, payload: payload, copy: i, delay: delay})
 	}
 }
 
-// deliver sends one copy. A failed attempt (network error or non-2xx) is
-// retried after each wait of the schedule (Options.RetrySchedule over
-// TimeFactor, else DeliveryAttempts with RetryBackoff doubling); after the
-// last it gives up.
-func (s *Server) deliver(d delivery) {
-	defer s.finishDelivery()
-	if !sleep(s.ctx, d.delay) {
-		return
+// recordAttempt records one attempt to send a copy of e to ep; the first
+// copy delivered lowers the event's pending_webhooks.
+func (s *Server) recordAttempt(e *event, ep *endpoint, a fault.Attempt) {
+	rec := DeliveryRecord{EventID: e.ID, EventType: e.Type, EndpointID: ep.ID, URL: ep.URL,
+		Copy: a.Copy, Attempt: a.Attempt, StatusCode: a.Status, Thin: ep.Thin, At: a.At, GaveUp: a.GaveUp}
+	if a.Err != nil {
+		rec.Error = a.Err.Error()
 	}
-	key := deliveryKey{d.event.ID, d.ep.ID, d.copy}
-	for attempt := 1; ; attempt++ {
-		status, err := s.send(d)
-		ok := err == nil && status >= 200 && status < 300
-		rec := DeliveryRecord{EventID: d.event.ID, EventType: d.event.Type, EndpointID: d.ep.ID, URL: d.ep.URL,
-			Copy: d.copy, Attempt: attempt, StatusCode: status, Thin: d.ep.Thin, At: time.Now(),
-			GaveUp: !ok && attempt > len(s.schedule)}
-		if err != nil {
-			if s.ctx.Err() != nil {
-				return // closing: not a failure of the receiver
-			}
-			rec.Error = err.Error()
+	key := deliveryKey{e.ID, ep.ID, a.Copy}
+	s.mu.Lock()
+	s.deliveries = append(s.deliveries, rec)
+	switch {
+	case a.OK:
+		s.outcomes[key] = "delivered"
+		if !e.delivered[ep.ID] {
+			e.delivered[ep.ID] = true
+			e.PendingWebhooks--
 		}
-		s.mu.Lock()
-		s.deliveries = append(s.deliveries, rec)
-		switch {
-		case ok:
-			s.outcomes[key] = "delivered"
-			if !d.event.delivered[d.ep.ID] {
-				d.event.delivered[d.ep.ID] = true
-				d.event.PendingWebhooks--
-			}
-		case rec.GaveUp:
-			s.outcomes[key] = "gave_up"
-		}
-		s.mu.Unlock()
-		s.log.Info("webhook delivery", "event_id", d.event.ID, "type", d.event.Type, "endpoint", d.ep.URL,
-			"copy", d.copy, "attempt", attempt, "status", status, "error", rec.Error)
-		if ok || rec.GaveUp || !sleep(s.ctx, s.schedule[attempt-1]) {
-			return
-		}
+	case a.GaveUp:
+		s.outcomes[key] = "gave_up"
 	}
+	s.mu.Unlock()
+	s.log.Info("webhook delivery", "event_id", e.ID, "type", e.Type, "endpoint", ep.URL,
+		"copy", a.Copy, "attempt", a.Attempt, "status", a.Status, "error", rec.Error)
 }
 
-// send POSTs the payload signed like Stripe: Stripe-Signature
+// signed is a POST of the payload signed like Stripe: Stripe-Signature
 // t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<payload>">. The timestamp is the real
-// wall time, not the fake clock, so a receiver's 300 s tolerance holds.
-func (s *Server) send(d delivery) (int, error) {
+// wall time of the attempt, not the fake clock, so a receiver's 300 s
+// tolerance holds.
+func signed(ctx context.Context, ep *endpoint, payload []byte) (*http.Request, error) {
 	now := time.Now()
-	sig := webhook.ComputeSignature(now, d.payload, d.ep.Secret)
-	req, err := http.NewRequestWithContext(s.ctx, http.MethodPost, d.ep.URL, bytes.NewReader(d.payload))
+	sig := webhook.ComputeSignature(now, payload, ep.Secret)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.URL, bytes.NewReader(payload))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json; charset=utf-8")
 	req.Header.Set("User-Agent", "Stripe/1.0 (+https://stripe.com/docs/webhooks)")
 	req.Header.Set("Stripe-Signature", fmt.Sprintf("t=%d,v1=%x", now.Unix(), sig))
-	resp, err := s.httpClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-	return resp.StatusCode, nil
-}
-
-func (s *Server) finishDelivery() {
-	s.mu.Lock()
-	s.inflight--
-	if s.inflight == 0 {
-		close(s.idle)
-	}
-	s.mu.Unlock()
-	s.wg.Done()
+	return req, nil
 }
 
 // WaitIdle waits until no webhook delivery is waiting, in flight or between
 // retries.
-func (s *Server) WaitIdle(ctx context.Context) error {
-	s.mu.Lock()
-	if s.inflight == 0 {
-		s.mu.Unlock()
-		return nil
-	}
-	idle := s.idle
-	s.mu.Unlock()
-	select {
-	case <-idle:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// sleep waits d or until ctx ends; it reports whether the wait completed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
+func (s *Server) WaitIdle(ctx context.Context) error { return s.deliverer.WaitIdle(ctx) }

@@ -11,21 +11,17 @@ import (
 	"github.com/billsync/billsync/providers/kinde"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store/storetest/tb"
 )
 
 // TB is the part of testing.TB a Test fails (so this package does not
 // import testing): a test's *testing.T, or a property check's *rapid.T, so
-// that a failure inside a property is shrunk and replayable.
-type TB interface {
-	Helper()
-	Fatalf(format string, args ...any)
-}
+// that a failure inside a property is shrunk and replayable. It is package
+// tb's: one TB for every test helper.
+type TB = tb.TB
 
 // CleanupTB is a TB that runs functions when the test ends.
-type CleanupTB interface {
-	TB
-	Cleanup(func())
-}
+type CleanupTB = tb.CleanupTB
 
 // Test is an Env driven by a test: its helpers fail the test instead of
 // returning an error, and the workers it builds record their outcomes.
@@ -43,7 +39,7 @@ func ForTest(t CleanupTB, provider string, opts Options) *Test {
 	t.Helper()
 	e, err := New(provider, Fast(opts))
 	if err != nil {
-		t.Fatalf("testenv: %v", err)
+		tb.Fatalf(t, "testenv: %v", err)
 	}
 	t.Cleanup(e.Close)
 	return e.For(t)
@@ -66,14 +62,14 @@ func (h *Test) With(t TB) *Test {
 func (h *Test) check(err error) {
 	h.t.Helper()
 	if err != nil {
-		h.t.Fatalf("testenv: %v", err)
+		tb.Fatalf(h.t, "testenv: %v", err)
 	}
 }
 
 func (h *Test) stripe() *StripeSide {
 	h.t.Helper()
 	if h.Stripe == nil {
-		h.t.Fatalf("testenv: a Stripe helper on an Env that fakes %s", h.Provider)
+		tb.Fatalf(h.t, "testenv: a Stripe helper on an Env that fakes %s", h.Provider)
 	}
 	return h.Stripe
 }
@@ -81,7 +77,7 @@ func (h *Test) stripe() *StripeSide {
 func (h *Test) kinde() *KindeSide {
 	h.t.Helper()
 	if h.Kinde == nil {
-		h.t.Fatalf("testenv: a Kinde helper on an Env that fakes %s", h.Provider)
+		tb.Fatalf(h.t, "testenv: a Kinde helper on an Env that fakes %s", h.Provider)
 	}
 	return h.Kinde
 }
@@ -144,7 +140,7 @@ func (h *Test) DrainAll(w *reconcile.Worker, failRate float64) {
 		}
 		time.Sleep(2 * time.Millisecond) // a backoff of a millisecond or two to ride out
 	}
-	h.t.Fatalf("testenv: the queue never drained")
+	tb.Fatalf(h.t, "testenv: the queue never drained")
 }
 
 // Delivered waits until the fake has sent every webhook it owes.

@@ -19,6 +19,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/billsync/billsync/store/storetest/tb"
 )
 
 // exited reports whether process pid has ended: it is gone, or it is a
@@ -304,7 +306,7 @@ func requireStopped(t *testing.T, dir string, pid int) {
 	t.Helper()
 	require.NoFileExists(t, filepath.Join(dir, "pgdata", "postmaster.pid"))
 	// The postmaster removes its pid file just before it exits.
-	require.Eventually(t, func() bool { return exited(pid) }, time.Minute, 10*time.Millisecond, "postmaster still alive after Stop")
+	tb.WaitFor(t, "the postmaster exits after Stop", func() bool { return exited(pid) })
 }
 
 // A data directory too deep for a unix socket path gets a short socket dir.
@@ -415,8 +417,7 @@ func TestStartAfterCrash(t *testing.T) {
 	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 	// Not exited: a new postmaster refuses to start while the old one's
 	// pid exists, zombie or not, so this waits for PID 1 to reap it.
-	require.Eventually(t, func() bool { return syscall.Kill(pid, 0) == syscall.ESRCH }, time.Minute, 10*time.Millisecond,
-		"the killed postmaster's pid is never released")
+	tb.WaitFor(t, "the killed postmaster's pid is released", func() bool { return syscall.Kill(pid, 0) == syscall.ESRCH })
 	require.FileExists(t, filepath.Join(dir, "pgdata", "postmaster.pid"))
 
 	c2 := startWith(t, Config{DataDir: dir})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/internal/storehook"
+	"github.com/billsync/billsync/store/storetest/tb"
 )
 
 // This file and its neighbours (setup.go, rows.go, lock.go, counts.go) hold
@@ -17,45 +18,27 @@ import (
 // function: a column rename is mended here, not in the tests of server,
 // reconcile and cmd.
 
-// TB is what the helpers fail a test through: *testing.T or *testing.B,
-// and rapid's *rapid.T in property tests (testify's require.TestingT).
-type TB interface {
-	Helper()
-	Errorf(format string, args ...any)
-	FailNow()
-}
+// TB is what the helpers fail a test through (package tb's: one TB for
+// every test helper).
+type TB = tb.TB
 
 // CleanupTB is a TB that runs cleanups (a test's *testing.T).
-type CleanupTB interface {
-	TB
-	Cleanup(func())
-}
+type CleanupTB = tb.CleanupTB
 
 // fatalf fails the test now.
-func fatalf(t TB, format string, args ...any) {
-	t.Helper()
-	t.Errorf(format, args...)
-	t.FailNow()
-}
+var fatalf = tb.Fatalf
 
 // dbOf is st's connection pool, reached through the store's internal
 // handle: the store's exported API never hands it out.
 func dbOf(st *store.Store) *pgxpool.Pool { return storehook.Of(st).Pool }
 
-// WaitFor polls cond in the test's own goroutine until it is true, and
-// fails the test after a minute with what. Unlike require.Eventually,
-// whose condition runs in a goroutine of its own, cond may call the
-// helpers here: a failing read fails the test instead of hanging it.
-func WaitFor(t TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			fatalf(t, "storetest: %s: not after a minute", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// WaitFor is the tests' one way to wait for a condition (tb.WaitFor): it
+// polls cond in the test's own goroutine, so cond may call the helpers
+// here, and fails the test after a minute with what.
+var WaitFor = tb.WaitFor
+
+// WaitUpTo is WaitFor with its own deadline (tb.WaitUpTo).
+var WaitUpTo = tb.WaitUpTo
 
 // bounded gives a helper's statement a deadline, so a hung database fails
 // the test instead of holding it until the test binary's timeout.

@@ -1,8 +1,8 @@
 // Package openapi runs Stripe's own stateless OpenAPI mock (stripe-mock) for
 // tests, so requests billsync sends to its fake Stripe are also checked
 // against Stripe's published API description, and reads the spec that
-// stripe-mock ships (Spec.Check) so the fake's answers can be checked
-// against it too. It installs the pinned stripe-mock with `go install` when
+// stripe-mock ships with kin-openapi (Spec.Check) so the fake's answers can
+// be checked against it too. It installs the pinned stripe-mock with `go install` when
 // it is not already on the machine.
 //
 // It is test infrastructure: nothing in billsync's binary may import it.

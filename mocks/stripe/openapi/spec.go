@@ -2,14 +2,17 @@ package openapi
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+
+	"github.com/getkin/kin-openapi/openapi3"
 )
 
 // SpecFile returns the path of the OpenAPI spec (spec3.json) that the pinned
@@ -32,166 +35,150 @@ func SpecFile() (string, error) {
 	return filepath.Join(mod.Dir, "embedded", "openapi", "spec3.json"), nil
 }
 
-// Spec is Stripe's OpenAPI description, enough of it to check objects
-// against its component schemas.
+// Spec is Stripe's OpenAPI description, loaded by kin-openapi, to check
+// objects against its component schemas.
 type Spec struct {
-	Schemas map[string]*Schema
-	// Ignore, when set, drops the problems it accepts (say, the known gap
-	// between the API version checked and the spec's), also while choosing
-	// an anyOf alternative.
-	Ignore func(problem string) bool
+	schemas openapi3.Schemas
 }
 
-// Schema is the part of an OpenAPI schema the checks use.
-type Schema struct {
-	Ref                  string             `json:"$ref"`
-	Type                 string             `json:"type"`
-	Nullable             bool               `json:"nullable"`
-	Enum                 []any              `json:"enum"`
-	AnyOf                []*Schema          `json:"anyOf"`
-	Properties           map[string]*Schema `json:"properties"`
-	Required             []string           `json:"required"`
-	Items                *Schema            `json:"items"`
-	AdditionalProperties json.RawMessage    `json:"additionalProperties"`
-}
-
-// LoadSpec reads the spec stripe-mock ships.
+// LoadSpec reads the spec stripe-mock ships. An object's properties are
+// closed (additionalProperties false unless the spec says otherwise), so
+// a field the spec does not have is a difference.
 func LoadSpec() (*Spec, error) {
 	path, err := SpecFile()
 	if err != nil {
 		return nil, err
 	}
-	raw, err := os.ReadFile(path)
+	doc, err := openapi3.NewLoader().LoadFromFile(path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("load %s: %w", path, err)
 	}
-	var doc struct {
-		Components struct {
-			Schemas map[string]*Schema `json:"schemas"`
-		} `json:"components"`
+	closed := false
+	seen := map[*openapi3.Schema]bool{}
+	var closeObjects func(ref *openapi3.SchemaRef)
+	closeObjects = func(ref *openapi3.SchemaRef) {
+		if ref == nil || ref.Value == nil || seen[ref.Value] {
+			return
+		}
+		sc := ref.Value
+		seen[sc] = true
+		if len(sc.Properties) > 0 && sc.AdditionalProperties.Has == nil && sc.AdditionalProperties.Schema == nil {
+			sc.AdditionalProperties.Has = &closed
+		}
+		for _, p := range sc.Properties {
+			closeObjects(p)
+		}
+		for _, alt := range sc.AnyOf {
+			closeObjects(alt)
+		}
+		closeObjects(sc.Items)
+		closeObjects(sc.AdditionalProperties.Schema)
 	}
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		return nil, fmt.Errorf("parse %s: %w", path, err)
+	for _, ref := range doc.Components.Schemas {
+		closeObjects(ref)
 	}
-	return &Spec{Schemas: doc.Components.Schemas}, nil
+	return &Spec{schemas: doc.Components.Schemas}, nil
+}
+
+// Allow lets schema's objects have property (any value): a field of an
+// older API version than the spec's.
+func (s *Spec) Allow(schema, property string) error {
+	sc, err := s.schema(schema)
+	if err != nil {
+		return err
+	}
+	sc.Properties[property] = openapi3.NewSchemaRef("", openapi3.NewSchema().WithNullable())
+	return nil
+}
+
+// Unrequire makes property optional in schema: a field added after the
+// API version checked.
+func (s *Spec) Unrequire(schema, property string) error {
+	sc, err := s.schema(schema)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(sc.Required, property) {
+		return fmt.Errorf("%s does not require %s", schema, property)
+	}
+	sc.Required = slices.DeleteFunc(slices.Clone(sc.Required), func(r string) bool { return r == property })
+	return nil
+}
+
+func (s *Spec) schema(name string) (*openapi3.Schema, error) {
+	ref, ok := s.schemas[name]
+	if !ok || ref.Value == nil {
+		return nil, fmt.Errorf("no schema %s", name)
+	}
+	return ref.Value, nil
 }
 
 // Check compares v (decoded JSON) with the component schema name and
-// returns every difference: a field the schema does not have, a value of
-// the wrong JSON type or outside its enum, a required field missing, a null
-// where none is allowed. anyOf takes the first alternative that fits. It is
-// not a full JSON Schema validator: formats, lengths and patterns are not
-// checked.
+// returns every difference, sorted, each as "<name>.<path>: <reason>": a
+// field the schema does not have, a value of the wrong JSON type or outside
+// its enum, a required field missing, a null where none is allowed, a
+// string over its length. Where no alternative of an anyOf fits, it
+// reports the differences from the closest one.
 func (s *Spec) Check(name string, v any) []string {
-	sc, ok := s.Schemas[name]
-	if !ok {
-		return []string{"no schema " + name}
+	sc, err := s.schema(name)
+	if err != nil {
+		return []string{err.Error()}
 	}
-	var problems []string
-	s.check(sc, v, name, &problems)
-	problems = s.relevant(problems)
+	problems := s.check(sc, v, name)
 	sort.Strings(problems)
 	return problems
 }
 
-func (s *Spec) relevant(problems []string) []string {
-	if s.Ignore == nil {
-		return problems
+func (s *Spec) check(sc *openapi3.Schema, v any, at string) []string {
+	err := sc.VisitJSON(v, openapi3.MultiErrors())
+	if err == nil {
+		return nil
 	}
-	return slices.DeleteFunc(problems, s.Ignore)
+	var errs openapi3.MultiError
+	if !errors.As(err, &errs) {
+		errs = openapi3.MultiError{err}
+	}
+	var problems []string
+	for _, e := range errs {
+		var se *openapi3.SchemaError
+		if !errors.As(e, &se) {
+			problems = append(problems, at+": "+e.Error())
+			continue
+		}
+		path := at + pointer(se.JSONPointer())
+		if se.SchemaField == "anyOf" {
+			problems = append(problems, s.closest(se.Schema.AnyOf, se.Value, path)...)
+			continue
+		}
+		problems = append(problems, path+": "+se.Reason)
+	}
+	return problems
 }
 
-func (s *Spec) resolve(sc *Schema) *Schema {
-	for sc.Ref != "" {
-		sc = s.Schemas[strings.TrimPrefix(sc.Ref, "#/components/schemas/")]
+// closest returns the differences from the alternative that has fewest.
+func (s *Spec) closest(alts openapi3.SchemaRefs, v any, at string) []string {
+	var best []string
+	for i, alt := range alts {
+		p := s.check(alt.Value, v, at)
+		if i == 0 || len(p) < len(best) {
+			best = p
+		}
 	}
-	return sc
+	if len(best) == 0 { // kin-openapi and the alternatives disagree
+		return []string{at + ": matches no alternative of anyOf"}
+	}
+	return best
 }
 
-func (s *Spec) check(sc *Schema, v any, at string, problems *[]string) {
-	sc = s.resolve(sc)
-	if v == nil {
-		if !sc.Nullable {
-			*problems = append(*problems, at+": null is not allowed")
-		}
-		return
-	}
-	if len(sc.AnyOf) > 0 {
-		var best []string
-		for i, alt := range sc.AnyOf {
-			var p []string
-			s.check(alt, v, at, &p)
-			if p = s.relevant(p); len(p) == 0 {
-				return
-			}
-			if i == 0 || len(p) < len(best) {
-				best = p
-			}
-		}
-		*problems = append(*problems, best...)
-		return
-	}
-	if len(sc.Enum) > 0 && !slices.Contains(sc.Enum, v) {
-		*problems = append(*problems, fmt.Sprintf("%s: %v is not one of %v", at, v, sc.Enum))
-	}
-	switch sc.Type {
-	case "string":
-		if _, ok := v.(string); !ok {
-			*problems = append(*problems, fmt.Sprintf("%s: want a string, got %T", at, v))
-		}
-	case "boolean":
-		if _, ok := v.(bool); !ok {
-			*problems = append(*problems, fmt.Sprintf("%s: want a boolean, got %T", at, v))
-		}
-	case "integer":
-		if n, ok := v.(float64); !ok || n != math.Trunc(n) {
-			*problems = append(*problems, fmt.Sprintf("%s: want an integer, got %v", at, v))
-		}
-	case "number":
-		if _, ok := v.(float64); !ok {
-			*problems = append(*problems, fmt.Sprintf("%s: want a number, got %T", at, v))
-		}
-	case "array":
-		a, ok := v.([]any)
-		if !ok {
-			*problems = append(*problems, fmt.Sprintf("%s: want an array, got %T", at, v))
-			return
-		}
-		for i, e := range a {
-			if sc.Items != nil {
-				s.check(sc.Items, e, fmt.Sprintf("%s[%d]", at, i), problems)
-			}
-		}
-	case "object", "":
-		m, ok := v.(map[string]any)
-		if !ok {
-			if sc.Type == "object" {
-				*problems = append(*problems, fmt.Sprintf("%s: want an object, got %T", at, v))
-			}
-			return
-		}
-		for _, r := range sc.Required {
-			if _, ok := m[r]; !ok {
-				*problems = append(*problems, at+"."+r+": required, missing")
-			}
-		}
-		var extra *Schema
-		open := len(sc.Properties) == 0 // a free-form object
-		if len(sc.AdditionalProperties) > 0 {
-			open = string(sc.AdditionalProperties) != "false"
-			if sc.AdditionalProperties[0] == '{' { // else true or false
-				_ = json.Unmarshal(sc.AdditionalProperties, &extra)
-			}
-		}
-		for k, val := range m {
-			switch prop, ok := sc.Properties[k]; {
-			case ok:
-				s.check(prop, val, at+"."+k, problems)
-			case extra != nil:
-				s.check(extra, val, at+"."+k, problems)
-			case !open:
-				*problems = append(*problems, at+"."+k+": not in the spec")
-			}
+// pointer writes a JSON pointer as a path: .key and [index].
+func pointer(p []string) string {
+	var b strings.Builder
+	for _, k := range p {
+		if _, err := strconv.Atoi(k); err == nil {
+			b.WriteString("[" + k + "]")
+		} else {
+			b.WriteString("." + k)
 		}
 	}
+	return b.String()
 }

@@ -1,4 +1,4 @@
-package reconcile_test
+package e2e_test
 
 import (
 	"bytes"
@@ -83,10 +83,10 @@ func TestKilledWorkerProcessStrandsNothing(t *testing.T) {
 	go func() { local.Run(runCtx); close(done) }()
 	defer func() { stop(); <-done }()
 
-	require.Eventually(t, func() bool {
+	storetest.WaitUpTo(t, 5*time.Minute, "the stranded customers are reconciled", func() bool {
 		stats, err := scratch.ReadStats(ctx, h.Store)
 		return err == nil && stats.Queued == 0 && stats.Pending == 0
-	}, 5*time.Minute, 10*time.Millisecond, "stranded customers never reconciled")
+	})
 	t.Logf("lease %s: %d customers stranded by kill -9, all reconciled %s after the kill", lease, held, time.Since(killed).Round(10*time.Millisecond))
 
 	for i, cus := range ids {

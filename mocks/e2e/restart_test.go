@@ -1,4 +1,4 @@
-package reconcile_test
+package e2e_test
 
 import (
 	"context"
@@ -44,11 +44,11 @@ func TestDatabaseRestartMidReconcileKeepsNoLease(t *testing.T) {
 	// One Drain: the first attempt fails in the store and is rescheduled;
 	// the job is due again a millisecond later and the next one applies.
 	var n int
-	require.Eventually(t, func() bool {
+	storetest.WaitFor(t, "the job is claimable again (its lease was not left behind)", func() bool {
 		got, err := w.Drain(ctx)
 		n += got
 		return err == nil && n >= 2
-	}, time.Minute, 10*time.Millisecond, "the job was not claimable again: its lease was left behind")
+	})
 
 	var results []string
 	for _, l := range storetest.ReconcileLog(t, st) {

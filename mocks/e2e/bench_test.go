@@ -1,4 +1,4 @@
-package reconcile_test
+package e2e_test
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // finish the queue row) against a real database. The provider fetch is not
 // in it: `billsync bench` measures the drain with provider latency.
 //
-//	go test -bench Apply -run '^$' ./reconcile
+//	go test -bench Apply -run '^$' ./mocks/e2e
 func BenchmarkApply(b *testing.B) {
 	ctx := context.Background()
 	plans := testenv.Plans()

@@ -1,4 +1,4 @@
-package reconcile_test
+package e2e_test
 
 import (
 	"testing"

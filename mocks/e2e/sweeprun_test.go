@@ -1,11 +1,11 @@
-package reconcile_test
+package e2e_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -61,12 +61,13 @@ func (l *blockingLister) ListPage(ctx context.Context, cursor string) ([]reconci
 	return l.next.ListPage(ctx, cursor)
 }
 
-// sweepRecord waits until the newest run of provider has status, and
-// returns it.
+// sweepRecord waits until the newest run of provider has status and its
+// sweep has let go of the provider's lock (it records the end first), and
+// returns the run.
 func sweepRecord(t *testing.T, st *store.Store, provider, status string) reconcile.SweepRecord {
 	t.Helper()
 	var rec reconcile.SweepRecord
-	require.Eventually(t, func() bool {
+	storetest.WaitFor(t, fmt.Sprintf("the %s sweep becomes %s and ends", provider, status), func() bool {
 		runs, err := st.SweepRuns(context.Background(), 50)
 		if err != nil {
 			return false
@@ -74,12 +75,22 @@ func sweepRecord(t *testing.T, st *store.Store, provider, status string) reconci
 		for _, r := range runs {
 			if r.Provider == provider {
 				rec = r
-				return r.Status == status
+				return r.Status == status && !sweepLocked(st, provider)
 			}
 		}
 		return false
-	}, time.Minute, 10*time.Millisecond, "the %s sweep never became %s", provider, status)
+	})
 	return rec
+}
+
+// sweepLocked reports whether a sweep of provider holds its lock.
+func sweepLocked(st *store.Store, provider string) bool {
+	_, unlock, err := st.SweepLock(context.Background(), provider)
+	if err != nil {
+		return true
+	}
+	unlock()
+	return false
 }
 
 // TestSweepRunnerRefusesASecondStart: while a provider's sweep runs, a
