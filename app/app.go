@@ -50,8 +50,11 @@ type Parts struct {
 type App struct {
 	cfg      Config
 	st       *store.Store
+	plans    *reconcile.Plans
 	logger   *slog.Logger
 	stdout   io.Writer
+	metrics  *server.Metrics
+	poll     time.Duration // the loops' poll without LISTEN; 0: their own
 	handler  http.Handler
 	worker   *reconcile.Worker
 	spending *reconcile.Spending // nil without Stripe
@@ -72,27 +75,68 @@ type App struct {
 func New(ctx context.Context, cfg Config, parts Parts) (*App, error) {
 	logger := cmp.Or(parts.Logger, slog.New(slog.DiscardHandler))
 	st := parts.Store
-	a := &App{cfg: cfg, st: st, logger: logger, stdout: cmp.Or[io.Writer](parts.Stdout, io.Discard), stopping: make(chan struct{})}
+	a := &App{cfg: cfg, st: st, plans: parts.Plans, logger: logger, stdout: cmp.Or[io.Writer](parts.Stdout, io.Discard),
+		metrics: server.NewMetrics(queueDepth(st), logger), stopping: make(chan struct{})}
 	// Behind a transaction pooler with no direct URL nothing can LISTEN:
 	// workers, the app deliverer and the change feed's long polls look
 	// for work every store.PollWithoutListen instead of their 1 s.
-	var poll time.Duration
 	if !st.Connection().Listen {
-		poll = store.PollWithoutListen
+		a.poll = store.PollWithoutListen
 	}
-	metrics := server.NewMetrics(queueDepth(st), logger)
-	metrics.CollectSweeps(st.SweepStats, logger)
-	metrics.CollectAppChanges(st.DeliveryStats, logger)
-
-	provs := Providers{Stripe: parts.Stripe, Kinde: parts.Kinde}
-	if provs.Stripe == nil && provs.Kinde == nil {
-		var err error
-		if provs, err = NewProviders(cfg, logger, metrics); err != nil {
+	a.metrics.CollectSweeps(st.SweepStats, logger)
+	a.metrics.CollectAppChanges(st.DeliveryStats, logger)
+	provs, err := a.providers(ctx, parts)
+	if err != nil {
+		return nil, err
+	}
+	verifiers := parts.Verifiers
+	if verifiers == nil {
+		if verifiers, err = newVerifiers(ctx, cfg, provs, a.metrics, logger); err != nil {
 			return nil, err
 		}
 	}
+	for _, v := range verifiers {
+		a.intakes = append(a.intakes, v.Provider())
+	}
+	// The app's endpoints get their cursors before anything here writes a
+	// change: a new endpoint starts from now, and gets this process's
+	// changes from the first.
+	deliverer, err := a.newDeliverer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	feeds, err := a.addFeed(provs)
+	if err != nil {
+		return nil, err
+	}
+	logger.Info("providers on", "intake", strings.Join(a.intakes, ", "), "fetch", provs.Names(), "workers", cfg.Workers,
+		"events_feed", eventsFeedSetting(cfg))
+	var sweeps server.Sweeps // nil without workers: the admin API answers 503
+	if cfg.Workers > 0 {
+		if sweeps, err = a.addWorkers(provs); err != nil {
+			return nil, err
+		}
+	}
+	if err := a.addPrunes(); err != nil {
+		return nil, err
+	}
+	committed := a.addChanges(deliverer)
+	a.handler = a.newServer(verifiers, sweeps, feeds, committed)
+	return a, nil
+}
+
+// providers returns the clients parts gives, or else those cfg
+// configures, and starts sharing Stripe's budget.
+func (a *App) providers(ctx context.Context, parts Parts) (Providers, error) {
+	provs := Providers{Stripe: parts.Stripe, Kinde: parts.Kinde}
+	if provs.Stripe == nil && provs.Kinde == nil {
+		var err error
+		if provs, err = NewProviders(a.cfg, a.logger, a.metrics); err != nil {
+			return provs, err
+		}
+	}
 	if provs.Stripe != nil {
-		metrics.SetProviderRateLimit(stripe.Provider, cfg.StripeRate())
+		a.metrics.SetProviderRateLimit(stripe.Provider, a.cfg.StripeRate())
 		// It outlives the parts' context: its last report comes once the
 		// HTTP server has drained (the admin API's resyncs, the intake's
 		// thin-event reads) and the workers have stopped, so it counts
@@ -100,75 +144,71 @@ func New(ctx context.Context, cfg Config, parts Parts) (*App, error) {
 		// -shutdown-timeout. (A serve that fails before it listens exits
 		// without it: the replica is dropped when it is no longer seen.)
 		var err error
-		if a.spending, err = newSpending(context.WithoutCancel(ctx), st, provs.Stripe, cfg.Workers > 0, metrics, logger); err != nil {
-			return nil, err
+		if a.spending, err = newSpending(context.WithoutCancel(ctx), a.st, provs.Stripe, a.cfg.Workers > 0, a.metrics, a.logger); err != nil {
+			return provs, err
 		}
 	}
 	if provs.Kinde != nil {
-		metrics.SetProviderRateLimit(kinde.Provider, cfg.KindeRateLimit)
+		a.metrics.SetProviderRateLimit(kinde.Provider, a.cfg.KindeRateLimit)
 	}
-	verifiers := parts.Verifiers
-	if verifiers == nil {
-		var err error
-		if verifiers, err = newVerifiers(ctx, cfg, provs, metrics, logger); err != nil {
-			return nil, err
-		}
+	return provs, nil
+}
+
+// newDeliverer builds the app's webhooks' deliverer (nil without an
+// endpoint) and registers the endpoints.
+func (a *App) newDeliverer(ctx context.Context) (*reconcile.Deliverer, error) {
+	if len(a.cfg.AppWebhookURLs) == 0 {
+		return nil, nil
 	}
-	// The app's endpoints get their cursors before anything here writes a
-	// change: a new endpoint starts from now, and gets this process's
-	// changes from the first.
-	var deliverer *reconcile.Deliverer
-	if len(cfg.AppWebhookURLs) > 0 {
-		sender, err := server.NewAppSender(server.AppSenderConfig{Secret: cfg.AppWebhookSecret})
-		if err != nil {
-			return nil, err
-		}
-		deliverer, err = reconcile.NewDeliverer(reconcile.DelivererConfig{Name: WorkerName(), Store: st, Sender: sender,
-			Endpoints: cfg.AppWebhookURLs, Lease: cfg.AppWebhookLease, Poll: poll, Logger: logger.With("component", "app-webhooks"), OnAttempt: metrics.ObserveAppDelivery})
-		if err != nil {
-			return nil, err
-		}
-		if err := deliverer.Register(ctx); err != nil {
-			return nil, err
-		}
+	sender, err := server.NewAppSender(server.AppSenderConfig{Secret: a.cfg.AppWebhookSecret})
+	if err != nil {
+		return nil, err
 	}
-	var feeds []string // providers whose events feed runs here
-	if cfg.FeedOn() && provs.Stripe != nil {
-		feed, err := newStripeFeed(cfg, st, provs.Stripe, a.spending, logger)
-		if err != nil {
-			return nil, err
-		}
-		// Only while the feed runs: a feed turned off leaves its last
-		// state in the database, whose poll time would age into a false
-		// BillsyncEventsFeedStalled alert.
-		metrics.CollectFeeds(st.FeedStates, logger)
-		feeds = append(feeds, stripe.Provider)
-		a.parts = append(a.parts, feed.Run)
+	deliverer, err := reconcile.NewDeliverer(reconcile.DelivererConfig{Name: WorkerName(), Store: a.st, Sender: sender,
+		Endpoints: a.cfg.AppWebhookURLs, Lease: a.cfg.AppWebhookLease, Poll: a.poll, Logger: a.logger.With("component", "app-webhooks"),
+		OnAttempt: a.metrics.ObserveAppDelivery})
+	if err != nil {
+		return nil, err
 	}
-	for _, v := range verifiers {
-		a.intakes = append(a.intakes, v.Provider())
+	return deliverer, deliverer.Register(ctx)
+}
+
+// addFeed adds the Stripe events feed when it is on, and returns the
+// providers whose feed runs here.
+func (a *App) addFeed(provs Providers) ([]string, error) {
+	if !a.cfg.FeedOn() || provs.Stripe == nil {
+		return nil, nil
 	}
-	logger.Info("providers on", "intake", strings.Join(a.intakes, ", "), "fetch", provs.Names(), "workers", cfg.Workers,
-		"events_feed", eventsFeedSetting(cfg))
-	var reconciler server.Reconciler // the admin API's resyncs take a worker's path
-	claimErr := func() error { return nil }
-	var sweeps server.Sweeps // nil without workers: the admin API answers 503
-	if cfg.Workers > 0 {
-		var err error
-		if sweeps, err = a.addWorkers(cfg, parts.Plans, provs, poll, metrics); err != nil {
-			return nil, err
-		}
-		reconciler, claimErr = a.worker, a.worker.ClaimErr
+	feed, err := newStripeFeed(a.cfg, a.st, provs.Stripe, a.spending, a.logger)
+	if err != nil {
+		return nil, err
 	}
-	if sched, err := ParseSchedule(cfg.PruneSchedule); err != nil {
-		return nil, fmt.Errorf("BILLSYNC_PRUNE_SCHEDULE %q: %w", cfg.PruneSchedule, err)
-	} else if sched != nil {
-		r := reconcile.Retention{OlderThan: cfg.PruneAge}
-		a.parts = append(a.parts, Schedule{What: "prune", When: sched, Job: prune(st, r, logger), Logger: logger,
-			Attrs: []any{"older_than", r.OlderThan}}.Run)
+	// Only while the feed runs: a feed turned off leaves its last state in
+	// the database, whose poll time would age into a false
+	// BillsyncEventsFeedStalled alert.
+	a.metrics.CollectFeeds(a.st.FeedStates, a.logger)
+	a.parts = append(a.parts, feed.Run)
+	return []string{stripe.Provider}, nil
+}
+
+// addPrunes adds the prune schedule, when there is one.
+func (a *App) addPrunes() error {
+	sched, err := ParseSchedule(a.cfg.PruneSchedule)
+	if err != nil {
+		return fmt.Errorf("BILLSYNC_PRUNE_SCHEDULE %q: %w", a.cfg.PruneSchedule, err)
 	}
-	// Long polls of the change feed and the app deliverer wake when a
-	// change commits.
+	if sched == nil {
+		return nil
+	}
+	r := reconcile.Retention{OlderThan: a.cfg.PruneAge}
+	a.parts = append(a.parts, Schedule{What: "prune", When: sched, Job: prune(a.st, r, a.logger), Logger: a.logger,
+		Attrs: []any{"older_than", r.OlderThan}}.Run)
+	return nil
+}
+
+// addChanges adds the listener that wakes the change feed's long polls
+// and the app deliverer (may be nil) when a change commits.
+func (a *App) addChanges(deliverer *reconcile.Deliverer) *reconcile.Signal {
 	var committed reconcile.Signal
 	wakeDeliverer := func() {}
 	if deliverer != nil {
@@ -176,10 +216,21 @@ func New(ctx context.Context, cfg Config, parts Parts) (*App, error) {
 		a.parts = append(a.parts, deliverer.Run)
 	}
 	a.parts = append(a.parts, func(ctx context.Context) {
-		st.ListenChanges(ctx, logger, func() { committed.Fire(); wakeDeliverer() })
+		a.st.ListenChanges(ctx, a.logger, func() { committed.Fire(); wakeDeliverer() })
 	})
-	a.handler = server.New(server.Config{
-		Logger:    logger,
+	return &committed
+}
+
+// newServer is billsync's HTTP surface on the parts built.
+func (a *App) newServer(verifiers []server.Verifier, sweeps server.Sweeps, feeds []string, committed *reconcile.Signal) http.Handler {
+	var reconciler server.Reconciler // the admin API's resyncs take a worker's path
+	claimErr := func() error { return nil }
+	if a.worker != nil {
+		reconciler, claimErr = a.worker, a.worker.ClaimErr
+	}
+	st, cfg := a.st, a.cfg
+	return server.New(server.Config{
+		Logger:    a.logger,
 		Inbox:     st,
 		Verifiers: verifiers,
 		// Ready while the database answers and the worker's claims do: a
@@ -190,17 +241,16 @@ func New(ctx context.Context, cfg Config, parts Parts) (*App, error) {
 			}
 			return claimErr()
 		},
-		Metrics: metrics,
+		Metrics: a.metrics,
 		// A hung database gets the provider a 503 (it retries), not a
 		// request held open for as long as the database hangs.
 		StoreTimeout: cfg.IntakeTimeout,
 		Admin: server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler, Sweeps: sweeps, Changes: st,
 			ProviderLimits: map[string]float64{stripe.Provider: cfg.StripeRate(), kinde.Provider: cfg.KindeRateLimit},
 			EventsFeeds:    feeds},
-		App: server.App{Token: cfg.AppToken, Store: st, Plans: parts.Plans, Feed: st, Committed: &committed, FeedPoll: poll,
+		App: server.App{Token: cfg.AppToken, Store: st, Plans: a.plans, Feed: st, Committed: committed, FeedPoll: a.poll,
 			Stopping: a.stopping},
 	})
-	return a, nil
 }
 
 // newVerifiers builds the intake's verifiers. A provider's intake is on
@@ -241,24 +291,24 @@ func newVerifiers(ctx context.Context, cfg Config, provs Providers, metrics *ser
 
 // addWorkers builds the worker and the sweeps, and adds them (with the
 // worker's wake-ups and the sweep schedule) to a's parts.
-func (a *App) addWorkers(cfg Config, plans *reconcile.Plans, provs Providers, poll time.Duration,
-	metrics *server.Metrics) (*reconcile.SweepRunner, error) {
+func (a *App) addWorkers(provs Providers) (*reconcile.SweepRunner, error) {
+	cfg := a.cfg
 	worker, err := reconcile.NewWorker(reconcile.WorkerConfig{
-		Name: WorkerName(), Store: a.st, Providers: provs.List(), Plans: plans,
-		Logger: a.logger, Concurrency: cfg.Workers, OnOutcome: metrics.ObserveReconcile, RecheckDelay: cfg.RecheckDelay,
-		Poll: poll, Lease: cfg.WorkerLease,
+		Name: WorkerName(), Store: a.st, Providers: provs.List(), Plans: a.plans,
+		Logger: a.logger, Concurrency: cfg.Workers, OnOutcome: a.metrics.ObserveReconcile, RecheckDelay: cfg.RecheckDelay,
+		Poll: a.poll, Lease: cfg.WorkerLease,
 	})
 	if err != nil {
 		return nil, err
 	}
 	a.worker = worker
-	metrics.CollectFetchSlots(worker.Slots)
+	a.metrics.CollectFetchSlots(worker.Slots)
 	a.parts = append(a.parts, func(ctx context.Context) { a.st.Listen(ctx, a.logger, worker.Wake) }, worker.Run)
 	// Every provider is swept: Stripe by its bulk listing, Kinde by
 	// queueing every Kinde account within its own pace. The runner stops
 	// the sweeps the admin API, the console and the schedule start with
 	// the workers, within -shutdown-timeout.
-	sweepers, err := provs.Sweepers(a.st, plans, a.logger, cfg, "", nil)
+	sweepers, err := provs.Sweepers(a.st, a.plans, a.logger, cfg, "", nil)
 	if err != nil {
 		return nil, err
 	}
