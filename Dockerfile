@@ -7,8 +7,9 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-# A static binary: no libc, so it runs FROM scratch.
-RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/billsync ./cmd/billsync
+# A static binary: no libc, so it runs FROM scratch. -tags release leaves
+# the workshop out (demo, mock, bench: fake providers, scratch databases).
+RUN CGO_ENABLED=0 go build -tags release -trimpath -ldflags="-s -w" -o /out/billsync ./cmd/billsync
 
 FROM scratch
 COPY --from=build /out/billsync /billsync

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/billsync/billsync/app"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/server"
@@ -27,7 +28,11 @@ const defaultAddr = "127.0.0.1:8080"
 
 // config is billsync's configuration, from flags over environment variables.
 // Secrets come from NAME or NAME_FILE, never from flags (flags show in ps).
+// What the assembly takes is app.Config; the rest is the database's, the
+// plans file's, and the reasons a setting was refused (validateServe).
 type config struct {
+	app.Config
+
 	DatabaseURL string
 	// DatabaseDirectURL carries LISTEN (and nothing else) past a
 	// transaction pooler: BILLSYNC_DATABASE_DIRECT_URL.
@@ -36,88 +41,32 @@ type config struct {
 	// schema of their own.
 	DatabaseSchema string
 	// Pooling is BILLSYNC_DATABASE_POOLER (auto when unset).
-	Pooling         store.Pooling
-	poolingErr      error
-	DataDir         string
-	DBTimeout       time.Duration
-	Addr            string
-	NoMigrate       bool
-	ShutdownTimeout time.Duration
-	IntakeTimeout   time.Duration
+	Pooling    store.Pooling
+	poolingErr error
+	DataDir    string
+	DBTimeout  time.Duration
+	NoMigrate  bool
 
-	StripeAPIKey         string
-	StripeAPIURL         string
-	StripeWebhookSecrets []string
-	StripeTolerance      time.Duration
-	StripeRateLimit      float64
-	StripeOperationRate  float64
-	StripeReadAllocation float64
-	readAllocationErr    error
-	UserRefKey           string
-	// StripeEntitlements and KindeEntitlements make every fetch read the
-	// provider's entitlements too (features from Stripe Entitlements or
-	// Kinde's billing entitlements); off by default.
-	StripeEntitlements bool
-
-	// Kinde is on when KindeDomain and the M2M credentials are all set.
-	KindeDomain       string
-	KindeClientID     string
-	KindeClientSecret string
-	KindeReplayWindow time.Duration
-	KindeRateLimit    float64
-	KindeSweepPace    time.Duration
-	KindeEntitlements bool
-
-	PlansPath string
-	// Workers bounds the provider fetches in flight in this process; 0 = intake
-	// only.
-	Workers int
-	// RecheckDelay is the worker's wait before reading a customer again
-	// when the first read contradicts its newest event (a stale read).
-	RecheckDelay time.Duration
-
-	// AdminToken opens /admin/api/… to whoever sends it as a Bearer
-	// token; empty leaves the admin API absent.
-	AdminToken string
-	// AppToken opens /api/users/… (the app's reads and usage debits) to
-	// whoever sends it as a Bearer token; empty leaves that API absent.
-	AppToken      string
-	SweepSchedule string
-	eventsPollErr error // a bad BILLSYNC_EVENTS_POLL, reported by validateServe
-	// SweepParallel pins how many parts of the Stripe customer list a
-	// sweep lists at once; 0 adapts to the latency.
-	SweepParallel int
-
-	// EventsPoll is how often the Stripe events feed lists events; 0 is
-	// off. EventsOverlap is how far before its cursor each poll lists.
-	EventsPoll    time.Duration
-	EventsOverlap time.Duration
-	// StripeEndpointID is the Stripe webhook endpoint whose status the feed
-	// reads (STRIPE_WEBHOOK_ENDPOINT_ID); empty: found by URL.
-	StripeEndpointID string
-	// PruneSchedule is when serve prunes (off by default); PruneOlderThan
-	// what it keeps.
-	PruneSchedule  string
+	readAllocationErr error
+	PlansPath         string
+	eventsPollErr     error // a bad BILLSYNC_EVENTS_POLL, reported by validateServe
+	// PruneOlderThan is -prune-older-than (app.Config.PruneAge once valid).
 	PruneOlderThan retentionFlag
-
-	// AppWebhookURLs are the app's endpoints for signed account changes
-	// (BILLSYNC_APP_WEBHOOK_URL, comma-separated). Every command that can
-	// change an account reads it: each change is queued for each endpoint
-	// in the change's own transaction.
-	AppWebhookURLs []string
-	// AppWebhookSecret signs them (whsec_<base64>; serve only).
-	AppWebhookSecret string
 	// AppWebhookAllowHosts, when set, are the only hosts the endpoints may
 	// name (BILLSYNC_APP_WEBHOOK_ALLOW_HOSTS, comma-separated).
 	AppWebhookAllowHosts []string
-	// AppWebhookLease is how long a replica holds a claimed delivery: a
-	// replica killed mid-delivery delays that account's changes this long.
-	AppWebhookLease time.Duration
 
 	// ownsCluster is set by serve, which outlives the commands run beside
 	// it: it adopts an embedded cluster it finds running (pgembed.Config's
 	// Adopt) and stops it on exit when no other billsync process uses it.
 	ownsCluster bool
+}
+
+// app is the assembly's configuration, the prune age included.
+func (c *config) app() app.Config {
+	ac := c.Config
+	ac.PruneAge = c.PruneOlderThan.d
+	return ac
 }
 
 // commaList splits a comma-separated setting, dropping blanks.
@@ -231,9 +180,6 @@ func (c *config) setEventsPoll(v string) error {
 	return nil
 }
 
-// feedOn reports whether serve runs the Stripe events feed.
-func (c *config) feedOn() bool { return c.EventsPoll > 0 && c.StripeAPIKey != "" }
-
 // bindReconcile registers the flags of every command that reconciles
 // (serve, sweep, resync, replay): they must read the provider and the plans
 // alike. The sweep's own flags are bindSweep's.
@@ -274,11 +220,6 @@ func envFloat(getenv func(string) string, name string) (float64, error) {
 		return 0, fmt.Errorf("%s %q: want a number", name, v)
 	}
 	return f, nil
-}
-
-// stripeRate is -stripe-rate, or the key's default when it is 0.
-func (c *config) stripeRate() float64 {
-	return cmp.Or(c.StripeRateLimit, stripe.DefaultRate(c.StripeAPIKey))
 }
 
 // envBool reads a boolean environment variable: true, 1 or yes (any
@@ -347,10 +288,10 @@ func (c *config) validateServe() error {
 	// be complete. With no provider at all the Stripe messages say what to
 	// set, and one more line that Kinde would do too.
 	stripeSet := len(c.StripeWebhookSecrets) > 0 || c.StripeAPIKey != ""
-	if !c.kindeOn() && kindeErr == nil && !stripeSet {
+	if !c.KindeOn() && kindeErr == nil && !stripeSet {
 		errs = append(errs, errors.New("no provider is configured: set Stripe's STRIPE_WEBHOOK_SECRET and STRIPE_API_KEY, or Kinde's KINDE_DOMAIN, KINDE_CLIENT_ID and KINDE_CLIENT_SECRET, or both"))
 	}
-	if !c.kindeOn() || stripeSet {
+	if !c.KindeOn() || stripeSet {
 		errs = append(errs, c.validateStripe()...)
 	}
 	if c.AdminToken != "" && len(c.AdminToken) < 16 {
@@ -399,7 +340,7 @@ func (c *config) validateStripe() []error {
 	var errs []error
 	// Without a webhook secret, Stripe runs on the events feed alone
 	// (webhook-free mode): that needs the API key and the feed on.
-	if len(c.StripeWebhookSecrets) == 0 && !c.feedOn() {
+	if len(c.StripeWebhookSecrets) == 0 && !c.FeedOn() {
 		errs = append(errs, errors.New("STRIPE_WEBHOOK_SECRET is not set: billsync cannot verify Stripe webhooks without it (comma-separate several to rotate; or set STRIPE_WEBHOOK_SECRET_FILE); or run on the events feed alone: STRIPE_API_KEY set and -events-poll not off"))
 	}
 	for _, s := range c.StripeWebhookSecrets {
@@ -436,12 +377,6 @@ func (c *config) validateStripe() []error {
 	return errs
 }
 
-// kindeOn reports whether Kinde is configured: the domain and both M2M
-// credentials (validateKinde refuses a half configuration).
-func (c *config) kindeOn() bool {
-	return c.KindeDomain != "" && c.KindeClientID != "" && c.KindeClientSecret != ""
-}
-
 // validateKinde checks the Kinde side: all of KINDE_DOMAIN,
 // KINDE_CLIENT_ID and KINDE_CLIENT_SECRET, or none. A half configuration
 // is an error, never a quietly disabled provider whose webhooks get 404.
@@ -472,15 +407,6 @@ func (c *config) validateKinde() error {
 		errs = append(errs, errors.New("KINDE_REPLAY_WINDOW and -kinde-sweep-pace must not be negative"))
 	}
 	return errors.Join(errs...)
-}
-
-// kindeSweepPace is how far apart the sweep queues Kinde accounts: by
-// default two request slots, so the sweep uses at most half of -kinde-rate.
-func (c *config) kindeSweepPace() time.Duration {
-	if c.KindeSweepPace > 0 {
-		return c.KindeSweepPace
-	}
-	return time.Duration(2 * float64(time.Second) / c.KindeRateLimit)
 }
 
 // secret returns the value of name, or the trimmed contents of the file

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/billsync/billsync/app"
 )
 
 // TestAppWebhookSettings: the app's endpoints, secret and allowlist are
@@ -17,14 +19,14 @@ func TestAppWebhookSettings(t *testing.T) {
 		wants []string
 	}{
 		{"Off", config{}, nil},
-		{"OK", config{AppWebhookURLs: []string{"https://app.example/hooks", "http://10.0.0.2:8080/h"}, AppWebhookSecret: good}, nil},
-		{"Allowed", config{AppWebhookURLs: []string{"https://app.example/hooks"}, AppWebhookSecret: good, AppWebhookAllowHosts: []string{"app.example"}}, nil},
-		{"NoSecret", config{AppWebhookURLs: []string{"https://app.example/hooks"}}, []string{"BILLSYNC_APP_WEBHOOK_SECRET is not"}},
-		{"SecretWithoutURL", config{AppWebhookSecret: good}, []string{"BILLSYNC_APP_WEBHOOK_URL is not"}},
-		{"NotWhsec", config{AppWebhookURLs: []string{"https://app.example/h"}, AppWebhookSecret: "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, []string{"whsec_<base64>"}},
-		{"BadURLs", config{AppWebhookURLs: []string{"ftp://x", "https://", "https://u:p@app.example/h", "::"}, AppWebhookSecret: good},
+		{"OK", config{Config: app.Config{AppWebhookURLs: []string{"https://app.example/hooks", "http://10.0.0.2:8080/h"}, AppWebhookSecret: good}}, nil},
+		{"Allowed", config{Config: app.Config{AppWebhookURLs: []string{"https://app.example/hooks"}, AppWebhookSecret: good}, AppWebhookAllowHosts: []string{"app.example"}}, nil},
+		{"NoSecret", config{Config: app.Config{AppWebhookURLs: []string{"https://app.example/hooks"}}}, []string{"BILLSYNC_APP_WEBHOOK_SECRET is not"}},
+		{"SecretWithoutURL", config{Config: app.Config{AppWebhookSecret: good}}, []string{"BILLSYNC_APP_WEBHOOK_URL is not"}},
+		{"NotWhsec", config{Config: app.Config{AppWebhookURLs: []string{"https://app.example/h"}, AppWebhookSecret: "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}}, []string{"whsec_<base64>"}},
+		{"BadURLs", config{Config: app.Config{AppWebhookURLs: []string{"ftp://x", "https://", "https://u:p@app.example/h", "::"}, AppWebhookSecret: good}},
 			[]string{`"ftp://x"`, `"https://"`, "user:password", `"::"`}},
-		{"NotAllowed", config{AppWebhookURLs: []string{"https://evil.example/h"}, AppWebhookSecret: good, AppWebhookAllowHosts: []string{"app.example"}},
+		{"NotAllowed", config{Config: app.Config{AppWebhookURLs: []string{"https://evil.example/h"}, AppWebhookSecret: good}, AppWebhookAllowHosts: []string{"app.example"}},
 			[]string{`host "evil.example" is not in BILLSYNC_APP_WEBHOOK_ALLOW_HOSTS`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

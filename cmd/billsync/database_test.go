@@ -125,3 +125,14 @@ func TestDescribeDatabase(t *testing.T) {
 		})
 	}
 }
+
+// reachableDir returns a temp dir PostgreSQL's unprivileged user can enter
+// when the tests run as root.
+func reachableDir(t *testing.T) string {
+	t.Helper()
+	root, err := os.MkdirTemp("", "billsync-cmd-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(root) })
+	require.NoError(t, os.Chmod(root, 0o755))
+	return root
+}

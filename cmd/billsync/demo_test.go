@@ -1,3 +1,5 @@
+//go:build !release
+
 package main
 
 import (
@@ -12,17 +14,6 @@ import (
 	"github.com/billsync/billsync/cmd/billsync/internal/demo"
 	"github.com/billsync/billsync/store/storetest"
 )
-
-// reachableDir returns a temp dir PostgreSQL's unprivileged user can enter
-// when the tests run as root.
-func reachableDir(t *testing.T) string {
-	t.Helper()
-	root, err := os.MkdirTemp("", "billsync-cmd-")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(root) })
-	require.NoError(t, os.Chmod(root, 0o755))
-	return root
-}
 
 // TestDemoOnceJSON: `billsync demo -once -json` plays the scenario (see
 // internal/demo's TestDemoSeedScenario) and prints its result as JSON only,

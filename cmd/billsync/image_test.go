@@ -53,6 +53,11 @@ func TestDockerfilesShareFinalStage(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", "..", "Dockerfile"))
 	require.NoError(t, err)
 	require.Contains(t, string(b), "CGO_ENABLED=0 go build", "the image's binary must be static: it runs FROM scratch")
+	for _, name := range []string{"Dockerfile", "Dockerfile.release"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", name))
+		require.NoError(t, err)
+		require.Contains(t, string(b), "go build -tags release", "%s: the image carries no workshop (TestReleaseBuildLeavesTheWorkshopOut)", name)
+	}
 }
 
 // TestImage builds the release image with buildah (FROM scratch, no
@@ -65,8 +70,8 @@ func TestImage(t *testing.T) {
 	dir := t.TempDir()
 	ctxDir := filepath.Join(dir, "context")
 	require.NoError(t, os.Mkdir(ctxDir, 0o755))
-	// As release tools build it: static, no cgo.
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(ctxDir, "billsync"), ".")
+	// As release tools build it: static, no cgo, no workshop.
+	build := exec.Command("go", "build", "-tags", "release", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(ctxDir, "billsync"), ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)

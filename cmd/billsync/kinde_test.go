@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/billsync/billsync/app"
 	kindemock "github.com/billsync/billsync/mocks/kinde"
 	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
@@ -145,8 +146,8 @@ func TestServeStartsWhileKindeIsUnreachable(t *testing.T) {
 
 func TestKindeConfiguration(t *testing.T) {
 	base := func() config {
-		return config{Addr: "127.0.0.1:0", ShutdownTimeout: 1, DBTimeout: 1, IntakeTimeout: 1, StripeTolerance: 1,
-			StripeRateLimit: 1, StripeOperationRate: 1, KindeRateLimit: 1, Workers: 1, SweepSchedule: "off"}
+		return config{DBTimeout: 1, Config: app.Config{Addr: "127.0.0.1:0", ShutdownTimeout: 1, IntakeTimeout: 1, StripeTolerance: 1,
+			StripeRateLimit: 1, StripeOperationRate: 1, KindeRateLimit: 1, Workers: 1, SweepSchedule: "off"}}
 	}
 	kindeOn := func(c *config) {
 		c.KindeDomain, c.KindeClientID, c.KindeClientSecret = "https://acme.kinde.com", "id", "s3cr3t_value"
@@ -200,10 +201,10 @@ func TestKindeConfiguration(t *testing.T) {
 		require.ErrorContains(t, c.loadKinde(func(k string) string { return env[k] }), "KINDE_REPLAY_WINDOW")
 	})
 	t.Run("SweepPace", func(t *testing.T) {
-		c := config{KindeRateLimit: 10}
-		require.Equal(t, 200*time.Millisecond, c.kindeSweepPace(), "half of 10 requests a second")
+		c := app.Config{KindeRateLimit: 10}
+		require.Equal(t, 200*time.Millisecond, c.KindeSweepInterval(), "half of 10 requests a second")
 		c.KindeSweepPace = time.Second
-		require.Equal(t, time.Second, c.kindeSweepPace())
+		require.Equal(t, time.Second, c.KindeSweepInterval())
 	})
 }
 

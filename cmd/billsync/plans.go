@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/billsync/billsync/app"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 )
@@ -76,7 +77,7 @@ STRIPE_API_KEY_FILE), STRIPE_API_URL and BILLSYNC_PLANS.`)
 	if err != nil {
 		return err
 	}
-	client, err := newStripeClient(cfg, logger, nil)
+	client, err := app.NewStripeClient(cfg.Config, logger, nil)
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/billsync/billsync/app"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
 )
@@ -194,37 +194,9 @@ func printSizes(ctx context.Context, w io.Writer, st *store.Store) error {
 
 // parsePruneSchedule reads -prune-schedule: a cron spec, or off (nil).
 func parsePruneSchedule(spec string) (cron.Schedule, error) {
-	if spec == "off" || spec == "" {
-		return nil, nil
-	}
-	s, err := cron.ParseStandard(spec)
+	s, err := app.ParseSchedule(spec)
 	if err != nil {
 		return nil, fmt.Errorf("BILLSYNC_PRUNE_SCHEDULE %q: want a five-field cron spec like \"30 4 * * *\" (UTC), or off: %w", spec, err)
 	}
 	return s, nil
-}
-
-// schedulePrunes prunes on schedule until ctx ends; one replica prunes
-// at a time (the others log that they skipped). It returns a function
-// that waits for the schedule, and a prune in progress, to stop: a prune
-// stops between two batches when ctx ends.
-func schedulePrunes(ctx context.Context, sched cron.Schedule, st *store.Store, r reconcile.Retention, logger *slog.Logger) (wait func()) {
-	c := cron.New(cron.WithLocation(time.UTC))
-	c.Schedule(sched, cron.FuncJob(func() {
-		p, err := st.Prune(ctx, r)
-		switch {
-		case errors.Is(err, reconcile.ErrPruneRunning):
-			logger.Info("scheduled prune skipped: another replica is pruning")
-		case err != nil && ctx.Err() != nil:
-			logger.Info("scheduled prune stopped by shutdown", "events", p.Events, "receipts", p.Receipts, "log_rows", p.LogRows)
-		case err != nil:
-			logger.Error("scheduled prune failed", "events", p.Events, "receipts", p.Receipts, "log_rows", p.LogRows, slog.Any("error", err))
-		default:
-			logger.Info("pruned", "before", p.Cutoff, "events", p.Events, "receipts", p.Receipts, "log_rows", p.LogRows,
-				"changes", p.Changes, "sessions", p.Sessions, "batches", p.Batches)
-		}
-	}))
-	c.Start()
-	logger.Info("prune scheduled", "older_than", r.OlderThan, "next", sched.Next(time.Now().UTC()).Format(time.RFC3339))
-	return func() { <-c.Stop().Done() }
 }

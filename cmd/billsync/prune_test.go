@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/billsync/billsync/app"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store/storetest"
 )
@@ -115,9 +116,9 @@ func TestServePruneSchedule(t *testing.T) {
 // is on; a wrong BILLSYNC_PRUNE_OLDER_THAN is named, and a flag replaces
 // it.
 func TestPruneConfig(t *testing.T) {
-	cfg := config{Addr: "127.0.0.1:0", StripeWebhookSecrets: []string{"whsec_x"}, StripeAPIKey: "sk_test",
-		StripeRateLimit: 1, StripeOperationRate: 1, ShutdownTimeout: 1, DBTimeout: 1, IntakeTimeout: 1, StripeTolerance: 1, Workers: 1,
-		SweepSchedule: "off", PruneSchedule: "off"}
+	cfg := config{DBTimeout: 1, Config: app.Config{Addr: "127.0.0.1:0", StripeWebhookSecrets: []string{"whsec_x"}, StripeAPIKey: "sk_test",
+		StripeRateLimit: 1, StripeOperationRate: 1, ShutdownTimeout: 1, IntakeTimeout: 1, StripeTolerance: 1, Workers: 1,
+		SweepSchedule: "off", PruneSchedule: "off"}}
 	cfg.PruneOlderThan.fromEnv("ninety days")
 	require.NoError(t, cfg.validateServe(), "off: the retention is not used")
 	cfg.PruneSchedule = "nightly"

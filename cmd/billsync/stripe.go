@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/billsync/billsync/app"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 )
@@ -58,7 +59,7 @@ BILLSYNC_PLANS and DATABASE_URL.`
 	if err := cfg.requireStripeKey(os.Getenv, ""); err != nil {
 		return err
 	}
-	client, err := newStripeClient(cfg, logger, nil)
+	client, err := app.NewStripeClient(cfg.Config, logger, nil)
 	if err != nil {
 		return err
 	}
@@ -78,7 +79,7 @@ BILLSYNC_PLANS and DATABASE_URL.`
 	}
 	defer closeDB()
 	// The check's own reads count toward the allocation like any command's.
-	spending, stopSpending, err := spendStripe(ctx, st, client, false, nil, logger)
+	spending, stopSpending, err := app.SpendStripe(ctx, st, client, false, nil, logger)
 	if err != nil {
 		return err
 	}

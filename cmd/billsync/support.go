@@ -11,6 +11,7 @@ import (
 	"os/user"
 	"strings"
 
+	"github.com/billsync/billsync/app"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
 )
@@ -20,7 +21,7 @@ import (
 // builds it, whose ReconcileNow takes the worker's own path.
 type support struct {
 	st        *store.Store
-	providers providers
+	providers app.Providers
 	plans     *reconcile.Plans
 	worker    *reconcile.Worker
 	cfg       config
@@ -35,7 +36,7 @@ func openSupport(ctx context.Context, cfg config, logger *slog.Logger) (*support
 	key, err := secret(os.Getenv, "STRIPE_API_KEY")
 	cfg.StripeAPIKey = key
 	err = errors.Join(err, cfg.loadKinde(os.Getenv), cfg.validateKinde())
-	if err == nil && key == "" && !cfg.kindeOn() {
+	if err == nil && key == "" && !cfg.KindeOn() {
 		err = errors.New("STRIPE_API_KEY is not set: billsync reads customers from the Stripe API (or set STRIPE_API_KEY_FILE; for Kinde set KINDE_DOMAIN, KINDE_CLIENT_ID and KINDE_CLIENT_SECRET)")
 	}
 	if err != nil {
@@ -45,7 +46,7 @@ func openSupport(ctx context.Context, cfg config, logger *slog.Logger) (*support
 	if err != nil {
 		return nil, nil, err
 	}
-	provs, err := newProviders(cfg, logger, nil)
+	provs, err := app.NewProviders(cfg.Config, logger, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -61,17 +62,17 @@ func openSupport(ctx context.Context, cfg config, logger *slog.Logger) (*support
 		closeDB()
 		return nil, nil, err
 	}
-	w, err := reconcile.NewWorker(reconcile.WorkerConfig{Name: workerName(), Store: st,
-		Providers: provs.list(), Plans: plans, Logger: logger, Concurrency: 1})
+	w, err := reconcile.NewWorker(reconcile.WorkerConfig{Name: app.WorkerName(), Store: st,
+		Providers: provs.List(), Plans: plans, Logger: logger, Concurrency: 1})
 	if err != nil {
 		closeDB()
 		return nil, nil, err
 	}
 	stopSpending := func() {}
-	if provs.stripe != nil {
+	if provs.Stripe != nil {
 		// What a command reads counts toward the allocation like serve's
 		// reads; it takes no share of the rates (it runs no worker).
-		if _, stopSpending, err = spendStripe(ctx, st, provs.stripe, false, nil, logger); err != nil {
+		if _, stopSpending, err = app.SpendStripe(ctx, st, provs.Stripe, false, nil, logger); err != nil {
 			closeDB()
 			return nil, nil, err
 		}

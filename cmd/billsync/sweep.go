@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -13,10 +12,8 @@ import (
 
 	"github.com/robfig/cron/v3"
 
-	"github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/app"
 	"github.com/billsync/billsync/reconcile"
-	"github.com/billsync/billsync/server"
-	"github.com/billsync/billsync/store"
 )
 
 // defaultSweepSchedule is nightly at 03:00 UTC.
@@ -54,7 +51,7 @@ sweep fails.`)
 	}
 	defer closeSupport()
 	p := newProgress(stdout)
-	sweepers, err := sup.providers.sweepers(sup.st, sup.plans, logger, sup.cfg, *only, p.page)
+	sweepers, err := sup.providers.Sweepers(sup.st, sup.plans, logger, sup.cfg.Config, *only, p.page)
 	if err != nil {
 		return err
 	}
@@ -70,28 +67,6 @@ sweep fails.`)
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// newStripeClient is the Stripe client serve and sweep share; metrics
-// (may be nil) sees its attempts and 429s.
-func newStripeClient(cfg config, logger *slog.Logger, metrics *server.Metrics) (*stripe.Client, error) {
-	c := stripe.Config{
-		APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIURL, UserRefKey: cfg.UserRefKey,
-		RateLimit: cfg.StripeRateLimit, OperationRateLimit: cfg.StripeOperationRate, ReadAllocation: cfg.StripeReadAllocation,
-		Logger: logger, Entitlements: cfg.StripeEntitlements,
-	}
-	if metrics != nil {
-		c.OnAttempt = func(status string) { metrics.ObserveProviderRequest(stripe.Provider, status) }
-		c.OnRateLimited = func(op, reason string) { metrics.ObserveRateLimited(stripe.Provider, op, reason) }
-	}
-	return stripe.NewClient(c)
-}
-
-func newSweeper(st *store.Store, client *stripe.Client, plans *reconcile.Plans, logger *slog.Logger, parallel int,
-	onPage func(reconcile.SweepRun)) (*reconcile.Sweeper, error) {
-	return reconcile.NewSweeper(reconcile.SweeperConfig{
-		Store: st, Provider: client.Name(), Lister: client, Parallel: parallel, Plans: plans, Logger: logger, OnPage: onPage,
-	})
 }
 
 // progress prints a sweep's progress: one line rewritten in place on a
@@ -160,37 +135,12 @@ func printSweepReport(w io.Writer, provider string, rep reconcile.SweepReport, e
 // parseSweepSchedule validates a -sweep-schedule: a standard five-field
 // cron spec in UTC, or "off".
 func parseSweepSchedule(spec string) (cron.Schedule, error) {
-	if spec == "off" {
-		return nil, nil
+	s, err := app.ParseSchedule(spec)
+	if err == nil && spec == "" {
+		err = errors.New("empty spec string")
 	}
-	s, err := cron.ParseStandard(spec)
 	if err != nil {
 		return nil, fmt.Errorf("BILLSYNC_SWEEP_SCHEDULE %q: want a five-field cron spec like %q (UTC), or off: %w", spec, defaultSweepSchedule, err)
 	}
 	return s, nil
-}
-
-// scheduleSweeps starts sweeps on schedule until ctx ends, through the
-// runner that serve's shutdown stops (a scheduled sweep is bounded by
-// -shutdown-timeout like any other). It returns a function that waits for
-// the schedule to stop.
-func scheduleSweeps(ctx context.Context, sched cron.Schedule, sweeps *reconcile.SweepRunner, logger *slog.Logger) (wait func()) {
-	c := cron.New(cron.WithLocation(time.UTC))
-	c.Schedule(sched, cron.FuncJob(func() {
-		starts, _ := sweeps.Start(ctx)
-		for _, st := range starts {
-			switch {
-			case errors.Is(st.Err, reconcile.ErrSweepRunning):
-				logger.Info("scheduled sweep skipped: a sweep of the provider is running, here or on another replica",
-					"provider", st.Provider)
-			case errors.Is(st.Err, reconcile.ErrSweepsStopped), ctx.Err() != nil:
-			case st.Err != nil:
-				logger.Error("scheduled sweep did not start", "provider", st.Provider, slog.Any("error", st.Err))
-			}
-			// A started sweep logs how it ends.
-		}
-	}))
-	c.Start()
-	logger.Info("sweep scheduled", "next", cmp.Or(sched.Next(time.Now().UTC()).Format(time.RFC3339), "never"))
-	return func() { <-c.Stop().Done() }
 }

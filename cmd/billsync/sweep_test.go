@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,10 +15,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/billsync/billsync/app"
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
-	"github.com/billsync/billsync/server"
 	"github.com/billsync/billsync/server/openapitest"
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
@@ -88,9 +87,9 @@ func TestSweepSchedule(t *testing.T) {
 		_, err := parseSweepSchedule(spec)
 		require.NoError(t, err, spec)
 	}
-	cfg := config{Addr: "127.0.0.1:0", StripeWebhookSecrets: []string{"whsec_x"}, StripeAPIKey: "sk_test",
-		StripeRateLimit: 1, StripeOperationRate: 1, ShutdownTimeout: 1, DBTimeout: 1, IntakeTimeout: 1, StripeTolerance: 1, Workers: 1,
-		SweepSchedule: "nightly"}
+	cfg := config{DBTimeout: 1, Config: app.Config{Addr: "127.0.0.1:0", StripeWebhookSecrets: []string{"whsec_x"}, StripeAPIKey: "sk_test",
+		StripeRateLimit: 1, StripeOperationRate: 1, ShutdownTimeout: 1, IntakeTimeout: 1, StripeTolerance: 1, Workers: 1,
+		SweepSchedule: "nightly"}}
 	err := cfg.validateServe()
 	require.ErrorContains(t, err, `BILLSYNC_SWEEP_SCHEDULE "nightly": want a five-field cron spec`)
 	cfg.SweepSchedule = "off"
@@ -110,31 +109,23 @@ func TestScheduledSweepRuns(t *testing.T) {
 	st := storetest.NewStore(t)
 	plans, err := loadPlans("")
 	require.NoError(t, err)
-	sweeper, err := newSweeper(st, h.Stripe.Client, plans, slog.New(slog.DiscardHandler), 0, nil)
+	// serve's assembly on the fake: its schedule, runner and worker.
+	a, err := app.New(ctx, app.Config{Workers: 1, SweepSchedule: "@every 50ms", ShutdownTimeout: time.Minute},
+		app.Parts{Store: st, Plans: plans, Stripe: h.Stripe.Client})
 	require.NoError(t, err)
-	runner, err := reconcile.NewSweepRunner(reconcile.SweepRunnerConfig{Sweepers: []*reconcile.Sweeper{sweeper}})
-	require.NoError(t, err)
-	stopped := make(chan struct{})
-	go func() { runner.Run(ctx); close(stopped) }()
-	sched, err := parseSweepSchedule("@every 50ms")
-	require.NoError(t, err)
-
-	wait := scheduleSweeps(ctx, sched, runner, slog.New(slog.DiscardHandler))
+	stop := a.Start(ctx)
 	require.Eventually(t, func() bool {
 		n, err := sweepsOf(st, "", "succeeded")
 		return err == nil && n >= 2
 	}, time.Minute, 10*time.Millisecond, "the schedule runs sweeps")
 	cancel()
-	wait()
-	<-stopped
-	a, err := st.Account(context.Background(), "stripe", cus)
+	require.NoError(t, stop(context.Background()), "the schedule, the sweeps and the worker stop")
+	acct, err := st.Account(context.Background(), "stripe", cus)
 	require.NoError(t, err)
-	require.Equal(t, "pro", a.Plan)
+	require.Equal(t, "pro", acct.Plan)
 
-	// /metrics reads the sweeps from the database, as serve wires it.
-	metrics := server.NewMetrics(nil, nil)
-	metrics.CollectSweeps(st.SweepStats, nil)
-	srv := httptest.NewServer(server.New(server.Config{Metrics: metrics}))
+	// /metrics reads the sweeps from the database.
+	srv := httptest.NewServer(a.Handler())
 	t.Cleanup(srv.Close)
 	text := scrape(t, strings.TrimPrefix(srv.URL, "http://"))
 	require.Regexp(t, `(?m)^billsync_sweep_runs\{provider="stripe",status="succeeded"\} [2-9]`, text)

@@ -1,9 +1,10 @@
 // Package testenv wires billsync end to end around a fake provider, once,
 // for every package's tests, the demo and the bench. An Env is, for Stripe
 // or Kinde alike: the fake (mocks/stripe or mocks/kinde) on a loopback
-// listener, billsync's intake (server.New with the provider's real
-// verifier) storing into a given store, billsync's real client on the
-// fake, and workers built on the store, the client and the example plans.
+// listener, billsync's intake (assembled by package app as serve assembles
+// it, with the provider's real verifier for the fake's endpoint) storing
+// into a given store, billsync's real client on the fake, and workers
+// built on the store, the client and the example plans.
 // The Stripe side adds a stripe-go client that drives the fake as an app
 // would; the Kinde side sets agreements and sends Kinde's webhooks.
 //
@@ -26,6 +27,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/billsync/billsync/app"
 	"github.com/billsync/billsync/mocks/fault"
 	"github.com/billsync/billsync/providers/kinde"
 	"github.com/billsync/billsync/providers/stripe"
@@ -159,8 +161,8 @@ func New(provider string, opts Options) (_ *Env, err error) {
 	return e, nil
 }
 
-// startIntake serves billsync's intake into opts.Store, as serve wires it,
-// and registers it (or the Network in front of it) at the fake.
+// startIntake serves billsync's intake into opts.Store, assembled as
+// serve assembles it (package app), and registers it (or the Network in front of it) at the fake.
 func (e *Env) startIntake(opts Options) error {
 	addr := cmp.Or(opts.IntakeAddr, "127.0.0.1:0")
 	// The Stripe endpoint's secret exists only once its URL is registered,
@@ -183,8 +185,15 @@ func (e *Env) startIntake(opts Options) error {
 		ln.Close()
 		return err
 	}
-	intake := server.New(server.Config{Logger: e.logger, Inbox: opts.Store, Verifiers: []server.Verifier{v}, Ready: opts.Store.Ping})
-	e.serveOn(ln, intake, nil)
+	// serve's own assembly, intake only (as serve -workers 0): the fake's
+	// endpoint's verifier instead of the secrets a deployment configures.
+	intake, err := app.New(context.Background(), app.Config{},
+		app.Parts{Store: opts.Store, Plans: e.Plans, Logger: e.logger, Verifiers: []server.Verifier{v}})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	e.serveOn(ln, intake.Handler(), nil)
 	return nil
 }
 

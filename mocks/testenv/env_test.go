@@ -1,6 +1,7 @@
 package testenv_test
 
 import (
+	"io"
 	"net/http"
 	"os"
 	"testing"
@@ -46,6 +47,22 @@ func TestEndToEnd(t *testing.T) {
 			require.Empty(t, h.TakeOutcomes(), "taken")
 		})
 	}
+}
+
+// TestIntakeAsServeAssemblesIt: the intake is billsync as serve assembles
+// it (package app), not a second wiring: it counts each delivery on
+// /metrics as serve does.
+func TestIntakeAsServeAssemblesIt(t *testing.T) {
+	h := testenv.ForTest(t, testenv.Stripe, testenv.Options{Store: storetest.NewStore(t)})
+	h.Customer("user_1")
+	h.Delivered()
+	res, err := http.Get(h.IntakeURL + "/metrics")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, string(body), `billsync_webhook_deliveries_total{answer="stored",provider="stripe"} 1`)
 }
 
 // TestPricesAreTheExamplePlans: the fake's prices are exactly the Stripe

@@ -9,51 +9,65 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/billsync/billsync/app"
+	"github.com/billsync/billsync/providers/kinde"
+	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
-	"github.com/billsync/billsync/server"
 )
 
-// console is the support console served next to the demo, with an admin
-// token of its own, on the demo's worker and store.
+// console is billsync as serve assembles it (package app) on the demo's
+// store and client, with an admin token of its own: its handler serves
+// the support console, its worker is the one the scenario drains, and its
+// parts (worker, sweeps) run once the demo keeps serving.
 type console struct {
 	url, token string
+	app        *app.App
 	srv        *http.Server
-	stopSweeps func() // stops a sweep started from the console, and waits for it
+	stop       func(context.Context) error // stops the parts Start started; nil before
 }
 
-// startConsole serves the support console (and the admin API) on addr.
+// startConsole assembles billsync and serves its console (and the admin
+// API) on addr.
 func (d *Demo) startConsole(addr string, plans *reconcile.Plans) error {
-	var lister reconcile.Lister
-	if l, ok := d.w.client().(reconcile.Lister); ok {
-		lister = l
-	}
-	sweeper, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: d.st, Provider: d.w.provider(),
-		Lister: lister, Pace: 100 * time.Millisecond, Plans: plans, Logger: d.logger})
-	if err != nil {
-		return err
-	}
-	sweeps, err := reconcile.NewSweepRunner(reconcile.SweepRunnerConfig{Sweepers: []*reconcile.Sweeper{sweeper}, Logger: d.logger})
-	if err != nil {
-		return err
-	}
 	token := rand.Text()
-	h := server.New(server.Config{Logger: d.logger, Inbox: d.st, Ready: d.st.Ping,
-		Admin: server.Admin{Token: token, Store: d.st, Reconciler: d.worker, Sweeps: sweeps, Changes: d.st}})
+	parts := app.Parts{Store: d.st, Plans: plans, Logger: d.logger}
+	switch c := d.w.client().(type) {
+	case *stripe.Client:
+		parts.Stripe = c
+	case *kinde.Client:
+		parts.Kinde = c
+	}
+	a, err := app.New(context.Background(), app.Config{AdminToken: token, Workers: 2, WorkerLease: lease,
+		KindeSweepPace: 100 * time.Millisecond, ShutdownTimeout: 10 * time.Second}, parts)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
-	ctx, stopSweeps := context.WithCancel(context.Background())
-	sweepsDone := make(chan struct{})
-	go func() { sweeps.Run(ctx); close(sweepsDone) }()
-	c := &console{url: "http://" + ln.Addr().String() + "/admin/", token: token,
-		srv:        &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
-		stopSweeps: func() { stopSweeps(); <-sweepsDone }}
+	c := &console{url: "http://" + ln.Addr().String() + "/admin/", token: token, app: a,
+		srv: &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}}
 	go func() {
 		if err := c.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			d.logger.Error("demo console stopped", slog.Any("error", err))
 		}
 	}()
-	d.console = c
+	d.console, d.worker = c, a.Worker()
 	return nil
+}
+
+// close stops the console and billsync's parts; a sweep started from the
+// console before they ran is stopped too (Start on an ended context stops
+// every part at once).
+func (c *console) close() {
+	c.srv.Close()
+	if c.stop == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		c.stop = c.app.Start(ctx)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = c.stop(ctx) // at exit: the leases run out on their own
 }

@@ -157,21 +157,16 @@ func Start(ctx context.Context, databaseURL string, cfg Config) (_ *Demo, err er
 	if err != nil {
 		return nil, err
 	}
-	d.worker, err = reconcile.NewWorker(reconcile.WorkerConfig{
-		Name: "demo", Store: d.st, Providers: []reconcile.Provider{d.w.client()}, Plans: plans, Logger: d.logger,
-		Lease: lease, Poll: 200 * time.Millisecond, Concurrency: 2,
-	})
-	if err != nil {
+	// billsync itself, as serve assembles it: its worker is d.worker.
+	if err := d.startConsole(cmp.Or(cfg.ConsoleAddr, "127.0.0.1:0"), plans); err != nil {
 		return nil, err
 	}
+	// The process the scenario kills: a worker on a store that dies.
 	d.doomed, err = reconcile.NewWorker(reconcile.WorkerConfig{
 		Name: "doomed", Store: killedStore{d.st, new(atomic.Bool)}, Providers: []reconcile.Provider{d.w.client()},
 		Plans: plans, Logger: d.logger, Lease: lease,
 	})
 	if err != nil {
-		return nil, err
-	}
-	if err := d.startConsole(cmp.Or(cfg.ConsoleAddr, "127.0.0.1:0"), plans); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -210,8 +205,7 @@ func (killedStore) Release(context.Context, string, []reconcile.Job) error { ret
 // Close stops everything and drops the demo's database.
 func (d *Demo) Close() {
 	if d.console != nil {
-		d.console.srv.Close()
-		d.console.stopSweeps()
+		d.console.close()
 	}
 	if d.w != nil {
 		d.w.close()
@@ -586,11 +580,8 @@ func (d *Demo) Serve(ctx context.Context) {
 	d.mu.Lock()
 	d.relay = true
 	d.mu.Unlock()
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); d.st.Listen(ctx, d.logger, d.worker.Wake) }()
-	go func() { defer wg.Done(); d.worker.Run(ctx) }()
-	wg.Wait()
+	d.console.stop = d.console.app.Start(ctx)
+	<-ctx.Done()
 }
 
 // Where says where the running demo's parts are, for PrintServing.
