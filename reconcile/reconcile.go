@@ -6,7 +6,8 @@
 // webhook is only a signal; state changes only by reconciling against a
 // snapshot fetched from the provider's API.
 //
-// Where things are: the nouns (account.go, event.go, job.go, snapshot.go,
+// Where things are: the nouns (account.go, event.go, job.go, related.go's
+// objects an event names instead of its customer, snapshot.go,
 // plan.go, feature.go, outcome.go, support.go's read models), the
 // interfaces the adapters implement (store.go, provider.go), the pure
 // decisions (decide.go, feature.go's ResolveFeatures and Check, usage.go's

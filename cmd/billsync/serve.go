@@ -123,13 +123,6 @@ secret also as *_FILE; see docs/configuration.md.`)
 			return err
 		}
 		stripeVerifier.SetOnConnect(func() { metrics.ObserveConnectEvent(stripe.Provider) })
-		if provs.stripe != nil {
-			// The workers' client also resolves thin events' customers at
-			// the intake (one retrieve, within -intake-timeout, same
-			// limiters). Without a key (intake only), such thin events are
-			// stored as ignored with the reason.
-			stripeVerifier.SetResolver(provs.stripe)
-		}
 		verifiers = append(verifiers, stripeVerifier)
 	}
 	if cfg.kindeOn() {
