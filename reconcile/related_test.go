@@ -40,8 +40,10 @@ func TestWorkerResolvesARelatedObject(t *testing.T) {
 				}
 				return []reconcile.Job{objectJob}, nil
 			},
-			ExtendFn: func(_ context.Context, _ string, jobs []reconcile.Job, _ time.Duration) (int, error) { return len(jobs), nil },
-			NowFn:    func(context.Context) (time.Time, error) { return time.Now(), nil },
+			ExtendFn: func(_ context.Context, _ string, jobs []reconcile.Job, _ time.Duration) (int, error) {
+				return len(jobs), nil
+			},
+			NowFn: func(context.Context) (time.Time, error) { return time.Now(), nil },
 			ResolveFn: func(_ context.Context, job reconcile.Job, customerID string) (reconcile.Job, bool, error) {
 				require.Equal(t, objectJob, job)
 				calls = append(calls, "resolve "+customerID)
