@@ -265,13 +265,6 @@ func newVerifiers(ctx context.Context, cfg Config, provs Providers, metrics *ser
 			return nil, err
 		}
 		stripeVerifier.SetOnConnect(func() { metrics.ObserveConnectEvent(stripe.Provider) })
-		if provs.Stripe != nil {
-			// The workers' client also resolves thin events' customers at
-			// the intake (one retrieve, within -intake-timeout, same
-			// limiters). Without a key (intake only), such thin events are
-			// stored as ignored with the reason.
-			stripeVerifier.SetResolver(provs.Stripe)
-		}
 		verifiers = append(verifiers, stripeVerifier)
 	}
 	if cfg.KindeOn() {

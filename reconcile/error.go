@@ -13,9 +13,16 @@ var (
 	ErrBadSignature = errors.New("bad signature")
 	// ErrTooLarge: the body is over the intake limit. Nothing is stored.
 	ErrTooLarge = errors.New("body too large")
-	// ErrUnavailable: the database cannot be reached or did not commit.
-	// The work was not stored; the caller must retry.
-	ErrUnavailable = errors.New("store unavailable")
+	// ErrStoreUnavailable: the database cannot be reached or did not
+	// commit. The work was not stored; the caller must retry.
+	ErrStoreUnavailable = errors.New("store unavailable")
+	// ErrProviderUnavailable: a provider's API could not be asked (down,
+	// slow, refusing) where an answer was needed at once (Kinde's key set,
+	// to verify a token that may be genuine). Nothing was stored; the
+	// caller retries later (the intake answers 503: the provider delivers
+	// again). A reconcile's failed fetch is not this: it is retried by
+	// the queue, with the job's backoff.
+	ErrProviderUnavailable = errors.New("provider unavailable")
 	// ErrNotFound: no such record.
 	ErrNotFound = errors.New("not found")
 	// ErrHeld: another worker is reconciling the customer right now. Its

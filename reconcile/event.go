@@ -15,7 +15,10 @@ type Event struct {
 	DedupeKey string // unique per provider: the same for every copy
 	EventID   string // the provider's own event id (may equal DedupeKey)
 	Type      string
-	// CustomerID is the provider's customer the event names; empty if none.
+	// CustomerID is the provider's customer the event names; empty if
+	// none. An event naming an object whose customer only the provider's
+	// API tells (a Stripe thin event's subscription) holds the object's
+	// Related key instead: the worker resolves it (see Related).
 	CustomerID string
 	// Time is when the provider says the change happened; zero if unknown.
 	Time       time.Time

@@ -11,7 +11,8 @@ const (
 	TriggerReplay  = "replay"
 )
 
-// Job is a claimed queue row: one customer to reconcile.
+// Job is a claimed queue row: one customer to reconcile, or an object
+// whose customer the worker reads first (CustomerID is then a Related key).
 type Job struct {
 	ID          int64
 	Provider    string

@@ -74,7 +74,20 @@ func (w *Worker) ReconcileNow(ctx context.Context, req Request) (Outcome, error)
 // preview is a dry run: the same fetch and decision, rolled back.
 func (w *Worker) preview(ctx context.Context, st OnDemandStore, req Request) (Outcome, error) {
 	job := Job{Provider: req.Provider, CustomerID: req.CustomerID, Trigger: req.Trigger, Actor: req.Actor}
-	snap, observedAt, err := w.fetch(ctx, job, w.cfg.Store.Now)
+	var snap Snapshot
+	var observedAt time.Time
+	var err error
+	if obj, ok := RelatedOf(job.CustomerID); ok {
+		// A thin event's object not resolved yet: its customer is read
+		// (and nothing handed over), then previewed.
+		var customer string
+		if customer, observedAt, err = w.customerOf(ctx, job, obj, w.cfg.Store.Now); err == nil {
+			job.CustomerID = customer
+		}
+	}
+	if err == nil {
+		snap, observedAt, err = w.fetch(ctx, job, w.cfg.Store.Now)
+	}
 	if err != nil && observedAt.IsZero() { // no read: no slot, or no database time
 		return Outcome{}, fmt.Errorf("dry run %s/%s: %w", req.Provider, req.CustomerID, err)
 	}

@@ -21,6 +21,13 @@ type Provider interface {
 	// not know is ErrCustomerUnknown; data billsync cannot read is a
 	// *PermanentError; anything else is transient and retried.
 	Fetch(ctx context.Context, customerID string) (Snapshot, error)
+	// CustomerOf returns the customer of an object one of the provider's
+	// events names instead of its customer (see Related), "" when it names
+	// none. An object the provider does not know, or cannot say the
+	// customer of, is a *PermanentError; anything else is transient and
+	// retried. A provider whose events always name their customer answers
+	// every object with a *PermanentError.
+	CustomerOf(ctx context.Context, obj Related) (string, error)
 	// Budget returns the requests per second this process may send the
 	// provider and its recent latency: the worker keeps as many fetches
 	// in flight as they call for (Budget.InFlight). A zero Rate is

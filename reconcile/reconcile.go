@@ -7,7 +7,8 @@
 // snapshot fetched from the provider's API.
 //
 // Where things are:
-//   - the nouns: account.go, event.go, job.go, snapshot.go, plan.go,
+//   - the nouns: account.go, event.go, job.go, related.go (the object a
+//     thin event names before its customer is known), snapshot.go, plan.go,
 //     feature.go, outcome.go, appchange.go (what the app is told of a
 //     change), support.go and overview.go (the read models of support and
 //     of the console's first page);

@@ -37,6 +37,15 @@ type Store interface {
 	// observedAt may be zero when the failure came before the clock was
 	// read.
 	Retry(ctx context.Context, job Job, observedAt time.Time, out Outcome, delay time.Duration) (Outcome, error)
+	// Resolve hands a job keyed by a related object (see Related) to the
+	// object's customer, in one transaction: the object's pending and dead
+	// events become the customer's, and the job's queue row becomes the
+	// customer's, keeping its id and lease: next is the customer's job,
+	// to reconcile at once (ok). When the customer has a queue row
+	// already, the object's row is folded into it instead (made due now,
+	// revived when dead, the newer request kept) and deleted, and ok is
+	// false: that row's reconcile, due or under way, answers the events.
+	Resolve(ctx context.Context, job Job, customerID string) (next Job, ok bool, err error)
 	// Release gives back leases on jobs the worker will not process.
 	Release(ctx context.Context, worker string, jobs []Job) error
 }

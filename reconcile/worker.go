@@ -128,13 +128,13 @@ type Worker struct {
 	claimErr atomic.Pointer[error]
 }
 
-// ClaimErr is the last claim's failure (wrapped in ErrUnavailable), or nil
+// ClaimErr is the last claim's failure (wrapped in ErrStoreUnavailable), or nil
 // when the last claim succeeded: a store that answers pings but refuses
 // the claim (a pooler that broke its statements) leaves the worker unable
 // to drain, and /readyz must say so.
 func (w *Worker) ClaimErr() error {
 	if err := w.claimErr.Load(); err != nil {
-		return fmt.Errorf("%w: the worker's claims fail: %w", ErrUnavailable, *err)
+		return fmt.Errorf("%w: the worker's claims fail: %w", ErrStoreUnavailable, *err)
 	}
 	return nil
 }
@@ -427,7 +427,11 @@ func (w *Worker) process(ctx context.Context, id string, job Job, claimed time.T
 		return Outcome{Result: ResultRetry, Text: "released on shutdown"}
 	}
 	start := time.Now()
-	out, observedAt, err := w.reconcile(ctx, job, w.observer(job, claimed))
+	observe := w.observer(job, claimed)
+	job, out, observedAt, err := w.resolve(ctx, job, observe)
+	if err == nil && out.Result == "" {
+		out, observedAt, err = w.reconcile(ctx, job, observe)
+	}
 	switch {
 	case errors.Is(err, errShutdown):
 		// Shutting down, not a failure: give the job back as it is.
@@ -492,28 +496,80 @@ func (w *Worker) reconcile(ctx context.Context, job Job, observe observer) (Outc
 			recheck = RecheckDisagreed
 		}
 	}
+	if err != nil {
+		out, err := w.failure(ctx, job, observedAt, err)
+		return out, observedAt, err
+	}
+	if snap.UserRefFromEvents && job.UserRef != "" {
+		snap.UserRef = job.UserRef
+	}
+	out, err := w.cfg.Store.Apply(storeCtx, job, observedAt, w.decider(snap, observedAt))
+	out.Recheck = recheck
+	return out, observedAt, err
+}
+
+// failure records a failed read of the job's provider: ignored when
+// retrying cannot fix it, else retried after the job's backoff, or dead.
+func (w *Worker) failure(ctx context.Context, job Job, observedAt time.Time, err error) (Outcome, error) {
+	storeCtx := context.WithoutCancel(ctx)
+	out, perm := permanent(job, err)
 	switch {
-	case err != nil && observedAt.IsZero():
+	case observedAt.IsZero():
 		// No read was made: no slot (shutdown) or no time (the store).
-		return Outcome{}, observedAt, w.stopping(ctx, err)
-	case err == nil:
-		if snap.UserRefFromEvents && job.UserRef != "" {
-			snap.UserRef = job.UserRef
-		}
-		out, err := w.cfg.Store.Apply(storeCtx, job, observedAt, w.decider(snap, observedAt))
-		out.Recheck = recheck
-		return out, observedAt, err
-	}
-	if out, ok := permanent(job, err); ok {
-		out, err := w.cfg.Store.Ignore(storeCtx, job, observedAt, out)
-		return out, observedAt, err
-	}
-	if ctx.Err() != nil {
-		return Outcome{}, observedAt, errShutdown
+		return Outcome{}, w.stopping(ctx, err)
+	case perm:
+		return w.cfg.Store.Ignore(storeCtx, job, observedAt, out)
+	case ctx.Err() != nil:
+		return Outcome{}, errShutdown
 	}
 	out, delay := w.failed(job, err)
-	out, err = w.cfg.Store.Retry(storeCtx, job, observedAt, out, delay)
-	return out, observedAt, err
+	return w.cfg.Store.Retry(storeCtx, job, observedAt, out, delay)
+}
+
+// resolve turns a job keyed by a related object (a Stripe thin event's
+// subscription or invoice: see Related) into its customer's job: it reads
+// the object's customer from the provider, in a fetch slot like any read,
+// and hands the job over in the store (Store.Resolve). The intake stored
+// the event without asking the provider; this is where it is asked. A job
+// keyed by a customer comes back as it is. An outcome with a Result means
+// the job ended here: the object names no customer billsync can read
+// (ignored), the provider failed (retried, then dead, as a failed fetch),
+// or the customer was queued already and that row's reconcile answers the
+// events.
+func (w *Worker) resolve(ctx context.Context, job Job, observe observer) (Job, Outcome, time.Time, error) {
+	obj, ok := RelatedOf(job.CustomerID)
+	if _, known := w.providers[job.Provider]; !ok || !known {
+		return job, Outcome{}, time.Time{}, nil
+	}
+	customer, observedAt, err := w.customerOf(ctx, job, obj, observe)
+	if err != nil {
+		out, err := w.failure(ctx, job, observedAt, err)
+		return job, out, observedAt, err
+	}
+	next, ok, err := w.cfg.Store.Resolve(context.WithoutCancel(ctx), job, customer)
+	switch {
+	case err != nil:
+		return job, Outcome{}, observedAt, err
+	case !ok:
+		return job, handedOver(obj, customer), observedAt, nil
+	}
+	return next, Outcome{}, time.Time{}, nil
+}
+
+// customerOf reads the customer of obj from the job's provider within
+// FetchTimeout, once a slot is free, and returns the database time the
+// read is observed at (see fetch).
+func (w *Worker) customerOf(ctx context.Context, job Job, obj Related, observe observer) (string, time.Time, error) {
+	var customer string
+	observedAt, err := w.read(ctx, job, observe, func(ctx context.Context, p Provider) (err error) {
+		customer, err = p.CustomerOf(ctx, obj)
+		return err
+	})
+	if err != nil {
+		return "", observedAt, err
+	}
+	customer, err = customerOfRelated(obj, customer)
+	return customer, observedAt, err
 }
 
 // stopping is errShutdown when ctx is done (a store call cut short by
@@ -574,8 +630,20 @@ const clockSkew = 1000
 // The slot covers the fetch only, so the database's part of a reconcile
 // (the apply) never takes a place the provider's latency needs.
 func (w *Worker) fetch(ctx context.Context, job Job, observe observer) (Snapshot, time.Time, error) {
+	var snap Snapshot
+	observedAt, err := w.read(ctx, job, observe, func(ctx context.Context, p Provider) (err error) {
+		snap, err = p.Fetch(ctx, job.CustomerID)
+		return err
+	})
+	return snap, observedAt, err
+}
+
+// read runs one read of the job's provider within FetchTimeout, in one of
+// the provider's slots, and returns the database time it is observed at
+// (zero when no read was made).
+func (w *Worker) read(ctx context.Context, job Job, observe observer, f func(context.Context, Provider) error) (time.Time, error) {
 	if err := w.slots.acquire(ctx, job.Provider); err != nil {
-		return Snapshot{}, time.Time{}, fmt.Errorf("wait for a %s fetch slot: %w", job.Provider, err)
+		return time.Time{}, fmt.Errorf("wait for a %s fetch slot: %w", job.Provider, err)
 	}
 	defer w.slots.release(job.Provider)
 	if started, ok := ctx.Value(fetchStartedKey{}).(func()); ok {
@@ -583,12 +651,11 @@ func (w *Worker) fetch(ctx context.Context, job Job, observe observer) (Snapshot
 	}
 	observedAt, err := observe(ctx)
 	if err != nil {
-		return Snapshot{}, time.Time{}, err
+		return time.Time{}, err
 	}
 	fetchCtx, cancel := context.WithTimeout(ctx, w.cfg.FetchTimeout)
 	defer cancel()
-	snap, err := w.providers[job.Provider].Fetch(fetchCtx, job.CustomerID)
-	return snap, observedAt, err
+	return observedAt, f(fetchCtx, w.providers[job.Provider])
 }
 
 // decider is what Apply calls with the locked account.

@@ -451,7 +451,7 @@ func TestWorkerReportsItsSlots(t *testing.T) {
 
 // TestWorkerClaimErrFollowsTheClaims: while claims fail (a pooler that
 // broke the claim's statement, a database that refuses it) the worker says
-// so, as ErrUnavailable for /readyz; the first claim that succeeds clears
+// so, as ErrStoreUnavailable for /readyz; the first claim that succeeds clears
 // it.
 func TestWorkerClaimErrFollowsTheClaims(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -475,7 +475,7 @@ func TestWorkerClaimErrFollowsTheClaims(t *testing.T) {
 		go func() { defer close(done); w.Run(ctx) }()
 		synctest.Wait()
 		err := w.ClaimErr()
-		require.ErrorIs(t, err, reconcile.ErrUnavailable)
+		require.ErrorIs(t, err, reconcile.ErrStoreUnavailable)
 		require.ErrorContains(t, err, "stmtcache_1")
 
 		mu.Lock()

@@ -76,7 +76,7 @@ const (
 // eventsLimit bounds GET /admin/api/events.
 const eventsLimit = 200
 
-// Admin API failures of the request itself, mapped in errorStatus.
+// Admin API failures of the request itself, mapped in failureOf.
 var (
 	errUnauthorized = errors.New("missing or wrong admin token: send Authorization: Bearer <BILLSYNC_ADMIN_TOKEN>")
 	errBadRequest   = errors.New("bad request")
@@ -92,12 +92,12 @@ func (s *Server) routeAdmin(a Admin) {
 	handle := func(pattern string, h func(*http.Request) (any, error)) {
 		s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			if !authorized(r) {
-				s.writeAdminError(w, r, errUnauthorized)
+				s.writeError(w, r, toAPI, errUnauthorized)
 				return
 			}
 			v, err := h(r)
 			if err != nil {
-				s.writeAdminError(w, r, err)
+				s.writeError(w, r, toAPI, err)
 				return
 			}
 			writeJSON(w, http.StatusOK, v)
@@ -279,20 +279,4 @@ func pathID(r *http.Request) (int64, error) {
 		return 0, fmt.Errorf("%w: id %q: want billsync's numeric id", errBadRequest, r.PathValue("id"))
 	}
 	return id, nil
-}
-
-// writeAdminError answers an admin API failure with its status (from
-// errorStatus) and a message a person can act on. The messages hold ids
-// and reasons, never the token.
-func (s *Server) writeAdminError(w http.ResponseWriter, r *http.Request, err error) {
-	code, _ := errorStatus(err)
-	msg := err.Error()
-	if code >= 500 && code != http.StatusBadGateway && !errors.Is(err, errNoReconciler) && !errors.Is(err, reconcile.ErrSweepsStopped) {
-		s.writeError(w, r, err) // billsync's own failure: logged, generic message
-		return
-	}
-	if code == http.StatusBadGateway {
-		s.log.Warn("admin reconcile failed at the provider", slog.String("path", r.URL.Path), slog.Any("error", err))
-	}
-	writeJSON(w, code, map[string]string{"error": msg})
 }

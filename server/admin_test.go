@@ -341,7 +341,7 @@ func TestAdminSweepStartsEachProvider(t *testing.T) {
 		return []reconcile.SweepStart{
 			{Provider: "stripe", Err: fmt.Errorf("stripe: %w", reconcile.ErrSweepRunning)},
 			{Provider: "kinde", Run: reconcile.SweepRun{ID: 12, Provider: "kinde", Resumed: true}},
-			{Provider: "other", Err: fmt.Errorf("start other sweep: %w: dial tcp 10.1.2.3:5432", reconcile.ErrUnavailable)},
+			{Provider: "other", Err: fmt.Errorf("start other sweep: %w: dial tcp 10.1.2.3:5432", reconcile.ErrStoreUnavailable)},
 		}, nil
 	})
 	srv := httptest.NewServer(server.New(server.Config{Inbox: st, Admin: server.Admin{Token: adminToken, Store: st, Sweeps: sweeps}}))

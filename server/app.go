@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -80,7 +79,7 @@ func (s *Server) routeApp(a App) {
 				err = h(w, r)
 			}
 			if err != nil {
-				s.writeAppError(w, r, err)
+				s.writeError(w, r, toAPI, err)
 			}
 		})
 	}
@@ -345,45 +344,4 @@ func exactNames(object []byte, names ...string) error {
 		}
 	}
 	return nil
-}
-
-// writeAppError answers an app API failure: its status (from errorStatus)
-// and a message, with the balance when the allowance is short and the
-// accounts when a user reference names several. billsync's own failures
-// are logged and answered generically.
-func (s *Server) writeAppError(w http.ResponseWriter, r *http.Request, err error) {
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("body larger than %d bytes", MaxUsageBodyBytes)})
-		return
-	}
-	code, _ := errorStatus(err)
-	if code >= 500 || code == statusClientClosed {
-		s.writeError(w, r, err)
-		return
-	}
-	if code == http.StatusUnauthorized {
-		s.log.Warn("refused app API request", slog.String("path", r.URL.Path), slog.Any("error", err))
-	}
-	body := map[string]any{"error": err.Error()}
-	var short *reconcile.InsufficientError
-	if errors.As(err, &short) {
-		body["balance"], body["amount"] = short.Balance, short.Amount
-		if short.Feature != "" {
-			body["feature"] = short.Feature
-		}
-	}
-	var unknown *reconcile.UnknownFeatureError
-	if errors.As(err, &unknown) {
-		body["features"] = append([]string{}, unknown.Known...)
-	}
-	var amb *reconcile.AmbiguousError
-	if errors.As(err, &amb) {
-		accounts := make([]map[string]any, len(amb.Accounts))
-		for i, a := range amb.Accounts {
-			accounts[i] = map[string]any{"account_id": a.ID, "provider": a.Provider, "customer_id": a.CustomerID}
-		}
-		body["accounts"] = accounts
-	}
-	writeJSON(w, code, body)
 }

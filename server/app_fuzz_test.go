@@ -49,9 +49,8 @@ func FuzzParseUsage(f *testing.F) {
 		if err != nil {
 			var tooLarge *http.MaxBytesError
 			require.True(t, errors.Is(err, reconcile.ErrInvalid) || errors.As(err, &tooLarge), "%v", err)
-			code, _ := errorStatus(err)
 			if !errors.As(err, &tooLarge) {
-				require.Equal(t, http.StatusBadRequest, code)
+				require.Equal(t, http.StatusBadRequest, failureOf(err).code)
 			}
 			return
 		}
@@ -88,7 +87,7 @@ func TestParseUsageBodyCutShort(t *testing.T) {
 	_, err := parseUsage(body, "u1", "")
 	require.ErrorIs(t, err, errIncompleteBody)
 	require.NotErrorIs(t, err, reconcile.ErrInvalid)
-	code, answer := errorStatus(err)
-	require.Equal(t, http.StatusBadRequest, code)
-	require.Equal(t, "client_error", answer)
+	f := failureOf(err)
+	require.Equal(t, http.StatusBadRequest, f.code)
+	require.Equal(t, "client_error", f.answer)
 }

@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"html/template"
 	"log/slog"
@@ -197,22 +196,11 @@ func (c *console) fail(w http.ResponseWriter, session string, code int, msg stri
 	c.render(w, code, "error", p)
 }
 
-// failErr shows err with its status. The message is the admin API's:
+// failErr shows err with its status, by the one policy (Server.explain):
 // ids and reasons a person can act on; billsync's own failures are logged
 // and shown without their details.
 func (c *console) failErr(w http.ResponseWriter, r *http.Request, session string, err error) {
-	code, _ := errorStatus(err)
-	msg := err.Error()
-	switch {
-	case code == http.StatusBadGateway:
-		c.s.log.Warn("console reconcile failed at the provider", slog.String("path", r.URL.Path), slog.Any("error", err))
-	case code == http.StatusServiceUnavailable && !errors.Is(err, errNoReconciler):
-		c.s.log.Error("console request failed: store unavailable", slog.String("path", r.URL.Path), slog.Any("error", err))
-		msg = "The database is unavailable or slow: try again in a moment."
-	case code >= 500 && !errors.Is(err, errNoReconciler):
-		c.s.log.Error("console request failed", slog.String("path", r.URL.Path), slog.Any("error", err))
-		msg = "billsync failed to do this; the reason is in its log."
-	}
+	code, msg := c.s.explain(w, r, toConsole, err)
 	c.fail(w, session, code, msg)
 }
 

@@ -2,10 +2,13 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"slices"
@@ -16,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/server"
 	"github.com/billsync/billsync/store/storetest"
 )
 
@@ -352,4 +356,34 @@ func TestConsoleNextHoldsNoControlCharacters(t *testing.T) {
 	}
 	resp, _ := e.browser().do("POST", "/admin/signin", url.Values{"token": {adminToken}, "next": {"/admin/events?status=dead"}})
 	require.Equal(t, "/admin/events?status=dead", resp.Header.Get("Location"), "a plain console path is kept")
+}
+
+// TestSweepDuringShutdownIsNotAnOutage: a sweep asked for while serve
+// stops (every provider's start refused with ErrSweepsStopped) is a 503
+// that says so, on the console and in the admin API alike: not "the
+// database is unavailable", and nothing logged as billsync's own failure.
+func TestSweepDuringShutdownIsNotAnOutage(t *testing.T) {
+	st := storetest.NewStore(t)
+	stopping := sweepsFunc(func(context.Context) ([]reconcile.SweepStart, error) {
+		err := fmt.Errorf("stripe: %w", reconcile.ErrSweepsStopped)
+		return []reconcile.SweepStart{{Provider: "stripe", Err: err}}, errors.Join(err)
+	})
+	logs := &recordingHandler{}
+	srv := httptest.NewServer(server.New(server.Config{Logger: slog.New(logs), Inbox: st,
+		Admin: server.Admin{Token: adminToken, Store: st, Sweeps: stopping}}))
+	t.Cleanup(srv.Close)
+
+	b := (&adminEnv{t: t, url: srv.URL}).browser()
+	b.signIn(adminToken)
+	resp, body := b.do("POST", "/admin/sweeps", url.Values{"csrf": {b.csrf("/admin/sweeps")}})
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
+	require.Contains(t, body, "shutting down: no sweep starts now")
+	require.NotContains(t, body, "database")
+	require.Equal(t, "5", resp.Header.Get("Retry-After"))
+
+	code, body, _ := bearerRequest(t, "POST", srv.URL+"/admin/api/sweeps", adminToken, "")
+	require.Equal(t, http.StatusServiceUnavailable, code, body)
+	require.JSONEq(t, `{"error":"stripe: shutting down: no sweep starts now"}`, body)
+
+	require.Empty(t, logs.atLeast(slog.LevelError), "a shutdown is not billsync's failure")
 }

@@ -13,11 +13,8 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -28,29 +25,16 @@ import (
 // MaxBodyBytes is the largest webhook body accepted (1 MiB).
 const MaxBodyBytes = 1 << 20
 
-// Verifier authenticates a provider's delivery and reads its event.
-// Errors wrap reconcile.ErrBadSignature.
+// Verifier authenticates a provider's delivery and reads its event. It
+// asks no provider's API for the event (a webhook is only stored; a Stripe
+// thin event is stored under its related object and the worker resolves
+// it): only a Kinde token whose key the cached key set lacks waits for one
+// key-set fetch, within ctx. Errors wrap reconcile.ErrBadSignature (401:
+// nothing stored) or reconcile.ErrProviderUnavailable (503 with
+// Retry-After: nothing stored, the provider delivers again).
 type Verifier interface {
 	Provider() string
-	Verify(header http.Header, body []byte) (reconcile.Delivery, error)
-}
-
-// ContextVerifier is a Verifier whose reading of an event may ask the
-// provider's API (a Stripe thin event names an object whose customer takes
-// one retrieve to learn). The intake calls it instead of Verify, with a
-// context bounded by StoreTimeout. An error whose Unavailable method
-// returns true means the provider could not be asked: the answer is 503
-// with Retry-After, nothing is stored, and the provider delivers again.
-type ContextVerifier interface {
-	Verifier
-	VerifyContext(ctx context.Context, header http.Header, body []byte) (reconcile.Delivery, error)
-}
-
-// providerUnavailable reports whether err says that the provider's API
-// could not be asked (see ContextVerifier).
-func providerUnavailable(err error) bool {
-	var u interface{ Unavailable() bool }
-	return errors.As(err, &u) && u.Unavailable()
+	Verify(ctx context.Context, header http.Header, body []byte) (reconcile.Delivery, error)
 }
 
 // Config holds what the server needs.
@@ -62,10 +46,13 @@ type Config struct {
 	Ready func(context.Context) error
 	// Metrics, when set, counts deliveries and serves GET /metrics.
 	Metrics *Metrics
-	// StoreTimeout bounds the database's part of a request (storing a
-	// delivery, the readiness check). Past it the answer is 503 with
-	// Retry-After, so a hung database never holds a provider's request
-	// open; Stripe waits longer than the default, 5 s.
+	// StoreTimeout bounds what a webhook delivery, once its body is in,
+	// waits on outside the process: verifying it (only a Kinde token whose
+	// key is not cached waits, for the key set) and storing it, together,
+	// so a delivery is answered within one StoreTimeout; and the readiness
+	// check. Past it the answer is 503 with Retry-After, so a hung
+	// database never holds a provider's request open; Stripe waits longer
+	// than the default, 5 s.
 	StoreTimeout time.Duration
 	// BodyTimeout bounds reading a webhook body once its headers are in
 	// (default 10 s). A slower body gets 408 and is counted as a client
@@ -159,96 +146,11 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), s.storeTimeout)
 		defer cancel()
 		if err := s.ready(ctx); err != nil {
-			s.writeError(w, r, err)
+			s.writeError(w, r, toProvider, err)
 			return
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-}
-
-// statusClientClosed is nginx's "client closed request": nobody reads it,
-// but it keeps such requests apart from billsync's own failures.
-const statusClientClosed = 499
-
-// errorStatus maps a failure to its HTTP status and its answer in
-// billsync_webhook_deliveries_total, in one place. Failures of the client
-// (hung up, short or slow body) are "client_error", never a 5xx.
-func errorStatus(err error) (code int, answer string) {
-	switch {
-	case errors.Is(err, reconcile.ErrBadSignature):
-		code = http.StatusUnauthorized
-	case providerUnavailable(err):
-		code = http.StatusServiceUnavailable
-	case errors.Is(err, reconcile.ErrTooLarge):
-		code = http.StatusRequestEntityTooLarge
-	case errors.Is(err, reconcile.ErrNotFound):
-		code = http.StatusNotFound
-	case errors.Is(err, errUnauthorized), errors.Is(err, errAppUnauthorized):
-		code = http.StatusUnauthorized
-	case errors.Is(err, errBadRequest), errors.Is(err, reconcile.ErrInvalid):
-		code = http.StatusBadRequest
-	case errors.Is(err, reconcile.ErrHeld), errors.Is(err, reconcile.ErrSweepRunning),
-		errors.Is(err, reconcile.ErrInsufficient), errors.Is(err, reconcile.ErrAmbiguous):
-		code = http.StatusConflict
-	case errors.Is(err, reconcile.ErrKeyReused):
-		code = http.StatusUnprocessableEntity
-	case errors.Is(err, reconcile.ErrNotReconciled):
-		code = http.StatusBadGateway // the provider failed; the customer stays queued
-	case errors.Is(err, errNoReconciler), errors.Is(err, reconcile.ErrSweepsStopped):
-		code = http.StatusServiceUnavailable
-	case errors.Is(err, errIncompleteBody) && errors.Is(err, os.ErrDeadlineExceeded):
-		return http.StatusRequestTimeout, "client_error"
-	case errors.Is(err, errIncompleteBody):
-		return http.StatusBadRequest, "client_error"
-	case errors.Is(err, context.Canceled):
-		return statusClientClosed, "client_error"
-	case errors.Is(err, errBusy):
-		return http.StatusServiceUnavailable, "busy"
-	case errors.Is(err, reconcile.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		code = http.StatusServiceUnavailable
-	default:
-		code = http.StatusInternalServerError
-	}
-	return code, strconv.Itoa(code)
-}
-
-// writeError answers with err's status. Only billsync's own failures are
-// logged at error level; the message sent never includes secrets or
-// payloads.
-func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	code, answer := errorStatus(err)
-	if p := r.PathValue("provider"); p != "" && s.metrics != nil {
-		s.metrics.ObserveDelivery(p, answer)
-	}
-	msg := http.StatusText(code)
-	switch {
-	case answer == "client_error":
-		s.log.Debug("client failed", slog.String("path", r.URL.Path), slog.Any("error", err))
-		msg = errIncompleteBody.Error()
-	case answer == "busy":
-		s.log.Warn("refused delivery: body memory in use", slog.String("path", r.URL.Path), slog.Any("error", err))
-		w.Header().Set("Retry-After", "5")
-		msg = "not stored: too many large bodies being read, retry later"
-	case code == http.StatusUnauthorized:
-		s.log.Warn("refused delivery", slog.String("path", r.URL.Path), slog.Any("error", err))
-		msg = err.Error()
-	case code == http.StatusRequestEntityTooLarge:
-		msg = "body larger than 1 MiB"
-	case code == http.StatusServiceUnavailable && providerUnavailable(err):
-		// The error says what could not be reached (Stripe's API for a thin
-		// event, Kinde's key set); the answer names the provider only.
-		provider := cmp.Or(r.PathValue("provider"), "the provider")
-		s.log.Warn("refused delivery: provider unavailable", slog.String("provider", provider), slog.Any("error", err))
-		w.Header().Set("Retry-After", "5")
-		msg = "not stored: " + provider + " is unavailable, retry later"
-	case code == http.StatusServiceUnavailable:
-		s.log.Error("store unavailable", slog.String("path", r.URL.Path), slog.Any("error", err))
-		w.Header().Set("Retry-After", "5")
-		msg = "not stored: database unavailable, retry later"
-	case code == http.StatusInternalServerError:
-		s.log.Error("request failed", slog.String("path", r.URL.Path), slog.Any("error", err))
-	}
-	writeJSON(w, code, map[string]string{"error": msg})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

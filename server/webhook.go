@@ -30,33 +30,26 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	}
 	body, release, err := s.readBody(w, r)
 	if err != nil {
-		s.writeError(w, r, fmt.Errorf("read body: %w", err))
+		s.writeError(w, r, toProvider, fmt.Errorf("read body: %w", err))
 		return
 	}
 	defer release()
-	var d reconcile.Delivery
-	if cv, ok := v.(ContextVerifier); ok {
-		// Reading the event may ask the provider: bounded like the store,
-		// and not cut short by the client hanging up.
-		vctx, vcancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.storeTimeout)
-		d, err = cv.VerifyContext(vctx, r.Header, body)
-		vcancel()
-	} else {
-		d, err = v.Verify(r.Header, body)
-	}
+	// One deadline from here: verifying (a Kinde token may wait for its key
+	// set) and storing together answer within StoreTimeout, so a provider
+	// never waits two. The client hanging up must not cancel a store half
+	// way (the body is in hand, and the provider retries anyway); a hung
+	// database must not hold the request either: past it the answer is 503.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.storeTimeout)
+	defer cancel()
+	d, err := v.Verify(ctx, r.Header, body)
 	if err != nil {
-		s.writeError(w, r, err)
+		s.writeError(w, r, toProvider, err)
 		return
 	}
 	d.RemoteAddr = r.RemoteAddr
-	// The client hanging up must not cancel a store half way (the body is
-	// in hand, and Stripe will retry anyway); a hung database must not hold
-	// the request either: past StoreTimeout the answer is 503.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.storeTimeout)
-	defer cancel()
 	st, err := s.inbox.StoreDelivery(ctx, d)
 	if err != nil {
-		s.writeError(w, r, err)
+		s.writeError(w, r, toProvider, err)
 		return
 	}
 	ans := webhookAnswer{Status: "stored", Event: d.Event.DedupeKey, SeenCount: st.SeenCount}

@@ -310,7 +310,7 @@ func TestIntakeNeverAnswers200ForUnstoredWork(t *testing.T) {
 		code int
 	}{
 		"Unexpected":  {errors.New("disk on fire"), http.StatusInternalServerError},
-		"Unavailable": {fmt.Errorf("commit: %w", reconcile.ErrUnavailable), http.StatusServiceUnavailable},
+		"Unavailable": {fmt.Errorf("commit: %w", reconcile.ErrStoreUnavailable), http.StatusServiceUnavailable},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -370,7 +370,7 @@ func TestIntakeKindeKeySetOutage(t *testing.T) {
 		})
 	}
 	require.Len(t, logged, 1)
-	require.Contains(t, logged[0], "WARN refused delivery: provider unavailable")
+	require.Contains(t, logged[0], "WARN provider unavailable")
 	require.Contains(t, logged[0], "kinde key set unavailable")
 	require.NotContains(t, logged[0], "store")
 }

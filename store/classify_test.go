@@ -34,7 +34,7 @@ func TestClassify(t *testing.T) {
 	for name, err := range unavailable {
 		t.Run(name, func(t *testing.T) {
 			got := classify(err)
-			require.ErrorIs(t, got, reconcile.ErrUnavailable)
+			require.ErrorIs(t, got, reconcile.ErrStoreUnavailable)
 			require.ErrorIs(t, got, err, "the cause is kept")
 		})
 	}
@@ -46,7 +46,7 @@ func TestClassify(t *testing.T) {
 	}
 	for name, err := range unexpected {
 		t.Run(name, func(t *testing.T) {
-			require.NotErrorIs(t, classify(err), reconcile.ErrUnavailable)
+			require.NotErrorIs(t, classify(err), reconcile.ErrStoreUnavailable)
 		})
 	}
 	require.ErrorIs(t, classify(pgx.ErrNoRows), reconcile.ErrNotFound)

@@ -13,10 +13,11 @@ import (
 
 // StoreDelivery stores one verified delivery atomically: the event
 // (deduplicated on provider and dedupe key), a receipt for this delivery,
-// and, for a new event that names a customer, the customer's queue row.
+// and, for a new event that names a customer (or a related object's key,
+// see reconcile.Related), the customer's queue row.
 // It is one statement, so one round trip and one implicit transaction; it
 // returns only after the commit. Any failure to reach the database or to
-// commit wraps reconcile.ErrUnavailable.
+// commit wraps reconcile.ErrStoreUnavailable.
 func (s *Store) StoreDelivery(ctx context.Context, d reconcile.Delivery) (reconcile.Stored, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()

@@ -15,7 +15,7 @@ import (
 
 // TestStoreCallsHaveADeadline: a call the database never answers (here: a
 // row lock held by another transaction) ends at the store's timeout with
-// ErrUnavailable, even when its caller's context has no deadline, as the
+// ErrStoreUnavailable, even when its caller's context has no deadline, as the
 // worker's finishing calls do on shutdown.
 func TestStoreCallsHaveADeadline(t *testing.T) {
 	ctx := context.Background()
@@ -35,9 +35,9 @@ func TestStoreCallsHaveADeadline(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = applySnap(context.WithoutCancel(ctx), hasty, job, dbNow(t, st), liveSnap("cus_1", "pro"), testenv.Plans())
-	require.ErrorIs(t, err, reconcile.ErrUnavailable)
+	require.ErrorIs(t, err, reconcile.ErrStoreUnavailable)
 	_, err = hasty.Retry(ctx, job, time.Time{}, reconcile.Outcome{Result: reconcile.ResultRetry, Text: "x"}, time.Second)
-	require.ErrorIs(t, err, reconcile.ErrUnavailable)
+	require.ErrorIs(t, err, reconcile.ErrStoreUnavailable)
 	require.NoError(t, blocker.Rollback(ctx))
 	require.Equal(t, "pending", storetest.EventStatuses(t, st, "stripe", "cus_1")["evt_1"], "nothing was written")
 }

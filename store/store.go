@@ -1,6 +1,6 @@
 // Package store is billsync's PostgreSQL adapter: every SQL statement of the
 // product lives here. Driver types and errors never leave it; callers see
-// reconcile's types and sentinels (reconcile.ErrUnavailable,
+// reconcile's types and sentinels (reconcile.ErrStoreUnavailable,
 // reconcile.ErrNotFound).
 //
 // Its exported API is what production calls, nothing else. The store's own
@@ -224,7 +224,7 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // classify wraps errors that mean "the database is not there or did not
-// commit" with reconcile.ErrUnavailable, so callers can tell an outage (retry
+// commit" with reconcile.ErrStoreUnavailable, so callers can tell an outage (retry
 // later) from a bug. A connection that ends mid-statement (the server crashed
 // or was killed: io.ErrUnexpectedEOF, a reset, a closed conn) is an outage
 // too; whether the statement committed is unknown, and a retry of a delivery
@@ -243,7 +243,7 @@ func classify(err error) error {
 			"57", // operator intervention: admin shutdown, cannot connect now
 			"53", // insufficient resources
 			"40": // serialization failure, deadlock: safe to retry
-			return fmt.Errorf("%w: %w", reconcile.ErrUnavailable, err)
+			return fmt.Errorf("%w: %w", reconcile.ErrStoreUnavailable, err)
 		}
 		return err
 	}
@@ -253,7 +253,7 @@ func classify(err error) error {
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, pgconn.ErrConnClosed) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, net.ErrClosed) {
-		return fmt.Errorf("%w: %w", reconcile.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", reconcile.ErrStoreUnavailable, err)
 	}
 	return err
 }

@@ -133,7 +133,7 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 20*time.Second,
 		"on SIGTERM, how long in-flight requests and reconciles may take to finish (a database call then in flight is cut off within -db-timeout)")
 	fs.DurationVar(&c.IntakeTimeout, "intake-timeout", server.DefaultStoreTimeout,
-		"how long a webhook delivery or /readyz may wait for the database before answering 503 with Retry-After")
+		"how long a webhook delivery may wait for its verification (a Kinde key set) and its store together, and /readyz for the database, before answering 503 with Retry-After")
 	fs.DurationVar(&c.StripeTolerance, "stripe-tolerance", 300*time.Second, "oldest Stripe-Signature timestamp accepted")
 	fs.Func("kinde-replay-window", "oldest Kinde webhook token (signed timestamp claim) accepted; keep it above Kinde's 36 h of retries (env KINDE_REPLAY_WINDOW; default 72h)", func(v string) error {
 		d, err := time.ParseDuration(v)

@@ -551,8 +551,9 @@ plans:
 func TestStripeThinEvents(t *testing.T) {
 	t.Parallel()
 	// No snapshot webhook endpoint: the intake, as serve wires it
-	// (verifying with the destination's secret, resolving customers
-	// through billsync's client), is the fake's thin event destination.
+	// (verifying with the destination's secret, storing each event under
+	// its related object for the worker to resolve), is the fake's thin
+	// event destination.
 	h := newHarness(t, testenv.Stripe, testenv.Options{Stripe: testenv.StripeOptions{
 		Fake:       stripemock.Options{Clock: stripemock.NewStoppedClock(caseStart)},
 		ThinEvents: []string{"v1.customer.subscription.created", "v1.customer.subscription.updated", "v1.invoice.paid"},

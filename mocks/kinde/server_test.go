@@ -69,7 +69,7 @@ func TestSentWebhooksVerify(t *testing.T) {
 	require.Len(t, rc.bodies, 3, "the event and two copies")
 	for i, body := range rc.bodies {
 		require.Equal(t, sent.WebhookID, rc.ids[i])
-		d, err := v.Verify(http.Header{"Webhook-Id": {rc.ids[i]}}, body)
+		d, err := v.Verify(context.Background(), http.Header{"Webhook-Id": {rc.ids[i]}}, body)
 		require.NoError(t, err)
 		require.Equal(t, sent.EventID, d.Event.DedupeKey, "the signed event_id")
 		require.Equal(t, sent.EventID, d.Event.EventID)

@@ -30,6 +30,7 @@ type Store struct {
 	IgnoreFn  func(ctx context.Context, job reconcile.Job, observedAt time.Time, out reconcile.Outcome) (reconcile.Outcome, error)
 	RetryFn   func(ctx context.Context, job reconcile.Job, observedAt time.Time, out reconcile.Outcome, delay time.Duration) (reconcile.Outcome, error)
 	ReleaseFn func(ctx context.Context, worker string, jobs []reconcile.Job) error
+	ResolveFn func(ctx context.Context, job reconcile.Job, customerID string) (reconcile.Job, bool, error)
 }
 
 func (s *Store) Claim(ctx context.Context, worker string, limit int, lease time.Duration) ([]reconcile.Job, error) {
@@ -58,6 +59,10 @@ func (s *Store) Release(ctx context.Context, worker string, jobs []reconcile.Job
 	return s.ReleaseFn(ctx, worker, jobs)
 }
 
+func (s *Store) Resolve(ctx context.Context, job reconcile.Job, customerID string) (reconcile.Job, bool, error) {
+	return s.ResolveFn(ctx, job, customerID)
+}
+
 var _ reconcile.Provider = (*Provider)(nil)
 
 // Provider is a reconcile.Provider named ProviderName whose Fetch calls
@@ -67,6 +72,7 @@ type Provider struct {
 	ProviderName string
 	FetchFn      func(ctx context.Context, customerID string) (reconcile.Snapshot, error)
 	BudgetFn     func() reconcile.Budget
+	CustomerOfFn func(ctx context.Context, obj reconcile.Related) (string, error)
 }
 
 func (p *Provider) Name() string { return p.ProviderName }
@@ -80,6 +86,10 @@ func (p *Provider) Budget() reconcile.Budget {
 
 func (p *Provider) Fetch(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
 	return p.FetchFn(ctx, customerID)
+}
+
+func (p *Provider) CustomerOf(ctx context.Context, obj reconcile.Related) (string, error) {
+	return p.CustomerOfFn(ctx, obj)
 }
 
 var (

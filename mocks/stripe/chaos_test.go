@@ -96,7 +96,7 @@ func TestThinEventsToADestination(t *testing.T) {
 	// …billsync's verifier accepts its signature…
 	v, err := billstripe.NewVerifier([]string{secret}, 0)
 	require.NoError(t, err)
-	_, err = v.Verify(header, body)
+	_, err = v.Verify(context.Background(), header, body)
 	require.NoError(t, err)
 
 	// …and the body is the thin shape: no snapshot, no API version.

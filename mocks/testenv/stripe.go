@@ -103,7 +103,6 @@ func (s *StripeSide) register(e *Env, endpoint string) (server.Verifier, error) 
 	if s.Verifier, err = stripe.NewVerifier([]string{s.Secret}, 0); err != nil {
 		return nil, err
 	}
-	s.Verifier.SetResolver(s.Client) // thin events' customers, as serve resolves them
 	return s.Verifier, nil
 }
 

@@ -24,6 +24,12 @@ func (c *Client) Fetch(ctx context.Context, customerID string) (snap reconcile.S
 	return snap, err
 }
 
+// CustomerOf: Kinde's events name their customer, so no Kinde event is
+// stored under a related object; one that were would be ignored.
+func (c *Client) CustomerOf(_ context.Context, obj reconcile.Related) (string, error) {
+	return "", reconcile.Permanent("kinde: events name their customer; %s is not read", obj)
+}
+
 func (c *Client) fetch(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
 	if customerID == "" {
 		return reconcile.Snapshot{}, reconcile.Permanent("kinde: empty customer id")

@@ -58,20 +58,6 @@ const MaxKeySetBytes = 256 << 10
 // (clocks differ); further is refused like a token too old.
 const maxFutureSkew = 5 * time.Minute
 
-// ErrKeySetUnavailable means the Kinde key set could not be fetched or
-// read, so a token that may be genuine cannot be checked. Errors wrapping
-// it have an Unavailable method returning true: the intake answers 503 and
-// Kinde delivers again.
-var ErrKeySetUnavailable = errors.New("kinde key set unavailable")
-
-// unavailableError marks a key-set failure as the provider's outage for the
-// intake (see server.ContextVerifier).
-type unavailableError struct{ err error }
-
-func (e unavailableError) Error() string     { return e.err.Error() }
-func (e unavailableError) Unwrap() error     { return e.err }
-func (e unavailableError) Unavailable() bool { return true }
-
 // Verifier checks Kinde webhook deliveries: the body is a JWT signed RS256
 // by a key of the domain's key set. It is safe for concurrent use.
 //
@@ -150,16 +136,11 @@ func (v *Verifier) Provider() string { return Provider }
 // Verify checks the delivery's token and reads the event from its claims.
 // A token refused on its face (not a compact JWS, alg other than RS256, no
 // key id, a JWS extension) is ErrBadSignature without any key fetch. A key
-// set that cannot be fetched is ErrKeySetUnavailable (503: Kinde retries),
-// never a 200. Errors wrap one of those two.
-func (v *Verifier) Verify(header http.Header, body []byte) (reconcile.Delivery, error) {
-	return v.VerifyContext(context.Background(), header, body)
-}
-
-// VerifyContext is Verify within ctx (the intake's -intake-timeout): a
-// delivery that must wait for a key-set fetch waits at most that long,
-// and each fetch at most fetchTimeout.
-func (v *Verifier) VerifyContext(ctx context.Context, header http.Header, body []byte) (reconcile.Delivery, error) {
+// set that cannot be fetched wraps reconcile.ErrProviderUnavailable (503:
+// Kinde retries), never a 200. Errors wrap one of those two. Only a token
+// whose key the cached set lacks waits, for one fetch: at most until ctx
+// ends (the intake's deadline), each fetch at most fetchTimeout.
+func (v *Verifier) Verify(ctx context.Context, header http.Header, body []byte) (reconcile.Delivery, error) {
 	token := bytes.TrimSpace(body)
 	kid, err := unverifiedKeyID(token)
 	if err != nil {
@@ -377,9 +358,10 @@ func (v *Verifier) fetch(ctx context.Context) (jwk.Set, error) {
 	return set, nil
 }
 
-// unavailable wraps a failure to get the key set.
+// unavailable wraps a failure to get the key set: Kinde's outage, not
+// billsync's, and not a bad token.
 func (v *Verifier) unavailable(err error) error {
-	return unavailableError{fmt.Errorf("%w: %s: %w", ErrKeySetUnavailable, v.jwksURL, err)}
+	return fmt.Errorf("%w: kinde key set unavailable: %s: %w", reconcile.ErrProviderUnavailable, v.jwksURL, err)
 }
 
 // claimsJSON is what billsync reads of a Kinde webhook's claims. Kinde

@@ -107,7 +107,7 @@ func TestVerifyAcceptsAKindeToken(t *testing.T) {
 	s := newJWKS(t)
 	v := newVerifier(t, s)
 	token := sign(t, s, claims("event_1", now.Add(-time.Hour)))
-	d, err := v.Verify(header("msg_1"), token)
+	d, err := v.Verify(context.Background(), header("msg_1"), token)
 	require.NoError(t, err)
 	ev := d.Event
 	require.Equal(t, "kinde", ev.Provider)
@@ -121,7 +121,7 @@ func TestVerifyAcceptsAKindeToken(t *testing.T) {
 	require.Empty(t, ev.IgnoreReason)
 	require.Equal(t, token, d.Event.Payload)
 
-	d, err = v.Verify(header(""), token)
+	d, err = v.Verify(context.Background(), header(""), token)
 	require.NoError(t, err)
 	require.Equal(t, "event_1", d.Event.DedupeKey, "without webhook-id too")
 	require.EqualValues(t, 1, s.keys.Fetches(), "the key set is cached")
@@ -148,7 +148,7 @@ func TestVerifyReadsTheCustomerWhereverKindePutsIt(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := claims("event_"+name, now)
 			tc.edit(c)
-			d, err := v.Verify(header(""), sign(t, s, c))
+			d, err := v.Verify(context.Background(), header(""), sign(t, s, c))
 			require.NoError(t, err, "a signed token is stored, never refused for its content")
 			require.Equal(t, tc.customer, d.Event.CustomerID)
 			if tc.ignored == "" {
@@ -216,7 +216,7 @@ func TestVerifyRefusesForgedTokens(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			before := s.keys.Fetches()
-			_, err := v.Verify(header("msg_forged"), tc.token)
+			_, err := v.Verify(context.Background(), header("msg_forged"), tc.token)
 			require.ErrorIs(t, err, reconcile.ErrBadSignature)
 			if !tc.fetches {
 				require.Equal(t, before, s.keys.Fetches(), "refused on its face, without a key fetch")
@@ -241,16 +241,16 @@ func tamper(t *testing.T, token []byte) []byte {
 func TestVerifyReplayWindow(t *testing.T) {
 	s := newJWKS(t)
 	v := newVerifier(t, s)
-	_, err := v.Verify(header(""), sign(t, s, claims("e_recent", now.Add(-71*time.Hour))))
+	_, err := v.Verify(context.Background(), header(""), sign(t, s, claims("e_recent", now.Add(-71*time.Hour))))
 	require.NoError(t, err, "Kinde retries for 36 h: a token 71 h old is still a genuine retry")
-	_, err = v.Verify(header(""), sign(t, s, claims("e_old", now.Add(-73*time.Hour))))
+	_, err = v.Verify(context.Background(), header(""), sign(t, s, claims("e_old", now.Add(-73*time.Hour))))
 	require.ErrorIs(t, err, reconcile.ErrBadSignature)
 	require.ErrorContains(t, err, "older than the replay window")
-	_, err = v.Verify(header(""), sign(t, s, claims("e_future", now.Add(time.Hour))))
+	_, err = v.Verify(context.Background(), header(""), sign(t, s, claims("e_future", now.Add(time.Hour))))
 	require.ErrorIs(t, err, reconcile.ErrBadSignature)
 	noTime := claims("e_none", now)
 	delete(noTime, "timestamp")
-	_, err = v.Verify(header(""), sign(t, s, noTime))
+	_, err = v.Verify(context.Background(), header(""), sign(t, s, noTime))
 	require.ErrorIs(t, err, reconcile.ErrBadSignature, "without a signed time a token could be replayed forever")
 }
 
@@ -260,13 +260,13 @@ func TestVerifyReplayWindow(t *testing.T) {
 func TestVerifyKeyRotation(t *testing.T) {
 	s := newJWKS(t)
 	v := newVerifier(t, s)
-	_, err := v.Verify(header(""), sign(t, s, claims("e_1", now)))
+	_, err := v.Verify(context.Background(), header(""), sign(t, s, claims("e_1", now)))
 	require.NoError(t, err)
 	require.EqualValues(t, 1, s.keys.Fetches())
 
 	_, err = s.keys.Rotate()
 	require.NoError(t, err)
-	_, err = v.Verify(header(""), sign(t, s, claims("e_2", now)))
+	_, err = v.Verify(context.Background(), header(""), sign(t, s, claims("e_2", now)))
 	require.NoError(t, err, "the new key is found by one refetch")
 	require.EqualValues(t, 2, s.keys.Fetches())
 
@@ -281,7 +281,7 @@ func TestVerifyKeyRotation(t *testing.T) {
 			payload, _ := json.Marshal(claims("e_flood", now))
 			token, err := jws.Sign(payload, jws.WithKey(jwa.RS256, key, jws.WithProtectedHeaders(hdr)))
 			if err == nil {
-				_, err = v.Verify(header(""), token)
+				_, err = v.Verify(context.Background(), header(""), token)
 			}
 			require.ErrorIs(t, err, reconcile.ErrBadSignature)
 		}()
@@ -291,7 +291,7 @@ func TestVerifyKeyRotation(t *testing.T) {
 }
 
 // TestVerifyWhenKindeIsDown: a token that may be valid but whose keys
-// cannot be fetched is ErrKeySetUnavailable (503, Kinde retries), never accepted
+// cannot be fetched is reconcile.ErrProviderUnavailable (503, Kinde retries), never accepted
 // and never refused as forged; a token refused on its face is still 401.
 //
 // It runs in a testing/synctest bubble, the key set served in-process: the
@@ -305,22 +305,22 @@ func TestVerifyWhenKindeIsDown(t *testing.T) {
 		v, err := kinde.NewVerifier(t.Context(), kinde.VerifierConfig{Domain: s.URL, Now: func() time.Time { return now },
 			HTTPClient: &http.Client{Transport: inproc.Transport{Handler: s.Config.Handler}}})
 		require.NoError(t, err)
-		_, err = v.Verify(header(""), sign(t, s, claims("e_1", now)))
-		require.ErrorIs(t, err, kinde.ErrKeySetUnavailable)
+		_, err = v.Verify(context.Background(), header(""), sign(t, s, claims("e_1", now)))
+		require.ErrorIs(t, err, reconcile.ErrProviderUnavailable)
 		require.NotErrorIs(t, err, reconcile.ErrBadSignature)
 		kid, _ := s.keys.Current()
-		_, err = v.Verify(header(""), rawToken(t, map[string]any{"alg": "none", "kid": kid}, claims("e_2", now), nil))
+		_, err = v.Verify(context.Background(), header(""), rawToken(t, map[string]any{"alg": "none", "kid": kid}, claims("e_2", now), nil))
 		require.ErrorIs(t, err, reconcile.ErrBadSignature)
 		require.EqualValues(t, 0, s.keys.Fetches())
 
 		s.setDown(false)
-		_, err = v.Verify(header(""), sign(t, s, claims("e_1", now)))
-		require.ErrorIs(t, err, kinde.ErrKeySetUnavailable, "refetches are spaced by RefetchInterval, even once Kinde is back")
+		_, err = v.Verify(context.Background(), header(""), sign(t, s, claims("e_1", now)))
+		require.ErrorIs(t, err, reconcile.ErrProviderUnavailable, "refetches are spaced by RefetchInterval, even once Kinde is back")
 		time.Sleep(spacing - time.Nanosecond)
-		_, err = v.Verify(header(""), sign(t, s, claims("e_1", now)))
-		require.ErrorIs(t, err, kinde.ErrKeySetUnavailable, "not a moment before")
+		_, err = v.Verify(context.Background(), header(""), sign(t, s, claims("e_1", now)))
+		require.ErrorIs(t, err, reconcile.ErrProviderUnavailable, "not a moment before")
 		time.Sleep(time.Nanosecond)
-		_, err = v.Verify(header(""), sign(t, s, claims("e_1", now)))
+		_, err = v.Verify(context.Background(), header(""), sign(t, s, claims("e_1", now)))
 		require.NoError(t, err, "Kinde's retry succeeds once the keys can be fetched")
 		require.EqualValues(t, 1, s.keys.Fetches())
 	})
@@ -359,9 +359,9 @@ func FuzzVerify(f *testing.F) {
 	f.Add([]byte("..."), "")
 	f.Add([]byte(`{"not":"a jwt"}`), "x")
 	f.Fuzz(func(t *testing.T, body []byte, webhookID string) {
-		d, err := v.Verify(header(webhookID), body)
+		d, err := v.Verify(context.Background(), header(webhookID), body)
 		if err != nil {
-			require.True(t, errorsIsAny(err, reconcile.ErrBadSignature, kinde.ErrKeySetUnavailable), err)
+			require.True(t, errorsIsAny(err, reconcile.ErrBadSignature, reconcile.ErrProviderUnavailable), err)
 			return
 		}
 		ev := d.Event
@@ -389,15 +389,12 @@ func TestVerifyKeySetOutageSaysSo(t *testing.T) {
 	s := newJWKS(t)
 	s.setDown(true)
 	v := newVerifier(t, s)
-	_, err := v.Verify(header(""), sign(t, s, claims("e_1", now)))
-	require.ErrorIs(t, err, kinde.ErrKeySetUnavailable)
-	require.NotErrorIs(t, err, reconcile.ErrUnavailable, "reconcile.ErrUnavailable is the store's")
+	_, err := v.Verify(context.Background(), header(""), sign(t, s, claims("e_1", now)))
+	require.ErrorIs(t, err, reconcile.ErrProviderUnavailable, "the intake's contract for a provider that cannot be asked")
+	require.NotErrorIs(t, err, reconcile.ErrStoreUnavailable, "reconcile.ErrStoreUnavailable is the store's")
 	require.NotErrorIs(t, err, reconcile.ErrBadSignature)
 	require.Contains(t, err.Error(), "kinde key set")
 	require.NotContains(t, err.Error(), "store")
-	var u interface{ Unavailable() bool }
-	require.ErrorAs(t, err, &u, "the intake's contract for a provider that cannot be asked")
-	require.True(t, u.Unavailable())
 }
 
 // TestVerifyDedupesOnTheSignedEventID: the webhook-id header is not
@@ -409,7 +406,7 @@ func TestVerifyDedupesOnTheSignedEventID(t *testing.T) {
 	v := newVerifier(t, s)
 	token := sign(t, s, claims("event_1", now))
 	for _, id := range []string{"msg_1", "msg_2", ""} {
-		d, err := v.Verify(header(id), token)
+		d, err := v.Verify(context.Background(), header(id), token)
 		require.NoError(t, err)
 		require.Equal(t, "event_1", d.Event.DedupeKey, "webhook-id %q", id)
 		require.Equal(t, "event_1", d.Event.EventID)
@@ -421,10 +418,10 @@ func TestVerifyDedupesOnTheSignedEventID(t *testing.T) {
 	noID := claims("", now)
 	delete(noID, "event_id")
 	token = sign(t, s, noID)
-	first, err := v.Verify(header("msg_3"), token)
+	first, err := v.Verify(context.Background(), header("msg_3"), token)
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(first.Event.DedupeKey, "claims:"), first.Event.DedupeKey)
-	again, err := v.Verify(header("msg_4"), token)
+	again, err := v.Verify(context.Background(), header("msg_4"), token)
 	require.NoError(t, err)
 	require.Equal(t, first.Event.DedupeKey, again.Event.DedupeKey, "the same signed claims, whatever the webhook-id")
 }
@@ -472,7 +469,7 @@ func TestVerifyRefusesWhatIsNotAPlainCompactJWS(t *testing.T) {
 	}
 
 	good := rawToken(t, map[string]any{"alg": "RS256", "kid": kid}, plain, rs256(t, key))
-	_, err = v.Verify(header(""), good)
+	_, err = v.Verify(context.Background(), header(""), good)
 	require.NoError(t, err, "the same claims in a plain compact JWS are accepted")
 
 	for name, token := range map[string][]byte{
@@ -483,7 +480,7 @@ func TestVerifyRefusesWhatIsNotAPlainCompactJWS(t *testing.T) {
 		"flattened JSON":            flattened(),
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := v.Verify(header(""), token)
+			_, err := v.Verify(context.Background(), header(""), token)
 			require.ErrorIs(t, err, reconcile.ErrBadSignature)
 		})
 	}
@@ -553,14 +550,14 @@ func TestVerifyCapsTheKeySet(t *testing.T) {
 	s := newKeySetServer(t)
 	s.padding.Store(4 << 20)
 	v := s.verifier(t)
-	_, err := v.Verify(header(""), s.sign(t, claims("e_big", now)))
-	require.ErrorIs(t, err, kinde.ErrKeySetUnavailable)
+	_, err := v.Verify(context.Background(), header(""), s.sign(t, claims("e_big", now)))
+	require.ErrorIs(t, err, reconcile.ErrProviderUnavailable)
 	require.ErrorContains(t, err, "larger than")
 
 	s = newKeySetServer(t)
 	s.padding.Store(kinde.MaxKeySetBytes / 2)
 	v = s.verifier(t)
-	_, err = v.Verify(header(""), s.sign(t, claims("e_padded", now)))
+	_, err = v.Verify(context.Background(), header(""), s.sign(t, claims("e_padded", now)))
 	require.NoError(t, err, "a key set within the cap is read")
 }
 
@@ -572,7 +569,7 @@ func TestVerifyKnownKidDoesNotWaitForARefetch(t *testing.T) {
 	s := newKeySetServer(t)
 	v := s.verifier(t)
 	known := s.sign(t, claims("e_known", now))
-	_, err := v.Verify(header(""), known)
+	_, err := v.Verify(context.Background(), header(""), known)
 	require.NoError(t, err, "the key set is fetched and cached")
 
 	_, err = s.keys.Rotate()
@@ -581,12 +578,12 @@ func TestVerifyKnownKidDoesNotWaitForARefetch(t *testing.T) {
 	s.hold.Store(true)
 	refetched := make(chan error, 1)
 	go func() {
-		_, err := v.Verify(header(""), rotated)
+		_, err := v.Verify(context.Background(), header(""), rotated)
 		refetched <- err
 	}()
 	<-s.entered // the refetch for the new kid is at the key set, held
 
-	_, err = v.Verify(header(""), known)
+	_, err = v.Verify(context.Background(), header(""), known)
 	require.NoError(t, err)
 	select {
 	case err := <-refetched:

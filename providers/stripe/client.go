@@ -178,7 +178,6 @@ var (
 	_ reconcile.Provider = (*Client)(nil)
 	_ reconcile.Lister   = (*Client)(nil)
 	_ reconcile.Splitter = (*Client)(nil)
-	_ Resolver           = (*Client)(nil)
 )
 
 // NewClient validates cfg and returns a Client.
@@ -538,8 +537,7 @@ func (e *apiError) Error() string {
 
 // failMissing is fail for a call about one object: Stripe's
 // resource_missing (404 on /v1/customers/{id}, 400 for a customer=
-// parameter) wraps missing (reconcile.ErrCustomerUnknown,
-// ErrObjectUnknown).
+// parameter) wraps missing (reconcile.ErrCustomerUnknown).
 func failMissing(op string, err, missing error) error {
 	var ae *apiError
 	if errors.As(err, &ae) && ae.Code == codeResourceMissing {
@@ -599,24 +597,29 @@ func (d debugLogger) Info(msg string, kv ...any)  { d.l.Debug("stripe http: "+ms
 func (d debugLogger) Debug(msg string, kv ...any) { d.l.Debug("stripe http: "+msg, kv...) }
 func (d debugLogger) Warn(msg string, kv ...any)  { d.l.Debug("stripe http: "+msg, kv...) }
 
-// CustomerOf reads the customer of a subscription or an invoice with one
-// retrieve (GET /v1/subscriptions/{id} or /v1/invoices/{id}), for thin
-// events: it makes *Client a Resolver. An id Stripe does not know wraps
-// ErrObjectUnknown; a type it cannot read is a *reconcile.PermanentError.
-func (c *Client) CustomerOf(ctx context.Context, objectType, id string) (string, error) {
+// CustomerOf reads the customer of a thin event's related object, a
+// subscription or an invoice, with one retrieve (GET /v1/subscriptions/{id}
+// or /v1/invoices/{id}), for the worker (see reconcile.Related). An id
+// Stripe does not know, or a type it cannot read, is a
+// *reconcile.PermanentError.
+func (c *Client) CustomerOf(ctx context.Context, obj reconcile.Related) (string, error) {
 	var path string
-	switch objectType {
+	switch obj.Type {
 	case "subscription":
 		path = "/v1/subscriptions/"
 	case "invoice":
 		path = "/v1/invoices/"
 	default:
-		return "", reconcile.Permanent("stripe: cannot read the customer of a %q", objectType)
+		return "", reconcile.Permanent("stripe: cannot read the customer of a %q", obj.Type)
 	}
-	op := "retrieve " + objectType + " " + id
-	body, err := c.get(ctx, path+url.PathEscape(id), nil)
-	if err != nil {
-		return "", failMissing(op, err, ErrObjectUnknown)
+	op := "retrieve " + obj.String()
+	body, err := c.get(ctx, path+url.PathEscape(obj.ID), nil)
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae) && ae.Code == codeResourceMissing:
+		return "", reconcile.Permanent("stripe %s: %s", op, ae)
+	case err != nil:
+		return "", fail(op, err)
 	}
 	var o struct {
 		Customer ref `json:"customer"` // an id, or the expanded customer

@@ -228,7 +228,7 @@ func TestCompatStripeMock(t *testing.T) {
 		require.NoError(t, err)
 		require.NotEmpty(t, prices)
 		for _, typ := range []string{"subscription", "invoice"} {
-			customer, err := c.CustomerOf(context.Background(), typ, "obj_compat")
+			customer, err := c.CustomerOf(context.Background(), reconcile.Related{Type: typ, ID: "obj_compat"})
 			require.NoError(t, err, typ)
 			require.True(t, strings.HasPrefix(customer, "cus_"), "%s names its customer: %q", typ, customer)
 		}

@@ -88,7 +88,7 @@ func ReadEventsPage(body []byte) (reconcile.FeedPage, error) {
 		// The event keeps its own bytes: the page's buffer is not reused,
 		// but a stored payload must not hold the whole page alive.
 		own := bytes.Clone(raw)
-		ev, _, _ := parseEvent(own)
+		ev, _ := parseEvent(own)
 		// Each field on its own: a mistyped one reads as absent (a count
 		// as delivered, an id as none).
 		var entry struct {

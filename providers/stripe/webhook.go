@@ -21,32 +21,14 @@ import (
 const DefaultTolerance = 300 * time.Second
 
 // Verifier checks Stripe-Signature headers and turns verified bodies into
-// events.
+// events. It never calls Stripe: a thin event naming a subscription or an
+// invoice is stored under that object (reconcile.Related), and the worker
+// asks Stripe whose it is.
 type Verifier struct {
 	secrets   []string
 	tolerance time.Duration
-	resolver  Resolver // nil: thin events naming a subscription or invoice are ignored
-	onConnect func()   // nil: connect events are not counted
+	onConnect func() // nil: connect events are not counted
 }
-
-// Resolver finds the customer of an object a thin event names. *Client is
-// one: it retrieves the object (one request, through its limiters).
-type Resolver interface {
-	// CustomerOf returns the customer of the object of type objectType
-	// ("subscription" or "invoice") with id, "" when it names none. An
-	// object Stripe does not know is an error wrapping ErrObjectUnknown;
-	// data billsync cannot read is a *reconcile.PermanentError; anything
-	// else is transient.
-	CustomerOf(ctx context.Context, objectType, id string) (string, error)
-}
-
-// ErrObjectUnknown: Stripe has no object with that id (404
-// resource_missing). The thin event naming it is stored as ignored.
-var ErrObjectUnknown = errors.New("stripe has no such object")
-
-// SetResolver gives the verifier the client that resolves thin events'
-// customers. Call it before the verifier is used.
-func (v *Verifier) SetResolver(r Resolver) { v.resolver = r }
 
 // SetOnConnect sets a function called for every verified event of a
 // connected account (metrics). Call it before the verifier is used.
@@ -82,80 +64,17 @@ func (v *Verifier) Provider() string { return Provider }
 // API version is accepted: billsync reads nothing from the payload that a
 // version changes, so a mismatch must not lose an event. Errors wrap
 // reconcile.ErrBadSignature; a verified body billsync cannot read becomes an
-// event to ignore, never an error, so nothing from Stripe is lost.
-//
-// Verify never calls Stripe: a thin event that needs a retrieve to name its
-// customer is stored as ignored. The intake calls VerifyContext instead.
-func (v *Verifier) Verify(header http.Header, body []byte) (reconcile.Delivery, error) {
+// event to ignore, never an error, so nothing from Stripe is lost. It asks
+// nothing of Stripe, so it waits for nothing: ctx is the interface's.
+func (v *Verifier) Verify(_ context.Context, header http.Header, body []byte) (reconcile.Delivery, error) {
 	if err := v.verify(header, body); err != nil {
 		return reconcile.Delivery{}, err
 	}
-	ev, rel := v.read(body)
-	if rel.id != "" {
-		ev.IgnoreReason = unresolved(rel)
-	}
-	return reconcile.Delivery{Event: ev}, nil
-}
-
-// VerifyContext is Verify for the intake: a thin event (v2.core.event)
-// whose related object is a subscription or an invoice has its customer
-// resolved here, with one retrieve through the Resolver, within ctx (the
-// intake's deadline). The intake is the place for it: the event is stored
-// already naming its customer, so the queue and the worker stay as they
-// are, and a failure is answered so that Stripe retries:
-//
-//   - Stripe unavailable (network, 429, 5xx, the deadline) → an error
-//     whose Unavailable() is true: the intake answers 503, stores nothing,
-//     and Stripe delivers the event again later;
-//   - an object Stripe does not know, or one naming no customer → the event
-//     is stored as ignored with the reason.
-func (v *Verifier) VerifyContext(ctx context.Context, header http.Header, body []byte) (reconcile.Delivery, error) {
-	if err := v.verify(header, body); err != nil {
-		return reconcile.Delivery{}, err
-	}
-	ev, rel := v.read(body)
-	switch {
-	case rel.id == "":
-		return reconcile.Delivery{Event: ev}, nil
-	case v.resolver == nil:
-		ev.IgnoreReason = unresolved(rel)
-		return reconcile.Delivery{Event: ev}, nil
-	}
-	customer, err := v.resolver.CustomerOf(ctx, rel.typ, rel.id)
-	switch {
-	case errors.Is(err, ErrObjectUnknown) || reconcile.IsPermanent(err):
-		ev.IgnoreReason, _ = reconcile.Storable(fmt.Sprintf("thin event's related %s %s: %v", rel.typ, rel.id, err))
-		return reconcile.Delivery{Event: ev}, nil
-	case err != nil:
-		return reconcile.Delivery{}, unavailableError{fmt.Errorf("stripe: resolve the customer of thin event %s (%s %s): %w", ev.EventID, rel.typ, rel.id, err)}
-	}
-	clean, problem := reconcile.Storable(customer)
-	switch {
-	case problem != "":
-		ev.IgnoreReason = fmt.Sprintf("customer id of %s %s %s", rel.typ, rel.id, problem)
-	case clean == "":
-		ev.IgnoreReason = fmt.Sprintf("thin event's related %s %s names no customer", rel.typ, rel.id)
-	default:
-		ev.CustomerID, ev.IgnoreReason = clean, ""
-	}
-	return reconcile.Delivery{Event: ev}, nil
-}
-
-// unavailableError is a failure of the provider's API while reading an
-// event: the intake answers 503 so that the provider retries.
-type unavailableError struct{ err error }
-
-func (e unavailableError) Error() string     { return e.err.Error() }
-func (e unavailableError) Unwrap() error     { return e.err }
-func (e unavailableError) Unavailable() bool { return true }
-
-// read parses a verified body and counts connect events.
-func (v *Verifier) read(body []byte) (reconcile.Event, related) {
-	ev, rel, connect := parseEvent(body)
+	ev, connect := parseEvent(body)
 	if connect && v.onConnect != nil {
 		v.onConnect()
 	}
-	return ev, rel
+	return reconcile.Delivery{Event: ev}, nil
 }
 
 // verify checks the Stripe-Signature header against every secret.
@@ -201,10 +120,6 @@ type eventJSON struct {
 // thinEvent is the object of a thin event's envelope.
 const thinEvent = "v2.core.event"
 
-// related is the object a thin event names when its customer takes a
-// retrieve to learn; zero otherwise.
-type related struct{ typ, id string }
-
 // objectJSON is the event's data.object, read only for the customer it names.
 type objectJSON struct {
 	ID       string          `json:"id"`
@@ -226,27 +141,16 @@ type objectJSON struct {
 // reconcile.MaxFieldBytes, and Time is zero or within 2000..2200. The payload is kept byte for byte.
 //
 // A thin event whose related object is a subscription or an invoice names
-// its customer only through a retrieve, which ParseEvent does not make: it
-// is ignored with the reason (the intake uses VerifyContext, which makes
-// it).
+// its customer only through a retrieve, which is the worker's: its
+// CustomerID is the object's key (reconcile.Related).
 func ParseEvent(body []byte) reconcile.Event {
-	ev, rel, _ := parseEvent(body)
-	if rel.id != "" {
-		ev.IgnoreReason = unresolved(rel)
-	}
+	ev, _ := parseEvent(body)
 	return ev
 }
 
-// unresolved is why a thin event whose customer needs a retrieve is
-// ignored when no Resolver is configured.
-func unresolved(rel related) string {
-	return fmt.Sprintf("thin event names %s %s; no Stripe client is configured to read its customer", rel.typ, rel.id)
-}
-
-// parseEvent is ParseEvent, saying also which object a thin event's
-// customer must be read from (rel) and whether the event is a connected
+// parseEvent is ParseEvent, saying also whether the event is a connected
 // account's (connect).
-func parseEvent(body []byte) (ev reconcile.Event, rel related, connect bool) {
+func parseEvent(body []byte) (ev reconcile.Event, connect bool) {
 	ev = reconcile.Event{Provider: Provider, Payload: body}
 	// One pass over the body. A field of the wrong JSON type (a number for
 	// an id, say) leaves that field empty and the rest decoded, so only
@@ -266,7 +170,7 @@ func parseEvent(body []byte) (ev reconcile.Event, rel related, connect bool) {
 		if err != nil {
 			ev.IgnoreReason, _ = reconcile.Storable("unreadable event: " + err.Error())
 		}
-		return ev, related{}, false
+		return ev, false
 	}
 	// Fields PostgreSQL's text cannot hold (NUL) or index (huge) are stored
 	// escaped and cut, and the event is ignored with the first such reason.
@@ -283,11 +187,11 @@ func parseEvent(body []byte) (ev reconcile.Event, rel related, connect bool) {
 	}
 	if fields.Problem != "" {
 		ev.IgnoreReason = fields.Problem
-		return ev, related{}, false
+		return ev, false
 	}
 	if connectedAccount(raw) {
 		ev.IgnoreReason = ReasonConnect
-		return ev, related{}, true
+		return ev, true
 	}
 	typ := raw.Type
 	if raw.Object == thinEvent {
@@ -299,10 +203,10 @@ func parseEvent(body []byte) (ev reconcile.Event, rel related, connect bool) {
 	}
 	if !relevant(typ) {
 		ev.IgnoreReason = fmt.Sprintf("event type %q does not affect billing state", raw.Type)
-		return ev, related{}, false
+		return ev, false
 	}
 	if raw.Object == thinEvent {
-		return thinCustomer(ev, raw)
+		return thinCustomer(ev, raw), false
 	}
 	customer, problem := reconcile.Storable(customerOf(raw.Data.Object))
 	switch {
@@ -315,7 +219,7 @@ func parseEvent(body []byte) (ev reconcile.Event, rel related, connect bool) {
 		ev.Expect = expectationOf(raw.Data.Object)
 	}
 	ev.Transaction = transactionOf(raw.Type, raw.Data.Object)
-	return ev, related{}, false
+	return ev, false
 }
 
 // transactionOf reports whether an event records a transaction, a payment
@@ -364,9 +268,10 @@ func expectationOf(o objectJSON) *reconcile.Expectation {
 }
 
 // thinCustomer reads the customer of a thin event from its related object:
-// a customer is its own id; a subscription or an invoice needs a retrieve
-// (rel); anything else names no customer billsync can read.
-func thinCustomer(ev reconcile.Event, raw eventJSON) (reconcile.Event, related, bool) {
+// a customer is its own id; a subscription or an invoice is stored under
+// its key (reconcile.Related), whose customer the worker reads; anything
+// else names no customer billsync can read.
+func thinCustomer(ev reconcile.Event, raw eventJSON) reconcile.Event {
 	obj := raw.RelatedObject
 	id, problem := reconcile.Storable(obj.ID)
 	switch {
@@ -377,12 +282,17 @@ func thinCustomer(ev reconcile.Event, raw eventJSON) (reconcile.Event, related, 
 	case obj.Type == "customer":
 		ev.CustomerID = id
 	case obj.Type == "subscription" || obj.Type == "invoice":
-		return ev, related{typ: obj.Type, id: id}, false
+		key, problem := reconcile.Storable(reconcile.Related{Type: obj.Type, ID: id}.Key())
+		if problem != "" {
+			ev.IgnoreReason = "related object id " + problem
+			break
+		}
+		ev.CustomerID = key
 	default:
 		typ, _ := reconcile.Storable(obj.Type)
 		ev.IgnoreReason = fmt.Sprintf("thin event's related object is a %q, which names no customer billsync reads", typ)
 	}
-	return ev, related{}, false
+	return ev
 }
 
 var jsonNull = []byte("null")

@@ -2,6 +2,7 @@ package stripe
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
@@ -40,7 +41,7 @@ func TestVerify(t *testing.T) {
 
 	t.Run("OK", func(t *testing.T) {
 		for _, secret := range []string{"whsec_old", "whsec_new"} {
-			d, err := v.Verify(signedHeader(t, body, secret, time.Now()), body)
+			d, err := v.Verify(context.Background(), signedHeader(t, body, secret, time.Now()), body)
 			require.NoError(t, err, secret)
 			require.Equal(t, "evt_1QbasilUpd", d.Event.DedupeKey)
 			require.Equal(t, "cus_basil", d.Event.CustomerID)
@@ -60,7 +61,7 @@ func TestVerify(t *testing.T) {
 	}
 	for name, h := range bad {
 		t.Run(name, func(t *testing.T) {
-			_, err := v.Verify(h, body)
+			_, err := v.Verify(context.Background(), h, body)
 			require.ErrorIs(t, err, reconcile.ErrBadSignature)
 		})
 	}
@@ -68,12 +69,12 @@ func TestVerify(t *testing.T) {
 		h := signedHeader(t, body, "whsec_old", time.Now())
 		forged := append([]byte{}, body...)
 		forged[len(forged)-3] = ' '
-		_, err := v.Verify(h, forged)
+		_, err := v.Verify(context.Background(), h, forged)
 		require.ErrorIs(t, err, reconcile.ErrBadSignature)
 	})
 	t.Run("OlderAPIVersionAccepted", func(t *testing.T) {
 		old := readFixture(t, "invoice_paid_2024.json")
-		d, err := v.Verify(signedHeader(t, old, "whsec_new", time.Now()), old)
+		d, err := v.Verify(context.Background(), signedHeader(t, old, "whsec_new", time.Now()), old)
 		require.NoError(t, err)
 		require.Equal(t, "2024-06-20", d.Event.APIVersion)
 		require.Equal(t, "cus_old", d.Event.CustomerID)
@@ -95,8 +96,9 @@ func TestParseEvent(t *testing.T) {
 		{"charge_expanded_customer.json", "cus_expanded", ""},
 		{"product_created.json", "", `event type "product.created" does not affect billing state`},
 		{"thin_customer_updated.json", "cus_TbasilAda0001", ""},
-		{"thin_subscription_updated.json", "", "thin event names subscription sub_1RbasilPro0001; no Stripe client is configured to read its customer"},
-		{"thin_invoice_payment_failed.json", "", "thin event names invoice in_1RfailedInv0002; no Stripe client is configured to read its customer"},
+		// The worker reads their customers: stored under the object.
+		{"thin_subscription_updated.json", "related:subscription:sub_1RbasilPro0001", ""},
+		{"thin_invoice_payment_failed.json", "related:invoice:in_1RfailedInv0002", ""},
 		{"thin_connect.json", "", ReasonConnect},
 		{"connect_subscription_updated.json", "", ReasonConnect},
 		{"thin_v2_account.json", "", `event type "v2.core.account.updated" does not affect billing state`},
@@ -114,17 +116,19 @@ func TestParseEvent(t *testing.T) {
 		})
 	}
 	t.Run("ThinEnvelope", func(t *testing.T) {
-		ev, rel, connect := parseEvent(readFixture(t, "thin_subscription_updated.json"))
-		require.Equal(t, related{typ: "subscription", id: "sub_1RbasilPro0001"}, rel)
+		ev, connect := parseEvent(readFixture(t, "thin_subscription_updated.json"))
+		rel, ok := reconcile.RelatedOf(ev.CustomerID)
+		require.True(t, ok)
+		require.Equal(t, reconcile.Related{Type: "subscription", ID: "sub_1RbasilPro0001"}, rel)
 		require.False(t, connect)
 		require.Equal(t, "evt_test_65thinSub0001", ev.DedupeKey)
 		require.Equal(t, "v1.customer.subscription.updated", ev.Type)
 		require.Equal(t, time.Date(2025, 12, 1, 10, 15, 30, 123e6, time.UTC), ev.Time, "v2 created is an RFC 3339 string")
 		require.Empty(t, ev.APIVersion, "thin events are unversioned")
 
-		_, rel, connect = parseEvent(readFixture(t, "thin_connect.json"))
+		ev, connect = parseEvent(readFixture(t, "thin_connect.json"))
 		require.True(t, connect)
-		require.Equal(t, related{}, rel, "a connect event is never resolved")
+		require.Empty(t, ev.CustomerID, "a connect event is never resolved")
 		for body, reason := range map[string]string{
 			`{"id":"evt_a","object":"v2.core.event","type":"v1.invoice.paid","created":"yesterday","related_object":{"id":"in_1","type":"invoice"}}`:          `event time (created "yesterday") is not an RFC 3339 time within the years 2000-2200`,
 			`{"id":"evt_b","object":"v2.core.event","type":"v1.invoice.paid","related_object":null}`:                                                          "thin event has no related object",
@@ -132,10 +136,9 @@ func TestParseEvent(t *testing.T) {
 			`{"id":"evt_d","object":"v2.core.event","type":"v1.invoice.paid","context":{"account":"acct_1"},"related_object":{"id":"in_1","type":"invoice"}}`: ReasonConnect,
 			`{"id":"evt_e","object":"v2.core.event","type":"customer.updated","related_object":{"id":"cus_1","type":"customer"}}`:                             `event type "customer.updated" does not affect billing state`,
 		} {
-			ev, rel, _ := parseEvent([]byte(body))
+			ev, _ := parseEvent([]byte(body))
 			require.Equal(t, reason, ev.IgnoreReason, body)
 			require.Empty(t, ev.CustomerID, body)
-			require.Equal(t, related{}, rel, body)
 		}
 	})
 	t.Run("NoCustomer", func(t *testing.T) {
@@ -270,15 +273,13 @@ func FuzzParseEvent(f *testing.F) {
 		if ev.IgnoreReason != "" && ev.CustomerID != "" && !relevant(ev.Type) {
 			t.Fatalf("ignored event kept a customer: %+v", ev)
 		}
-		full, rel, connect := parseEvent(body)
-		if connect && (full.IgnoreReason != ReasonConnect || full.CustomerID != "" || rel.id != "") {
-			t.Fatalf("a connect event must be ignored with its reason and never resolved: %+v %+v", full, rel)
+		full, connect := parseEvent(body)
+		if connect && (full.IgnoreReason != ReasonConnect || full.CustomerID != "") {
+			t.Fatalf("a connect event must be ignored with its reason and never resolved: %+v", full)
 		}
-		if rel.id != "" && (rel.typ != "subscription" && rel.typ != "invoice" || full.CustomerID != "") {
-			t.Fatalf("only a subscription or an invoice is resolved, for an event naming no customer yet: %+v", rel)
-		}
-		if _, problem := reconcile.Storable(rel.id); problem != "" {
-			t.Fatalf("related id %q is not storable: %s", rel.id, problem)
+		if rel, ok := reconcile.RelatedOf(full.CustomerID); ok && (rel.Type != "subscription" && rel.Type != "invoice" ||
+			full.IgnoreReason != "" || rel.Key() != full.CustomerID) {
+			t.Fatalf("only a subscription or an invoice is stored for the worker to resolve: %+v", full)
 		}
 	})
 }
@@ -301,7 +302,7 @@ func FuzzVerify(f *testing.F) {
 	v, err := NewVerifier([]string{"whsec_fuzz"}, 0)
 	require.NoError(f, err)
 	f.Fuzz(func(t *testing.T, header string, body []byte) {
-		d, err := v.Verify(http.Header{"Stripe-Signature": {header}}, body)
+		d, err := v.Verify(context.Background(), http.Header{"Stripe-Signature": {header}}, body)
 		if err != nil {
 			require.ErrorIs(t, err, reconcile.ErrBadSignature)
 			return

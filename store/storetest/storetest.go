@@ -128,7 +128,7 @@ func OpenStore(t testing.TB, url string, opts store.Options) *store.Store {
 	// on a busy machine that first ping may miss it, so it is tried again
 	// until the minute is up.
 	st, err := store.Open(ctx, url, opts)
-	for errors.Is(err, reconcile.ErrUnavailable) && ctx.Err() == nil {
+	for errors.Is(err, reconcile.ErrStoreUnavailable) && ctx.Err() == nil {
 		st, err = store.Open(ctx, url, opts)
 	}
 	if err != nil {

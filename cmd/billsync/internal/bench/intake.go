@@ -118,7 +118,7 @@ func (in *intake) plan(tag string, n int) (_ []delivery, unique int, _ error) {
 	now := time.Now()
 	for i, body := range bodies {
 		header := sign(body, in.h.Stripe.Secret, now)
-		d, err := in.h.Stripe.Verifier.Verify(http.Header{"Stripe-Signature": {header}}, body)
+		d, err := in.h.Stripe.Verifier.Verify(context.Background(), http.Header{"Stripe-Signature": {header}}, body)
 		if err != nil {
 			return nil, 0, fmt.Errorf("bench delivery does not verify: %w", err)
 		}
