@@ -500,7 +500,7 @@ func (w *Worker) reconcile(ctx context.Context, job Job, observe observer) (Outc
 		if snap.UserRefFromEvents && job.UserRef != "" {
 			snap.UserRef = job.UserRef
 		}
-		out, err := w.cfg.Store.Apply(storeCtx, job, observedAt, w.decider(snap, observedAt))
+		out, err := w.cfg.Store.Apply(storeCtx, job, observedAt, NewDecision(job, snap, w.cfg.Plans, observedAt))
 		out.Recheck = recheck
 		return out, observedAt, err
 	}
@@ -589,11 +589,6 @@ func (w *Worker) fetch(ctx context.Context, job Job, observe observer) (Snapshot
 	defer cancel()
 	snap, err := w.providers[job.Provider].Fetch(fetchCtx, job.CustomerID)
 	return snap, observedAt, err
-}
-
-// decider is what Apply calls with the locked account.
-func (w *Worker) decider(snap Snapshot, observedAt time.Time) func(Account) Change {
-	return func(cur Account) Change { return Decide(cur, snap, w.cfg.Plans, observedAt) }
 }
 
 // permanent returns the ignored outcome of a fetch failure that retrying

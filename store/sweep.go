@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -190,52 +189,39 @@ func (s *Store) EnqueueUnswept(ctx context.Context, runID int64, provider string
 // nothing. webhookSince reports, for an applied change, whether a webhook
 // for the customer was stored after the account's previous observation
 // (then one was stored but its reconcile failed; else none came).
-func (s *Store) ApplySwept(ctx context.Context, job reconcile.Job, observedAt time.Time, decide func(cur reconcile.Account) reconcile.Change) (out reconcile.Outcome, webhookSince bool, err error) {
+func (s *Store) ApplySwept(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decision) (out reconcile.Outcome, webhookSince bool, err error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		cur, err := lockAccount(ctx, tx, job.Provider, job.CustomerID)
+		st, err := lockState(ctx, tx, job.Provider, job.CustomerID, d.Period)
 		if err != nil {
 			return err
 		}
-		ch := decide(cur)
-		var granted []int64
-		switch ch.Result {
-		case reconcile.ResultStale:
-			out = ch.Done(cur)
+		w := d.Decide(st)
+		out = w.Outcome
+		// Stale, or unchanged with its period granted in full (an unchanged
+		// account whose ledger moves is applied): nothing to write.
+		if out.Result == reconcile.ResultStale || out.Result == reconcile.ResultUnchanged {
 			return nil
-		case reconcile.ResultUnchanged:
-			if granted, err = writeGrants(ctx, tx, cur.ID, ch.Grants()); err != nil || !slices.ContainsFunc(granted, func(n int64) bool { return n > 0 }) {
-				out = ch.Done(cur)
-				return err
-			}
 		}
 		if err := tx.QueryRow(ctx, `
 			SELECT EXISTS (SELECT 1 FROM inbox_events
 				WHERE provider = $1 AND customer_id = $2 AND ($3::timestamptz IS NULL OR received_at > $3))`,
-			job.Provider, job.CustomerID, nullTime(cur.ObservedAt)).Scan(&webhookSince); err != nil {
+			job.Provider, job.CustomerID, nullTime(st.Account.ObservedAt)).Scan(&webhookSince); err != nil {
 			return fmt.Errorf("find webhooks since: %w", err)
 		}
-		if ch.Writes() {
-			if err := writeAccount(ctx, tx, ch.Next); err != nil {
-				return err
-			}
-			if ch.Result != reconcile.ResultUnchanged {
-				if granted, err = writeGrants(ctx, tx, cur.ID, ch.Grants()); err != nil {
-					return err
-				}
-			}
-		}
-		out = ch.Done(cur, granted...)
-		if err := writeLog(ctx, tx, job, observedAt, out); err != nil {
+		if err := s.writeDecided(ctx, tx, st.Account.ID, w); err != nil {
 			return err
 		}
-		events, n, err := markEvents(ctx, tx, job, observedAt, out.EventStatus(), out.Text)
+		if err := writeLog(ctx, tx, job, w.Actor, observedAt, out); err != nil {
+			return err
+		}
+		events, n, err := markEvents(ctx, tx, job, observedAt, w.EventStatus, out.Text)
 		out.Events = n
-		if err != nil || !ch.Writes() {
+		if err != nil {
 			return err
 		}
-		return s.announceApply(ctx, tx, job, cur, ch.Next, ch.Grants(), granted, events, n)
+		return s.announce(ctx, tx, w.Change, events, n)
 	})
 	if err != nil {
 		return reconcile.Outcome{}, false, fmt.Errorf("apply swept %s/%s: %w", job.Provider, job.CustomerID, classify(err))
