@@ -126,8 +126,13 @@ type Decision struct {
 }
 
 // NewDecision returns the decision of snap, observed at observedAt, for
-// job's customer.
+// job's customer. A provider whose reads carry no user reference
+// (UserRefFromEvents) has it from the job: its newest event's, settled on
+// the queue row at intake.
 func NewDecision(job Job, snap Snapshot, plans *Plans, observedAt time.Time) Decision {
+	if snap.UserRefFromEvents && job.UserRef != "" {
+		snap.UserRef = job.UserRef
+	}
 	d := Decision{job: job, snap: snap, plans: plans, observedAt: observedAt}
 	if c := choose(snap, plans); c.unmapped == nil {
 		d.Period, _ = periodOf(c, observedAt)

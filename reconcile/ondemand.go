@@ -63,7 +63,7 @@ func (w *Worker) ReconcileNow(ctx context.Context, req Request) (Outcome, error)
 	}
 	job.Actor = req.Actor
 	stop := w.heartbeat(ctx, holder, &heldJobs{jobs: []Job{job}})
-	out := w.process(ctx, holder, job, held)
+	out := w.process(ctx, holder, job, held, nil)
 	stop()
 	if out.Result == ResultRetry || out.Result == ResultDead {
 		return out, fmt.Errorf("%s/%s: %s: %w", req.Provider, req.CustomerID, out.Text, ErrNotReconciled)
@@ -74,7 +74,7 @@ func (w *Worker) ReconcileNow(ctx context.Context, req Request) (Outcome, error)
 // preview is a dry run: the same fetch and decision, rolled back.
 func (w *Worker) preview(ctx context.Context, st OnDemandStore, req Request) (Outcome, error) {
 	job := Job{Provider: req.Provider, CustomerID: req.CustomerID, Trigger: req.Trigger, Actor: req.Actor}
-	snap, observedAt, err := w.fetch(ctx, job, w.cfg.Store.Now)
+	snap, observedAt, err := w.fetch(ctx, job, w.cfg.Store.Now, nil)
 	if err != nil && observedAt.IsZero() { // no read: no slot, or no database time
 		return Outcome{}, fmt.Errorf("dry run %s/%s: %w", req.Provider, req.CustomerID, err)
 	}

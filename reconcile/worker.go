@@ -248,7 +248,7 @@ func (w *Worker) Run(ctx context.Context) {
 					defer signal(room)
 					defer held.done(job.ID)
 					defer started()
-					w.process(context.WithValue(ctx, fetchStartedKey{}, started), id, job, at)
+					w.process(ctx, id, job, at, started)
 				})
 			}
 			idle = err != nil || len(claimed) < want
@@ -278,10 +278,6 @@ func (w *Worker) Run(ctx context.Context) {
 // slots idle while the next jobs are still on their way (measured: 52% of
 // the limit at 50 ms with 4 spares on a loaded machine).
 const minSpare = 16
-
-// fetchStartedKey carries to fetch the func Run's claimer counts a
-// claimed job's fetch beginning by.
-type fetchStartedKey struct{}
 
 func signal(c chan<- struct{}) {
 	select {
@@ -330,7 +326,7 @@ func (w *Worker) runBatch(ctx context.Context, id string) (int, error) {
 			w.release(ctx, id, jobs[i:]...)
 			return i, ctx.Err()
 		}
-		w.process(ctx, id, job, at)
+		w.process(ctx, id, job, at, nil)
 		held.done(job.ID)
 	}
 	return len(jobs), nil
@@ -419,15 +415,17 @@ func alertUnmapped(ctx context.Context, log *slog.Logger, out Outcome) {
 // Failures are recorded, never returned: the job is retried, ignored or
 // dead. A failure of the store itself counts as a failed attempt too, so a
 // fault that never clears (a constraint violation, say) ends dead and
-// visible instead of looping silently.
-func (w *Worker) process(ctx context.Context, id string, job Job, claimed time.Time) Outcome {
+// visible instead of looping silently. started, when not nil, is called
+// as the job's fetch begins (Run's claimer counts the jobs still waiting
+// for a fetch slot by it).
+func (w *Worker) process(ctx context.Context, id string, job Job, claimed time.Time, started func()) Outcome {
 	log := w.cfg.Logger.With(slog.String("provider", job.Provider), slog.String("customer", job.CustomerID))
 	if ctx.Err() != nil {
 		w.release(ctx, id, job)
 		return Outcome{Result: ResultRetry, Text: "released on shutdown"}
 	}
 	start := time.Now()
-	out, observedAt, err := w.reconcile(ctx, job, w.observer(job, claimed))
+	out, observedAt, err := w.reconcile(ctx, job, w.observer(job, claimed), started)
 	switch {
 	case errors.Is(err, errShutdown):
 		// Shutting down, not a failure: give the job back as it is.
@@ -470,7 +468,7 @@ func (w *Worker) release(ctx context.Context, id string, jobs ...Job) {
 // could not be had). Store calls are not cut short by shutdown (the store
 // bounds them): a job whose snapshot is in hand is finished, not thrown
 // away.
-func (w *Worker) reconcile(ctx context.Context, job Job, observe observer) (Outcome, time.Time, error) {
+func (w *Worker) reconcile(ctx context.Context, job Job, observe observer, started func()) (Outcome, time.Time, error) {
 	storeCtx := context.WithoutCancel(ctx)
 	if _, ok := w.providers[job.Provider]; !ok {
 		observedAt, err := observe(ctx)
@@ -480,13 +478,13 @@ func (w *Worker) reconcile(ctx context.Context, job Job, observe observer) (Outc
 		out, err := w.cfg.Store.Ignore(storeCtx, job, observedAt, ignored(fmt.Sprintf("provider %q is not configured", job.Provider)))
 		return out, observedAt, err
 	}
-	snap, observedAt, err := w.fetch(ctx, job, observe)
+	snap, observedAt, err := w.fetch(ctx, job, observe, started)
 	var recheck string
 	if why, stale := job.Expect.Contradicts(snap); err == nil && stale && w.cfg.RecheckDelay > 0 {
 		if err := w.awaitRecheck(ctx, job, why); err != nil {
 			return Outcome{}, observedAt, err
 		}
-		snap, observedAt, err = w.fetch(ctx, job, observe)
+		snap, observedAt, err = w.fetch(ctx, job, observe, nil)
 		recheck = RecheckAgreed
 		if _, still := job.Expect.Contradicts(snap); err == nil && still {
 			recheck = RecheckDisagreed
@@ -497,9 +495,6 @@ func (w *Worker) reconcile(ctx context.Context, job Job, observe observer) (Outc
 		// No read was made: no slot (shutdown) or no time (the store).
 		return Outcome{}, observedAt, w.stopping(ctx, err)
 	case err == nil:
-		if snap.UserRefFromEvents && job.UserRef != "" {
-			snap.UserRef = job.UserRef
-		}
 		out, err := w.cfg.Store.Apply(storeCtx, job, observedAt, NewDecision(job, snap, w.cfg.Plans, observedAt))
 		out.Recheck = recheck
 		return out, observedAt, err
@@ -573,12 +568,12 @@ const clockSkew = 1000
 // zero when no read was made: no slot, or the observer failed).
 // The slot covers the fetch only, so the database's part of a reconcile
 // (the apply) never takes a place the provider's latency needs.
-func (w *Worker) fetch(ctx context.Context, job Job, observe observer) (Snapshot, time.Time, error) {
+func (w *Worker) fetch(ctx context.Context, job Job, observe observer, started func()) (Snapshot, time.Time, error) {
 	if err := w.slots.acquire(ctx, job.Provider); err != nil {
 		return Snapshot{}, time.Time{}, fmt.Errorf("wait for a %s fetch slot: %w", job.Provider, err)
 	}
 	defer w.slots.release(job.Provider)
-	if started, ok := ctx.Value(fetchStartedKey{}).(func()); ok {
+	if started != nil {
 		started() // Run's claimer: this job no longer waits
 	}
 	observedAt, err := observe(ctx)

@@ -235,7 +235,12 @@ func (s *Store) Retry(ctx context.Context, job reconcile.Job, observedAt time.Ti
 			UPDATE inbox_events SET status = $3, outcome = $4, processed_at = now()
 			WHERE provider = $1 AND customer_id = $2 AND status = $5`,
 			job.Provider, job.CustomerID, reconcile.EventDead, out.Text, reconcile.EventPending)
+		if err != nil {
+			return err
+		}
 		out.Events = int(tag.RowsAffected())
+		// No event is pending now: none expects anything.
+		_, err = tx.Exec(ctx, `UPDATE reconcile_queue SET expect = NULL, expect_at = NULL, expect_event = NULL WHERE id = $1`, job.ID)
 		return err
 	})
 	if err != nil {

@@ -152,13 +152,13 @@ func (s *Store) EnqueueUnswept(ctx context.Context, runID int64, provider string
 	}
 	var n int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, enqueueSQL+`
+		tag, err := tx.Exec(ctx, enqueueSQL(`
 			SELECT a.provider, a.customer_id, 'sweep', now(),
-				now() + (row_number() OVER (ORDER BY a.id) - 1) * make_interval(secs => $3)
+				now() + (row_number() OVER (ORDER BY a.id) - 1) * make_interval(secs => $3), `+noHints+`
 			FROM accounts a
 			WHERE a.provider = $1
-			  AND NOT EXISTS (SELECT 1 FROM sweep_seen w WHERE w.run_id = $2 AND w.customer_id = a.customer_id)
-			`+enqueueConflictSQL, provider, runID, pace.Seconds())
+			  AND NOT EXISTS (SELECT 1 FROM sweep_seen w WHERE w.run_id = $2 AND w.customer_id = a.customer_id)`),
+			provider, runID, pace.Seconds())
 		if err != nil {
 			return fmt.Errorf("enqueue unswept accounts: %w", err)
 		}
@@ -220,6 +220,18 @@ func (s *Store) ApplySwept(ctx context.Context, job reconcile.Job, observedAt ti
 		out.Events = n
 		if err != nil {
 			return err
+		}
+		if n > 0 {
+			// The customer's queue row may expect what an answered event
+			// said. It is not waited for: a worker's apply locks it before
+			// the account, this the other way round, and that apply
+			// settles it itself (finishJob).
+			if _, err := tx.Exec(ctx, `
+				UPDATE reconcile_queue q SET `+refreshExpect+`
+				WHERE q.id = (SELECT id FROM reconcile_queue WHERE provider = $1 AND customer_id = $2 AND expect IS NOT NULL
+				              FOR UPDATE SKIP LOCKED)`, job.Provider, job.CustomerID); err != nil {
+				return fmt.Errorf("refresh the queue row's expectation: %w", err)
+			}
 		}
 		return s.announce(ctx, tx, w.Change, events, n)
 	})
