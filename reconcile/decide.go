@@ -61,8 +61,8 @@ type Change struct {
 }
 
 // Decide works out what applying snap, observed at observedAt, does to cur.
-// It is pure: the store calls it inside the transaction that holds cur's
-// row lock, and writes what it returns.
+// It is pure: Decision.Decide calls it on the account the store read
+// under its row lock, and forms the whole write from it.
 //
 // The plan is the best plan any item of the subscriptions that keep their
 // plan maps to (see choose); the period is that item's; a deleted customer,
@@ -111,15 +111,22 @@ func accountFor(cur Account, snap Snapshot, c choice, observedAt time.Time) Acco
 	}
 	next.Plan, next.Status, next.SubscriptionID = c.plan.Name, c.sub.Status, c.sub.ID
 	next.CancelAtPeriodEnd = c.sub.CancelAtPeriodEnd
-	next.PeriodStart, next.PeriodEnd = c.item.PeriodStart, c.item.PeriodEnd
-	if !c.kept || c.item.PeriodStart.IsZero() {
-		next.PeriodStart, next.PeriodEnd = calendarMonth(observedAt)
-	}
+	next.PeriodStart, next.PeriodEnd = periodOf(c, observedAt)
 	if snap.Deleted {
 		next.Status, next.SubscriptionID, next.CancelAtPeriodEnd = StatusDeleted, "", false
 	}
 	next.ObservedAt = observedAt
 	return next
+}
+
+// periodOf is the period the choice c puts an account in: the deciding
+// item's, or the calendar month of observedAt when there is none (or on
+// the default plan).
+func periodOf(c choice, observedAt time.Time) (start, end time.Time) {
+	if !c.kept || c.item.PeriodStart.IsZero() {
+		return calendarMonth(observedAt)
+	}
+	return c.item.PeriodStart, c.item.PeriodEnd
 }
 
 // StatusDeleted is the status an account records when its provider
@@ -276,7 +283,8 @@ func meterGrants(next Account, grant *Grant) []Grant {
 
 // Grants returns every grant of the change: the default meter's first
 // (when there is one), then each metered feature's. The store writes them
-// in this order and hands Done what each added.
+// in this order (Decision.Decide forms their rows) and Done is handed what
+// each added.
 func (c Change) Grants() []Grant {
 	var gs []Grant
 	if c.Grant != nil {
@@ -321,8 +329,8 @@ func (c Change) Writes() bool {
 	return c.Result == ResultApplied || c.Result == ResultUnchanged
 }
 
-// Done returns what applying the change to cur did, once the store knows
-// what each grant added (granted[i] is what Grants()[i] added; missing
+// Done returns what applying the change to cur did, once what each grant
+// added is known (granted[i] is what Grants()[i] added; missing
 // entries added nothing): an otherwise unchanged account whose ledger
 // moved (a new period, or a grant a crash lost) counts as applied.
 func (c Change) Done(cur Account, granted ...int64) Outcome {

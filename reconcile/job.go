@@ -29,11 +29,13 @@ type Job struct {
 	// empty for the queue's own work (see ActorOf).
 	Actor string
 	// Expect is the newest pending event's expectation for the customer
-	// (by the provider's event time), nil when none carries one.
+	// (by the provider's event time), nil when none carries one. The store
+	// settles it on the queue row as the events arrive.
 	Expect *Expectation
 	// UserRef is the app reference named by the customer's newest stored
 	// event that names one, whatever its status ('' when none ever did),
-	// for a provider whose reads do not carry one.
+	// for a provider whose reads do not carry one; settled on the queue row
+	// as the events arrive, like Expect.
 	UserRef string
 }
 

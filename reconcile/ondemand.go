@@ -18,7 +18,7 @@ type OnDemandStore interface {
 	Hold(ctx context.Context, provider, customerID, trigger, holder string, lease time.Duration) (Job, error)
 	// Preview runs Apply's transaction and rolls it back: what Apply would
 	// do now, with nothing written.
-	Preview(ctx context.Context, job Job, observedAt time.Time, decide func(cur Account) Change) (Outcome, error)
+	Preview(ctx context.Context, job Job, observedAt time.Time, d Decision) (Outcome, error)
 }
 
 // Request asks for one customer to be reconciled now.
@@ -63,7 +63,7 @@ func (w *Worker) ReconcileNow(ctx context.Context, req Request) (Outcome, error)
 	}
 	job.Actor = req.Actor
 	stop := w.heartbeat(ctx, holder, &heldJobs{jobs: []Job{job}})
-	out := w.process(ctx, holder, job, held)
+	out := w.process(ctx, holder, job, held, nil)
 	stop()
 	if out.Result == ResultRetry || out.Result == ResultDead {
 		return out, fmt.Errorf("%s/%s: %s: %w", req.Provider, req.CustomerID, out.Text, ErrNotReconciled)
@@ -81,18 +81,18 @@ func (w *Worker) preview(ctx context.Context, st OnDemandStore, req Request) (Ou
 		// A thin event's object not resolved yet: its customer is read
 		// (and nothing handed over), then previewed.
 		var customer string
-		if customer, observedAt, err = w.customerOf(ctx, job, obj, w.cfg.Store.Now); err == nil {
+		if customer, observedAt, err = w.customerOf(ctx, job, obj, w.cfg.Store.Now, nil); err == nil {
 			job.CustomerID = customer
 		}
 	}
 	if err == nil {
-		snap, observedAt, err = w.fetch(ctx, job, w.cfg.Store.Now)
+		snap, observedAt, err = w.fetch(ctx, job, w.cfg.Store.Now, nil)
 	}
 	if err != nil && observedAt.IsZero() { // no read: no slot, or no database time
 		return Outcome{}, fmt.Errorf("dry run %s/%s: %w", req.Provider, req.CustomerID, err)
 	}
 	if err == nil {
-		return st.Preview(ctx, job, observedAt, w.decider(snap, observedAt))
+		return st.Preview(ctx, job, observedAt, NewDecision(job, snap, w.cfg.Plans, observedAt))
 	}
 	if out, ok := permanent(job, err); ok {
 		return out, nil

@@ -6,8 +6,8 @@ import (
 )
 
 // Store is what the worker needs from the database. The store executes;
-// the domain decides: Apply hands the locked account to decide and writes
-// what it returns. Every method that writes does so in one transaction,
+// the domain decides: Apply reads the locked account and its ledger, hands
+// them to the decision once, and writes the whole Write it returns. Every method that writes does so in one transaction,
 // and every call is bounded by the store's own deadline, so a hung
 // database can neither stall a worker forever nor hold a shutdown.
 type Store interface {
@@ -21,12 +21,13 @@ type Store interface {
 	// requested_at all come from it.
 	Now(ctx context.Context) (time.Time, error)
 	// Apply locks the job's queue row and the customer's account (creating
-	// it), calls decide with the account, and writes what it returns: the
-	// account (when the change writes), the grant's top-up, the log row,
-	// the status of the customer's events received at or before
-	// observedAt; then it completes the job, or makes it due again when a
-	// request came in after observedAt.
-	Apply(ctx context.Context, job Job, observedAt time.Time, decide func(cur Account) Change) (Outcome, error)
+	// it), reads the account's ledger in its period and in d.Period, calls
+	// d.Decide once with them, and writes the Write it returns: the account
+	// (when it writes), the ledger rows, the log row, the status of the
+	// customer's events received at or before observedAt, the app's change;
+	// then it completes the job, or makes it due again when a request came
+	// in after observedAt.
+	Apply(ctx context.Context, job Job, observedAt time.Time, d Decision) (Outcome, error)
 	// Ignore records a permanent failure (out.Result is ResultIgnored): the
 	// customer's events end as ignored with out.Text, and the job
 	// completes.

@@ -123,6 +123,10 @@ type DebitResult struct {
 	Balance   int64       `json:"balance"` // right after this debit
 	Entry     LedgerEntry `json:"entry"`
 	Replayed  bool        `json:"-"`
+	// Change is what the app is told of a debit that writes (nil for a
+	// replay): the store numbers it (ID, Seq, Time) and writes it, and
+	// hands the result back without it.
+	Change *AppChange `json:"-"`
 }
 
 // DebitState is what a debit is decided on, as the store reads it under
@@ -139,14 +143,17 @@ type DebitState struct {
 	// Balance is the balance of the debit's meter in the account's
 	// current period now.
 	Balance int64
+	// Ledger is the account's current period's ledger, every meter: what
+	// the app's change tells before and after the debit.
+	Ledger Ledger
 }
 
 // DecideDebit decides d on cur: the first request's result again for a
 // key already used with the same amount (Replayed: nothing to write),
 // ErrKeyReused for a key used with another amount, an
 // *InsufficientError when the balance is short of the amount, and
-// otherwise the usage entry to write (Entry, without its CreatedAt) and
-// the balance after it. A refusal writes nothing. It is pure: the store
+// otherwise the usage entry to write (Entry, without its CreatedAt), the
+// balance after it and the app's change. A refusal writes nothing. It is pure: the store
 // runs it under the account's row lock and writes what it returns.
 func DecideDebit(d Debit, cur DebitState) (DebitResult, error) {
 	res := DebitResult{AccountID: cur.Account.ID, UserRef: d.UserRef, Feature: d.Feature, Key: d.Key, Amount: d.Amount}
@@ -167,8 +174,16 @@ func DecideDebit(d Debit, cur DebitState) (DebitResult, error) {
 		return DebitResult{}, &InsufficientError{AccountID: cur.Account.ID, Feature: d.Feature, Balance: cur.Balance, Amount: d.Amount}
 	}
 	res.Balance = cur.Balance - d.Amount
-	res.Entry = LedgerEntry{Key: d.LedgerKey(cur.Account.ID), Kind: "usage", Plan: cur.Account.Plan,
+	res.Entry = LedgerEntry{Key: d.LedgerKey(cur.Account.ID), Kind: LedgerUsage, Plan: cur.Account.Plan,
 		Delta: -d.Amount, PeriodStart: cur.Account.PeriodStart, Meter: d.Feature}
+	// Only the meter's balance moves.
+	move := LedgerMove{Meter: d.Feature, Kind: LedgerUsage, Key: res.Entry.Key, Delta: res.Entry.Delta,
+		Plan: res.Entry.Plan, PeriodStart: res.Entry.PeriodStart}
+	before := cur.Ledger.State(cur.Account)
+	if c, ok := ChangeOf(&before, cur.Ledger.With(move).State(cur.Account), []LedgerMove{move},
+		Why{Trigger: TriggerUsage, Actor: "app"}); ok {
+		res.Change = &c
+	}
 	return res, nil
 }
 

@@ -248,7 +248,7 @@ func (w *Worker) Run(ctx context.Context) {
 					defer signal(room)
 					defer held.done(job.ID)
 					defer started()
-					w.process(context.WithValue(ctx, fetchStartedKey{}, started), id, job, at)
+					w.process(ctx, id, job, at, started)
 				})
 			}
 			idle = err != nil || len(claimed) < want
@@ -278,10 +278,6 @@ func (w *Worker) Run(ctx context.Context) {
 // slots idle while the next jobs are still on their way (measured: 52% of
 // the limit at 50 ms with 4 spares on a loaded machine).
 const minSpare = 16
-
-// fetchStartedKey carries to fetch the func Run's claimer counts a
-// claimed job's fetch beginning by.
-type fetchStartedKey struct{}
 
 func signal(c chan<- struct{}) {
 	select {
@@ -330,7 +326,7 @@ func (w *Worker) runBatch(ctx context.Context, id string) (int, error) {
 			w.release(ctx, id, jobs[i:]...)
 			return i, ctx.Err()
 		}
-		w.process(ctx, id, job, at)
+		w.process(ctx, id, job, at, nil)
 		held.done(job.ID)
 	}
 	return len(jobs), nil
@@ -419,8 +415,10 @@ func alertUnmapped(ctx context.Context, log *slog.Logger, out Outcome) {
 // Failures are recorded, never returned: the job is retried, ignored or
 // dead. A failure of the store itself counts as a failed attempt too, so a
 // fault that never clears (a constraint violation, say) ends dead and
-// visible instead of looping silently.
-func (w *Worker) process(ctx context.Context, id string, job Job, claimed time.Time) Outcome {
+// visible instead of looping silently. started, when not nil, is called
+// as the job's first read begins (Run's claimer counts the jobs still
+// waiting for a fetch slot by it).
+func (w *Worker) process(ctx context.Context, id string, job Job, claimed time.Time, started func()) Outcome {
 	log := w.cfg.Logger.With(slog.String("provider", job.Provider), slog.String("customer", job.CustomerID))
 	if ctx.Err() != nil {
 		w.release(ctx, id, job)
@@ -428,9 +426,9 @@ func (w *Worker) process(ctx context.Context, id string, job Job, claimed time.T
 	}
 	start := time.Now()
 	observe := w.observer(job, claimed)
-	job, out, observedAt, err := w.resolve(ctx, job, observe)
+	job, out, observedAt, err := w.resolve(ctx, job, observe, started)
 	if err == nil && out.Result == "" {
-		out, observedAt, err = w.reconcile(ctx, job, observe)
+		out, observedAt, err = w.reconcile(ctx, job, observe, started)
 	}
 	switch {
 	case errors.Is(err, errShutdown):
@@ -474,7 +472,7 @@ func (w *Worker) release(ctx context.Context, id string, jobs ...Job) {
 // could not be had). Store calls are not cut short by shutdown (the store
 // bounds them): a job whose snapshot is in hand is finished, not thrown
 // away.
-func (w *Worker) reconcile(ctx context.Context, job Job, observe observer) (Outcome, time.Time, error) {
+func (w *Worker) reconcile(ctx context.Context, job Job, observe observer, started func()) (Outcome, time.Time, error) {
 	storeCtx := context.WithoutCancel(ctx)
 	if _, ok := w.providers[job.Provider]; !ok {
 		observedAt, err := observe(ctx)
@@ -484,13 +482,13 @@ func (w *Worker) reconcile(ctx context.Context, job Job, observe observer) (Outc
 		out, err := w.cfg.Store.Ignore(storeCtx, job, observedAt, ignored(fmt.Sprintf("provider %q is not configured", job.Provider)))
 		return out, observedAt, err
 	}
-	snap, observedAt, err := w.fetch(ctx, job, observe)
+	snap, observedAt, err := w.fetch(ctx, job, observe, started)
 	var recheck string
 	if why, stale := job.Expect.Contradicts(snap); err == nil && stale && w.cfg.RecheckDelay > 0 {
 		if err := w.awaitRecheck(ctx, job, why); err != nil {
 			return Outcome{}, observedAt, err
 		}
-		snap, observedAt, err = w.fetch(ctx, job, observe)
+		snap, observedAt, err = w.fetch(ctx, job, observe, nil)
 		recheck = RecheckAgreed
 		if _, still := job.Expect.Contradicts(snap); err == nil && still {
 			recheck = RecheckDisagreed
@@ -500,10 +498,7 @@ func (w *Worker) reconcile(ctx context.Context, job Job, observe observer) (Outc
 		out, err := w.failure(ctx, job, observedAt, err)
 		return out, observedAt, err
 	}
-	if snap.UserRefFromEvents && job.UserRef != "" {
-		snap.UserRef = job.UserRef
-	}
-	out, err := w.cfg.Store.Apply(storeCtx, job, observedAt, w.decider(snap, observedAt))
+	out, err := w.cfg.Store.Apply(storeCtx, job, observedAt, NewDecision(job, snap, w.cfg.Plans, observedAt))
 	out.Recheck = recheck
 	return out, observedAt, err
 }
@@ -536,12 +531,12 @@ func (w *Worker) failure(ctx context.Context, job Job, observedAt time.Time, err
 // (ignored), the provider failed (retried, then dead, as a failed fetch),
 // or the customer was queued already and that row's reconcile answers the
 // events.
-func (w *Worker) resolve(ctx context.Context, job Job, observe observer) (Job, Outcome, time.Time, error) {
+func (w *Worker) resolve(ctx context.Context, job Job, observe observer, started func()) (Job, Outcome, time.Time, error) {
 	obj, ok := RelatedOf(job.CustomerID)
 	if _, known := w.providers[job.Provider]; !ok || !known {
 		return job, Outcome{}, time.Time{}, nil
 	}
-	customer, observedAt, err := w.customerOf(ctx, job, obj, observe)
+	customer, observedAt, err := w.customerOf(ctx, job, obj, observe, started)
 	if err != nil {
 		out, err := w.failure(ctx, job, observedAt, err)
 		return job, out, observedAt, err
@@ -559,9 +554,9 @@ func (w *Worker) resolve(ctx context.Context, job Job, observe observer) (Job, O
 // customerOf reads the customer of obj from the job's provider within
 // FetchTimeout, once a slot is free, and returns the database time the
 // read is observed at (see fetch).
-func (w *Worker) customerOf(ctx context.Context, job Job, obj Related, observe observer) (string, time.Time, error) {
+func (w *Worker) customerOf(ctx context.Context, job Job, obj Related, observe observer, started func()) (string, time.Time, error) {
 	var customer string
-	observedAt, err := w.read(ctx, job, observe, func(ctx context.Context, p Provider) (err error) {
+	observedAt, err := w.read(ctx, job, observe, started, func(ctx context.Context, p Provider) (err error) {
 		customer, err = p.CustomerOf(ctx, obj)
 		return err
 	})
@@ -629,9 +624,9 @@ const clockSkew = 1000
 // zero when no read was made: no slot, or the observer failed).
 // The slot covers the fetch only, so the database's part of a reconcile
 // (the apply) never takes a place the provider's latency needs.
-func (w *Worker) fetch(ctx context.Context, job Job, observe observer) (Snapshot, time.Time, error) {
+func (w *Worker) fetch(ctx context.Context, job Job, observe observer, started func()) (Snapshot, time.Time, error) {
 	var snap Snapshot
-	observedAt, err := w.read(ctx, job, observe, func(ctx context.Context, p Provider) (err error) {
+	observedAt, err := w.read(ctx, job, observe, started, func(ctx context.Context, p Provider) (err error) {
 		snap, err = p.Fetch(ctx, job.CustomerID)
 		return err
 	})
@@ -641,12 +636,12 @@ func (w *Worker) fetch(ctx context.Context, job Job, observe observer) (Snapshot
 // read runs one read of the job's provider within FetchTimeout, in one of
 // the provider's slots, and returns the database time it is observed at
 // (zero when no read was made).
-func (w *Worker) read(ctx context.Context, job Job, observe observer, f func(context.Context, Provider) error) (time.Time, error) {
+func (w *Worker) read(ctx context.Context, job Job, observe observer, started func(), f func(context.Context, Provider) error) (time.Time, error) {
 	if err := w.slots.acquire(ctx, job.Provider); err != nil {
 		return time.Time{}, fmt.Errorf("wait for a %s fetch slot: %w", job.Provider, err)
 	}
 	defer w.slots.release(job.Provider)
-	if started, ok := ctx.Value(fetchStartedKey{}).(func()); ok {
+	if started != nil {
 		started() // Run's claimer: this job no longer waits
 	}
 	observedAt, err := observe(ctx)
@@ -656,11 +651,6 @@ func (w *Worker) read(ctx context.Context, job Job, observe observer, f func(con
 	fetchCtx, cancel := context.WithTimeout(ctx, w.cfg.FetchTimeout)
 	defer cancel()
 	return observedAt, f(fetchCtx, w.providers[job.Provider])
-}
-
-// decider is what Apply calls with the locked account.
-func (w *Worker) decider(snap Snapshot, observedAt time.Time) func(Account) Change {
-	return func(cur Account) Change { return Decide(cur, snap, w.cfg.Plans, observedAt) }
 }
 
 // permanent returns the ignored outcome of a fetch failure that retrying

@@ -86,12 +86,12 @@ func (s *Store) Balance(ctx context.Context, accountID int64) (int64, error) {
 
 // Apply runs one reconcile's writes in one transaction (see
 // reconcile.Store): the domain decides, the store executes.
-func (s *Store) Apply(ctx context.Context, job reconcile.Job, observedAt time.Time, decide func(cur reconcile.Account) reconcile.Change) (reconcile.Outcome, error) {
+func (s *Store) Apply(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decision) (reconcile.Outcome, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var out reconcile.Outcome
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
-		out, err = s.apply(ctx, tx, job, observedAt, decide)
+		out, err = s.apply(ctx, tx, job, observedAt, d)
 		return err
 	})
 	if err != nil {
@@ -107,13 +107,13 @@ var errPreview = errors.New("preview: roll back")
 // is what Apply would do now (a dry run), and nothing is written. A new
 // customer's account is created and rolled back too, so its id is not
 // kept (a sequence value is used up; sequences are not data).
-func (s *Store) Preview(ctx context.Context, job reconcile.Job, observedAt time.Time, decide func(cur reconcile.Account) reconcile.Change) (reconcile.Outcome, error) {
+func (s *Store) Preview(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decision) (reconcile.Outcome, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var out reconcile.Outcome
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		if out, err = s.apply(ctx, tx, job, observedAt, decide); err != nil {
+		if out, err = s.apply(ctx, tx, job, observedAt, d); err != nil {
 			return err
 		}
 		return errPreview
@@ -124,34 +124,53 @@ func (s *Store) Preview(ctx context.Context, job reconcile.Job, observedAt time.
 	return out, nil
 }
 
-// apply is Apply's transaction body.
-func (s *Store) apply(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time, decide func(cur reconcile.Account) reconcile.Change) (reconcile.Outcome, error) {
+// apply is Apply's transaction body: it reads the locked state, decides
+// once (d.Decide), and executes the Write it gets back.
+func (s *Store) apply(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time, d reconcile.Decision) (reconcile.Outcome, error) {
 	if err := lockJob(ctx, tx, job); err != nil {
 		return reconcile.Outcome{}, err
 	}
-	cur, err := lockAccount(ctx, tx, job.Provider, job.CustomerID)
+	st, err := lockState(ctx, tx, job.Provider, job.CustomerID, d.Period)
 	if err != nil {
 		return reconcile.Outcome{}, err
 	}
-	ch := decide(cur)
-	var granted []int64
-	if ch.Writes() {
-		if err := writeAccount(ctx, tx, ch.Next); err != nil {
-			return reconcile.Outcome{}, err
+	w := d.Decide(st)
+	if err := s.writeDecided(ctx, tx, st.Account.ID, w); err != nil {
+		return reconcile.Outcome{}, err
+	}
+	events, err := finish(ctx, tx, job, observedAt, w.Actor, w.EventStatus, &w.Outcome)
+	if err != nil {
+		return w.Outcome, err
+	}
+	return w.Outcome, s.announce(ctx, tx, w.Change, events, w.Outcome.Events)
+}
+
+// lockState returns what a reconcile is decided on: the customer's
+// account, locked (and created if new), and its ledger in its own period
+// and in period. The ledger is read after the lock is held, by a
+// statement of its own: under READ COMMITTED a statement that waited for
+// the lock would read it in the snapshot it started with, missing the
+// rows the holder wrote.
+func lockState(ctx context.Context, tx pgx.Tx, provider, customerID string, period time.Time) (reconcile.Locked, error) {
+	a, err := lockAccount(ctx, tx, provider, customerID)
+	if err != nil {
+		return reconcile.Locked{}, err
+	}
+	l, err := readLedger(ctx, tx, a.ID, a.PeriodStart, period)
+	return reconcile.Locked{Account: a, Ledger: l}, err
+}
+
+// writeDecided writes a decision's account (guarded) and ledger rows.
+func (s *Store) writeDecided(ctx context.Context, tx pgx.Tx, accountID int64, w reconcile.Write) error {
+	if w.Account != nil {
+		if err := writeAccount(ctx, tx, *w.Account); err != nil {
+			return err
 		}
 		if err := s.faults.AfterAccountWrite(); err != nil {
-			return reconcile.Outcome{}, err
-		}
-		if granted, err = writeGrants(ctx, tx, cur.ID, ch.Grants()); err != nil {
-			return reconcile.Outcome{}, err
+			return err
 		}
 	}
-	out := ch.Done(cur, granted...)
-	events, err := finish(ctx, tx, job, observedAt, &out)
-	if err != nil || !ch.Writes() {
-		return out, err
-	}
-	return out, s.announceApply(ctx, tx, job, cur, ch.Next, ch.Grants(), granted, events, out.Events)
+	return writeLedger(ctx, tx, accountID, w.Ledger)
 }
 
 // Ignore records a permanent failure for the job's customer.
@@ -162,7 +181,7 @@ func (s *Store) Ignore(ctx context.Context, job reconcile.Job, observedAt time.T
 		if err := lockJob(ctx, tx, job); err != nil {
 			return err
 		}
-		_, err := finish(ctx, tx, job, observedAt, &out)
+		_, err := finish(ctx, tx, job, observedAt, reconcile.ActorOf(job), out.EventStatus(), &out)
 		return err
 	})
 	if err != nil {
@@ -171,14 +190,16 @@ func (s *Store) Ignore(ctx context.Context, job reconcile.Job, observedAt time.T
 	return out, nil
 }
 
-// finish writes the log row, answers the customer's events and completes
-// the job: the common tail of Apply and Ignore. It returns the provider
-// ids of the first reconcile.MaxWhyEvents events it answered.
-func finish(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time, out *reconcile.Outcome) ([]string, error) {
-	if err := writeLog(ctx, tx, job, observedAt, *out); err != nil {
+// finish writes the log row (recorded as actor's), gives the customer's
+// events status and completes the job: the common tail of Apply and
+// Ignore. It returns the provider ids of the first reconcile.MaxWhyEvents
+// events it answered.
+func finish(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time, actor string, status reconcile.EventStatus,
+	out *reconcile.Outcome) ([]string, error) {
+	if err := writeLog(ctx, tx, job, actor, observedAt, *out); err != nil {
 		return nil, err
 	}
-	ids, n, err := markEvents(ctx, tx, job, observedAt, out.EventStatus(), out.Text)
+	ids, n, err := markEvents(ctx, tx, job, observedAt, status, out.Text)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +225,7 @@ func (s *Store) Retry(ctx context.Context, job reconcile.Job, observedAt time.Ti
 			WHERE id = $1`, job.ID, delay.Seconds(), status, out.Text); err != nil {
 			return fmt.Errorf("reschedule job: %w", err)
 		}
-		if err := writeLog(ctx, tx, job, observedAt, out); err != nil {
+		if err := writeLog(ctx, tx, job, reconcile.ActorOf(job), observedAt, out); err != nil {
 			return err
 		}
 		if status != queueDead {
@@ -214,7 +235,12 @@ func (s *Store) Retry(ctx context.Context, job reconcile.Job, observedAt time.Ti
 			UPDATE inbox_events SET status = $3, outcome = $4, processed_at = now()
 			WHERE provider = $1 AND customer_id = $2 AND status = $5`,
 			job.Provider, job.CustomerID, reconcile.EventDead, out.Text, reconcile.EventPending)
+		if err != nil {
+			return err
+		}
 		out.Events = int(tag.RowsAffected())
+		// No event is pending now: none expects anything.
+		_, err = tx.Exec(ctx, `UPDATE reconcile_queue SET expect = NULL, expect_at = NULL, expect_event = NULL WHERE id = $1`, job.ID)
 		return err
 	})
 	if err != nil {
@@ -277,54 +303,30 @@ func writeAccount(ctx context.Context, tx pgx.Tx, a reconcile.Account) error {
 	return nil
 }
 
-// writeGrants writes each grant (writeGrant) and returns what each added,
-// aligned with grants.
-func writeGrants(ctx context.Context, tx pgx.Tx, accountID int64, grants []reconcile.Grant) ([]int64, error) {
-	added := make([]int64, len(grants))
-	for i := range grants {
-		var err error
-		if added[i], err = writeGrant(ctx, tx, accountID, &grants[i]); err != nil {
-			return nil, err
+// errLedgerDisagrees means a keyed ledger row was already written
+// although the ledger read under the lock said it was due: impossible
+// while grants only add (a key names its allowance, and once written the
+// period holds at least that), so it aborts the transaction rather than
+// announce a move that was not made.
+var errLedgerDisagrees = errors.New("ledger row already written, though the period's ledger said it was due")
+
+// writeLedger inserts the decided ledger rows, each under its key: at
+// most once each, whatever repeats.
+func writeLedger(ctx context.Context, tx pgx.Tx, accountID int64, rows []reconcile.LedgerRow) error {
+	for _, r := range rows {
+		tag, err := tx.Exec(ctx, `
+			INSERT INTO ledger (account_id, entry_key, kind, period_start, period_end, plan, delta, note, meter)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+			ON CONFLICT (entry_key) DO NOTHING`,
+			accountID, r.Key, r.Kind, r.PeriodStart, nullTime(r.PeriodEnd), r.Plan, r.Delta, r.Note, r.Meter)
+		if err != nil {
+			return fmt.Errorf("write ledger %s: %w", r.Key, err)
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("write ledger %s: %w", r.Key, errLedgerDisagrees)
 		}
 	}
-	return added, nil
-}
-
-// writeGrant tops the period of the grant's meter up to its allowance and
-// returns what it added: the top-up counts every grant the meter's period
-// holds, whatever plan gave it (free 10, then pro 500, adds 490). Its row
-// is keyed by g.Key, that is (account, period start, plan, allowance) on
-// the default meter, (meter, account, period start, allowance) on a named
-// one: written at most once per allowance in a period, so an allowance
-// that grows mid-period gets one more row, for the difference.
-func writeGrant(ctx context.Context, tx pgx.Tx, accountID int64, g *reconcile.Grant) (int64, error) {
-	if g == nil {
-		return 0, nil
-	}
-	var granted int64
-	if err := tx.QueryRow(ctx, `
-		SELECT coalesce(sum(delta), 0) FROM ledger
-		WHERE account_id = $1 AND period_start = $2 AND kind = 'grant' AND meter = $3`,
-		accountID, g.PeriodStart, g.Meter).Scan(&granted); err != nil {
-		return 0, fmt.Errorf("read grants: %w", err)
-	}
-	delta := g.TopUp(granted)
-	if delta == 0 {
-		return 0, nil
-	}
-	note := fmt.Sprintf("top up to %d for plan %s", g.Allowance, g.Plan)
-	if g.Meter != "" {
-		note = fmt.Sprintf("top up %s to %d (%s)", g.Meter, g.Allowance, g.Source)
-	}
-	tag, err := tx.Exec(ctx, `
-		INSERT INTO ledger (account_id, entry_key, kind, period_start, period_end, plan, delta, note, meter)
-		VALUES ($1, $2, 'grant', $3, $4, $5, $6, $7, $8)
-		ON CONFLICT (entry_key) DO NOTHING`,
-		accountID, g.Key(accountID), g.PeriodStart, nullTime(g.PeriodEnd), g.Plan, delta, note, g.Meter)
-	if err != nil {
-		return 0, fmt.Errorf("write grant: %w", err)
-	}
-	return tag.RowsAffected() * delta, nil
+	return nil
 }
 
 // accountJSON is an account as reconcile_log keeps it (before/after).
@@ -354,7 +356,7 @@ func accountDoc(a reconcile.Account) *string {
 	return &doc
 }
 
-func writeLog(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time, out reconcile.Outcome) error {
+func writeLog(ctx context.Context, tx pgx.Tx, job reconcile.Job, actor string, observedAt time.Time, out reconcile.Outcome) error {
 	var accountID *int64
 	if out.AccountID != 0 {
 		accountID = &out.AccountID
@@ -364,7 +366,7 @@ func writeLog(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time
 	_, err := tx.Exec(ctx, `
 		INSERT INTO reconcile_log (account_id, provider, customer_id, trigger, actor, observed_at, result, outcome, before, after)
 		VALUES ($1, $2, $3, $4, $5, coalesce($6, clock_timestamp()), $7, $8, $9::jsonb, $10::jsonb)`,
-		accountID, job.Provider, job.CustomerID, job.Trigger, reconcile.ActorOf(job), nullTime(observedAt), string(out.Result), out.Text,
+		accountID, job.Provider, job.CustomerID, job.Trigger, actor, nullTime(observedAt), string(out.Result), out.Text,
 		accountDoc(out.Before), accountDoc(out.After))
 	if err != nil {
 		return fmt.Errorf("write reconcile log: %w", err)

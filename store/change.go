@@ -18,18 +18,23 @@ import (
 // for a transaction that rolls back.
 const ChangesChannel = "billsync_account_changes"
 
-// announce writes the app's change of an account in the caller's
-// transaction: the account_changes row (numbered in the account's
-// sequence, under the row lock the caller holds) and the NOTIFY. Its
-// deliveries are not written here but by serve's deliverer (FanOut), for
-// the endpoints serve knows: the writer may be a process that knows none. moves are the ledger rows it wrote,
-// on any meter. A change that changes nothing the app sees writes nothing.
-func (s *Store) announce(ctx context.Context, tx pgx.Tx, before *reconcile.AccountState, after reconcile.AccountState,
-	moves []reconcile.LedgerMove, why reconcile.Why) error {
-	ch, ok := reconcile.ChangeOf(before, after, moves, why)
-	if !ok {
+// announce writes the app's change of an account, as the domain formed it
+// (nil: nothing the app sees changed, and nothing is written), in the
+// caller's transaction: the account_changes row, numbered in the account's
+// sequence under the row lock the caller holds, naming the events the
+// transaction answered (the first reconcile.MaxWhyEvents ids of n), and the
+// NOTIFY. Its deliveries are not written here but by serve's deliverer
+// (FanOut), for the endpoints serve knows: the writer may be a process that
+// knows none.
+func (s *Store) announce(ctx context.Context, tx pgx.Tx, change *reconcile.AppChange, events []string, n int) error {
+	if change == nil {
 		return nil
 	}
+	ch := *change
+	if events != nil {
+		ch.Why.EventIDs = events
+	}
+	ch.Why.Events = n
 	// The feed's order key (migrations/015_change_order.sql): this
 	// transaction's id, or the account's previous change's key if that is
 	// greater, so the account's changes read in seq order.
@@ -63,93 +68,21 @@ func (s *Store) announce(ctx context.Context, tx pgx.Tx, before *reconcile.Accou
 	return nil
 }
 
-// meterSum is one meter's ledger in one period: the sum and the rows.
-type meterSum struct{ sum, rows int64 }
-
-// periodSums is a period's ledger by meter ("" the default).
-type periodSums map[string]meterSum
-
-// ledgerSums reads the account's ledger by meter for two period starts
-// (a zero start has none), in one query.
-func ledgerSums(ctx context.Context, tx pgx.Tx, accountID int64, a, b time.Time) (periodSums, periodSums, error) {
+// readLedger reads the account's ledger by meter in two periods (a zero
+// start has none), in one query.
+func readLedger(ctx context.Context, tx pgx.Tx, accountID int64, a, b time.Time) (reconcile.Ledger, error) {
 	rows, _ := tx.Query(ctx, `
-		SELECT meter, period_start, sum(delta), count(*) FROM ledger
+		SELECT period_start, meter, coalesce(sum(delta) FILTER (WHERE kind = 'grant'), 0), sum(delta), count(*) FROM ledger
 		WHERE account_id = $1 AND period_start IN ($2, $3) GROUP BY meter, period_start`,
 		accountID, nullTime(a), nullTime(b))
-	x, y := periodSums{}, periodSums{}
-	var meter string
-	var start time.Time
-	var m meterSum
-	_, err := pgx.ForEachRow(rows, []any{&meter, &start, &m.sum, &m.rows}, func() error {
-		if start.Equal(a) {
-			x[meter] = m
-		}
-		if start.Equal(b) {
-			y[meter] = m
-		}
-		return nil
+	l, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (reconcile.PeriodLedger, error) {
+		var p reconcile.PeriodLedger
+		return p, r.Scan(&p.PeriodStart, &p.Meter, &p.Granted, &p.Balance, &p.Rows)
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("read balances: %w", err)
+		return nil, fmt.Errorf("read ledger: %w", err)
 	}
-	return x, y, nil
-}
-
-// add counts a ledger move n times into the period: 1 adds a move just
-// written, -1 takes one the period holds back out (the sums as they were
-// before it was written).
-func (p periodSums) add(m reconcile.LedgerMove, n int64) {
-	s := p[m.Meter]
-	p[m.Meter] = meterSum{sum: s.sum + n*m.Delta, rows: s.rows + n}
-}
-
-// state is account a as the app sees it with the period's balances: the
-// default meter's, and each named meter that has rows.
-func (p periodSums) state(a reconcile.Account) reconcile.AccountState {
-	st := reconcile.AccountState{Account: a, Balance: p[""].sum}
-	for meter, m := range p {
-		if meter == "" || m.rows <= 0 {
-			continue
-		}
-		if st.Meters == nil {
-			st.Meters = map[string]int64{}
-		}
-		st.Meters[meter] = m.sum
-	}
-	return st
-}
-
-// announceApply announces what a reconcile wrote: cur became next, and
-// each grant added added[i] (when above 0) to its meter in next's period:
-// one change with every move. The balances are read after the grants'
-// writes; those before are what the ledger held for cur's period without
-// them.
-func (s *Store) announceApply(ctx context.Context, tx pgx.Tx, job reconcile.Job, cur, next reconcile.Account,
-	grants []reconcile.Grant, added []int64, events []string, n int) error {
-	was, now, err := ledgerSums(ctx, tx, cur.ID, cur.PeriodStart, next.PeriodStart)
-	if err != nil {
-		return err
-	}
-	var moves []reconcile.LedgerMove
-	for i, g := range grants {
-		if i >= len(added) || added[i] <= 0 {
-			continue
-		}
-		m := reconcile.LedgerMove{Meter: g.Meter, Kind: reconcile.LedgerGrant, Key: g.Key(cur.ID), Delta: added[i],
-			Plan: g.Plan, PeriodStart: g.PeriodStart}
-		moves = append(moves, m)
-		if g.PeriodStart.Equal(cur.PeriodStart) {
-			was.add(m, -1)
-		}
-	}
-	var before *reconcile.AccountState
-	if !cur.ObservedAt.IsZero() {
-		st := was.state(cur)
-		before = &st
-	}
-	next.ID = cur.ID
-	return s.announce(ctx, tx, before, now.state(next), moves,
-		reconcile.Why{Trigger: job.Trigger, Actor: reconcile.ActorOf(job), EventIDs: events, Events: n})
+	return l, nil
 }
 
 const changeColumns = `id, xid, payload::text`

@@ -1,6 +1,11 @@
 package store
 
-import "github.com/jackc/pgx/v5/pgxpool"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
 
 // Pool is the store's pool, for the store's own tests, which may keep SQL
 // (tests elsewhere use store/storetest).
@@ -16,3 +21,15 @@ func (s *Store) SetAfterChangeWrite(fn func() error) { s.faults.SetAfterChangeWr
 // SetExactRowsUnder sets the heap size under which TableSizes counts a
 // table's rows (above it, the planner's estimate).
 func (s *Store) SetExactRowsUnder(bytes int64) { s.exactRowsUnder = bytes }
+
+// OpenTraced opens a store on url (with the defaults) whose connections
+// hand every statement to tracer: the store's own tests count what a call
+// sends.
+func OpenTraced(ctx context.Context, url string, tracer pgx.QueryTracer) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ConnConfig.Tracer = tracer
+	return openConfig(ctx, cfg, url, Options{})
+}

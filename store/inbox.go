@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -30,7 +31,7 @@ func (s *Store) StoreDelivery(ctx context.Context, d reconcile.Delivery) (reconc
 	var inserted bool
 	// xmax = 0 only on a freshly inserted row: it tells a new event from a
 	// copy. The queue upsert is enqueueSQL, for a new pending event with a
-	// customer only.
+	// customer only: it settles the event's hints onto the row.
 	err := s.pool.QueryRow(ctx, `
 		WITH ev AS (
 			INSERT INTO inbox_events
@@ -44,10 +45,16 @@ func (s *Store) StoreDelivery(ctx context.Context, d reconcile.Delivery) (reconc
 			INSERT INTO receipts (event_id, delivery_id, remote_addr, duplicate, source)
 			SELECT id, NULLIF($11, ''), NULLIF($12, ''), NOT inserted, $15 FROM ev
 		), queue AS (
-			`+enqueueSQL+`
-			SELECT $1, customer_id, $15, now(), now() FROM ev
-			WHERE inserted AND status = 'pending' AND customer_id IS NOT NULL
-			`+enqueueConflictSQL+`
+			`+enqueueSQL(`SELECT $1::text, customer_id, $15::text, now(), now(),
+				NULLIF($14, ''), $6::timestamptz, id, $13::jsonb, $6::timestamptz, id FROM ev
+				WHERE inserted AND status = 'pending' AND customer_id IS NOT NULL`)+`
+		), ref AS (
+			-- An event stored as ignored queues nothing, but the user
+			-- reference it names is still the customer's newest.
+			UPDATE reconcile_queue q SET user_ref = $14, user_ref_at = $6::timestamptz, user_ref_event = ev.id
+			FROM ev WHERE ev.inserted AND ev.status <> 'pending' AND $14 <> '' AND q.provider = $1 AND q.customer_id = ev.customer_id
+			  AND (q.user_ref IS NULL
+			    OR (coalesce($6::timestamptz, '-infinity'), ev.id) > (coalesce(q.user_ref_at, '-infinity'), q.user_ref_event))
 		), caught AS (
 			-- An event the feed stores first is a webhook late or lost:
 			-- counted with the event, so the count never lags its account.
@@ -88,22 +95,62 @@ func expectDoc(e *reconcile.Expectation) *string {
 	return &doc
 }
 
-// enqueueSQL and enqueueConflictSQL make a customer's queue row due now and
-// record the newest request. A dead row comes back to life with its
-// attempts reset: a new signal deserves a fresh try.
-const (
-	enqueueSQL         = `INSERT INTO reconcile_queue (provider, customer_id, trigger, requested_at, due_at)`
-	enqueueConflictSQL = `ON CONFLICT (provider, customer_id) DO UPDATE SET
+// enqueue upserts the queue rows src selects, making each due and
+// recording the newest request; a dead row comes back to life with its
+// attempts reset: a new signal deserves a fresh try. src's columns are
+// provider, customer_id, trigger, requested_at, due_at, then the hints of
+// the event behind the request (noHints when none): user_ref, its order
+// key (event time, inbox id), expect, its order key.
+//
+// The hints are settled here, at intake, so a claim reads them from the
+// row: of the row's and the request's, the newest by the provider's event
+// time wins (a copy arriving out of order loses), and a row being born
+// takes the user reference of the customer's newest stored event naming
+// one, whatever its status: the row of a job that answered that event is
+// gone, and the account may not hold the reference (an ignored reconcile
+// writes none). Served by the partial index inbox_events_user_ref.
+func enqueueSQL(src string) string {
+	return `INSERT INTO reconcile_queue AS q (provider, customer_id, trigger, requested_at, due_at,
+			user_ref, user_ref_at, user_ref_event, expect, expect_at, expect_event)
+		SELECT s.provider, s.customer_id, s.trigger, s.requested_at, s.due_at,
+			r.user_ref, r.at, r.event, s.expect, s.expect_at, s.expect_event
+		FROM (` + src + `) AS s (provider, customer_id, trigger, requested_at, due_at,
+			user_ref, user_ref_at, user_ref_event, expect, expect_at, expect_event)
+		LEFT JOIN LATERAL (
+			SELECT * FROM (
+				SELECT s.user_ref, s.user_ref_at, s.user_ref_event WHERE s.user_ref IS NOT NULL
+				UNION ALL
+				(SELECT e.user_ref, e.event_time, e.id FROM inbox_events e
+				 WHERE e.provider = s.provider AND e.customer_id = s.customer_id AND e.user_ref IS NOT NULL
+				 ORDER BY e.event_time DESC NULLS LAST, e.id DESC LIMIT 1)) c (user_ref, at, event)
+			ORDER BY at DESC NULLS LAST, event DESC LIMIT 1) r ON true
+		ON CONFLICT (provider, customer_id) DO UPDATE SET
 			trigger      = excluded.trigger,
-			requested_at = greatest(reconcile_queue.requested_at, excluded.requested_at),
-			due_at       = least(reconcile_queue.due_at, excluded.due_at),
-			attempts     = CASE WHEN reconcile_queue.status = 'dead' THEN 0 ELSE reconcile_queue.attempts END,
-			status       = 'pending'`
-)
+			requested_at = greatest(q.requested_at, excluded.requested_at),
+			due_at       = least(q.due_at, excluded.due_at),
+			attempts     = CASE WHEN q.status = 'dead' THEN 0 ELSE q.attempts END,
+			status       = 'pending'` + keepNewest("user_ref") + keepNewest("expect")
+}
+
+// noHints are the hint columns of a request no event names (enqueueSQL).
+const noHints = `NULL::text, NULL::timestamptz, NULL::bigint, NULL::jsonb, NULL::timestamptz, NULL::bigint`
+
+// keepNewest is the upsert's SET clauses for the hint col (with col_at,
+// col_event): the incoming one when it is newer than the row's, by event
+// time (none is oldest) then inbox id, else the row's.
+func keepNewest(col string) string {
+	newer := fmt.Sprintf(`excluded.%[1]s IS NOT NULL AND (q.%[1]s IS NULL
+				OR (coalesce(excluded.%[1]s_at, '-infinity'), excluded.%[1]s_event) > (coalesce(q.%[1]s_at, '-infinity'), q.%[1]s_event))`, col)
+	var b strings.Builder
+	for _, c := range []string{col, col + "_at", col + "_event"} {
+		fmt.Fprintf(&b, ",\n\t\t\t%s = CASE WHEN %s THEN excluded.%s ELSE q.%s END", c, newer, c, c)
+	}
+	return b.String()
+}
 
 // enqueue makes the customer's queue row due now for trigger.
 func enqueue(ctx context.Context, tx pgx.Tx, provider, customerID, trigger string) error {
-	_, err := tx.Exec(ctx, enqueueSQL+` VALUES ($1, $2, $3, now(), now()) `+enqueueConflictSQL,
+	_, err := tx.Exec(ctx, enqueueSQL(`SELECT $1::text, $2::text, $3::text, now(), now(), `+noHints),
 		provider, customerID, trigger)
 	if err != nil {
 		return fmt.Errorf("enqueue %s customer %s: %w", provider, customerID, err)

@@ -28,8 +28,8 @@ const (
 	// (and any receipt left, by the foreign key's cascade). Kept: the
 	// customer's newest event naming the app's user reference, unless the
 	// account already holds that reference: a reconcile hands it to the
-	// account (newestUserRef), and it may not have yet (an ignored
-	// reconcile writes no account).
+	// account (a queue row takes it when born: enqueueSQL), and it may not
+	// have yet (an ignored reconcile writes no account).
 	pruneEventsSQL = `
 		DELETE FROM inbox_events WHERE id IN (
 			SELECT e.id FROM inbox_events e

@@ -29,11 +29,7 @@ func (s *Store) Claim(ctx context.Context, worker string, limit int, lease time.
 		SET locked_by = $1, locked_until = now() + make_interval(secs => $3)
 		FROM due WHERE q.id = due.id
 		RETURNING q.id, q.provider, q.customer_id, q.trigger, q.requested_at, now(), q.attempts,
-			(SELECT e.expect::text FROM inbox_events e
-			 WHERE e.provider = q.provider AND e.customer_id = q.customer_id
-			   AND e.status = 'pending' AND e.expect IS NOT NULL
-			 ORDER BY e.event_time DESC NULLS LAST, e.id DESC LIMIT 1),
-			`+newestUserRef,
+			q.expect::text, coalesce(q.user_ref, '')`,
 		worker, limit, lease.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("claim jobs: %w", classify(err))
@@ -58,17 +54,13 @@ func (s *Store) Claim(ctx context.Context, worker string, limit int, lease time.
 	return jobs, nil
 }
 
-// newestUserRef is a queue row q's Job.UserRef: the app's reference named
-// by the customer's newest stored event that names one, whatever that
-// event's status; empty only when none ever did. Not only pending events: the
-// event naming the user may have been answered already by a reconcile that
-// wrote nothing (ignored: a plan code no plan maps), and the reconcile that
-// next writes the account (a payment naming no user, a sweep, a resync)
-// must still give the account its reference. Served by the partial index
-// inbox_events_user_ref.
-const newestUserRef = `coalesce((SELECT e.user_ref FROM inbox_events e
-	WHERE e.provider = q.provider AND e.customer_id = q.customer_id AND e.user_ref IS NOT NULL
-	ORDER BY e.event_time DESC NULLS LAST, e.id DESC LIMIT 1), '')`
+// refreshExpect sets a queue row's expectation (q, of the statement it
+// ends) to its customer's newest pending event's: after a reconcile
+// answered the events it covered, only those received since count (an
+// event that arrived during the fetch keeps the row; see finishJob).
+const refreshExpect = `(expect, expect_at, expect_event) = (SELECT e.expect, e.event_time, e.id FROM inbox_events e
+	WHERE e.provider = q.provider AND e.customer_id = q.customer_id AND e.status = 'pending' AND e.expect IS NOT NULL
+	ORDER BY e.event_time DESC NULLS LAST, e.id DESC LIMIT 1)`
 
 // Now returns the database's clock.
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
@@ -166,8 +158,9 @@ func finishJob(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt tim
 		return nil
 	}
 	_, err = tx.Exec(ctx, `
-		UPDATE reconcile_queue
-		SET due_at = now(), attempts = 0, status = 'pending', locked_by = NULL, locked_until = NULL, last_error = NULL
+		UPDATE reconcile_queue q
+		SET due_at = now(), attempts = 0, status = 'pending', locked_by = NULL, locked_until = NULL, last_error = NULL,
+			`+refreshExpect+`
 		WHERE id = $1`, job.ID)
 	if err != nil {
 		return fmt.Errorf("re-due job: %w", err)
@@ -226,7 +219,7 @@ func (s *Store) Hold(ctx context.Context, provider, customerID, trigger, holder 
 			WHERE q.id = f.id
 			RETURNING q.id, q.provider, q.customer_id, q.trigger, q.requested_at, now(), q.attempts,
 			          CASE WHEN f.free THEN '' ELSE coalesce(q.locked_by, '') END, q.locked_until,
-			          `+newestUserRef,
+			          coalesce(q.user_ref, '')`,
 			provider, customerID, holder, lease.Seconds()).Scan(&job.ID, &job.Provider, &job.CustomerID,
 			&job.Trigger, &job.RequestedAt, &job.ClaimedAt, &job.Attempts, &heldBy, &heldUntil, &job.UserRef)
 	})

@@ -141,15 +141,18 @@ func TestClaimCarriesTheNewestExpectation(t *testing.T) {
 	job := claimOne(t, st)
 	require.Equal(t, newest, job.Expect)
 
-	_, err := st.Pool().Exec(ctx, `UPDATE inbox_events SET status = 'applied' WHERE dedupe_key = 'evt_newest'`)
+	// A reconcile observed right after evt_newest arrived answers it alone
+	// (the job stays: the others came later).
+	var first time.Time
+	require.NoError(t, st.Pool().QueryRow(ctx, `SELECT received_at FROM inbox_events WHERE dedupe_key = 'evt_newest'`).Scan(&first))
+	_, err := st.Ignore(ctx, job, first, reconcile.Outcome{Result: reconcile.ResultIgnored, Text: "ignored: test"})
 	require.NoError(t, err)
-	_, err = st.Pool().Exec(ctx, `UPDATE reconcile_queue SET locked_until = NULL`)
-	require.NoError(t, err)
-	require.Equal(t, []string{"price_pro"}, claimOne(t, st).Expect.Prices, "an answered event expects nothing any more")
+	job = claimOne(t, st)
+	require.Equal(t, []string{"price_pro"}, job.Expect.Prices, "an answered event expects nothing any more")
 
-	_, err = st.Pool().Exec(ctx, `UPDATE inbox_events SET status = 'applied'`)
+	// Every event answered; a later one says nothing.
+	_, err = st.Ignore(ctx, job, dbNow(t, st), reconcile.Outcome{Result: reconcile.ResultIgnored, Text: "ignored: test"})
 	require.NoError(t, err)
-	_, err = st.Pool().Exec(ctx, `UPDATE reconcile_queue SET locked_until = NULL`)
-	require.NoError(t, err)
+	deliver("evt_later", 10, nil)
 	require.Nil(t, claimOne(t, st).Expect)
 }

@@ -53,9 +53,10 @@ func (s *Store) Resolve(ctx context.Context, job reconcile.Job, customerID strin
 		if err != nil || ok {
 			return err
 		}
-		if _, err := tx.Exec(ctx, enqueueSQL+`
-			SELECT provider, $2, trigger, requested_at, now() FROM reconcile_queue WHERE id = $1
-			`+enqueueConflictSQL, job.ID, customerID); err != nil {
+		if _, err := tx.Exec(ctx, enqueueSQL(`
+			SELECT provider, $2::text, trigger, requested_at, now(),
+				user_ref, user_ref_at, user_ref_event, expect, expect_at, expect_event
+			FROM reconcile_queue WHERE id = $1`), job.ID, customerID); err != nil {
 			return fmt.Errorf("fold into the customer's queue row: %w", err)
 		}
 		_, err = tx.Exec(ctx, `DELETE FROM reconcile_queue WHERE id = $1`, job.ID)

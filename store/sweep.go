@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -153,13 +152,13 @@ func (s *Store) EnqueueUnswept(ctx context.Context, runID int64, provider string
 	}
 	var n int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, enqueueSQL+`
+		tag, err := tx.Exec(ctx, enqueueSQL(`
 			SELECT a.provider, a.customer_id, 'sweep', now(),
-				now() + (row_number() OVER (ORDER BY a.id) - 1) * make_interval(secs => $3)
+				now() + (row_number() OVER (ORDER BY a.id) - 1) * make_interval(secs => $3), `+noHints+`
 			FROM accounts a
 			WHERE a.provider = $1
-			  AND NOT EXISTS (SELECT 1 FROM sweep_seen w WHERE w.run_id = $2 AND w.customer_id = a.customer_id)
-			`+enqueueConflictSQL, provider, runID, pace.Seconds())
+			  AND NOT EXISTS (SELECT 1 FROM sweep_seen w WHERE w.run_id = $2 AND w.customer_id = a.customer_id)`),
+			provider, runID, pace.Seconds())
 		if err != nil {
 			return fmt.Errorf("enqueue unswept accounts: %w", err)
 		}
@@ -190,52 +189,51 @@ func (s *Store) EnqueueUnswept(ctx context.Context, runID int64, provider string
 // nothing. webhookSince reports, for an applied change, whether a webhook
 // for the customer was stored after the account's previous observation
 // (then one was stored but its reconcile failed; else none came).
-func (s *Store) ApplySwept(ctx context.Context, job reconcile.Job, observedAt time.Time, decide func(cur reconcile.Account) reconcile.Change) (out reconcile.Outcome, webhookSince bool, err error) {
+func (s *Store) ApplySwept(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decision) (out reconcile.Outcome, webhookSince bool, err error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		cur, err := lockAccount(ctx, tx, job.Provider, job.CustomerID)
+		st, err := lockState(ctx, tx, job.Provider, job.CustomerID, d.Period)
 		if err != nil {
 			return err
 		}
-		ch := decide(cur)
-		var granted []int64
-		switch ch.Result {
-		case reconcile.ResultStale:
-			out = ch.Done(cur)
+		w := d.Decide(st)
+		out = w.Outcome
+		// Stale, or unchanged with its period granted in full (an unchanged
+		// account whose ledger moves is applied): nothing to write.
+		if out.Result == reconcile.ResultStale || out.Result == reconcile.ResultUnchanged {
 			return nil
-		case reconcile.ResultUnchanged:
-			if granted, err = writeGrants(ctx, tx, cur.ID, ch.Grants()); err != nil || !slices.ContainsFunc(granted, func(n int64) bool { return n > 0 }) {
-				out = ch.Done(cur)
-				return err
-			}
 		}
 		if err := tx.QueryRow(ctx, `
 			SELECT EXISTS (SELECT 1 FROM inbox_events
 				WHERE provider = $1 AND customer_id = $2 AND ($3::timestamptz IS NULL OR received_at > $3))`,
-			job.Provider, job.CustomerID, nullTime(cur.ObservedAt)).Scan(&webhookSince); err != nil {
+			job.Provider, job.CustomerID, nullTime(st.Account.ObservedAt)).Scan(&webhookSince); err != nil {
 			return fmt.Errorf("find webhooks since: %w", err)
 		}
-		if ch.Writes() {
-			if err := writeAccount(ctx, tx, ch.Next); err != nil {
-				return err
-			}
-			if ch.Result != reconcile.ResultUnchanged {
-				if granted, err = writeGrants(ctx, tx, cur.ID, ch.Grants()); err != nil {
-					return err
-				}
-			}
-		}
-		out = ch.Done(cur, granted...)
-		if err := writeLog(ctx, tx, job, observedAt, out); err != nil {
+		if err := s.writeDecided(ctx, tx, st.Account.ID, w); err != nil {
 			return err
 		}
-		events, n, err := markEvents(ctx, tx, job, observedAt, out.EventStatus(), out.Text)
+		if err := writeLog(ctx, tx, job, w.Actor, observedAt, out); err != nil {
+			return err
+		}
+		events, n, err := markEvents(ctx, tx, job, observedAt, w.EventStatus, out.Text)
 		out.Events = n
-		if err != nil || !ch.Writes() {
+		if err != nil {
 			return err
 		}
-		return s.announceApply(ctx, tx, job, cur, ch.Next, ch.Grants(), granted, events, n)
+		if n > 0 {
+			// The customer's queue row may expect what an answered event
+			// said. It is not waited for: a worker's apply locks it before
+			// the account, this the other way round, and that apply
+			// settles it itself (finishJob).
+			if _, err := tx.Exec(ctx, `
+				UPDATE reconcile_queue q SET `+refreshExpect+`
+				WHERE q.id = (SELECT id FROM reconcile_queue WHERE provider = $1 AND customer_id = $2 AND expect IS NOT NULL
+				              FOR UPDATE SKIP LOCKED)`, job.Provider, job.CustomerID); err != nil {
+				return fmt.Errorf("refresh the queue row's expectation: %w", err)
+			}
+		}
+		return s.announce(ctx, tx, w.Change, events, n)
 	})
 	if err != nil {
 		return reconcile.Outcome{}, false, fmt.Errorf("apply swept %s/%s: %w", job.Provider, job.CustomerID, classify(err))

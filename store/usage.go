@@ -101,7 +101,7 @@ func (s *Store) Debit(ctx context.Context, d reconcile.Debit, decide func(reconc
 		if err != nil {
 			return err
 		}
-		cur, sums, err := debitState(ctx, tx, a, d.LedgerKey(a.ID), d.Feature)
+		cur, err := debitState(ctx, tx, a, d.LedgerKey(a.ID), d.Feature)
 		if err != nil {
 			return err
 		}
@@ -117,7 +117,9 @@ func (s *Store) Debit(ctx context.Context, d reconcile.Debit, decide func(reconc
 		if err != nil {
 			return fmt.Errorf("write debit %s: %w", res.Entry.Key, err)
 		}
-		return s.announceDebit(ctx, tx, a, sums, res.Entry)
+		change := res.Change
+		res.Change = nil // the store's to write: the caller gets the result
+		return s.announce(ctx, tx, change, nil, 0)
 	})
 	switch {
 	case refused != nil:
@@ -130,22 +132,11 @@ func (s *Store) Debit(ctx context.Context, d reconcile.Debit, decide func(reconc
 	return res, nil
 }
 
-// announceDebit announces the debit entry of account a that the caller's
-// transaction just wrote into the period whose sums were: its meter's
-// balance moved, nothing else.
-func (s *Store) announceDebit(ctx context.Context, tx pgx.Tx, a reconcile.Account, sums periodSums, e reconcile.LedgerEntry) error {
-	move := reconcile.LedgerMove{Meter: e.Meter, Kind: reconcile.LedgerUsage, Key: e.Key, Delta: e.Delta, Plan: e.Plan,
-		PeriodStart: e.PeriodStart}
-	before := sums.state(a)
-	sums.add(move, 1)
-	return s.announce(ctx, tx, &before, sums.state(a), []reconcile.LedgerMove{move},
-		reconcile.Why{Trigger: reconcile.TriggerUsage, Actor: "app"})
-}
-
 // debitState reads what a debit of account a's meter under key is decided
-// on, and the current period's sums of every meter (for the change); the
-// caller holds a's row lock, so a repeat sees the first request's commit.
-func debitState(ctx context.Context, tx pgx.Tx, a reconcile.Account, key, meter string) (reconcile.DebitState, periodSums, error) {
+// on: the key's entry, and the current period's ledger of every meter
+// (the meter's balance, and the app's change); the caller holds a's row
+// lock, so a repeat sees the first request's commit.
+func debitState(ctx context.Context, tx pgx.Tx, a reconcile.Account, key, meter string) (reconcile.DebitState, error) {
 	cur := reconcile.DebitState{Account: a}
 	var prior reconcile.LedgerEntry
 	var balanceAfter *int64
@@ -160,12 +151,11 @@ func debitState(ctx context.Context, tx pgx.Tx, a reconcile.Account, key, meter 
 			cur.PriorBalance = *balanceAfter
 		}
 	case !errors.Is(err, pgx.ErrNoRows):
-		return cur, nil, fmt.Errorf("read debit %s: %w", key, err)
+		return cur, fmt.Errorf("read debit %s: %w", key, err)
 	}
-	_, sums, err := ledgerSums(ctx, tx, a.ID, time.Time{}, a.PeriodStart)
-	if err != nil {
-		return cur, nil, err
+	if cur.Ledger, err = readLedger(ctx, tx, a.ID, a.PeriodStart, time.Time{}); err != nil {
+		return cur, err
 	}
-	cur.Balance = sums[meter].sum
-	return cur, sums, nil
+	cur.Balance = cur.Ledger.Of(a.PeriodStart, meter).Balance
+	return cur, nil
 }

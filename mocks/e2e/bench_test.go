@@ -47,7 +47,7 @@ func BenchmarkApply(b *testing.B) {
 		b.ResetTimer()
 		for i, job := range jobs {
 			obs := now.Add(time.Duration(i+1) * time.Microsecond)
-			out, err := st.Apply(ctx, job, obs, decideWith(benchSnapshot(job.CustomerID, now), plans, obs))
+			out, err := st.Apply(ctx, job, obs, reconcile.NewDecision(job, benchSnapshot(job.CustomerID, now), plans, obs))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -71,13 +71,13 @@ func BenchmarkApply(b *testing.B) {
 		}
 		job := reconcile.Job{Provider: "stripe", CustomerID: "cus_same", Trigger: reconcile.TriggerResync}
 		snap := benchSnapshot(job.CustomerID, now)
-		if _, err := st.Apply(ctx, job, now, decideWith(snap, plans, now)); err != nil {
+		if _, err := st.Apply(ctx, job, now, reconcile.NewDecision(job, snap, plans, now)); err != nil {
 			b.Fatal(err)
 		}
 		b.ResetTimer()
 		for i := range b.N {
 			obs := now.Add(time.Duration(i+1) * time.Microsecond)
-			out, err := st.Apply(ctx, job, obs, decideWith(snap, plans, obs))
+			out, err := st.Apply(ctx, job, obs, reconcile.NewDecision(job, snap, plans, obs))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -93,9 +93,4 @@ func benchSnapshot(customerID string, now time.Time) reconcile.Snapshot {
 	s := oneSub(customerID, "active", start, start.AddDate(0, 1, 0), "pro", "price_pro")
 	s.UserRef, s.Subscriptions[0].ID = "user_"+customerID, "sub_"+customerID
 	return s
-}
-
-// decideWith is the worker's decision for snap, as Apply takes it.
-func decideWith(snap reconcile.Snapshot, plans *reconcile.Plans, obs time.Time) func(reconcile.Account) reconcile.Change {
-	return func(cur reconcile.Account) reconcile.Change { return reconcile.Decide(cur, snap, plans, obs) }
 }

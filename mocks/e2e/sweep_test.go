@@ -357,11 +357,11 @@ type dyingStore struct {
 
 var errKilled = errors.New("killed")
 
-func (s *dyingStore) ApplySwept(ctx context.Context, job reconcile.Job, at time.Time, decide func(reconcile.Account) reconcile.Change) (reconcile.Outcome, bool, error) {
+func (s *dyingStore) ApplySwept(ctx context.Context, job reconcile.Job, at time.Time, d reconcile.Decision) (reconcile.Outcome, bool, error) {
 	if s.left.Add(-1) < 0 {
 		return reconcile.Outcome{}, false, errKilled
 	}
-	return s.Store.ApplySwept(ctx, job, at, decide)
+	return s.Store.ApplySwept(ctx, job, at, d)
 }
 
 // TestSweepKilledMidPageResumes: a sweeper killed half way through applying

@@ -58,7 +58,7 @@ func (q *deepQueue) store() *mock.Store {
 			return len(jobs), nil
 		},
 		NowFn: func(context.Context) (time.Time, error) { return time.Now(), nil },
-		ApplyFn: func(_ context.Context, _ reconcile.Job, _ time.Time, _ func(reconcile.Account) reconcile.Change) (reconcile.Outcome, error) {
+		ApplyFn: func(_ context.Context, _ reconcile.Job, _ time.Time, _ reconcile.Decision) (reconcile.Outcome, error) {
 			time.Sleep(applyTakes)
 			q.mu.Lock()
 			defer q.mu.Unlock()
