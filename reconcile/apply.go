@@ -103,17 +103,17 @@ type Write struct {
 	// Change is what the app is told, nil when nothing it sees changed:
 	// the store numbers it (ID, Seq, Time) and names the events it answered
 	// (Why.EventIDs, Why.Events).
-	Change *AppChange
+	Change *AccountChange
 }
 
 // Moved reports whether the write moves the ledger.
 func (w Write) Moved() bool { return len(w.Ledger) > 0 }
 
-// Decision decides one reconcile of a fetched snapshot once the store has
+// Decider decides one reconcile of a fetched snapshot once the store has
 // read the Locked state: the store reads the ledger of the account's own
 // period and of Period, and executes what Decide returns, calling back
 // into the domain for nothing else.
-type Decision struct {
+type Decider struct {
 	// Period is the start of the period the snapshot puts the account in
 	// (zero when it can put it in none): the only period besides the
 	// account's own that Decide may grant in.
@@ -125,15 +125,15 @@ type Decision struct {
 	observedAt time.Time
 }
 
-// NewDecision returns the decision of snap, observed at observedAt, for
+// NewDecider returns the decision of snap, observed at observedAt, for
 // job's customer. A provider whose reads carry no user reference
 // (UserRefFromEvents) has it from the job: its newest event's, settled on
 // the queue row at intake.
-func NewDecision(job Job, snap Snapshot, plans *Plans, observedAt time.Time) Decision {
+func NewDecider(job Job, snap Snapshot, plans *Plans, observedAt time.Time) Decider {
 	if snap.UserRefFromEvents && job.UserRef != "" {
 		snap.UserRef = job.UserRef
 	}
-	d := Decision{job: job, snap: snap, plans: plans, observedAt: observedAt}
+	d := Decider{job: job, snap: snap, plans: plans, observedAt: observedAt}
 	if c := choose(snap, plans); c.unmapped == nil {
 		d.Period, _ = periodOf(c, observedAt)
 	}
@@ -145,7 +145,7 @@ func NewDecision(job Job, snap Snapshot, plans *Plans, observedAt time.Time) Dec
 // period already holds), the outcome, and what the app is told, its before
 // read under the lock and its after that plus the rows written. It is
 // pure.
-func (d Decision) Decide(st Locked) Write {
+func (d Decider) Decide(st Locked) Write {
 	cur := st.Account
 	ch := Decide(cur, d.snap, d.plans, d.observedAt)
 	w := Write{Actor: ActorOf(d.job)}
@@ -174,7 +174,7 @@ func (d Decision) Decide(st Locked) Write {
 		s := st.Ledger.State(cur)
 		before = &s
 	}
-	if c, ok := ChangeOf(before, st.Ledger.With(moves...).State(next), moves,
+	if c, ok := AccountChangeOf(before, st.Ledger.With(moves...).State(next), moves,
 		Why{Trigger: d.job.Trigger, Actor: w.Actor}); ok {
 		w.Change = &c
 	}

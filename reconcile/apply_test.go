@@ -31,7 +31,7 @@ func TestDecisionWrite(t *testing.T) {
 	}
 
 	t.Run("NewAccount", func(t *testing.T) {
-		d := reconcile.NewDecision(job, pro, plans, t0)
+		d := reconcile.NewDecider(job, pro, plans, t0)
 		require.Equal(t, periodStart, d.Period, "the store reads the snapshot's period beside the account's")
 		w := d.Decide(reconcile.Locked{Account: reconcile.Account{ID: 7, Provider: "stripe", CustomerID: "cus_1"}})
 		require.NotNil(t, w.Account)
@@ -56,7 +56,7 @@ func TestDecisionWrite(t *testing.T) {
 	})
 
 	t.Run("UpgradeMidPeriod", func(t *testing.T) {
-		w := reconcile.NewDecision(job, pro, plans, t0.Add(time.Minute)).Decide(reconcile.Locked{Account: onFree, Ledger: freeLedger})
+		w := reconcile.NewDecider(job, pro, plans, t0.Add(time.Minute)).Decide(reconcile.Locked{Account: onFree, Ledger: freeLedger})
 		require.Equal(t, []reconcile.LedgerRow{
 			grantRow("grant:7:2026-11-03T00:00:00Z:pro:500", "", 490, "top up to 500 for plan pro"),
 			grantRow("grant.ai_credits:7:2026-11-03T00:00:00Z:1000", "ai_credits", 980, "top up ai_credits to 1000 (plan:pro)"),
@@ -73,10 +73,10 @@ func TestDecisionWrite(t *testing.T) {
 	})
 
 	t.Run("RepeatWritesNoRow", func(t *testing.T) {
-		first := reconcile.NewDecision(job, pro, plans, t0.Add(time.Minute)).Decide(reconcile.Locked{Account: onFree, Ledger: freeLedger})
+		first := reconcile.NewDecider(job, pro, plans, t0.Add(time.Minute)).Decide(reconcile.Locked{Account: onFree, Ledger: freeLedger})
 		// The same snapshot again, on what the first wrote.
 		after := freeLedger.With(first.Change.LedgerMoves...)
-		w := reconcile.NewDecision(job, pro, plans, t0.Add(2*time.Minute)).Decide(reconcile.Locked{Account: *first.Account, Ledger: after})
+		w := reconcile.NewDecider(job, pro, plans, t0.Add(2*time.Minute)).Decide(reconcile.Locked{Account: *first.Account, Ledger: after})
 		require.Empty(t, w.Ledger)
 		require.Equal(t, reconcile.ResultUnchanged, w.Outcome.Result)
 		require.NotNil(t, w.Account, "an unchanged account is written: it was observed later")
@@ -86,7 +86,7 @@ func TestDecisionWrite(t *testing.T) {
 	t.Run("NewPeriodOnlyMovesTheLedger", func(t *testing.T) {
 		onPro := onFree
 		onPro.Plan, onPro.ObservedAt = "pro", t0
-		d := reconcile.NewDecision(job, oneSub("cus_1", "active", periodEnd, nextEnd, "price_pro"), plans, t0.Add(time.Minute))
+		d := reconcile.NewDecider(job, oneSub("cus_1", "active", periodEnd, nextEnd, "price_pro"), plans, t0.Add(time.Minute))
 		require.Equal(t, periodEnd, d.Period)
 		// The store read both periods: the old one's rows stay there.
 		w := d.Decide(reconcile.Locked{Account: onPro, Ledger: freeLedger})
@@ -99,7 +99,7 @@ func TestDecisionWrite(t *testing.T) {
 	})
 
 	t.Run("StaleWritesNothing", func(t *testing.T) {
-		w := reconcile.NewDecision(job, pro, plans, t0.Add(-time.Minute)).Decide(reconcile.Locked{Account: onFree, Ledger: freeLedger})
+		w := reconcile.NewDecider(job, pro, plans, t0.Add(-time.Minute)).Decide(reconcile.Locked{Account: onFree, Ledger: freeLedger})
 		require.Nil(t, w.Account)
 		require.Empty(t, w.Ledger)
 		require.Nil(t, w.Change)
@@ -109,7 +109,7 @@ func TestDecisionWrite(t *testing.T) {
 
 	t.Run("IgnoredWritesNothingButItsOutcome", func(t *testing.T) {
 		sweep := reconcile.Job{Provider: "stripe", CustomerID: "cus_1", Trigger: reconcile.TriggerSweep}
-		d := reconcile.NewDecision(sweep, snap("active", "price_unknown"), plans, t0.Add(time.Minute))
+		d := reconcile.NewDecider(sweep, snap("active", "price_unknown"), plans, t0.Add(time.Minute))
 		require.True(t, d.Period.IsZero(), "an unmapped price puts the account in no period")
 		w := d.Decide(reconcile.Locked{Account: onFree, Ledger: freeLedger})
 		require.Nil(t, w.Account)

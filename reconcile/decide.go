@@ -42,8 +42,8 @@ func (g Grant) Key(accountID int64) string {
 // the difference to the allowance, never negative (no claw-back).
 func (g Grant) TopUp(granted int64) int64 { return max(g.Allowance-granted, 0) }
 
-// Change is what applying a snapshot to an account should do.
-type Change struct {
+// Decision is what applying a snapshot to an account should do.
+type Decision struct {
 	Result Result
 	Next   Account // the state to write; meaningful unless Result is stale or ignored
 	Grant  *Grant  // nil when nothing may be granted
@@ -69,14 +69,14 @@ type Change struct {
 // or one with no subscription keeping a plan, is on the default plan for
 // the calendar month. A subscription that is not paid up keeps its plan
 // and its account's period but is granted nothing new (see grantFor).
-func Decide(cur Account, snap Snapshot, plans *Plans, observedAt time.Time) Change {
+func Decide(cur Account, snap Snapshot, plans *Plans, observedAt time.Time) Decision {
 	if !cur.ObservedAt.IsZero() && !observedAt.After(cur.ObservedAt) {
-		return Change{Result: ResultStale, Next: cur,
+		return Decision{Result: ResultStale, Next: cur,
 			Outcome: fmt.Sprintf("stale: a newer snapshot (observed %s) is already applied", cur.ObservedAt.UTC().Format(time.RFC3339Nano))}
 	}
 	c := choose(snap, plans)
 	if c.unmapped != nil {
-		return Change{Result: ResultIgnored, Next: cur, Unmapped: c.unmapped.refs,
+		return Decision{Result: ResultIgnored, Next: cur, Unmapped: c.unmapped.refs,
 			Outcome: c.unmapped.describe()}
 	}
 	next := accountFor(cur, snap, c, observedAt)
@@ -86,7 +86,7 @@ func Decide(cur Account, snap Snapshot, plans *Plans, observedAt time.Time) Chan
 	}
 	next.Features = ResolveFeatures(plans, c.plans, next.Entitlements)
 	grant, note := grantFor(cur, &next, c, plans)
-	ch := Change{Result: ResultUnchanged, Next: next, Grant: grant, Meters: meterGrants(next, grant)}
+	ch := Decision{Result: ResultUnchanged, Next: next, Grant: grant, Meters: meterGrants(next, grant)}
 	if cur.ObservedAt.IsZero() || !sameState(cur, next) {
 		ch.Result = ResultApplied
 	}
@@ -285,7 +285,7 @@ func meterGrants(next Account, grant *Grant) []Grant {
 // (when there is one), then each metered feature's. The store writes them
 // in this order (Decision.Decide forms their rows) and Done is handed what
 // each added.
-func (c Change) Grants() []Grant {
+func (c Decision) Grants() []Grant {
 	var gs []Grant
 	if c.Grant != nil {
 		gs = append(gs, *c.Grant)
@@ -325,7 +325,7 @@ func (u *unmappedPrices) describe() string {
 
 // Writes reports whether the change writes the account and may grant:
 // only a snapshot newer than the account's, which maps to a plan, does.
-func (c Change) Writes() bool {
+func (c Decision) Writes() bool {
 	return c.Result == ResultApplied || c.Result == ResultUnchanged
 }
 
@@ -333,7 +333,7 @@ func (c Change) Writes() bool {
 // added is known (granted[i] is what Grants()[i] added; missing
 // entries added nothing): an otherwise unchanged account whose ledger
 // moved (a new period, or a grant a crash lost) counts as applied.
-func (c Change) Done(cur Account, granted ...int64) Outcome {
+func (c Decision) Done(cur Account, granted ...int64) Outcome {
 	var def int64
 	var meters []string
 	var moved bool
@@ -366,7 +366,7 @@ func (c Change) Done(cur Account, granted ...int64) Outcome {
 
 // Describe returns the readable outcome once the default grant's top-up
 // is known.
-func (c Change) Describe(granted int64) string {
+func (c Decision) Describe(granted int64) string {
 	if granted <= 0 {
 		return c.Outcome
 	}

@@ -18,7 +18,7 @@ type OnDemandStore interface {
 	Hold(ctx context.Context, provider, customerID, trigger, holder string, lease time.Duration) (Job, error)
 	// Preview runs Apply's transaction and rolls it back: what Apply would
 	// do now, with nothing written.
-	Preview(ctx context.Context, job Job, observedAt time.Time, d Decision) (Outcome, error)
+	Preview(ctx context.Context, job Job, observedAt time.Time, d Decider) (Outcome, error)
 }
 
 // Request asks for one customer to be reconciled now.
@@ -92,7 +92,7 @@ func (w *Worker) preview(ctx context.Context, st OnDemandStore, req Request) (Ou
 		return Outcome{}, fmt.Errorf("dry run %s/%s: %w", req.Provider, req.CustomerID, err)
 	}
 	if err == nil {
-		return st.Preview(ctx, job, observedAt, NewDecision(job, snap, w.cfg.Plans, observedAt))
+		return st.Preview(ctx, job, observedAt, NewDecider(job, snap, w.cfg.Plans, observedAt))
 	}
 	if out, ok := permanent(job, err); ok {
 		return out, nil

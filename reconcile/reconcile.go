@@ -9,7 +9,7 @@
 // Where things are:
 //   - the nouns: account.go, event.go, job.go, related.go (the object a
 //     thin event names before its customer is known), snapshot.go, plan.go,
-//     feature.go, outcome.go, appchange.go (what the app is told of a
+//     feature.go, outcome.go, accountchange.go (what the app is told of a
 //     change), support.go and overview.go (the read models of support and
 //     of the console's first page);
 //   - the interfaces the adapters implement: store.go, provider.go, and

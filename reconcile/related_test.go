@@ -50,7 +50,7 @@ func TestWorkerResolvesARelatedObject(t *testing.T) {
 				job.CustomerID = customerID
 				return job, !queued, nil
 			},
-			ApplyFn: func(_ context.Context, job reconcile.Job, _ time.Time, _ reconcile.Decision) (reconcile.Outcome, error) {
+			ApplyFn: func(_ context.Context, job reconcile.Job, _ time.Time, _ reconcile.Decider) (reconcile.Outcome, error) {
 				calls = append(calls, "apply "+job.CustomerID)
 				return reconcile.Outcome{Result: reconcile.ResultApplied}, nil
 			},

@@ -27,7 +27,7 @@ type Store interface {
 	// customer's events received at or before observedAt, the app's change;
 	// then it completes the job, or makes it due again when a request came
 	// in after observedAt.
-	Apply(ctx context.Context, job Job, observedAt time.Time, d Decision) (Outcome, error)
+	Apply(ctx context.Context, job Job, observedAt time.Time, d Decider) (Outcome, error)
 	// Ignore records a permanent failure (out.Result is ResultIgnored): the
 	// customer's events end as ignored with out.Text, and the job
 	// completes.

@@ -81,7 +81,7 @@ type SweepStore interface {
 	FinishSweep(ctx context.Context, run SweepRun, failure error) error
 	// ApplySwept is Apply for a swept snapshot, without a queue row, writing
 	// nothing for an account already right.
-	ApplySwept(ctx context.Context, job Job, observedAt time.Time, d Decision) (Outcome, bool, error)
+	ApplySwept(ctx context.Context, job Job, observedAt time.Time, d Decider) (Outcome, bool, error)
 	// EnqueueUnswept queues the accounts the run did not resolve, the
 	// first due now and each next one pace later, and revives dead queue
 	// rows.
@@ -347,7 +347,7 @@ func (s *Sweeper) page(ctx context.Context, rep *SweepReport, snaps []Snapshot, 
 		}
 		snap := byCustomer[id]
 		job := Job{Provider: s.cfg.Provider, CustomerID: id, Trigger: TriggerSweep}
-		out, webhookSince, err := s.cfg.Store.ApplySwept(ctx, job, at, NewDecision(job, snap, s.cfg.Plans, at))
+		out, webhookSince, err := s.cfg.Store.ApplySwept(ctx, job, at, NewDecider(job, snap, s.cfg.Plans, at))
 		if err != nil {
 			return nil, err
 		}

@@ -154,7 +154,7 @@ func (s *fakeSweepStore) store() *mock.SweepStore {
 		SweptAccountsFn: func(context.Context, string, []string) (map[string]reconcile.Account, error) {
 			return nil, nil // no account yet: every snapshot is applied
 		},
-		ApplySweptFn: func(_ context.Context, job reconcile.Job, _ time.Time, _ reconcile.Decision) (reconcile.Outcome, bool, error) {
+		ApplySweptFn: func(_ context.Context, job reconcile.Job, _ time.Time, _ reconcile.Decider) (reconcile.Outcome, bool, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			s.applied[job.CustomerID]++

@@ -126,7 +126,7 @@ type DebitResult struct {
 	// Change is what the app is told of a debit that writes (nil for a
 	// replay): the store numbers it (ID, Seq, Time) and writes it, and
 	// hands the result back without it.
-	Change *AppChange `json:"-"`
+	Change *AccountChange `json:"-"`
 }
 
 // DebitState is what a debit is decided on, as the store reads it under
@@ -180,7 +180,7 @@ func DecideDebit(d Debit, cur DebitState) (DebitResult, error) {
 	move := LedgerMove{Meter: d.Feature, Kind: LedgerUsage, Key: res.Entry.Key, Delta: res.Entry.Delta,
 		Plan: res.Entry.Plan, PeriodStart: res.Entry.PeriodStart}
 	before := cur.Ledger.State(cur.Account)
-	if c, ok := ChangeOf(&before, cur.Ledger.With(move).State(cur.Account), []LedgerMove{move},
+	if c, ok := AccountChangeOf(&before, cur.Ledger.With(move).State(cur.Account), []LedgerMove{move},
 		Why{Trigger: TriggerUsage, Actor: "app"}); ok {
 		res.Change = &c
 	}

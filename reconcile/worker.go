@@ -498,7 +498,7 @@ func (w *Worker) reconcile(ctx context.Context, job Job, observe observer, start
 		out, err := w.failure(ctx, job, observedAt, err)
 		return out, observedAt, err
 	}
-	out, err := w.cfg.Store.Apply(storeCtx, job, observedAt, NewDecision(job, snap, w.cfg.Plans, observedAt))
+	out, err := w.cfg.Store.Apply(storeCtx, job, observedAt, NewDecider(job, snap, w.cfg.Plans, observedAt))
 	out.Recheck = recheck
 	return out, observedAt, err
 }

@@ -112,7 +112,7 @@ func drainUntilIdle(t *testing.T, w *reconcile.Worker) {
 func TestWorkerStoreFailureIsAnAttempt(t *testing.T) {
 	q := &fakeQueue{job: reconcile.Job{ID: 1, Provider: "stripe", CustomerID: "cus_1"}, due: true}
 	st := q.store()
-	st.ApplyFn = func(context.Context, reconcile.Job, time.Time, reconcile.Decision) (reconcile.Outcome, error) {
+	st.ApplyFn = func(context.Context, reconcile.Job, time.Time, reconcile.Decider) (reconcile.Outcome, error) {
 		return reconcile.Outcome{}, errors.New("violates check constraint")
 	}
 	var seen []reconcile.Result
@@ -154,7 +154,7 @@ func TestWorkerClockFailureIsAnAttempt(t *testing.T) {
 func TestWorkerRecordsAFailureOnceTheStoreIsBack(t *testing.T) {
 	q := &fakeQueue{job: reconcile.Job{ID: 1, Provider: "stripe", CustomerID: "cus_1"}, due: true}
 	st := q.store()
-	st.ApplyFn = func(context.Context, reconcile.Job, time.Time, reconcile.Decision) (reconcile.Outcome, error) {
+	st.ApplyFn = func(context.Context, reconcile.Job, time.Time, reconcile.Decider) (reconcile.Outcome, error) {
 		return reconcile.Outcome{}, errors.New("unexpected EOF")
 	}
 	calls := 0
@@ -193,7 +193,7 @@ func TestWorkerHeartbeatRenewsLeasesInHand(t *testing.T) {
 			renewed <- ids
 			return len(held), nil
 		}
-		st.ApplyFn = func(context.Context, reconcile.Job, time.Time, reconcile.Decision) (reconcile.Outcome, error) {
+		st.ApplyFn = func(context.Context, reconcile.Job, time.Time, reconcile.Decider) (reconcile.Outcome, error) {
 			return reconcile.Outcome{Result: reconcile.ResultApplied}, nil
 		}
 		// Each fetch waits for the heartbeat it must see: both jobs renewed
@@ -337,7 +337,7 @@ func TestNewWorkerRefusesBadConfig(t *testing.T) {
 func TestWorkerAlertsUnmappedPrice(t *testing.T) {
 	q := &fakeQueue{job: reconcile.Job{ID: 1, Provider: "stripe", CustomerID: "cus_1"}, due: true}
 	st := q.store()
-	st.ApplyFn = func(_ context.Context, _ reconcile.Job, _ time.Time, d reconcile.Decision) (reconcile.Outcome, error) {
+	st.ApplyFn = func(_ context.Context, _ reconcile.Job, _ time.Time, d reconcile.Decider) (reconcile.Outcome, error) {
 		cur := reconcile.Account{ID: 3, Provider: "stripe", CustomerID: "cus_1", Plan: "pro", Status: "active", ObservedAt: t0}
 		return d.Decide(reconcile.Locked{Account: cur}).Outcome, nil
 	}
@@ -393,7 +393,7 @@ func TestWorkerObservesAtTheFetch(t *testing.T) {
 			return time.Now(), nil
 		}
 		observed := map[string]time.Time{}
-		st.ApplyFn = func(_ context.Context, job reconcile.Job, at time.Time, _ reconcile.Decision) (reconcile.Outcome, error) {
+		st.ApplyFn = func(_ context.Context, job reconcile.Job, at time.Time, _ reconcile.Decider) (reconcile.Outcome, error) {
 			observed[job.CustomerID] = at
 			return reconcile.Outcome{Result: reconcile.ResultApplied}, nil
 		}
@@ -417,7 +417,7 @@ func TestWorkerObservesAtTheFetch(t *testing.T) {
 // the latency they are sized by.
 func TestWorkerReportsItsSlots(t *testing.T) {
 	st := batchOfTwo()
-	st.ApplyFn = func(context.Context, reconcile.Job, time.Time, reconcile.Decision) (reconcile.Outcome, error) {
+	st.ApplyFn = func(context.Context, reconcile.Job, time.Time, reconcile.Decider) (reconcile.Outcome, error) {
 		return reconcile.Outcome{Result: reconcile.ResultApplied}, nil
 	}
 	inFetch, release := make(chan struct{}), make(chan struct{})

@@ -29,7 +29,7 @@ type AppStore interface {
 
 // ChangeFeed is what GET /api/changes reads (store.Store implements it).
 type ChangeFeed interface {
-	Changes(ctx context.Context, after reconcile.ChangeCursor, limit int) ([]reconcile.FeedChange, error)
+	Changes(ctx context.Context, after reconcile.ChangeCursor, limit int) ([]reconcile.ChangeFeedEntry, error)
 }
 
 // App configures the app-facing API, /api/users/…: the app reads a user's

@@ -84,7 +84,7 @@ func (e *appEnv) accountOf(snap reconcile.Snapshot) int64 {
 	require.Len(e.t, jobs, 1)
 	obs, err := e.st.Now(ctx)
 	require.NoError(e.t, err)
-	out, err := e.st.Apply(ctx, jobs[0], obs, reconcile.NewDecision(jobs[0], snap, e.plans, obs))
+	out, err := e.st.Apply(ctx, jobs[0], obs, reconcile.NewDecider(jobs[0], snap, e.plans, obs))
 	require.NoError(e.t, err)
 	require.Equal(e.t, reconcile.ResultApplied, out.Result, out.Text)
 	a, err := e.st.Account(ctx, provider, customer)

@@ -301,7 +301,7 @@ func (c *console) search(w http.ResponseWriter, r *http.Request, session string)
 type accountData struct {
 	reconcile.AccountDetail
 	Limit   int                    // each list shows at most this many rows, newest first
-	Changes []reconcile.FeedChange // what the app was told, newest first (nil: not shown)
+	Changes []reconcile.ChangeFeedEntry // what the app was told, newest first (nil: not shown)
 }
 
 func (c *console) account(w http.ResponseWriter, r *http.Request, session string) error {

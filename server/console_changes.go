@@ -15,7 +15,7 @@ import (
 // ChangeConsoleStore is what the console shows of the app's changes and
 // their deliveries (store.Store implements it).
 type ChangeConsoleStore interface {
-	AccountChanges(ctx context.Context, accountID int64, limit int) ([]reconcile.FeedChange, error)
+	AccountChanges(ctx context.Context, accountID int64, limit int) ([]reconcile.ChangeFeedEntry, error)
 	Deliveries(ctx context.Context, status string, limit int) ([]reconcile.AppDelivery, error)
 	DeliveryAttempts(ctx context.Context, changeID int64) (map[string][]reconcile.DeliveryAttempt, error)
 	RetryDelivery(ctx context.Context, changeID int64, endpoint string) error

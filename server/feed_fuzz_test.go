@@ -52,9 +52,9 @@ type oneChangeFeed struct {
 	limit int
 }
 
-func (f *oneChangeFeed) Changes(_ context.Context, after reconcile.ChangeCursor, limit int) ([]reconcile.FeedChange, error) {
+func (f *oneChangeFeed) Changes(_ context.Context, after reconcile.ChangeCursor, limit int) ([]reconcile.ChangeFeedEntry, error) {
 	f.after, f.limit = after, limit
-	return []reconcile.FeedChange{{Body: []byte(`{"id":1}`), Cursor: reconcile.ChangeCursor{XID: 1, ID: 1}}}, nil
+	return []reconcile.ChangeFeedEntry{{Body: []byte(`{"id":1}`), Cursor: reconcile.ChangeCursor{XID: 1, ID: 1}}}, nil
 }
 
 // FuzzFeedQuery: whatever the query, GET /api/changes answers 200 with

@@ -86,7 +86,7 @@ func (s *Store) Balance(ctx context.Context, accountID int64) (int64, error) {
 
 // Apply runs one reconcile's writes in one transaction (see
 // reconcile.Store): the domain decides, the store executes.
-func (s *Store) Apply(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decision) (reconcile.Outcome, error) {
+func (s *Store) Apply(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decider) (reconcile.Outcome, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var out reconcile.Outcome
@@ -107,7 +107,7 @@ var errPreview = errors.New("preview: roll back")
 // is what Apply would do now (a dry run), and nothing is written. A new
 // customer's account is created and rolled back too, so its id is not
 // kept (a sequence value is used up; sequences are not data).
-func (s *Store) Preview(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decision) (reconcile.Outcome, error) {
+func (s *Store) Preview(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decider) (reconcile.Outcome, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var out reconcile.Outcome
@@ -126,7 +126,7 @@ func (s *Store) Preview(ctx context.Context, job reconcile.Job, observedAt time.
 
 // apply is Apply's transaction body: it reads the locked state, decides
 // once (d.Decide), and executes the Write it gets back.
-func (s *Store) apply(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time, d reconcile.Decision) (reconcile.Outcome, error) {
+func (s *Store) apply(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time, d reconcile.Decider) (reconcile.Outcome, error) {
 	if err := lockJob(ctx, tx, job); err != nil {
 		return reconcile.Outcome{}, err
 	}

@@ -88,7 +88,7 @@ func TestApplyReadsTheLedgerOnce(t *testing.T) {
 	sweep := reconcile.Job{Provider: "stripe", CustomerID: "cus_2", Trigger: reconcile.TriggerSweep}
 	at = dbNow(t, st)
 	all, reads = trace.during(t, func() {
-		out, _, err = st.ApplySwept(ctx, sweep, at, reconcile.NewDecision(sweep, liveSnap("cus_2", "price_pro"), plans, at))
+		out, _, err = st.ApplySwept(ctx, sweep, at, reconcile.NewDecider(sweep, liveSnap("cus_2", "price_pro"), plans, at))
 	})
 	require.NoError(t, err)
 	require.Equal(t, reconcile.ResultApplied, out.Result)

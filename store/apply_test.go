@@ -33,7 +33,7 @@ func liveSnap(customer, price string) reconcile.Snapshot {
 // applySnap applies snap as the worker does: Decide runs inside the
 // store's transaction, on the locked account.
 func applySnap(ctx context.Context, st *store.Store, job reconcile.Job, obs time.Time, snap reconcile.Snapshot, plans *reconcile.Plans) (reconcile.Outcome, error) {
-	return st.Apply(ctx, job, obs, reconcile.NewDecision(job, snap, plans, obs))
+	return st.Apply(ctx, job, obs, reconcile.NewDecider(job, snap, plans, obs))
 }
 
 // receive stores a delivery of a new event for customer, as the intake does.

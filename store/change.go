@@ -26,7 +26,7 @@ const ChangesChannel = "billsync_account_changes"
 // NOTIFY. Its deliveries are not written here but by serve's deliverer
 // (FanOut), for the endpoints serve knows: the writer may be a process that
 // knows none.
-func (s *Store) announce(ctx context.Context, tx pgx.Tx, change *reconcile.AppChange, events []string, n int) error {
+func (s *Store) announce(ctx context.Context, tx pgx.Tx, change *reconcile.AccountChange, events []string, n int) error {
 	if change == nil {
 		return nil
 	}
@@ -87,8 +87,8 @@ func readLedger(ctx context.Context, tx pgx.Tx, accountID int64, a, b time.Time)
 
 const changeColumns = `id, xid, payload::text`
 
-func scanChange(r pgx.CollectableRow) (reconcile.FeedChange, error) {
-	var c reconcile.FeedChange
+func scanChange(r pgx.CollectableRow) (reconcile.ChangeFeedEntry, error) {
+	var c reconcile.ChangeFeedEntry
 	var xid int64
 	var body string
 	if err := r.Scan(&c.Cursor.ID, &xid, &body); err != nil {
@@ -96,7 +96,7 @@ func scanChange(r pgx.CollectableRow) (reconcile.FeedChange, error) {
 	}
 	c.Cursor.XID = uint64(xid)
 	c.Body = []byte(body)
-	if err := json.Unmarshal(c.Body, &c.AppChange); err != nil {
+	if err := json.Unmarshal(c.Body, &c.AccountChange); err != nil {
 		return c, fmt.Errorf("change %d: %w", c.Cursor.ID, err)
 	}
 	return c, nil
@@ -110,7 +110,7 @@ func scanChange(r pgx.CollectableRow) (reconcile.FeedChange, error) {
 // transaction's id, so no change can later commit before the last one
 // returned and a reader that moves its cursor past a change never skips
 // another. A change waits to be shown while any older transaction is open.
-func (s *Store) Changes(ctx context.Context, after reconcile.ChangeCursor, limit int) ([]reconcile.FeedChange, error) {
+func (s *Store) Changes(ctx context.Context, after reconcile.ChangeCursor, limit int) ([]reconcile.ChangeFeedEntry, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(ctx, `SELECT `+changeColumns+` FROM account_changes
@@ -127,7 +127,7 @@ func (s *Store) Changes(ctx context.Context, after reconcile.ChangeCursor, limit
 }
 
 // AccountChanges returns an account's newest changes, newest first.
-func (s *Store) AccountChanges(ctx context.Context, accountID int64, limit int) ([]reconcile.FeedChange, error) {
+func (s *Store) AccountChanges(ctx context.Context, accountID int64, limit int) ([]reconcile.ChangeFeedEntry, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(ctx, `SELECT `+changeColumns+` FROM account_changes

@@ -22,9 +22,9 @@ import (
 // allChanges reads the whole feed, once every write so far is shown (the
 // feed holds a change back while an older transaction of the cluster is
 // open, and parallel tests share the cluster).
-func allChanges(t *testing.T, st *store.Store, want int) []reconcile.FeedChange {
+func allChanges(t *testing.T, st *store.Store, want int) []reconcile.ChangeFeedEntry {
 	t.Helper()
-	var got []reconcile.FeedChange
+	var got []reconcile.ChangeFeedEntry
 	storetest.WaitFor(t, fmt.Sprintf("%d changes in the feed", want), func() bool {
 		var err error
 		got, err = st.Changes(context.Background(), reconcile.ChangeCursor{}, 1000)
@@ -134,9 +134,9 @@ func TestChangeCommitsWithTheAccount(t *testing.T) {
 }
 
 // readAll pages the feed from cursor to its current end.
-func readAll(t *testing.T, st *store.Store, cur reconcile.ChangeCursor) ([]reconcile.FeedChange, reconcile.ChangeCursor) {
+func readAll(t *testing.T, st *store.Store, cur reconcile.ChangeCursor) ([]reconcile.ChangeFeedEntry, reconcile.ChangeCursor) {
 	t.Helper()
-	var out []reconcile.FeedChange
+	var out []reconcile.ChangeFeedEntry
 	for {
 		page, err := st.Changes(context.Background(), cur, 3)
 		require.NoError(t, err)
@@ -160,7 +160,7 @@ func TestFeedNeverSkipsALateCommit(t *testing.T) {
 	idB := grantedAccount(t, st, "cus_b", "ub", "price_pro")
 	start, cur := readAll(t, st, reconcile.ChangeCursor{})
 	for len(start) < 2 { // both grants visible before the race starts
-		var more []reconcile.FeedChange
+		var more []reconcile.ChangeFeedEntry
 		more, cur = readAll(t, st, cur)
 		start = append(start, more...)
 	}
@@ -179,9 +179,9 @@ func TestFeedNeverSkipsALateCommit(t *testing.T) {
 
 	close(release)
 	require.NoError(t, <-errA)
-	var seen []reconcile.FeedChange
+	var seen []reconcile.ChangeFeedEntry
 	storetest.WaitFor(t, "both changes in the feed", func() bool {
-		var more []reconcile.FeedChange
+		var more []reconcile.ChangeFeedEntry
 		more, cur = readAll(t, st, cur)
 		seen = append(seen, more...)
 		return len(seen) >= 2

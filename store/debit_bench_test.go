@@ -34,7 +34,7 @@ func BenchmarkDebit(b *testing.B) {
 			snap := liveSnap("cus_1", "price_team")
 			snap.UserRef = "u1"
 			obs := time.Now()
-			if _, err := st.Apply(ctx, jobs[0], obs, reconcile.NewDecision(jobs[0], snap, testenv.FeaturePlans(), obs)); err != nil {
+			if _, err := st.Apply(ctx, jobs[0], obs, reconcile.NewDecider(jobs[0], snap, testenv.FeaturePlans(), obs)); err != nil {
 				b.Fatal(err)
 			}
 			b.ResetTimer()

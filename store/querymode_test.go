@@ -25,7 +25,7 @@ type qmRead struct {
 	Detail     reconcile.AccountDetail
 	Event      reconcile.StoredEvent
 	Payload    []byte
-	Changes    []reconcile.FeedChange
+	Changes    []reconcile.ChangeFeedEntry
 	Deliveries []reconcile.AppDelivery
 	LogDocs    []string // reconcile_log before | after
 }
@@ -137,7 +137,7 @@ func TestQueryModesAgree(t *testing.T) {
 				storetest.QueryModes[i], storetest.QueryModes[j])
 		}
 	}
-	var feeds [][]reconcile.FeedChange
+	var feeds [][]reconcile.ChangeFeedEntry
 	for j, st := range stores {
 		cs, err := st.Changes(ctx, reconcile.ChangeCursor{}, 100)
 		require.NoError(t, err, storetest.QueryModes[j])

@@ -189,7 +189,7 @@ func (s *Store) EnqueueUnswept(ctx context.Context, runID int64, provider string
 // nothing. webhookSince reports, for an applied change, whether a webhook
 // for the customer was stored after the account's previous observation
 // (then one was stored but its reconcile failed; else none came).
-func (s *Store) ApplySwept(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decision) (out reconcile.Outcome, webhookSince bool, err error) {
+func (s *Store) ApplySwept(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decider) (out reconcile.Outcome, webhookSince bool, err error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {

@@ -94,7 +94,7 @@ func debitsFor(t testing.TB, st *store.Store, customer, userRef string, n int) {
 	snap := reconcile.Snapshot{Provider: "stripe", CustomerID: customer, UserRef: userRef, Subscriptions: []reconcile.Subscription{{
 		ID: "sub_" + customer, Status: "active", Items: []reconcile.Item{{PriceRefs: []string{"price_pro"}, Quantity: 1,
 			PeriodStart: start, PeriodEnd: start.AddDate(0, 1, 0)}}}}}
-	_, err = st.Apply(ctx, job, now, reconcile.NewDecision(job, snap, testenv.Plans(), now))
+	_, err = st.Apply(ctx, job, now, reconcile.NewDecider(job, snap, testenv.Plans(), now))
 	require.NoError(t, err)
 	for i := range n {
 		_, err := st.Debit(ctx, reconcile.Debit{UserRef: userRef, Key: fmt.Sprint(i), Amount: 1}, reconcile.DecideDebit)

@@ -47,7 +47,7 @@ func BenchmarkApply(b *testing.B) {
 		b.ResetTimer()
 		for i, job := range jobs {
 			obs := now.Add(time.Duration(i+1) * time.Microsecond)
-			out, err := st.Apply(ctx, job, obs, reconcile.NewDecision(job, benchSnapshot(job.CustomerID, now), plans, obs))
+			out, err := st.Apply(ctx, job, obs, reconcile.NewDecider(job, benchSnapshot(job.CustomerID, now), plans, obs))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -71,13 +71,13 @@ func BenchmarkApply(b *testing.B) {
 		}
 		job := reconcile.Job{Provider: "stripe", CustomerID: "cus_same", Trigger: reconcile.TriggerResync}
 		snap := benchSnapshot(job.CustomerID, now)
-		if _, err := st.Apply(ctx, job, now, reconcile.NewDecision(job, snap, plans, now)); err != nil {
+		if _, err := st.Apply(ctx, job, now, reconcile.NewDecider(job, snap, plans, now)); err != nil {
 			b.Fatal(err)
 		}
 		b.ResetTimer()
 		for i := range b.N {
 			obs := now.Add(time.Duration(i+1) * time.Microsecond)
-			out, err := st.Apply(ctx, job, obs, reconcile.NewDecision(job, snap, plans, obs))
+			out, err := st.Apply(ctx, job, obs, reconcile.NewDecider(job, snap, plans, obs))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -357,7 +357,7 @@ type dyingStore struct {
 
 var errKilled = errors.New("killed")
 
-func (s *dyingStore) ApplySwept(ctx context.Context, job reconcile.Job, at time.Time, d reconcile.Decision) (reconcile.Outcome, bool, error) {
+func (s *dyingStore) ApplySwept(ctx context.Context, job reconcile.Job, at time.Time, d reconcile.Decider) (reconcile.Outcome, bool, error) {
 	if s.left.Add(-1) < 0 {
 		return reconcile.Outcome{}, false, errKilled
 	}

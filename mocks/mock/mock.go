@@ -26,7 +26,7 @@ type Store struct {
 	ClaimFn   func(ctx context.Context, worker string, limit int, lease time.Duration) ([]reconcile.Job, error)
 	ExtendFn  func(ctx context.Context, worker string, jobs []reconcile.Job, lease time.Duration) (int, error)
 	NowFn     func(ctx context.Context) (time.Time, error)
-	ApplyFn   func(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decision) (reconcile.Outcome, error)
+	ApplyFn   func(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decider) (reconcile.Outcome, error)
 	IgnoreFn  func(ctx context.Context, job reconcile.Job, observedAt time.Time, out reconcile.Outcome) (reconcile.Outcome, error)
 	RetryFn   func(ctx context.Context, job reconcile.Job, observedAt time.Time, out reconcile.Outcome, delay time.Duration) (reconcile.Outcome, error)
 	ReleaseFn func(ctx context.Context, worker string, jobs []reconcile.Job) error
@@ -43,7 +43,7 @@ func (s *Store) Extend(ctx context.Context, worker string, jobs []reconcile.Job,
 
 func (s *Store) Now(ctx context.Context) (time.Time, error) { return s.NowFn(ctx) }
 
-func (s *Store) Apply(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decision) (reconcile.Outcome, error) {
+func (s *Store) Apply(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decider) (reconcile.Outcome, error) {
 	return s.ApplyFn(ctx, job, observedAt, d)
 }
 
@@ -102,14 +102,14 @@ var (
 type OnDemandStore struct {
 	Store
 	HoldFn    func(ctx context.Context, provider, customerID, trigger, holder string, lease time.Duration) (reconcile.Job, error)
-	PreviewFn func(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decision) (reconcile.Outcome, error)
+	PreviewFn func(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decider) (reconcile.Outcome, error)
 }
 
 func (s *OnDemandStore) Hold(ctx context.Context, provider, customerID, trigger, holder string, lease time.Duration) (reconcile.Job, error) {
 	return s.HoldFn(ctx, provider, customerID, trigger, holder, lease)
 }
 
-func (s *OnDemandStore) Preview(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decision) (reconcile.Outcome, error) {
+func (s *OnDemandStore) Preview(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decider) (reconcile.Outcome, error) {
 	return s.PreviewFn(ctx, job, observedAt, d)
 }
 
@@ -123,7 +123,7 @@ type SweepStore struct {
 	StartSweepFn     func(ctx context.Context, provider string) (reconcile.SweepRun, error)
 	SweepPageFn      func(ctx context.Context, run reconcile.SweepRun, customers []string) (int, error)
 	FinishSweepFn    func(ctx context.Context, run reconcile.SweepRun, failure error) error
-	ApplySweptFn     func(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decision) (reconcile.Outcome, bool, error)
+	ApplySweptFn     func(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decider) (reconcile.Outcome, bool, error)
 	EnqueueUnsweptFn func(ctx context.Context, runID int64, provider string, pace time.Duration) (int, error)
 	SweptAccountsFn  func(ctx context.Context, provider string, customers []string) (map[string]reconcile.Account, error)
 	GrantedFn        func(ctx context.Context, accountIDs []int64, grants []reconcile.Grant) ([]int64, error)
@@ -147,7 +147,7 @@ func (s *SweepStore) FinishSweep(ctx context.Context, run reconcile.SweepRun, fa
 	return s.FinishSweepFn(ctx, run, failure)
 }
 
-func (s *SweepStore) ApplySwept(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decision) (reconcile.Outcome, bool, error) {
+func (s *SweepStore) ApplySwept(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decider) (reconcile.Outcome, bool, error) {
 	return s.ApplySweptFn(ctx, job, observedAt, d)
 }
 

@@ -58,7 +58,7 @@ func (q *deepQueue) store() *mock.Store {
 			return len(jobs), nil
 		},
 		NowFn: func(context.Context) (time.Time, error) { return time.Now(), nil },
-		ApplyFn: func(_ context.Context, _ reconcile.Job, _ time.Time, _ reconcile.Decision) (reconcile.Outcome, error) {
+		ApplyFn: func(_ context.Context, _ reconcile.Job, _ time.Time, _ reconcile.Decider) (reconcile.Outcome, error) {
 			time.Sleep(applyTakes)
 			q.mu.Lock()
 			defer q.mu.Unlock()

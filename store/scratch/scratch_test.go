@@ -84,7 +84,7 @@ func TestCrashAfterAccountWrite(t *testing.T) {
 		snap := reconcile.Snapshot{Provider: "stripe", CustomerID: customer, Subscriptions: []reconcile.Subscription{{
 			ID: "sub_" + customer, Status: "active", Items: []reconcile.Item{{PriceRefs: []string{"price_pro"}, Quantity: 1,
 				PeriodStart: start, PeriodEnd: start.AddDate(0, 1, 0)}}}}}
-		_, err = st.Apply(ctx, job, now, reconcile.NewDecision(job, snap, plans, now))
+		_, err = st.Apply(ctx, job, now, reconcile.NewDecider(job, snap, plans, now))
 		return err
 	}
 

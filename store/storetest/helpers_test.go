@@ -37,7 +37,7 @@ func applyPro(t *testing.T, st *store.Store) reconcile.Account {
 	snap := reconcile.Snapshot{Provider: "stripe", CustomerID: jobs[0].CustomerID, Subscriptions: []reconcile.Subscription{{
 		ID: "sub_1", Status: "active", Items: []reconcile.Item{{PriceRefs: []string{"price_pro"}, Quantity: 1,
 			PeriodStart: start, PeriodEnd: start.AddDate(0, 1, 0)}}}}}
-	_, err = st.Apply(ctx, jobs[0], now, reconcile.NewDecision(jobs[0], snap, plans, now))
+	_, err = st.Apply(ctx, jobs[0], now, reconcile.NewDecider(jobs[0], snap, plans, now))
 	require.NoError(t, err)
 	a, err := st.Account(ctx, "stripe", jobs[0].CustomerID)
 	require.NoError(t, err)

@@ -60,9 +60,9 @@ type Why struct {
 // thousands of pending events of one customer.
 const MaxWhyEvents = 20
 
-// AppChange is one committed change of an account, as the app is told of
+// AccountChange is one committed change of an account, as the app is told of
 // it (by webhook and by the change feed).
-type AppChange struct {
+type AccountChange struct {
 	// ID is global and unique; it grows in write order, which is not
 	// commit order (the feed's cursor is what orders).
 	ID      int64     `json:"id"`
@@ -95,16 +95,16 @@ type AppChange struct {
 // reconcile.
 var notAnnounced = map[string]bool{"id": true, "observed_at": true}
 
-// ChangeOf returns what the app is told when an account goes from before
+// AccountChangeOf returns what the app is told when an account goes from before
 // to after (before nil: the account is new) writing the ledger moves
 // (on any meter), and false when nothing the app sees changed: a
 // reconcile that changes nothing tells nothing. Every field of
 // AccountState counts, by its JSON name, so a field added to Account is
 // announced without a change here. Times are compared as instants and
 // told in UTC.
-func ChangeOf(before *AccountState, after AccountState, moves []LedgerMove, why Why) (AppChange, bool) {
+func AccountChangeOf(before *AccountState, after AccountState, moves []LedgerMove, why Why) (AccountChange, bool) {
 	after = utcState(after)
-	ch := AppChange{Type: AppChangeType, Version: AppChangeVersion, AccountID: after.ID, Provider: after.Provider,
+	ch := AccountChange{Type: AppChangeType, Version: AppChangeVersion, AccountID: after.ID, Provider: after.Provider,
 		UserRef: after.UserRef, Created: before == nil, After: after, Why: why}
 	moves = slices.Clone(moves)
 	for i := range moves {
@@ -220,10 +220,10 @@ func ParseChangeCursor(s string) (ChangeCursor, error) {
 	return ChangeCursor{XID: xid, ID: id}, nil
 }
 
-// FeedChange is a change as the feed and the webhooks carry it: Body is
+// ChangeFeedEntry is a change as the feed and the webhooks carry it: Body is
 // its JSON exactly as stored, the same bytes on every read.
-type FeedChange struct {
-	AppChange
+type ChangeFeedEntry struct {
+	AccountChange
 	Body   []byte
 	Cursor ChangeCursor
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestChangeOf(t *testing.T) {
+func TestAccountChangeOf(t *testing.T) {
 	t.Parallel()
 	start := time.Date(2026, 11, 3, 0, 0, 0, 0, time.UTC)
 	free := AccountState{Account: Account{ID: 7, Provider: "stripe", CustomerID: "cus_1", UserRef: "u1", Plan: "free",
@@ -46,7 +46,7 @@ func TestChangeOf(t *testing.T) {
 		{"FeatureLost", &exporting, free, []string{"features"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ch, told := ChangeOf(tc.before, tc.after, nil, Why{Trigger: "webhook"})
+			ch, told := AccountChangeOf(tc.before, tc.after, nil, Why{Trigger: "webhook"})
 			require.Equal(t, tc.told, told)
 			require.Equal(t, tc.changed, ch.Changed)
 			require.Equal(t, tc.before == nil, ch.Created)
@@ -70,20 +70,20 @@ func TestChangeOfLedgerMoves(t *testing.T) {
 
 	after := before
 	after.Meters = map[string]int64{"ai_credits": 950}
-	ch, told := ChangeOf(&before, after, []LedgerMove{named}, Why{})
+	ch, told := AccountChangeOf(&before, after, []LedgerMove{named}, Why{})
 	require.True(t, told)
 	require.Nil(t, ch.Ledger, "ledger is the default meter's only")
 	require.Equal(t, "ai_credits", ch.LedgerMoves[0].Meter)
 	require.Equal(t, time.UTC, ch.LedgerMoves[0].PeriodStart.Location())
 	require.Equal(t, start, named.PeriodStart, "the caller's moves are left as they were")
 
-	ch, _ = ChangeOf(nil, after, []LedgerMove{def, named}, Why{})
+	ch, _ = AccountChangeOf(nil, after, []LedgerMove{def, named}, Why{})
 	utc := func(m LedgerMove) LedgerMove { m.PeriodStart = m.PeriodStart.UTC(); return m }
 	require.Equal(t, []LedgerMove{utc(def), utc(named)}, ch.LedgerMoves)
 	require.Equal(t, def.Key, ch.Ledger.Key)
 	require.Same(t, &ch.LedgerMoves[0], ch.Ledger)
 
-	ch, _ = ChangeOf(nil, after, nil, Why{})
+	ch, _ = AccountChangeOf(nil, after, nil, Why{})
 	require.Nil(t, ch.Ledger)
 	require.Nil(t, ch.LedgerMoves, "absent when no row was written")
 }
