@@ -186,7 +186,7 @@ func (a *App) addFeed(provs Providers) ([]string, error) {
 	// Only while the feed runs: a feed turned off leaves its last state in
 	// the database, whose poll time would age into a false
 	// BillsyncEventsFeedStalled alert.
-	a.metrics.CollectFeeds(a.st.FeedStates, a.logger)
+	a.metrics.CollectEventsFeeds(a.st.EventsFeedStates, a.logger)
 	a.parts = append(a.parts, feed.Run)
 	return []string{stripe.Provider}, nil
 }
@@ -248,7 +248,7 @@ func (a *App) newServer(verifiers []server.Verifier, sweeps server.Sweeps, feeds
 		Admin: server.Admin{Token: cfg.AdminToken, Store: st, Reconciler: reconciler, Sweeps: sweeps, Changes: st,
 			ProviderLimits: map[string]float64{stripe.Provider: cfg.StripeRate(), kinde.Provider: cfg.KindeRateLimit},
 			EventsFeeds:    feeds},
-		App: server.App{Token: cfg.AppToken, Store: st, Plans: a.plans, Feed: st, Committed: committed, FeedPoll: a.poll,
+		App: server.App{Token: cfg.AppToken, Store: st, Plans: a.plans, ChangeFeed: st, Committed: committed, ChangeFeedPoll: a.poll,
 			Stopping: a.stopping},
 	})
 }
@@ -397,15 +397,15 @@ func (a *App) start(ctx context.Context) (stopParts func(shutCtx context.Context
 // Its interval follows spending's read allocation (a quarter of it),
 // never faster than -events-poll.
 func newStripeFeed(cfg Config, st *store.Store, client *stripe.Client, spending *reconcile.Spending,
-	logger *slog.Logger) (*reconcile.Feed, error) {
-	fc := reconcile.FeedConfig{
+	logger *slog.Logger) (*reconcile.EventsFeed, error) {
+	fc := reconcile.EventsFeedConfig{
 		Provider: stripe.Provider, Source: client, Store: st, Allocation: spending.Allocation,
 		Interval: cfg.EventsPoll, Overlap: cfg.EventsOverlap, Logger: logger,
 	}
 	if len(cfg.StripeWebhookSecrets) > 0 || cfg.StripeEndpointID != "" {
 		fc.Endpoint = stripe.Endpoint{Client: client, ID: cfg.StripeEndpointID}
 	}
-	return reconcile.NewFeed(fc)
+	return reconcile.NewEventsFeed(fc)
 }
 
 // eventsFeedSetting says how the events feed runs, for the start-up log.

@@ -74,7 +74,7 @@ type Delivery struct {
 // Sources of a delivery.
 const (
 	SourceWebhook = "webhook" // a provider's HTTP delivery to the intake
-	SourceFeed    = "feed"    // the events feed's listing (feed.go)
+	SourceFeed    = "feed"    // the events feed's listing (eventsfeed.go)
 )
 
 // Stored is what the intake learned by storing a delivery.

@@ -5,7 +5,7 @@ import "time"
 // Trigger says why a customer was queued.
 const (
 	TriggerWebhook = "webhook"
-	TriggerFeed    = "feed" // the events feed listed an event (feed.go)
+	TriggerFeed    = "feed" // the events feed listed an event (eventsfeed.go)
 	TriggerSweep   = "sweep"
 	TriggerResync  = "resync"
 	TriggerReplay  = "replay"

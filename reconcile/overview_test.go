@@ -18,22 +18,22 @@ func TestHealthSignals(t *testing.T) {
 	newest := now.Add(-2 * time.Hour)
 	cases := []struct {
 		name  string
-		feeds []reconcile.FeedState
+		feeds []reconcile.EventsFeedState
 		app   reconcile.DeliveryStats
 		want  map[string]bool // signal name → bad
 		value map[string]string
 	}{
 		{name: "nothing", want: map[string]bool{}},
 		{name: "a quiet feed polled at the threshold, its endpoint enabled",
-			feeds: []reconcile.FeedState{{Provider: "stripe", PolledAt: now.Add(-reconcile.FeedStaleAfter), NewestEventAt: &newest, EndpointID: "we_1", EndpointEnabled: &on}},
+			feeds: []reconcile.EventsFeedState{{Provider: "stripe", PolledAt: now.Add(-reconcile.FeedStaleAfter), NewestEventAt: &newest, EndpointID: "we_1", EndpointEnabled: &on}},
 			want:  map[string]bool{"stripe events feed": false, "stripe webhook endpoint": false},
 			value: map[string]string{"stripe events feed": "lag 2h0m0s", "stripe webhook endpoint": "enabled"}},
 		{name: "a feed past the threshold that saw no event, webhook-free",
-			feeds: []reconcile.FeedState{{Provider: "stripe", PolledAt: now.Add(-reconcile.FeedStaleAfter - time.Second)}},
+			feeds: []reconcile.EventsFeedState{{Provider: "stripe", PolledAt: now.Add(-reconcile.FeedStaleAfter - time.Second)}},
 			want:  map[string]bool{"stripe events feed": true},
 			value: map[string]string{"stripe events feed": "no events seen"}},
 		{name: "an endpoint disabled",
-			feeds: []reconcile.FeedState{{Provider: "stripe", PolledAt: now, EndpointEnabled: &off}},
+			feeds: []reconcile.EventsFeedState{{Provider: "stripe", PolledAt: now, EndpointEnabled: &off}},
 			want:  map[string]bool{"stripe events feed": false, "stripe webhook endpoint": true}},
 		{name: "every change delivered",
 			app:   reconcile.DeliveryStats{Delivered: 3},

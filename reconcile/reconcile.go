@@ -20,7 +20,7 @@
 //   - the running parts: the worker (worker.go), reconciling one customer
 //     on demand (ondemand.go), the sweep (sweep.go, sweeplist.go's parts,
 //     sweeprun.go's start, refusal and stop), the provider's events feed
-//     (feed.go), the app deliverer (appdeliver.go), the requests in flight
+//     (eventsfeed.go), the app deliverer (appdeliver.go), the requests in flight
 //     sized to a provider's budget (budget.go) and the budget every replica
 //     shares (spend.go), what a prune may forget (retention.go), and the
 //     broadcast that wakes change-feed long polls (signal.go).

@@ -21,7 +21,7 @@ type AdminStore interface {
 	Event(ctx context.Context, id int64) (reconcile.StoredEvent, error)
 	Events(ctx context.Context, status reconcile.EventStatus, limit int) ([]reconcile.StoredEvent, error)
 	SweepRuns(ctx context.Context, limit int) ([]reconcile.SweepRecord, error)
-	FeedStates(ctx context.Context) ([]reconcile.FeedState, error)
+	EventsFeedStates(ctx context.Context) ([]reconcile.EventsFeedState, error)
 	EventPayload(ctx context.Context, id int64) ([]byte, error)
 	Retries(ctx context.Context, limit int) ([]reconcile.Retry, error)
 	// Overview is the console's first page (store.Store.Overview).

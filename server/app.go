@@ -41,12 +41,12 @@ type App struct {
 	Store AppStore
 	// Plans declares the features the app may ask about (nil: none).
 	Plans *reconcile.Plans
-	// Feed serves /api/changes (absent when nil); Committed fires when a
+	// ChangeFeed serves /api/changes (absent when nil); Committed fires when a
 	// change commits (the store's LISTEN), waking long polls, which also
-	// look again every FeedPoll (default 1 s) in case a wake-up is lost.
-	Feed      ChangeFeed
-	Committed *reconcile.Signal
-	FeedPoll  time.Duration
+	// look again every ChangeFeedPoll (default 1 s) in case a wake-up is lost.
+	ChangeFeed     ChangeFeed
+	Committed      *reconcile.Signal
+	ChangeFeedPoll time.Duration
 	// Stopping closes when the server starts to shut down: a long poll
 	// then answers at once with the cursor it was given (nothing came),
 	// rather than hold a graceful stop for the rest of its wait.
@@ -133,7 +133,7 @@ func (s *Server) routeApp(a App) {
 		writeJSON(w, http.StatusOK, res)
 		return nil
 	})
-	if a.Feed != nil {
+	if a.ChangeFeed != nil {
 		handle("GET /api/changes", func(w http.ResponseWriter, r *http.Request) error { return a.serveChanges(w, r) })
 	}
 }
@@ -199,13 +199,13 @@ func (a App) serveChanges(w http.ResponseWriter, r *http.Request) error {
 		// The server's write timeout would cut a long poll short.
 		_ = http.NewResponseController(w).SetWriteDeadline(deadline.Add(30 * time.Second))
 	}
-	poll := cmp.Or(a.FeedPoll, time.Second)
+	poll := cmp.Or(a.ChangeFeedPoll, time.Second)
 	for {
 		var woken <-chan struct{}
 		if a.Committed != nil {
 			woken = a.Committed.C() // before the read: a commit in between still wakes us
 		}
-		cs, err := a.Feed.Changes(ctx, f.after, f.limit)
+		cs, err := a.ChangeFeed.Changes(ctx, f.after, f.limit)
 		if err != nil {
 			return err
 		}

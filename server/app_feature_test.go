@@ -22,7 +22,7 @@ func newFeatureAppEnv(t *testing.T) *appEnv {
 	e := &appEnv{t: t, st: storetest.NewStore(t), plans: testenv.FeaturePlans()}
 	srv := httptest.NewServer(server.New(server.Config{Inbox: e.st,
 		Admin: server.Admin{Token: adminToken, Store: e.st},
-		App:   server.App{Token: appToken, Store: e.st, Plans: e.plans, Feed: e.st}}))
+		App:   server.App{Token: appToken, Store: e.st, Plans: e.plans, ChangeFeed: e.st}}))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	return e

@@ -52,7 +52,7 @@ func newAppEnv(t *testing.T, token string) *appEnv {
 	<-listening // the listener calls wake once it is listening
 	srv := httptest.NewServer(server.New(server.Config{Inbox: e.st,
 		Admin: server.Admin{Token: adminToken, Store: e.st},
-		App:   server.App{Token: token, Store: e.st, Feed: e.st, Committed: &committed, FeedPoll: time.Hour}}))
+		App:   server.App{Token: token, Store: e.st, ChangeFeed: e.st, Committed: &committed, ChangeFeedPoll: time.Hour}}))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	return e

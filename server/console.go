@@ -300,7 +300,7 @@ func (c *console) search(w http.ResponseWriter, r *http.Request, session string)
 // accountData is the account page's data.
 type accountData struct {
 	reconcile.AccountDetail
-	Limit   int                    // each list shows at most this many rows, newest first
+	Limit   int                         // each list shows at most this many rows, newest first
 	Changes []reconcile.ChangeFeedEntry // what the app was told, newest first (nil: not shown)
 }
 
@@ -444,7 +444,7 @@ func (c *console) events(w http.ResponseWriter, r *http.Request, session string)
 // sweepsData is the sweeps page's data.
 type sweepsData struct {
 	Runs    []reconcile.SweepRecord
-	Feeds   []reconcile.FeedState // the events feeds' health
+	Feeds   []reconcile.EventsFeedState // the events feeds' health
 	Started bool
 	CanRun  bool // this process can start a sweep
 }
@@ -454,7 +454,7 @@ func (c *console) sweeps(w http.ResponseWriter, r *http.Request, session string)
 	if err != nil {
 		return err
 	}
-	feeds, err := c.s.admin.Store.FeedStates(r.Context())
+	feeds, err := c.s.admin.Store.EventsFeedStates(r.Context())
 	if err != nil {
 		return err
 	}

@@ -316,7 +316,7 @@ func TestConsolePages(t *testing.T) {
 	// The events feed's health is on the same page.
 	_, body = b.get("/admin/sweeps")
 	require.Contains(t, body, "The events feed has not polled yet")
-	require.NoError(t, e.st.SaveFeedPoll(context.Background(), "stripe", reconcile.FeedPoll{
+	require.NoError(t, e.st.SaveEventsFeedPoll(context.Background(), "stripe", reconcile.EventsFeedPoll{
 		Cursor: time.Now(), NewestEventAt: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), Undelivered: 2,
 		EndpointChecked: true, EndpointID: "we_123", EndpointEnabled: false}))
 	storetest.SetFeedCaught(t, e.st, "stripe", 7)

@@ -261,12 +261,12 @@ func (c *sweepCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// FeedStatesFunc reads the events feeds' states from the database.
-type FeedStatesFunc func(ctx context.Context) ([]reconcile.FeedState, error)
+// EventsFeedStatesFunc reads the events feeds' states from the database.
+type EventsFeedStatesFunc func(ctx context.Context) ([]reconcile.EventsFeedState, error)
 
-// CollectFeeds reports the events feeds' figures at each scrape, read from
+// CollectEventsFeeds reports the events feeds' figures at each scrape, read from
 // the database so every replica tells the same (one replica polls).
-func (m *Metrics) CollectFeeds(states FeedStatesFunc, logger *slog.Logger) {
+func (m *Metrics) CollectEventsFeeds(states EventsFeedStatesFunc, logger *slog.Logger) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -292,7 +292,7 @@ var (
 )
 
 type feedCollector struct {
-	states FeedStatesFunc
+	states EventsFeedStatesFunc
 	log    *slog.Logger
 }
 

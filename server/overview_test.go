@@ -93,7 +93,7 @@ func TestConsoleOverviewSignals(t *testing.T) {
 	const endpoint = "http://app.test/hook"
 	st := storetest.OpenStoreWithEndpoints(t, storetest.URL(t), store.Options{}, endpoint)
 	newest := time.Now().Add(-5 * time.Minute)
-	require.NoError(t, st.SaveFeedPoll(ctx, "stripe", reconcile.FeedPoll{Cursor: newest, NewestEventAt: newest,
+	require.NoError(t, st.SaveEventsFeedPoll(ctx, "stripe", reconcile.EventsFeedPoll{Cursor: newest, NewestEventAt: newest,
 		EndpointChecked: true, EndpointID: "we_123", EndpointEnabled: false}))
 	storetest.SetFeedCaught(t, st, "stripe", 4)
 	overview := func(feeds ...string) string {

@@ -55,7 +55,7 @@ func TestLeaseOneHolderAtATime(t *testing.T) {
 	_, releaseOther, err := b.SweepLock(ctx, "kinde")
 	require.NoError(t, err, "another provider's sweep is separate")
 	releaseOther()
-	_, releaseFeed, err := b.FeedLock(ctx, "stripe")
+	_, releaseFeed, err := b.EventsFeedLock(ctx, "stripe")
 	require.NoError(t, err, "the feed's lease is not the sweep's")
 	releaseFeed()
 
@@ -79,7 +79,7 @@ func TestLeasePassesOnWhenItsHolderDies(t *testing.T) {
 	a := storetest.OpenStore(t, url, store.Options{LeaseTTL: ttl})
 	b := storetest.OpenStore(t, url, store.Options{LeaseTTL: ttl})
 
-	held, _, err := a.FeedLock(ctx, "stripe")
+	held, _, err := a.EventsFeedLock(ctx, "stripe")
 	require.NoError(t, err)
 	// Renewals keep it while a lives: after several renewal periods it is
 	// still a's.
@@ -91,7 +91,7 @@ func TestLeasePassesOnWhenItsHolderDies(t *testing.T) {
 		return renewals == 1
 	}
 	storetest.WaitFor(t, "a's lease renewed past two thirds of its TTL", renewedTwice)
-	_, _, err = b.FeedLock(ctx, "stripe")
+	_, _, err = b.EventsFeedLock(ctx, "stripe")
 	require.ErrorIs(t, err, reconcile.ErrLeaseHeld, "a renewed lease is still held")
 
 	// a dies: its pool goes, so nothing renews.
@@ -102,7 +102,7 @@ func TestLeasePassesOnWhenItsHolderDies(t *testing.T) {
 
 	var releaseB func()
 	storetest.WaitFor(t, "b takes the dead leader's lease", func() bool {
-		_, release, err := b.FeedLock(ctx, "stripe")
+		_, release, err := b.EventsFeedLock(ctx, "stripe")
 		if errors.Is(err, reconcile.ErrLeaseHeld) {
 			return false
 		}

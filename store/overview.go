@@ -86,7 +86,7 @@ func (s *Store) Overview(ctx context.Context) (reconcile.Overview, error) {
 	if o.Sweeps, err = pgx.CollectRows(rows, scanSweepRecord); err != nil {
 		return o, fmt.Errorf("overview: sweeps: %w", classify(err))
 	}
-	feeds, err := s.FeedStates(ctx)
+	feeds, err := s.EventsFeedStates(ctx)
 	if err != nil {
 		return o, fmt.Errorf("overview: %w", err)
 	}

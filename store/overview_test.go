@@ -75,7 +75,7 @@ func TestOverviewSignals(t *testing.T) {
 	require.Empty(t, signals(), "no feed has polled, no change was written")
 
 	newest := dbNow(t, st).Add(-3 * time.Minute)
-	require.NoError(t, st.SaveFeedPoll(ctx, "stripe", reconcile.FeedPoll{Cursor: newest, NewestEventAt: newest,
+	require.NoError(t, st.SaveEventsFeedPoll(ctx, "stripe", reconcile.EventsFeedPoll{Cursor: newest, NewestEventAt: newest,
 		EndpointChecked: true, EndpointID: "we_1", EndpointEnabled: false}))
 	storetest.SetFeedCaught(t, st, "stripe", 2)
 	s := signals()

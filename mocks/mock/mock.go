@@ -1,7 +1,7 @@
 // Package mock holds function-field fakes of every interface reconcile
 // defines (TestEveryInterfaceHasAFake keeps it so): Store, OnDemandStore,
 // SweepStore, Inbox, Provider, Lister and Splitter here; FeedStore,
-// EventSource and EndpointChecker in feed.go; SpendStore and Spender in
+// EventSource and EndpointChecker in eventsfeed.go; SpendStore and Spender in
 // spend.go; DeliveryStore and AppSender in appdeliver.go. They test the
 // loop logic of reconcile's worker, sweeper, feed, spending and deliverer
 // in milliseconds without PostgreSQL or a provider (the store's own

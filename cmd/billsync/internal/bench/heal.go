@@ -161,8 +161,8 @@ func meteredFake(st *store.Store, cfg Config) (*testenv.Env, error) {
 // newServeFeed is the events feed as serve builds it on an account with
 // no transactions (the allocation's floor), its times divided by scale
 // and its allocation multiplied by it.
-func newServeFeed(h *testenv.Env, st *store.Store, scale int) (*reconcile.Feed, error) {
-	return reconcile.NewFeed(reconcile.FeedConfig{Provider: stripe.Provider, Source: h.Stripe.Client, Store: st,
+func newServeFeed(h *testenv.Env, st *store.Store, scale int) (*reconcile.EventsFeed, error) {
+	return reconcile.NewEventsFeed(reconcile.EventsFeedConfig{Provider: stripe.Provider, Source: h.Stripe.Client, Store: st,
 		Endpoint:      stripe.Endpoint{Client: h.Stripe.Client},
 		Allocation:    func() float64 { return h.Stripe.Client.Allocation(0) * float64(scale) },
 		Interval:      reconcile.DefaultFeedInterval / time.Duration(scale),
@@ -173,7 +173,7 @@ func newServeFeed(h *testenv.Env, st *store.Store, scale int) (*reconcile.Feed, 
 func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 1) }
 
 func caught(ctx context.Context, st *store.Store) (int64, error) {
-	s, err := st.FeedState(ctx, stripe.Provider)
+	s, err := st.EventsFeedState(ctx, stripe.Provider)
 	return s.Caught, err
 }
 

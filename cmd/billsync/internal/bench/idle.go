@@ -80,7 +80,7 @@ func runIdle(ctx context.Context, st *store.Store, cfg Config) (IdleResult, erro
 	res.ReadsPerMonth = round(monthly(interval, res.ReadsPerPoll)+monthly(reconcile.DefaultEndpointEvery, res.EndpointReads), 0)
 	res.Share = round(res.ReadsPerMonth/res.Allocation, 4)
 
-	unbudgeted, err := reconcile.NewFeed(reconcile.FeedConfig{Provider: stripe.Provider, Source: h.Stripe.Client, Store: st})
+	unbudgeted, err := reconcile.NewEventsFeed(reconcile.EventsFeedConfig{Provider: stripe.Provider, Source: h.Stripe.Client, Store: st})
 	if err != nil {
 		return res, err
 	}

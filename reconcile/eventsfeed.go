@@ -33,17 +33,17 @@ import (
 // fastest Interval, and each quiet poll after it doubles the wait back up
 // to the budget's.
 
-// FeedEvent is one listed event.
-type FeedEvent struct {
+// EventsFeedEvent is one listed event.
+type EventsFeedEvent struct {
 	Event Event
 	// Undelivered: the provider has not delivered it to every webhook
 	// endpoint yet (Stripe's pending_webhooks > 0, delivery_success=false).
 	Undelivered bool
 }
 
-// FeedPage is one page of a listing, newest first.
-type FeedPage struct {
-	Events []FeedEvent
+// EventsFeedPage is one page of a listing, newest first.
+type EventsFeedPage struct {
+	Events []EventsFeedEvent
 	// Next is the cursor of the next (older) page; "" when none.
 	Next string
 }
@@ -52,7 +52,7 @@ type FeedPage struct {
 type EventSource interface {
 	// ListEvents returns a page of the events created at or after since,
 	// newest first, from page cursor after ("" the newest).
-	ListEvents(ctx context.Context, since time.Time, after string) (FeedPage, error)
+	ListEvents(ctx context.Context, since time.Time, after string) (EventsFeedPage, error)
 }
 
 // EndpointChecker reads whether the provider still delivers webhooks.
@@ -62,8 +62,8 @@ type EndpointChecker interface {
 	WebhookEndpoint(ctx context.Context) (id string, enabled bool, err error)
 }
 
-// FeedState is what the store keeps of a provider's feed.
-type FeedState struct {
+// EventsFeedState is what the store keeps of a provider's feed.
+type EventsFeedState struct {
 	Provider string `json:"provider"`
 	// Cursor is the newest event time stored; zero before the first poll.
 	Cursor          time.Time  `json:"cursor"`
@@ -76,8 +76,8 @@ type FeedState struct {
 	EndpointEnabled *bool      `json:"endpoint_enabled,omitempty"`
 }
 
-// FeedPoll is what one poll did, for the store to record with the cursor.
-type FeedPoll struct {
+// EventsFeedPoll is what one poll did, for the store to record with the cursor.
+type EventsFeedPoll struct {
 	Cursor        time.Time // the new cursor (the old one when nothing newer was stored)
 	NewestEventAt time.Time // zero: no event listed
 	Undelivered   int       // listed events the provider had not delivered
@@ -88,23 +88,23 @@ type FeedPoll struct {
 	EndpointEnabled bool
 }
 
-// FeedStore is what the feed needs of the store.
-type FeedStore interface {
+// EventsFeedStore is what the feed needs of the store.
+type EventsFeedStore interface {
 	Inbox
 	Now(ctx context.Context) (time.Time, error)
-	// FeedLock takes the provider's feed lease until release (see
+	// EventsFeedLock takes the provider's feed lease until release (see
 	// SweepStore.SweepLock); ErrLeaseHeld when another poller has it.
-	FeedLock(ctx context.Context, provider string) (held context.Context, release func(), err error)
-	// OpenFeed returns the provider's feed state, recording start as the
+	EventsFeedLock(ctx context.Context, provider string) (held context.Context, release func(), err error)
+	// OpenEventsFeed returns the provider's feed state, recording start as the
 	// cursor of a feed that never polled. The store counts an event the
 	// feed stores first (StoreDelivery with SourceFeed, no webhook before
 	// it) in the state's Caught, in the event's own transaction.
-	OpenFeed(ctx context.Context, provider string, start time.Time) (FeedState, error)
-	// FeedStored returns which of the dedupe keys the feed has stored
+	OpenEventsFeed(ctx context.Context, provider string, start time.Time) (EventsFeedState, error)
+	// EventsFeedStored returns which of the dedupe keys the feed has stored
 	// already (a receipt from the feed).
-	FeedStored(ctx context.Context, provider string, keys []string) (map[string]bool, error)
-	// SaveFeedPoll records a finished poll: the cursor and the health.
-	SaveFeedPoll(ctx context.Context, provider string, p FeedPoll) error
+	EventsFeedStored(ctx context.Context, provider string, keys []string) (map[string]bool, error)
+	// SaveEventsFeedPoll records a finished poll: the cursor and the health.
+	SaveEventsFeedPoll(ctx context.Context, provider string, p EventsFeedPoll) error
 }
 
 // Feed defaults.
@@ -138,11 +138,11 @@ const (
 // in the log, not a reason to heal lost webhooks a day late.
 const feedSlowest = time.Hour
 
-// FeedConfig configures a Feed.
-type FeedConfig struct {
+// EventsFeedConfig configures a Feed.
+type EventsFeedConfig struct {
 	Provider string
 	Source   EventSource
-	Store    FeedStore
+	Store    EventsFeedStore
 	// Endpoint, when set, is read at a leader's first poll, at a poll
 	// that lists events the provider has not delivered yet, at every poll
 	// while the last read found it disabled (an alert), and otherwise once
@@ -170,10 +170,10 @@ type FeedConfig struct {
 	Logger *slog.Logger
 }
 
-// Feed polls a provider's events list. Run it on every replica: its lease
+// EventsFeed polls a provider's events list. Run it on every replica: its lease
 // lets one replica lead (poll) at a time.
-type Feed struct {
-	cfg FeedConfig
+type EventsFeed struct {
+	cfg EventsFeedConfig
 	log *slog.Logger
 
 	mu sync.Mutex
@@ -186,8 +186,8 @@ type Feed struct {
 	endpointDisabled bool
 }
 
-// NewFeed checks cfg and returns a Feed.
-func NewFeed(cfg FeedConfig) (*Feed, error) {
+// NewEventsFeed checks cfg and returns a Feed.
+func NewEventsFeed(cfg EventsFeedConfig) (*EventsFeed, error) {
 	if cfg.Provider == "" || cfg.Source == nil || cfg.Store == nil {
 		return nil, errors.New("events feed: provider, source and store are required")
 	}
@@ -203,7 +203,7 @@ func NewFeed(cfg FeedConfig) (*Feed, error) {
 	cfg.Overlap = cmp.Or(cfg.Overlap, DefaultFeedOverlap)
 	cfg.Start = cmp.Or(cfg.Start, cfg.Overlap)
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
-	return &Feed{cfg: cfg, log: log.With(slog.String("provider", cfg.Provider))}, nil
+	return &EventsFeed{cfg: cfg, log: log.With(slog.String("provider", cfg.Provider))}, nil
 }
 
 // feedTakeover bounds how long a replica that does not lead the feed
@@ -218,10 +218,10 @@ const feedTakeover = 5 * time.Second
 // every feedTakeover (or the fastest interval, when shorter). A failed
 // poll is logged and tried again after the interval: the cursor has not
 // moved.
-func (f *Feed) Run(ctx context.Context) {
+func (f *EventsFeed) Run(ctx context.Context) {
 	retry := min(f.cfg.Interval, feedTakeover)
 	for ctx.Err() == nil {
-		held, release, err := f.cfg.Store.FeedLock(ctx, f.cfg.Provider)
+		held, release, err := f.cfg.Store.EventsFeedLock(ctx, f.cfg.Provider)
 		switch {
 		case err == nil:
 			f.lead(ctx, held)
@@ -244,7 +244,7 @@ func (f *Feed) Run(ctx context.Context) {
 // lead polls at once and then after each poll's interval until ctx ends
 // or the lease (held) is lost. The wait runs from the end of a poll: a
 // slow listing (a backlog) delays the next, never doubles it up.
-func (f *Feed) lead(ctx, held context.Context) {
+func (f *EventsFeed) lead(ctx, held context.Context) {
 	ctx, cancel := whileHeld(ctx, held)
 	defer cancel()
 	f.mu.Lock()
@@ -279,7 +279,7 @@ func (f *Feed) lead(ctx, held context.Context) {
 // budget's interval when quiet, down to FeedConfig.Interval after a poll
 // that found a webhook lost; FeedConfig.Interval before the first poll.
 // Safe for concurrent use (metrics, the console).
-func (f *Feed) Interval() time.Duration {
+func (f *EventsFeed) Interval() time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return cmp.Or(f.interval, f.cfg.Interval)
@@ -288,7 +288,7 @@ func (f *Feed) Interval() time.Duration {
 // BudgetInterval returns the interval the read budget gives a quiet feed
 // now: the slowest it polls while webhooks deliver (Interval without an
 // Allocation).
-func (f *Feed) BudgetInterval() time.Duration {
+func (f *EventsFeed) BudgetInterval() time.Duration {
 	interval, _, _ := f.budgetInterval()
 	return interval
 }
@@ -300,7 +300,7 @@ func (f *Feed) BudgetInterval() time.Duration {
 // the fastest Interval (a disabled endpoint: within the whole allocation,
 // see disabledInterval): webhooks are failing, and the feed is what heals
 // their accounts. A quiet poll doubles it, up to the budget's interval.
-func (f *Feed) pace(ctx context.Context, res PollResult, failed bool) time.Duration {
+func (f *EventsFeed) pace(ctx context.Context, res PollResult, failed bool) time.Duration {
 	budget, alloc, budgetWhy := f.budgetInterval()
 	f.mu.Lock()
 	from := f.interval
@@ -343,7 +343,7 @@ func (f *Feed) pace(ctx context.Context, res PollResult, failed bool) time.Durat
 // second, within [Interval, max(feedSlowest, Interval)]. Without an
 // Allocation it is Interval. It returns the allocation read and why the
 // interval is what it is.
-func (f *Feed) budgetInterval() (interval time.Duration, allocation float64, why string) {
+func (f *EventsFeed) budgetInterval() (interval time.Duration, allocation float64, why string) {
 	fastest := f.cfg.Interval
 	if f.cfg.Allocation == nil {
 		return fastest, 0, "no read budget"
@@ -367,7 +367,7 @@ func (f *Feed) budgetInterval() (interval time.Duration, allocation float64, why
 // paced returns the interval at which polls of perPoll reads each spend
 // reads over ReadWindow, rounded up to the second, within [Interval,
 // max(feedSlowest, Interval)]: the slowest when reads pay for nothing.
-func (f *Feed) paced(reads, perPoll float64) time.Duration {
+func (f *EventsFeed) paced(reads, perPoll float64) time.Duration {
 	fastest := f.cfg.Interval
 	slowest := max(feedSlowest, fastest)
 	if math.IsNaN(reads) || reads <= 0 {
@@ -383,7 +383,7 @@ func (f *Feed) paced(reads, perPoll float64) time.Duration {
 // allows; then the interval that spends exactly that, so the feed alone
 // never overspends a small account's allocation. alloc is the allocation
 // budgetInterval read.
-func (f *Feed) disabledInterval(alloc float64) time.Duration {
+func (f *EventsFeed) disabledInterval(alloc float64) time.Duration {
 	if f.cfg.Allocation == nil {
 		return f.cfg.Interval
 	}
@@ -406,8 +406,8 @@ type PollResult struct {
 }
 
 // Poll lists and stores once, under the feed lock.
-func (f *Feed) Poll(ctx context.Context) (PollResult, error) {
-	held, release, err := f.cfg.Store.FeedLock(ctx, f.cfg.Provider)
+func (f *EventsFeed) Poll(ctx context.Context) (PollResult, error) {
+	held, release, err := f.cfg.Store.EventsFeedLock(ctx, f.cfg.Provider)
 	if errors.Is(err, ErrLeaseHeld) {
 		return PollResult{}, ErrFeedBusy
 	}
@@ -420,18 +420,18 @@ func (f *Feed) Poll(ctx context.Context) (PollResult, error) {
 	return f.poll(ctx)
 }
 
-func (f *Feed) poll(ctx context.Context) (PollResult, error) {
+func (f *EventsFeed) poll(ctx context.Context) (PollResult, error) {
 	st := f.cfg.Store
 	now, err := st.Now(ctx)
 	if err != nil {
 		return PollResult{}, err
 	}
-	state, err := st.OpenFeed(ctx, f.cfg.Provider, now.Add(-f.cfg.Start+f.cfg.Overlap))
+	state, err := st.OpenEventsFeed(ctx, f.cfg.Provider, now.Add(-f.cfg.Start+f.cfg.Overlap))
 	if err != nil {
 		return PollResult{}, err
 	}
 	res := PollResult{Cursor: state.Cursor}
-	var rec FeedPoll
+	var rec EventsFeedPoll
 	since := state.Cursor.Add(-f.cfg.Overlap)
 	// Every page is stored before the next is read, and the cursor is
 	// written once the listing is done: a crash re-reads, never skips.
@@ -451,7 +451,7 @@ func (f *Feed) poll(ctx context.Context) (PollResult, error) {
 	if f.endpointDue(res) {
 		f.checkEndpoint(ctx, &rec)
 	}
-	if err := st.SaveFeedPoll(ctx, f.cfg.Provider, rec); err != nil {
+	if err := st.SaveEventsFeedPoll(ctx, f.cfg.Provider, rec); err != nil {
 		return res, err
 	}
 	return res, nil
@@ -459,12 +459,12 @@ func (f *Feed) poll(ctx context.Context) (PollResult, error) {
 
 // store stores a page's events the feed has not stored yet, through the
 // intake's call, and moves res.Cursor to the newest event time stored.
-func (f *Feed) store(ctx context.Context, page FeedPage, res *PollResult, rec *FeedPoll) error {
+func (f *EventsFeed) store(ctx context.Context, page EventsFeedPage, res *PollResult, rec *EventsFeedPoll) error {
 	keys := make([]string, 0, len(page.Events))
 	for _, e := range page.Events {
 		keys = append(keys, e.Event.DedupeKey)
 	}
-	stored, err := f.cfg.Store.FeedStored(ctx, f.cfg.Provider, keys)
+	stored, err := f.cfg.Store.EventsFeedStored(ctx, f.cfg.Provider, keys)
 	if err != nil {
 		return err
 	}
@@ -505,7 +505,7 @@ func (f *Feed) store(ctx context.Context, page FeedPage, res *PollResult, rec *F
 // first poll since this replica began to lead, when it listed events not
 // delivered yet, while the last read found the endpoint disabled, and
 // otherwise once every EndpointEvery. A quiet poll is then one read.
-func (f *Feed) endpointDue(res PollResult) bool {
+func (f *EventsFeed) endpointDue(res PollResult) bool {
 	if f.cfg.Endpoint == nil {
 		return false
 	}
@@ -520,7 +520,7 @@ func (f *Feed) endpointDue(res PollResult) bool {
 // again: the feed is the only signal). A failed read is logged and leaves
 // the recorded status as it was; it counts as a read (it spent one), so
 // it is tried again EndpointEvery later, or sooner on undelivered events.
-func (f *Feed) checkEndpoint(ctx context.Context, rec *FeedPoll) {
+func (f *EventsFeed) checkEndpoint(ctx context.Context, rec *EventsFeedPoll) {
 	id, enabled, err := f.cfg.Endpoint.WebhookEndpoint(ctx)
 	f.mu.Lock()
 	f.endpointReadAt = time.Now()
@@ -540,7 +540,7 @@ func (f *Feed) checkEndpoint(ctx context.Context, rec *FeedPoll) {
 }
 
 // NewestEvent is NewestEventAt, the zero time when no event was seen.
-func (s FeedState) NewestEvent() time.Time {
+func (s EventsFeedState) NewestEvent() time.Time {
 	if s.NewestEventAt == nil {
 		return time.Time{}
 	}
@@ -549,7 +549,7 @@ func (s FeedState) NewestEvent() time.Time {
 
 // EndpointStatus says what the last poll read of the webhook endpoint:
 // enabled, disabled, or "not read" (webhook-free, or no read yet).
-func (s FeedState) EndpointStatus() string {
+func (s EventsFeedState) EndpointStatus() string {
 	switch {
 	case s.EndpointEnabled == nil:
 		return "not read"

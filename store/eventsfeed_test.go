@@ -19,12 +19,12 @@ import (
 // listSource is an EventSource over a fixed list of events (newest first),
 // paged by pageSize.
 type listSource struct {
-	events   []reconcile.FeedEvent
+	events   []reconcile.EventsFeedEvent
 	pageSize int
 }
 
-func (s listSource) ListEvents(_ context.Context, since time.Time, after string) (reconcile.FeedPage, error) {
-	var page reconcile.FeedPage
+func (s listSource) ListEvents(_ context.Context, since time.Time, after string) (reconcile.EventsFeedPage, error) {
+	var page reconcile.EventsFeedPage
 	started := after == ""
 	for i, e := range s.events {
 		if !started {
@@ -45,15 +45,15 @@ func (s listSource) ListEvents(_ context.Context, since time.Time, after string)
 	return page, nil
 }
 
-func feedEvent(id, customer string, at time.Time) reconcile.FeedEvent {
-	return reconcile.FeedEvent{Event: reconcile.Event{
+func feedEvent(id, customer string, at time.Time) reconcile.EventsFeedEvent {
+	return reconcile.EventsFeedEvent{Event: reconcile.Event{
 		Provider: "stripe", DedupeKey: id, EventID: id, Type: "customer.subscription.updated",
 		CustomerID: customer, Time: at, Payload: []byte(`{}`)}}
 }
 
-func newFeed(t *testing.T, st *store.Store, src reconcile.EventSource) *reconcile.Feed {
+func newFeed(t *testing.T, st *store.Store, src reconcile.EventSource) *reconcile.EventsFeed {
 	t.Helper()
-	f, err := reconcile.NewFeed(reconcile.FeedConfig{Provider: "stripe", Source: src, Store: st, Start: time.Hour})
+	f, err := reconcile.NewEventsFeed(reconcile.EventsFeedConfig{Provider: "stripe", Source: src, Store: st, Start: time.Hour})
 	require.NoError(t, err)
 	return f
 }
@@ -82,12 +82,12 @@ func sourcesOf(t *testing.T, st *store.Store) map[string][]string {
 func TestFeedAndWebhookStoreOneEvent(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().Add(-time.Minute)
-	webhook := func(st *store.Store, e reconcile.FeedEvent) {
+	webhook := func(st *store.Store, e reconcile.EventsFeedEvent) {
 		_, err := st.StoreDelivery(ctx, reconcile.Delivery{Event: e.Event, Source: reconcile.SourceWebhook})
 		require.NoError(t, err)
 	}
 	caught := func(st *store.Store) int64 {
-		state, err := st.FeedState(ctx, "stripe")
+		state, err := st.EventsFeedState(ctx, "stripe")
 		require.NoError(t, err)
 		return state.Caught
 	}
@@ -96,7 +96,7 @@ func TestFeedAndWebhookStoreOneEvent(t *testing.T) {
 		st := storetest.NewStore(t)
 		e := feedEvent("evt_w", "cus_1", now)
 		webhook(st, e)
-		res, err := newFeed(t, st, listSource{events: []reconcile.FeedEvent{e}, pageSize: 100}).Poll(ctx)
+		res, err := newFeed(t, st, listSource{events: []reconcile.EventsFeedEvent{e}, pageSize: 100}).Poll(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 0, res.Caught)
 		require.Len(t, storetest.Events(t, st), 1)
@@ -106,7 +106,7 @@ func TestFeedAndWebhookStoreOneEvent(t *testing.T) {
 	t.Run("FeedFirst", func(t *testing.T) {
 		st := storetest.NewStore(t)
 		e := feedEvent("evt_f", "cus_1", now)
-		feed := newFeed(t, st, listSource{events: []reconcile.FeedEvent{e}, pageSize: 100})
+		feed := newFeed(t, st, listSource{events: []reconcile.EventsFeedEvent{e}, pageSize: 100})
 		_, err := feed.Poll(ctx)
 		require.NoError(t, err)
 		require.Equal(t, reconcile.TriggerFeed, storetest.QueueRowOf(t, st, "stripe", "cus_1").Trigger)
@@ -121,7 +121,7 @@ func TestFeedAndWebhookStoreOneEvent(t *testing.T) {
 	})
 	t.Run("AtOnce", func(t *testing.T) {
 		st := storetest.NewStore(t)
-		var events []reconcile.FeedEvent
+		var events []reconcile.EventsFeedEvent
 		for i := range 300 {
 			events = append(events, feedEvent(fmt.Sprintf("evt_%03d", 299-i), fmt.Sprintf("cus_%d", i%37), now.Add(-time.Duration(i)*time.Second)))
 		}
@@ -157,7 +157,7 @@ func TestFeedCatchesAnEventListedLate(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.NewStore(t)
 	h := testenv.ForTest(t, testenv.Stripe, testenv.Options{})
-	feed, err := reconcile.NewFeed(reconcile.FeedConfig{Provider: "stripe", Source: h.Stripe.Client, Store: st,
+	feed, err := reconcile.NewEventsFeed(reconcile.EventsFeedConfig{Provider: "stripe", Source: h.Stripe.Client, Store: st,
 		Overlap: 10 * time.Minute, Start: time.Hour})
 	require.NoError(t, err)
 
@@ -186,7 +186,7 @@ func TestFeedCatchesAnEventListedLate(t *testing.T) {
 	require.Positive(t, stored(cusA))
 	require.Positive(t, stored(cusC))
 	require.Zero(t, stored(cusB), "B's events are not listed yet")
-	state, err := st.FeedState(ctx, "stripe")
+	state, err := st.EventsFeedState(ctx, "stripe")
 	require.NoError(t, err)
 	require.True(t, state.Cursor.After(h.Stripe.Fake.Clock().Now().Add(-30*time.Second)), "the cursor moved past B's events")
 
@@ -206,9 +206,9 @@ type failAfter struct {
 	pages *int
 }
 
-func (s failAfter) ListEvents(ctx context.Context, since time.Time, after string) (reconcile.FeedPage, error) {
+func (s failAfter) ListEvents(ctx context.Context, since time.Time, after string) (reconcile.EventsFeedPage, error) {
 	if *s.pages == s.n {
-		return reconcile.FeedPage{}, fmt.Errorf("the poller died")
+		return reconcile.EventsFeedPage{}, fmt.Errorf("the poller died")
 	}
 	*s.pages++
 	return s.listSource.ListEvents(ctx, since, after)
@@ -223,7 +223,7 @@ func TestFeedCountsCaughtWithTheEvent(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.NewStore(t)
 	now := time.Now().Add(-time.Minute)
-	var events []reconcile.FeedEvent
+	var events []reconcile.EventsFeedEvent
 	for i := range 150 {
 		events = append(events, feedEvent(fmt.Sprintf("evt_%03d", 149-i), fmt.Sprintf("cus_%d", i), now.Add(-time.Duration(i)*time.Second)))
 	}
@@ -235,7 +235,7 @@ func TestFeedCountsCaughtWithTheEvent(t *testing.T) {
 	pages := 0
 	_, err := newFeed(t, st, failAfter{listSource{events: events, pageSize: 100}, 1, &pages}).Poll(ctx)
 	require.ErrorContains(t, err, "the poller died")
-	state, err := st.FeedState(ctx, "stripe")
+	state, err := st.EventsFeedState(ctx, "stripe")
 	require.NoError(t, err)
 	require.Zero(t, state.Polls, "no poll was recorded")
 	require.EqualValues(t, 90, state.Caught, "the first page's events no webhook brought, counted as they were stored")
@@ -243,7 +243,7 @@ func TestFeedCountsCaughtWithTheEvent(t *testing.T) {
 	res, err := newFeed(t, st, listSource{events: events, pageSize: 100}).Poll(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 50, res.Caught, "the re-read first page is stored already")
-	state, err = st.FeedState(ctx, "stripe")
+	state, err = st.EventsFeedState(ctx, "stripe")
 	require.NoError(t, err)
 	require.EqualValues(t, 1, state.Polls)
 	require.EqualValues(t, 140, state.Caught)

@@ -50,7 +50,7 @@ var _ reconcile.EventSource = (*Client)(nil)
 //
 // Its requests take the client's shared rate limit only (not the sweep's
 // listing share): one poll is a request or a few.
-func (c *Client) ListEvents(ctx context.Context, since time.Time, after string) (reconcile.FeedPage, error) {
+func (c *Client) ListEvents(ctx context.Context, since time.Time, after string) (reconcile.EventsFeedPage, error) {
 	q := url.Values{}
 	q.Set("limit", strconv.Itoa(listPageSize))
 	q.Set("created[gte]", strconv.FormatInt(since.Unix(), 10))
@@ -63,11 +63,11 @@ func (c *Client) ListEvents(ctx context.Context, since time.Time, after string) 
 	op := "list events"
 	body, err := c.get(ctx, "/v1/events", q)
 	if err != nil {
-		return reconcile.FeedPage{}, fail(op, err)
+		return reconcile.EventsFeedPage{}, fail(op, err)
 	}
 	page, err := ReadEventsPage(body)
 	if err != nil {
-		return reconcile.FeedPage{}, fmt.Errorf("stripe %s: unreadable page: %w", op, err)
+		return reconcile.EventsFeedPage{}, fmt.Errorf("stripe %s: unreadable page: %w", op, err)
 	}
 	return page, nil
 }
@@ -77,12 +77,12 @@ func (c *Client) ListEvents(ctx context.Context, since time.Time, after string) 
 // to ignore, with the reason, as a webhook would), its pending_webhooks
 // (Undelivered), and the next page's cursor (the last entry's id while
 // has_more). An answer that is not a list page is an error.
-func ReadEventsPage(body []byte) (reconcile.FeedPage, error) {
+func ReadEventsPage(body []byte) (reconcile.EventsFeedPage, error) {
 	entries, more, err := listPageOf[jsontext.Value](body)
 	if err != nil {
-		return reconcile.FeedPage{}, err
+		return reconcile.EventsFeedPage{}, err
 	}
-	page := reconcile.FeedPage{Events: make([]reconcile.FeedEvent, 0, len(entries))}
+	page := reconcile.EventsFeedPage{Events: make([]reconcile.EventsFeedEvent, 0, len(entries))}
 	lastID := ""
 	for _, raw := range entries {
 		// The event keeps its own bytes: the page's buffer is not reused,
@@ -101,11 +101,11 @@ func ReadEventsPage(body []byte) (reconcile.FeedPage, error) {
 		_ = json.Unmarshal(entry.ID, &id)
 		_ = json.Unmarshal(entry.PendingWebhooks, &pending)
 		lastID = id
-		page.Events = append(page.Events, reconcile.FeedEvent{Event: ev, Undelivered: pending > 0})
+		page.Events = append(page.Events, reconcile.EventsFeedEvent{Event: ev, Undelivered: pending > 0})
 	}
 	if more && len(entries) > 0 {
 		if clean, problem := reconcile.Storable(lastID); clean == "" || problem != "" || clean != page.Events[len(page.Events)-1].Event.EventID {
-			return reconcile.FeedPage{}, errors.New("the last entry has no usable id to page after")
+			return reconcile.EventsFeedPage{}, errors.New("the last entry has no usable id to page after")
 		}
 		page.Next = lastID
 	}

@@ -30,7 +30,7 @@ import (
 // endpoint's status, the reads made, and the feed's lease.
 type feedProvider struct {
 	mu        sync.Mutex
-	events    []reconcile.FeedEvent
+	events    []reconcile.EventsFeedEvent
 	webhooked map[string]bool // StoreDelivery answers Duplicate
 	stored    map[string]bool // the feed stored it
 	disabled  bool
@@ -52,10 +52,10 @@ func newFeedProvider() *feedProvider {
 
 // list makes the provider list e from now on; byWebhook: a webhook
 // brought it before the feed (the feed catches nothing).
-func (p *feedProvider) list(e reconcile.FeedEvent, byWebhook bool) {
+func (p *feedProvider) list(e reconcile.EventsFeedEvent, byWebhook bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.events = append([]reconcile.FeedEvent{e}, p.events...)
+	p.events = append([]reconcile.EventsFeedEvent{e}, p.events...)
 	p.webhooked[e.Event.DedupeKey] = byWebhook
 }
 
@@ -81,8 +81,8 @@ func (p *feedProvider) loseLease() {
 
 // config returns a feed's config on the fakes; withEndpoint: webhooks are
 // on, so the feed reads the endpoint's status.
-func (p *feedProvider) config(withEndpoint bool) reconcile.FeedConfig {
-	st := &mock.FeedStore{
+func (p *feedProvider) config(withEndpoint bool) reconcile.EventsFeedConfig {
+	st := &mock.EventsFeedStore{
 		Inbox: mock.Inbox{StoreDeliveryFn: func(_ context.Context, d reconcile.Delivery) (reconcile.Stored, error) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
@@ -90,17 +90,17 @@ func (p *feedProvider) config(withEndpoint bool) reconcile.FeedConfig {
 			return reconcile.Stored{EventID: 1, Duplicate: p.webhooked[d.Event.DedupeKey], Status: reconcile.EventPending}, nil
 		}},
 		NowFn: func(context.Context) (time.Time, error) { return time.Now(), nil },
-		FeedLockFn: func(ctx context.Context, _ string) (context.Context, func(), error) {
+		EventsFeedLockFn: func(ctx context.Context, _ string) (context.Context, func(), error) {
 			held, cancel := context.WithCancel(ctx)
 			p.mu.Lock()
 			p.lose = cancel
 			p.mu.Unlock()
 			return held, cancel, nil
 		},
-		OpenFeedFn: func(_ context.Context, provider string, start time.Time) (reconcile.FeedState, error) {
-			return reconcile.FeedState{Provider: provider, Cursor: start}, nil
+		OpenEventsFeedFn: func(_ context.Context, provider string, start time.Time) (reconcile.EventsFeedState, error) {
+			return reconcile.EventsFeedState{Provider: provider, Cursor: start}, nil
 		},
-		FeedStoredFn: func(_ context.Context, _ string, keys []string) (map[string]bool, error) {
+		EventsFeedStoredFn: func(_ context.Context, _ string, keys []string) (map[string]bool, error) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			out := map[string]bool{}
@@ -109,22 +109,22 @@ func (p *feedProvider) config(withEndpoint bool) reconcile.FeedConfig {
 			}
 			return out, nil
 		},
-		SaveFeedPollFn: func(context.Context, string, reconcile.FeedPoll) error { return nil },
+		SaveEventsFeedPollFn: func(context.Context, string, reconcile.EventsFeedPoll) error { return nil },
 	}
-	cfg := reconcile.FeedConfig{
+	cfg := reconcile.EventsFeedConfig{
 		Provider: "stripe", Store: st,
-		Source: &mock.EventSource{ListEventsFn: func(ctx context.Context, _ time.Time, _ string) (reconcile.FeedPage, error) {
+		Source: &mock.EventSource{ListEventsFn: func(ctx context.Context, _ time.Time, _ string) (reconcile.EventsFeedPage, error) {
 			if err := ctx.Err(); err != nil {
-				return reconcile.FeedPage{}, err
+				return reconcile.EventsFeedPage{}, err
 			}
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			if p.runaway = len(p.lists) >= maxLists; p.runaway {
 				p.stop()
-				return reconcile.FeedPage{}, context.Canceled
+				return reconcile.EventsFeedPage{}, context.Canceled
 			}
 			p.lists = append(p.lists, time.Now())
-			return reconcile.FeedPage{Events: append([]reconcile.FeedEvent(nil), p.events...)}, nil
+			return reconcile.EventsFeedPage{Events: append([]reconcile.EventsFeedEvent(nil), p.events...)}, nil
 		}},
 	}
 	if withEndpoint {
@@ -140,9 +140,9 @@ func (p *feedProvider) config(withEndpoint bool) reconcile.FeedConfig {
 
 // runFeed runs a feed of p on cfg in the bubble until the test ends; the
 // first poll is done when it returns.
-func runFeed(t *testing.T, p *feedProvider, cfg reconcile.FeedConfig) *reconcile.Feed {
+func runFeed(t *testing.T, p *feedProvider, cfg reconcile.EventsFeedConfig) *reconcile.EventsFeed {
 	t.Helper()
-	feed, err := reconcile.NewFeed(cfg)
+	feed, err := reconcile.NewEventsFeed(cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	p.mu.Lock()
@@ -185,8 +185,8 @@ func gaps(at []time.Time) []time.Duration {
 	return out
 }
 
-func feedEvent(id string, undelivered bool) reconcile.FeedEvent {
-	return reconcile.FeedEvent{Undelivered: undelivered, Event: reconcile.Event{
+func feedEvent(id string, undelivered bool) reconcile.EventsFeedEvent {
+	return reconcile.EventsFeedEvent{Undelivered: undelivered, Event: reconcile.Event{
 		Provider: "stripe", DedupeKey: id, EventID: id, Type: "customer.subscription.updated",
 		CustomerID: "cus_1", Time: time.Now(), Payload: []byte(`{}`)}}
 }
@@ -350,7 +350,7 @@ func TestFeedSpeedsUpOnACaughtEvent(t *testing.T) {
 // than the whole allocation pays for, however long it stays disabled).
 func TestFeedReadsTheEndpointOnlyWhenItMatters(t *testing.T) {
 	budget := 1090 * time.Second
-	start := func(t *testing.T) (*feedProvider, *reconcile.Feed) {
+	start := func(t *testing.T) (*feedProvider, *reconcile.EventsFeed) {
 		p := newFeedProvider()
 		cfg := p.config(true)
 		cfg.Allocation = fixed(10_000)
@@ -467,14 +467,14 @@ func TestNewFeedRefusesABadShare(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cfg := p.config(false)
 			cfg.Share = share
-			_, err := reconcile.NewFeed(cfg)
+			_, err := reconcile.NewEventsFeed(cfg)
 			require.ErrorContains(t, err, "share")
 		})
 	}
 	t.Run("EndpointEveryNegative", func(t *testing.T) {
 		cfg := p.config(false)
 		cfg.EndpointEvery = -time.Hour
-		_, err := reconcile.NewFeed(cfg)
+		_, err := reconcile.NewEventsFeed(cfg)
 		require.Error(t, err)
 	})
 }

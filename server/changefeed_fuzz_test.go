@@ -60,12 +60,12 @@ func (f *oneChangeFeed) Changes(_ context.Context, after reconcile.ChangeCursor,
 // FuzzFeedQuery: whatever the query, GET /api/changes answers 200 with
 // the feed read at a limit of 1…MaxFeedLimit and the query's own cursor
 // and limit, or 400 with a message; never a 500 or a panic.
-func FuzzFeedQuery(f *testing.F) {
+func FuzzChangeFeedQuery(f *testing.F) {
 	for q := range feedQuerySeeds {
 		f.Add(q)
 	}
 	feed := &oneChangeFeed{}
-	h := New(Config{App: App{Token: "app-token-0123456789abcdef", Store: feed, Feed: feed}})
+	h := New(Config{App: App{Token: "app-token-0123456789abcdef", Store: feed, ChangeFeed: feed}})
 	f.Fuzz(func(t *testing.T, raw string) {
 		*feed = oneChangeFeed{}
 		r := httptest.NewRequest(http.MethodGet, "/api/changes", nil)

@@ -73,7 +73,7 @@ func TestTwoServesPollOneAtATime(t *testing.T) {
 	}
 	require.EqualValues(t, 1, most.Load(), "two listings were in flight at once")
 	st := storetest.OpenStore(t, dbURL, store.Options{})
-	state, err := st.FeedState(context.Background(), "stripe")
+	state, err := st.EventsFeedState(context.Background(), "stripe")
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, state.Polls, int64(lists.Load())-2, "a poll per listing (but those SIGTERM cut short)")
 }
@@ -116,7 +116,7 @@ func TestFeedSurvivesKillBetweenPageAndCursor(t *testing.T) {
 
 	dbURL := storetest.URL(t)
 	st := storetest.OpenStore(t, dbURL, store.Options{})
-	require.NoError(t, st.SaveFeedPoll(ctx, "stripe", reconcile.FeedPoll{Cursor: oldAt}))
+	require.NoError(t, st.SaveEventsFeedPoll(ctx, "stripe", reconcile.EventsFeedPoll{Cursor: oldAt}))
 	args := "BILLSYNC_TEST_ARGS=serve -workers 0 -events-poll 1h -events-overlap 1m -addr "
 	addr := freeAddr(t)
 	p := startBillsync(t, t.TempDir(), addr, feedEnv(dbURL, h.URL, args+addr)...)
@@ -128,7 +128,7 @@ func TestFeedSurvivesKillBetweenPageAndCursor(t *testing.T) {
 	require.Len(t, storetest.Events(t, st), 100, "the first page is stored before the second is read")
 	require.NoError(t, p.cmd.Process.Kill())
 	<-p.exited
-	state, err := st.FeedState(ctx, "stripe")
+	state, err := st.EventsFeedState(ctx, "stripe")
 	require.NoError(t, err)
 	require.True(t, state.Cursor.Equal(oldAt.Truncate(time.Microsecond)), "the cursor moved (%s) before the listing was stored", state.Cursor)
 
@@ -136,7 +136,7 @@ func TestFeedSurvivesKillBetweenPageAndCursor(t *testing.T) {
 	addr = freeAddr(t)
 	p = startBillsync(t, t.TempDir(), addr, feedEnv(dbURL, h.URL, args+addr)...)
 	require.Eventually(t, func() bool {
-		s, err := st.FeedState(ctx, "stripe")
+		s, err := st.EventsFeedState(ctx, "stripe")
 		return err == nil && s.Polls >= 2
 	}, time.Minute, 50*time.Millisecond, "the second serve never finished a poll:\n%s", p.logs)
 	stopBillsync(t, p)
@@ -222,7 +222,7 @@ func TestWebhookFreeEndToEnd(t *testing.T) {
 	for _, r := range storetest.Receipts(t, st) {
 		require.Equal(t, reconcile.SourceFeed, r.Source)
 	}
-	state, err := st.FeedState(context.Background(), "stripe")
+	state, err := st.EventsFeedState(context.Background(), "stripe")
 	require.NoError(t, err)
 	require.EqualValues(t, len(storetest.Events(t, st)), state.Caught, "every event was caught by the feed")
 	require.Regexp(t, `(?m)^billsync_events_feed_caught_total\{provider="stripe"\} [1-9]`, metrics)

@@ -8,42 +8,42 @@ import (
 	"github.com/billsync/billsync/reconcile"
 )
 
-// FeedLock takes the lease that lets one events feed of provider poll at a
+// EventsFeedLock takes the lease that lets one events feed of provider poll at a
 // time across every replica (see SweepLock).
-func (s *Store) FeedLock(ctx context.Context, provider string) (held context.Context, release func(), err error) {
+func (s *Store) EventsFeedLock(ctx context.Context, provider string) (held context.Context, release func(), err error) {
 	return s.lease(ctx, "feed."+provider)
 }
 
-// OpenFeed returns provider's feed state, first recording start as the
+// OpenEventsFeed returns provider's feed state, first recording start as the
 // cursor of a feed that has never polled: a poller that dies before its
 // first poll is saved starts again from the same point, and the events it
 // stores are counted as caught from the first (StoreDelivery counts them
 // in the feed's row).
-func (s *Store) OpenFeed(ctx context.Context, provider string, start time.Time) (reconcile.FeedState, error) {
+func (s *Store) OpenEventsFeed(ctx context.Context, provider string, start time.Time) (reconcile.EventsFeedState, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	_, err := s.pool.Exec(ctx, `
 		INSERT INTO events_feed (provider, cursor_at) VALUES ($1, $2)
 		ON CONFLICT (provider) DO NOTHING`, provider, start)
 	if err != nil {
-		return reconcile.FeedState{}, fmt.Errorf("open %s feed: %w", provider, classify(err))
+		return reconcile.EventsFeedState{}, fmt.Errorf("open %s feed: %w", provider, classify(err))
 	}
-	return s.FeedState(ctx, provider)
+	return s.EventsFeedState(ctx, provider)
 }
 
-// FeedState returns provider's feed state; reconcile.ErrNotFound before its
+// EventsFeedState returns provider's feed state; reconcile.ErrNotFound before its
 // first poll.
-func (s *Store) FeedState(ctx context.Context, provider string) (reconcile.FeedState, error) {
+func (s *Store) EventsFeedState(ctx context.Context, provider string) (reconcile.EventsFeedState, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	st := reconcile.FeedState{Provider: provider}
+	st := reconcile.EventsFeedState{Provider: provider}
 	var endpoint *string
 	err := s.pool.QueryRow(ctx, `
 		SELECT cursor_at, newest_event_at, polled_at, polls, caught, undelivered, endpoint_id, endpoint_enabled
 		FROM events_feed WHERE provider = $1`, provider).
 		Scan(&st.Cursor, &st.NewestEventAt, &st.PolledAt, &st.Polls, &st.Caught, &st.Undelivered, &endpoint, &st.EndpointEnabled)
 	if err != nil {
-		return reconcile.FeedState{}, fmt.Errorf("read %s feed state: %w", provider, classify(err))
+		return reconcile.EventsFeedState{}, fmt.Errorf("read %s feed state: %w", provider, classify(err))
 	}
 	if endpoint != nil {
 		st.EndpointID = *endpoint
@@ -51,8 +51,8 @@ func (s *Store) FeedState(ctx context.Context, provider string) (reconcile.FeedS
 	return st, nil
 }
 
-// FeedStates returns every provider's feed state (metrics, console).
-func (s *Store) FeedStates(ctx context.Context) ([]reconcile.FeedState, error) {
+// EventsFeedStates returns every provider's feed state (metrics, console).
+func (s *Store) EventsFeedStates(ctx context.Context) ([]reconcile.EventsFeedState, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(ctx, `
@@ -62,9 +62,9 @@ func (s *Store) FeedStates(ctx context.Context) ([]reconcile.FeedState, error) {
 		return nil, fmt.Errorf("read feed states: %w", classify(err))
 	}
 	defer rows.Close()
-	var out []reconcile.FeedState
+	var out []reconcile.EventsFeedState
 	for rows.Next() {
-		var st reconcile.FeedState
+		var st reconcile.EventsFeedState
 		if err := rows.Scan(&st.Provider, &st.Cursor, &st.NewestEventAt, &st.PolledAt, &st.Polls, &st.Caught,
 			&st.Undelivered, &st.EndpointID, &st.EndpointEnabled); err != nil {
 			return nil, fmt.Errorf("read feed states: %w", classify(err))
@@ -77,9 +77,9 @@ func (s *Store) FeedStates(ctx context.Context) ([]reconcile.FeedState, error) {
 	return out, nil
 }
 
-// FeedStored returns which of keys (dedupe keys of provider's events) the
+// EventsFeedStored returns which of keys (dedupe keys of provider's events) the
 // feed has stored already: the event has a receipt from the feed.
-func (s *Store) FeedStored(ctx context.Context, provider string, keys []string) (map[string]bool, error) {
+func (s *Store) EventsFeedStored(ctx context.Context, provider string, keys []string) (map[string]bool, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	stored := make(map[string]bool, len(keys))
@@ -107,9 +107,9 @@ func (s *Store) FeedStored(ctx context.Context, provider string, keys []string) 
 	return stored, nil
 }
 
-// SaveFeedPoll records a finished poll of provider's feed: its cursor, and
+// SaveEventsFeedPoll records a finished poll of provider's feed: its cursor, and
 // its health (the webhook endpoint's status only when it was read).
-func (s *Store) SaveFeedPoll(ctx context.Context, provider string, p reconcile.FeedPoll) error {
+func (s *Store) SaveEventsFeedPoll(ctx context.Context, provider string, p reconcile.EventsFeedPoll) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	_, err := s.pool.Exec(ctx, `

@@ -38,7 +38,7 @@ func (e *appEnv) feed(query string) (feedPage, appAnswer) {
 
 // TestFeedPages: the app pages the feed with its cursor and gets each
 // change once, in order; at the end it keeps its cursor.
-func TestFeedPages(t *testing.T) {
+func TestChangeFeedPages(t *testing.T) {
 	e := newAppEnv(t, appToken)
 	id := e.account("stripe", "cus_1", "u1", "price_pro")
 	require.Equal(t, http.StatusOK, e.debit("u1", "k1", 5).code)
@@ -69,7 +69,7 @@ func TestFeedPages(t *testing.T) {
 // TestFeedLongPollWakes: a long poll at the end of the feed returns the
 // next change as soon as it commits; the fallback poll is an hour, so only
 // the NOTIFY can have woken it before its 30 s are up.
-func TestFeedLongPollWakes(t *testing.T) {
+func TestChangeFeedLongPollWakes(t *testing.T) {
 	e := newAppEnv(t, appToken)
 	e.account("stripe", "cus_1", "u1", "price_pro")
 	p, _ := e.feed("")
@@ -91,7 +91,7 @@ func TestFeedLongPollWakes(t *testing.T) {
 
 // TestFeedAfterPrune: once a prune took a user's old changes, an app
 // whose cursor points into them pages on from the oldest change left.
-func TestFeedAfterPrune(t *testing.T) {
+func TestChangeFeedAfterPrune(t *testing.T) {
 	e := newAppEnv(t, appToken)
 	e.account("stripe", "cus_old", "u_old", "price_pro")
 	require.Equal(t, http.StatusOK, e.debit("u_old", "k1", 5).code)
@@ -115,7 +115,7 @@ func TestFeedAfterPrune(t *testing.T) {
 	}
 }
 
-func TestFeedBadQuery(t *testing.T) {
+func TestChangeFeedBadQuery(t *testing.T) {
 	e := newAppEnv(t, appToken)
 	for _, q := range []string{"?after=12", "?after=x-1", "?limit=0", "?limit=1001", "?limit=ten", "?wait=2m", "?wait=-1s", "?wait=soon",
 		"?after=%zz", "?limit=1&limit=2", "?after=1-2;limit=5"} {
