@@ -84,7 +84,7 @@ func New(ctx context.Context, cfg Config, parts Parts) (*App, error) {
 		a.poll = store.PollWithoutListen
 	}
 	a.metrics.CollectSweeps(st.SweepStats, logger)
-	a.metrics.CollectAppChanges(st.DeliveryStats, logger)
+	a.metrics.CollectAccountChanges(st.AppDeliveryStats, logger)
 	provs, err := a.providers(ctx, parts)
 	if err != nil {
 		return nil, err
@@ -156,7 +156,7 @@ func (a *App) providers(ctx context.Context, parts Parts) (Providers, error) {
 
 // newDeliverer builds the app's webhooks' deliverer (nil without an
 // endpoint) and registers the endpoints.
-func (a *App) newDeliverer(ctx context.Context) (*reconcile.Deliverer, error) {
+func (a *App) newDeliverer(ctx context.Context) (*reconcile.AppDeliverer, error) {
 	if len(a.cfg.AppWebhookURLs) == 0 {
 		return nil, nil
 	}
@@ -164,7 +164,7 @@ func (a *App) newDeliverer(ctx context.Context) (*reconcile.Deliverer, error) {
 	if err != nil {
 		return nil, err
 	}
-	deliverer, err := reconcile.NewDeliverer(reconcile.DelivererConfig{Name: WorkerName(), Store: a.st, Sender: sender,
+	deliverer, err := reconcile.NewAppDeliverer(reconcile.AppDelivererConfig{Name: WorkerName(), Store: a.st, Sender: sender,
 		Endpoints: a.cfg.AppWebhookURLs, Lease: a.cfg.AppWebhookLease, Poll: a.poll, Logger: a.logger.With("component", "app-webhooks"),
 		OnAttempt: a.metrics.ObserveAppDelivery})
 	if err != nil {
@@ -208,7 +208,7 @@ func (a *App) addPrunes() error {
 
 // addChanges adds the listener that wakes the change feed's long polls
 // and the app deliverer (may be nil) when a change commits.
-func (a *App) addChanges(deliverer *reconcile.Deliverer) *reconcile.Signal {
+func (a *App) addChanges(deliverer *reconcile.AppDeliverer) *reconcile.Signal {
 	var committed reconcile.Signal
 	wakeDeliverer := func() {}
 	if deliverer != nil {

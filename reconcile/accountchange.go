@@ -249,16 +249,16 @@ type AppDelivery struct {
 	Body      []byte // the change's JSON, the same bytes on every attempt
 }
 
-// DeliveryAttempt is what one attempt to deliver got.
-type DeliveryAttempt struct {
+// AppDeliveryAttempt is what one attempt to deliver got.
+type AppDeliveryAttempt struct {
 	At         time.Time
 	StatusCode int // 0: no answer (connection error, timeout)
 	Took       time.Duration
 	Error      string // empty for a 2xx
 }
 
-// DeliveryStats sums the deliveries to the app for metrics and the console.
-type DeliveryStats struct {
+// AppDeliveryStats sums the deliveries to the app for metrics and the console.
+type AppDeliveryStats struct {
 	// LastChangeID is the newest change's id: changes written so far
 	// (ids of rolled-back writes are skipped, so it may run a little
 	// ahead of the rows).

@@ -12,9 +12,9 @@ import (
 	"time"
 )
 
-// DeliveryStore is what the deliverer needs from the database
+// AppDeliveryStore is what the deliverer needs from the database
 // (store.Store implements it).
-type DeliveryStore interface {
+type AppDeliveryStore interface {
 	// RegisterEndpoints gives each endpoint a cursor on the change feed,
 	// from now, unless it has one.
 	RegisterEndpoints(ctx context.Context, endpoints []string) error
@@ -26,13 +26,13 @@ type DeliveryStore interface {
 	ClaimDeliveries(ctx context.Context, holder string, endpoints []string, limit int, lease time.Duration) ([]AppDelivery, error)
 	// RecordDelivery records an attempt and the delivery's next state;
 	// ErrHeld when holder's lease was taken over meanwhile.
-	RecordDelivery(ctx context.Context, holder string, d AppDelivery, a DeliveryAttempt, status string, retryIn time.Duration) error
+	RecordDelivery(ctx context.Context, holder string, d AppDelivery, a AppDeliveryAttempt, status string, retryIn time.Duration) error
 }
 
 // AppSender sends one delivery to the app, signed, and says what came of
 // it (a 2xx is delivered; anything else, or no answer, is not).
 type AppSender interface {
-	Send(ctx context.Context, d AppDelivery) DeliveryAttempt
+	Send(ctx context.Context, d AppDelivery) AppDeliveryAttempt
 }
 
 // Delivery retry policy (docs/app-changes.md).
@@ -54,7 +54,7 @@ const StatusGone = 410
 // doubling to at most an hour) with jitter (the delay is drawn from its
 // upper half; jitter is in [0, 1)), until the change is DeliveryMaxAge
 // old: the last retry lands at that age, and a failure then is dead.
-func NextDelivery(d AppDelivery, a DeliveryAttempt, now time.Time, jitter float64) (status string, retryIn time.Duration) {
+func NextDelivery(d AppDelivery, a AppDeliveryAttempt, now time.Time, jitter float64) (status string, retryIn time.Duration) {
 	switch {
 	case a.StatusCode >= 200 && a.StatusCode < 300:
 		return DeliveryDelivered, 0
@@ -73,10 +73,10 @@ func NextDelivery(d AppDelivery, a DeliveryAttempt, now time.Time, jitter float6
 	return DeliveryPending, min(delay, left)
 }
 
-// DelivererConfig configures a Deliverer. Zero values take the defaults.
-type DelivererConfig struct {
+// AppDelivererConfig configures a Deliverer. Zero values take the defaults.
+type AppDelivererConfig struct {
 	Name      string // lease holder: unique per replica
-	Store     DeliveryStore
+	Store     AppDeliveryStore
 	Sender    AppSender
 	Endpoints []string
 	Logger    *slog.Logger
@@ -91,25 +91,25 @@ type DelivererConfig struct {
 	Poll time.Duration
 	// OnAttempt, when set, is told of every attempt and its outcome
 	// (metrics).
-	OnAttempt func(d AppDelivery, a DeliveryAttempt, status string)
+	OnAttempt func(d AppDelivery, a AppDeliveryAttempt, status string)
 }
 
 // fanOutPage is how many changes per endpoint one fan-out creates
 // deliveries for.
 const fanOutPage = 500
 
-// Deliverer sends the app its account changes: each one at least once,
+// AppDeliverer sends the app its account changes: each one at least once,
 // one account's in order, with the same id on every attempt. It creates
 // the deliveries itself, from the change feed, so a change reaches every
 // endpoint whichever process wrote it.
-type Deliverer struct {
-	cfg        DelivererConfig
+type AppDeliverer struct {
+	cfg        AppDelivererConfig
 	wake       chan struct{}
 	registered bool // Run's own: the endpoints have their cursors
 }
 
-// NewDeliverer checks cfg and returns a Deliverer.
-func NewDeliverer(cfg DelivererConfig) (*Deliverer, error) {
+// NewAppDeliverer checks cfg and returns a Deliverer.
+func NewAppDeliverer(cfg AppDelivererConfig) (*AppDeliverer, error) {
 	var errs []error
 	if cfg.Name == "" || cfg.Store == nil || cfg.Sender == nil {
 		errs = append(errs, errors.New("deliverer: a name, a store and a sender are required"))
@@ -127,14 +127,14 @@ func NewDeliverer(cfg DelivererConfig) (*Deliverer, error) {
 	cfg.Lease = cmp.Or(cfg.Lease, 2*time.Minute)
 	cfg.Poll = cmp.Or(cfg.Poll, time.Second)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
-	return &Deliverer{cfg: cfg, wake: make(chan struct{}, 1)}, nil
+	return &AppDeliverer{cfg: cfg, wake: make(chan struct{}, 1)}, nil
 }
 
 // Register gives the endpoints their cursors on the change feed. A new
 // endpoint gets the changes written from now on: call it before this
 // process's workers start, so none of theirs is before its cursor. Run
 // registers too, when not done yet.
-func (d *Deliverer) Register(ctx context.Context) error {
+func (d *AppDeliverer) Register(ctx context.Context) error {
 	if err := d.cfg.Store.RegisterEndpoints(ctx, d.cfg.Endpoints); err != nil {
 		return fmt.Errorf("deliverer: %w", err)
 	}
@@ -143,7 +143,7 @@ func (d *Deliverer) Register(ctx context.Context) error {
 
 // fanOut creates the deliveries of the changes past the endpoints'
 // cursors; more when there may be more to create.
-func (d *Deliverer) fanOut(ctx context.Context) (more bool, err error) {
+func (d *AppDeliverer) fanOut(ctx context.Context) (more bool, err error) {
 	if !d.registered {
 		if err := d.Register(ctx); err != nil {
 			return false, err
@@ -155,7 +155,7 @@ func (d *Deliverer) fanOut(ctx context.Context) (more bool, err error) {
 
 // Wake makes the deliverer look for due deliveries now (a change
 // committed, or the console asked for a retry).
-func (d *Deliverer) Wake() {
+func (d *AppDeliverer) Wake() {
 	select {
 	case d.wake <- struct{}{}:
 	default:
@@ -168,7 +168,7 @@ func (d *Deliverer) Wake() {
 // holds up its own account's later changes only, never the others'.
 // An answered delivery may make its account's next change due, so each
 // one ends in a new claim.
-func (d *Deliverer) Run(ctx context.Context) {
+func (d *AppDeliverer) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	var inFlight atomic.Int64
@@ -214,7 +214,7 @@ func (d *Deliverer) Run(ctx context.Context) {
 	}
 }
 
-func (d *Deliverer) deliver(ctx context.Context, dl AppDelivery) {
+func (d *AppDeliverer) deliver(ctx context.Context, dl AppDelivery) {
 	a := d.cfg.Sender.Send(ctx, dl)
 	status, retryIn := NextDelivery(dl, a, time.Now(), rand.Float64())
 	log := d.cfg.Logger.With(slog.Int64("change", dl.ChangeID), slog.Int64("account", dl.AccountID),

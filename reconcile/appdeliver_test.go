@@ -19,7 +19,7 @@ import (
 	"github.com/billsync/billsync/server"
 )
 
-// memDeliveries is an in-memory DeliveryStore with the store's claim rule
+// memDeliveries is an in-memory AppDeliveryStore with the store's claim rule
 // (due, lease free, no earlier pending change of the account), on the
 // bubble's clock. The SQL itself is tested in package store.
 type memDeliveries struct {
@@ -70,7 +70,7 @@ func (m *memDeliveries) ClaimDeliveries(_ context.Context, holder string, _ []st
 	return out, nil
 }
 
-func (m *memDeliveries) RecordDelivery(_ context.Context, holder string, d reconcile.AppDelivery, a reconcile.DeliveryAttempt, status string, retryIn time.Duration) error {
+func (m *memDeliveries) RecordDelivery(_ context.Context, holder string, d reconcile.AppDelivery, a reconcile.AppDeliveryAttempt, status string, retryIn time.Duration) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.tries == nil {
@@ -155,7 +155,7 @@ func TestDeliveriesSurviveAnOutage(t *testing.T) {
 		app := &flakyApp{upAt: time.Now().Add(2 * time.Hour)}
 		sender, err := server.NewAppSender(server.AppSenderConfig{Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", Transport: app})
 		require.NoError(t, err)
-		d, err := reconcile.NewDeliverer(reconcile.DelivererConfig{Name: "r1", Store: st, Sender: sender,
+		d, err := reconcile.NewAppDeliverer(reconcile.AppDelivererConfig{Name: "r1", Store: st, Sender: sender,
 			Endpoints: []string{"http://app.test/hook"}, Concurrency: 4})
 		require.NoError(t, err)
 		var id int64
@@ -214,7 +214,7 @@ func TestDeliveryScheduleAndGiveUp(t *testing.T) {
 				w.WriteHeader(http.StatusInternalServerError)
 			})}})
 		require.NoError(t, err)
-		d, err := reconcile.NewDeliverer(reconcile.DelivererConfig{Name: "r1", Store: st, Sender: sender,
+		d, err := reconcile.NewAppDeliverer(reconcile.AppDelivererConfig{Name: "r1", Store: st, Sender: sender,
 			Endpoints: []string{"http://app.test/hook"}})
 		require.NoError(t, err)
 		start := time.Now()
@@ -271,7 +271,7 @@ func TestNextDelivery(t *testing.T) {
 		{"TooOld", reconcile.AppDelivery{CreatedAt: now.Add(-reconcile.DeliveryMaxAge), Attempts: 40}, 503, 0, reconcile.DeliveryDead, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			status, retry := reconcile.NextDelivery(tc.d, reconcile.DeliveryAttempt{StatusCode: tc.code}, now, tc.jitter)
+			status, retry := reconcile.NextDelivery(tc.d, reconcile.AppDeliveryAttempt{StatusCode: tc.code}, now, tc.jitter)
 			require.Equal(t, tc.status, status)
 			require.InDelta(t, tc.retryMin.Seconds(), retry.Seconds(), 0.01)
 		})
@@ -292,16 +292,16 @@ func TestASlowAnswerHoldsUpItsOwnAccountOnly(t *testing.T) {
 		release := make(chan struct{})
 		var mu sync.Mutex
 		var answered []int64
-		sender := &mock.AppSender{SendFn: func(_ context.Context, dl reconcile.AppDelivery) reconcile.DeliveryAttempt {
+		sender := &mock.AppSender{SendFn: func(_ context.Context, dl reconcile.AppDelivery) reconcile.AppDeliveryAttempt {
 			if dl.ChangeID == 1 {
 				<-release
 			}
 			mu.Lock()
 			answered = append(answered, dl.ChangeID)
 			mu.Unlock()
-			return reconcile.DeliveryAttempt{At: time.Now(), StatusCode: 204}
+			return reconcile.AppDeliveryAttempt{At: time.Now(), StatusCode: 204}
 		}}
-		d, err := reconcile.NewDeliverer(reconcile.DelivererConfig{Name: "r1", Store: st, Sender: sender,
+		d, err := reconcile.NewAppDeliverer(reconcile.AppDelivererConfig{Name: "r1", Store: st, Sender: sender,
 			Endpoints: []string{"http://app.test/hook"}, Concurrency: 2, Poll: time.Hour})
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())

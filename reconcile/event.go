@@ -60,9 +60,10 @@ const (
 	EventDead    EventStatus = "dead"    // its customer's reconcile gave up; revived by a sweep, resync or new webhook
 )
 
-// Delivery is one HTTP request carrying an event; copies are several
-// deliveries of one event.
-type Delivery struct {
+// Receipt is one webhook receipt: an event as billsync received it, from
+// one HTTP request (or one events-feed listing); copies are several
+// receipts of one event. (An app delivery, AppDelivery, is the other way.)
+type Receipt struct {
 	Event      Event
 	DeliveryID string // a provider delivery id, when it sends one
 	RemoteAddr string
@@ -71,25 +72,25 @@ type Delivery struct {
 	Source string
 }
 
-// Sources of a delivery.
+// Sources of a receipt.
 const (
 	SourceWebhook = "webhook" // a provider's HTTP delivery to the intake
 	SourceFeed    = "feed"    // the events feed's listing (eventsfeed.go)
 )
 
-// Stored is what the intake learned by storing a delivery.
+// Stored is what the intake learned by storing a receipt.
 type Stored struct {
-	EventID   int64 // billsync's inbox_events.id
+	InboxID   int64 // billsync's inbox_events.id (not the provider's Event.EventID)
 	Duplicate bool  // the event was already stored; this was a copy
 	SeenCount int
 	Status    EventStatus // pending or ignored
 }
 
-// Inbox stores deliveries. StoreDelivery must have committed before it
+// Inbox stores receipts. StoreReceipt must have committed before it
 // returns a nil error: the caller answers 200 on that promise. It must not
 // keep d.Event.Payload after it returns: the intake reuses that memory.
 type Inbox interface {
-	StoreDelivery(ctx context.Context, d Delivery) (Stored, error)
+	StoreReceipt(ctx context.Context, d Receipt) (Stored, error)
 }
 
 // DedupeKeyOf returns the dedupe key of a provider's event id: the id

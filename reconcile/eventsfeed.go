@@ -15,7 +15,7 @@ import (
 // time, every interval, it lists the provider's events created since its
 // cursor (less an overlap window, because a list may show an event a
 // little after its creation time) and stores each one through the intake's
-// own call (Inbox.StoreDelivery), so an event is one row whatever brought
+// own call (Inbox.StoreReceipt), so an event is one row whatever brought
 // it, with a receipt per source, and its customer is queued like a
 // webhook's. An event the feed stores before any webhook did is a webhook
 // that was late or lost: it is counted as caught.
@@ -97,7 +97,7 @@ type EventsFeedStore interface {
 	EventsFeedLock(ctx context.Context, provider string) (held context.Context, release func(), err error)
 	// OpenEventsFeed returns the provider's feed state, recording start as the
 	// cursor of a feed that never polled. The store counts an event the
-	// feed stores first (StoreDelivery with SourceFeed, no webhook before
+	// feed stores first (StoreReceipt with SourceFeed, no webhook before
 	// it) in the state's Caught, in the event's own transaction.
 	OpenEventsFeed(ctx context.Context, provider string, start time.Time) (EventsFeedState, error)
 	// EventsFeedStored returns which of the dedupe keys the feed has stored
@@ -480,7 +480,7 @@ func (f *EventsFeed) store(ctx context.Context, page EventsFeedPage, res *PollRe
 			rec.NewestEventAt = t
 		}
 		if !stored[e.Event.DedupeKey] {
-			st, err := f.cfg.Store.StoreDelivery(ctx, Delivery{Event: e.Event, Source: SourceFeed})
+			st, err := f.cfg.Store.StoreReceipt(ctx, Receipt{Event: e.Event, Source: SourceFeed})
 			if err != nil {
 				return fmt.Errorf("store %s event %s from the feed: %w", f.cfg.Provider, e.Event.EventID, err)
 			}

@@ -83,11 +83,11 @@ func (p *feedProvider) loseLease() {
 // on, so the feed reads the endpoint's status.
 func (p *feedProvider) config(withEndpoint bool) reconcile.EventsFeedConfig {
 	st := &mock.EventsFeedStore{
-		Inbox: mock.Inbox{StoreDeliveryFn: func(_ context.Context, d reconcile.Delivery) (reconcile.Stored, error) {
+		Inbox: mock.Inbox{StoreReceiptFn: func(_ context.Context, d reconcile.Receipt) (reconcile.Stored, error) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			p.stored[d.Event.DedupeKey] = true
-			return reconcile.Stored{EventID: 1, Duplicate: p.webhooked[d.Event.DedupeKey], Status: reconcile.EventPending}, nil
+			return reconcile.Stored{InboxID: 1, Duplicate: p.webhooked[d.Event.DedupeKey], Status: reconcile.EventPending}, nil
 		}},
 		NowFn: func(context.Context) (time.Time, error) { return time.Now(), nil },
 		EventsFeedLockFn: func(ctx context.Context, _ string) (context.Context, func(), error) {

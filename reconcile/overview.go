@@ -72,7 +72,7 @@ const (
 // polled, its feed (lag, last poll, caught) and its webhook endpoint's
 // status when a poll read it; and, once any delivery to the app exists,
 // the oldest undelivered change's age and the dead deliveries.
-func HealthSignals(now time.Time, feeds []EventsFeedState, app DeliveryStats) []HealthSignal {
+func HealthSignals(now time.Time, feeds []EventsFeedState, app AppDeliveryStats) []HealthSignal {
 	var out []HealthSignal
 	for _, f := range feeds {
 		polled := now.Sub(f.PolledAt)

@@ -19,7 +19,7 @@ func TestHealthSignals(t *testing.T) {
 	cases := []struct {
 		name  string
 		feeds []reconcile.EventsFeedState
-		app   reconcile.DeliveryStats
+		app   reconcile.AppDeliveryStats
 		want  map[string]bool // signal name → bad
 		value map[string]string
 	}{
@@ -36,14 +36,14 @@ func TestHealthSignals(t *testing.T) {
 			feeds: []reconcile.EventsFeedState{{Provider: "stripe", PolledAt: now, EndpointEnabled: &off}},
 			want:  map[string]bool{"stripe events feed": false, "stripe webhook endpoint": true}},
 		{name: "every change delivered",
-			app:   reconcile.DeliveryStats{Delivered: 3},
+			app:   reconcile.AppDeliveryStats{Delivered: 3},
 			want:  map[string]bool{"oldest undelivered change": false, "dead app deliveries": false},
 			value: map[string]string{"oldest undelivered change": "none", "dead app deliveries": "0"}},
 		{name: "a change waiting at the threshold",
-			app:  reconcile.DeliveryStats{Pending: 1, OldestUndelivered: now.Add(-reconcile.UndeliveredTooOld)},
+			app:  reconcile.AppDeliveryStats{Pending: 1, OldestUndelivered: now.Add(-reconcile.UndeliveredTooOld)},
 			want: map[string]bool{"oldest undelivered change": false, "dead app deliveries": false}},
 		{name: "a change waiting past the threshold, two dead",
-			app:   reconcile.DeliveryStats{Pending: 1, Dead: 2, OldestUndelivered: now.Add(-reconcile.UndeliveredTooOld - time.Second)},
+			app:   reconcile.AppDeliveryStats{Pending: 1, Dead: 2, OldestUndelivered: now.Add(-reconcile.UndeliveredTooOld - time.Second)},
 			want:  map[string]bool{"oldest undelivered change": true, "dead app deliveries": true},
 			value: map[string]string{"oldest undelivered change": "15m1s", "dead app deliveries": "2"}},
 	}

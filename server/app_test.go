@@ -75,7 +75,7 @@ func (e *appEnv) accountOf(snap reconcile.Snapshot) int64 {
 	e.t.Helper()
 	ctx := context.Background()
 	provider, customer := snap.Provider, snap.CustomerID
-	_, err := e.st.StoreDelivery(ctx, reconcile.Delivery{Event: reconcile.Event{
+	_, err := e.st.StoreReceipt(ctx, reconcile.Receipt{Event: reconcile.Event{
 		Provider: provider, DedupeKey: "evt_" + customer, EventID: "evt_" + customer, Type: "customer.subscription.updated",
 		CustomerID: customer, Payload: []byte(`{}`)}})
 	require.NoError(e.t, err)

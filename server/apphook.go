@@ -85,9 +85,9 @@ func NewAppSender(cfg AppSenderConfig) (*AppSender, error) {
 func WebhookID(changeID int64) string { return "chg_" + strconv.FormatInt(changeID, 10) }
 
 // Send makes one attempt of d.
-func (s *AppSender) Send(ctx context.Context, d reconcile.AppDelivery) reconcile.DeliveryAttempt {
+func (s *AppSender) Send(ctx context.Context, d reconcile.AppDelivery) reconcile.AppDeliveryAttempt {
 	start := time.Now()
-	a := reconcile.DeliveryAttempt{At: start}
+	a := reconcile.AppDeliveryAttempt{At: start}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	id := WebhookID(d.ChangeID)

@@ -409,7 +409,7 @@ type eventsData struct {
 	Statuses []string
 	Retries  []reconcile.Retry
 	Events   []reconcile.StoredEvent
-	Outbox   *reconcile.DeliveryStats // app deliveries; nil when not shown
+	Outbox   *reconcile.AppDeliveryStats // app deliveries; nil when not shown
 }
 
 func (c *console) events(w http.ResponseWriter, r *http.Request, session string) error {
@@ -423,7 +423,7 @@ func (c *console) events(w http.ResponseWriter, r *http.Request, session string)
 			return err
 		}
 		if c.s.admin.Changes != nil {
-			st, err := c.s.admin.Changes.DeliveryStats(r.Context())
+			st, err := c.s.admin.Changes.AppDeliveryStats(r.Context())
 			if err != nil {
 				return err
 			}

@@ -17,9 +17,9 @@ import (
 type ChangeConsoleStore interface {
 	AccountChanges(ctx context.Context, accountID int64, limit int) ([]reconcile.ChangeFeedEntry, error)
 	Deliveries(ctx context.Context, status string, limit int) ([]reconcile.AppDelivery, error)
-	DeliveryAttempts(ctx context.Context, changeID int64) (map[string][]reconcile.DeliveryAttempt, error)
+	DeliveryAttempts(ctx context.Context, changeID int64) (map[string][]reconcile.AppDeliveryAttempt, error)
 	RetryDelivery(ctx context.Context, changeID int64, endpoint string) error
-	DeliveryStats(ctx context.Context) (reconcile.DeliveryStats, error)
+	AppDeliveryStats(ctx context.Context) (reconcile.AppDeliveryStats, error)
 }
 
 // deliveriesLimit bounds the Deliveries page.
@@ -40,7 +40,7 @@ type deliveryRow struct {
 }
 
 type attemptRow struct {
-	reconcile.DeliveryAttempt
+	reconcile.AppDeliveryAttempt
 	Took string
 }
 

@@ -43,7 +43,7 @@ func TestConsoleShowsWhatTheAppWasTold(t *testing.T) {
 	ds, err := st.ClaimDeliveries(ctx, "test", []string{endpoint}, 10, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
-	require.NoError(t, st.RecordDelivery(ctx, "test", ds[0], reconcile.DeliveryAttempt{StatusCode: 500, Took: 12 * time.Millisecond,
+	require.NoError(t, st.RecordDelivery(ctx, "test", ds[0], reconcile.AppDeliveryAttempt{StatusCode: 500, Took: 12 * time.Millisecond,
 		Error: "answered 500 Internal Server Error"}, reconcile.DeliveryDead, 0))
 
 	_, body = b.get("/admin/events")
@@ -56,9 +56,9 @@ func TestConsoleShowsWhatTheAppWasTold(t *testing.T) {
 	resp, _ := b.do("POST", "/admin/deliveries/"+itoa(ds[0].ChangeID)+"/retry",
 		url.Values{"csrf": {b.csrf("/admin/deliveries")}, "endpoint": {endpoint}})
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-	stats, err := st.DeliveryStats(ctx)
+	stats, err := st.AppDeliveryStats(ctx)
 	require.NoError(t, err)
-	require.Equal(t, reconcile.DeliveryStats{LastChangeID: ds[0].ChangeID, Pending: 1, OldestUndelivered: stats.OldestUndelivered}, stats)
+	require.Equal(t, reconcile.AppDeliveryStats{LastChangeID: ds[0].ChangeID, Pending: 1, OldestUndelivered: stats.OldestUndelivered}, stats)
 	_, body = b.get(resp.Header.Get("Location"))
 	require.Contains(t, body, "is queued again")
 	require.NotContains(t, body, `id="retry-`, "a pending delivery has no Retry button")

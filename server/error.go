@@ -135,7 +135,7 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request, sf surface, err
 	f := failureOf(err)
 	provider := r.PathValue("provider")
 	if sf == toProvider && provider != "" && s.metrics != nil {
-		s.metrics.ObserveDelivery(provider, f.answer)
+		s.metrics.ObserveReceipt(provider, f.answer)
 	}
 	attrs := []slog.Attr{slog.String("path", r.URL.Path), slog.Any("error", err)}
 	if provider != "" {

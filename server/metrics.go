@@ -92,8 +92,8 @@ func NewMetrics(depth QueueDepthFunc, logger *slog.Logger) *Metrics {
 	return m
 }
 
-// ObserveDelivery counts one webhook delivery's answer.
-func (m *Metrics) ObserveDelivery(provider, answer string) {
+// ObserveReceipt counts one webhook delivery's answer.
+func (m *Metrics) ObserveReceipt(provider, answer string) {
 	m.deliveries.WithLabelValues(provider, answer).Inc()
 }
 

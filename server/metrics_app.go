@@ -11,8 +11,8 @@ import (
 	"github.com/billsync/billsync/reconcile"
 )
 
-// DeliveryStatsFunc reads the app deliveries' figures (store.DeliveryStats).
-type DeliveryStatsFunc func(ctx context.Context) (reconcile.DeliveryStats, error)
+// AppDeliveryStatsFunc reads the app deliveries' figures (store.AppDeliveryStats).
+type AppDeliveryStatsFunc func(ctx context.Context) (reconcile.AppDeliveryStats, error)
 
 func newAppAttempts() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -23,7 +23,7 @@ func newAppAttempts() *prometheus.CounterVec {
 
 // ObserveAppDelivery counts one attempt of an app delivery and what became
 // of the delivery (the deliverer's OnAttempt).
-func (m *Metrics) ObserveAppDelivery(_ reconcile.AppDelivery, a reconcile.DeliveryAttempt, status string) {
+func (m *Metrics) ObserveAppDelivery(_ reconcile.AppDelivery, a reconcile.AppDeliveryAttempt, status string) {
 	result := status
 	if status == reconcile.DeliveryPending {
 		result = "retry"
@@ -35,12 +35,12 @@ func (m *Metrics) ObserveAppDelivery(_ reconcile.AppDelivery, a reconcile.Delive
 	m.appAttempts.WithLabelValues(result, code).Inc()
 }
 
-// CollectAppChanges reports the outbox at each scrape, read from the
+// CollectAccountChanges reports the outbox at each scrape, read from the
 // database so every replica tells the same: changes written, deliveries by
 // status, and the age of the oldest undelivered change. Alert when it
 // passes what the app tolerates, e.g.
 // billsync_app_changes_oldest_undelivered_seconds > 900.
-func (m *Metrics) CollectAppChanges(stats DeliveryStatsFunc, logger *slog.Logger) {
+func (m *Metrics) CollectAccountChanges(stats AppDeliveryStatsFunc, logger *slog.Logger) {
 	m.reg.MustRegister(&appCollector{stats: stats, log: logger})
 }
 
@@ -54,7 +54,7 @@ var (
 )
 
 type appCollector struct {
-	stats DeliveryStatsFunc
+	stats AppDeliveryStatsFunc
 	log   *slog.Logger
 }
 

@@ -32,8 +32,8 @@ func TestConsoleOverview(t *testing.T) {
 	for range 3 {
 		metrics.ObserveProviderRequest("stripe", "200")
 	}
-	metrics.ObserveDelivery("stripe", "stored")
-	metrics.ObserveDelivery("stripe", "401")
+	metrics.ObserveReceipt("stripe", "stored")
+	metrics.ObserveReceipt("stripe", "401")
 	dbNow := time.Now()
 	metrics.ObserveSpend(reconcile.SpendView{Provider: "stripe", Reported: true, Total: 6000, Projected: 18000,
 		Allocation: 10000, Covered: 10 * 24 * time.Hour,
@@ -139,7 +139,7 @@ func TestConsoleOverviewSignals(t *testing.T) {
 	ds, err := st.ClaimDeliveries(ctx, "test", []string{endpoint}, 10, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
-	require.NoError(t, st.RecordDelivery(ctx, "test", ds[0], reconcile.DeliveryAttempt{StatusCode: 410}, reconcile.DeliveryDead, 0))
+	require.NoError(t, st.RecordDelivery(ctx, "test", ds[0], reconcile.AppDeliveryAttempt{StatusCode: 410}, reconcile.DeliveryDead, 0))
 	body = overview()
 	require.Regexp(t, tile(true, "dead app deliveries", "1"), body)
 	require.Regexp(t, tile(false, "oldest undelivered change", "none"), body)

@@ -34,7 +34,7 @@ const MaxBodyBytes = 1 << 20
 // Retry-After: nothing stored, the provider delivers again).
 type Verifier interface {
 	Provider() string
-	Verify(ctx context.Context, header http.Header, body []byte) (reconcile.Delivery, error)
+	Verify(ctx context.Context, header http.Header, body []byte) (reconcile.Receipt, error)
 }
 
 // Config holds what the server needs.

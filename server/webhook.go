@@ -47,7 +47,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.RemoteAddr = r.RemoteAddr
-	st, err := s.inbox.StoreDelivery(ctx, d)
+	st, err := s.inbox.StoreReceipt(ctx, d)
 	if err != nil {
 		s.writeError(w, r, toProvider, err)
 		return
@@ -60,7 +60,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		ans.Status, ans.Reason = "ignored", d.Event.IgnoreReason
 	}
 	if s.metrics != nil {
-		s.metrics.ObserveDelivery(v.Provider(), ans.Status)
+		s.metrics.ObserveReceipt(v.Provider(), ans.Status)
 	}
 	// Debug, not info: every delivery already has its receipts row, and the
 	// worker logs what each reconcile did. LogAttrs: nothing is allocated
@@ -78,7 +78,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 const bodyChunk = 8 << 10
 
 // chunks recycles bodyChunk buffers: most deliveries need no other memory.
-// A buffer goes back only after StoreDelivery has returned (the store has
+// A buffer goes back only after StoreReceipt has returned (the store has
 // copied the payload into its query by then; an Inbox must not keep
 // d.Event.Payload), and grown buffers are left to the collector.
 var chunks = sync.Pool{New: func() any { return new([bodyChunk]byte) }}

@@ -298,7 +298,7 @@ func TestIntakeStoresHostileContentAsIgnored(t *testing.T) {
 // failingInbox stands for a store that fails in a way nobody planned for.
 type failingInbox struct{ err error }
 
-func (f failingInbox) StoreDelivery(context.Context, reconcile.Delivery) (reconcile.Stored, error) {
+func (f failingInbox) StoreReceipt(context.Context, reconcile.Receipt) (reconcile.Stored, error) {
 	return reconcile.Stored{}, f.err
 }
 

@@ -39,7 +39,7 @@ func applySnap(ctx context.Context, st *store.Store, job reconcile.Job, obs time
 // receive stores a delivery of a new event for customer, as the intake does.
 func receive(t *testing.T, st *store.Store, id, customer string) {
 	t.Helper()
-	_, err := st.StoreDelivery(context.Background(), reconcile.Delivery{Event: reconcile.Event{
+	_, err := st.StoreReceipt(context.Background(), reconcile.Receipt{Event: reconcile.Event{
 		Provider: "stripe", DedupeKey: id, EventID: id, Type: "customer.subscription.updated",
 		CustomerID: customer, Payload: []byte(`{}`)}})
 	require.NoError(t, err)

@@ -335,15 +335,15 @@ func TestDeliveriesInOrderPerAccount(t *testing.T) {
 	require.Empty(t, none)
 
 	a := first[0]
-	require.NoError(t, st.RecordDelivery(ctx, "r1", a, reconcile.DeliveryAttempt{StatusCode: 500, Error: "500"}, reconcile.DeliveryPending, time.Hour))
-	require.ErrorIs(t, st.RecordDelivery(ctx, "r2", a, reconcile.DeliveryAttempt{StatusCode: 200}, reconcile.DeliveryDelivered, 0),
+	require.NoError(t, st.RecordDelivery(ctx, "r1", a, reconcile.AppDeliveryAttempt{StatusCode: 500, Error: "500"}, reconcile.DeliveryPending, time.Hour))
+	require.ErrorIs(t, st.RecordDelivery(ctx, "r2", a, reconcile.AppDeliveryAttempt{StatusCode: 200}, reconcile.DeliveryDelivered, 0),
 		reconcile.ErrHeld, "only the lease holder moves it")
 	again, err := st.ClaimDeliveries(ctx, "r2", eps, 10, time.Minute)
 	require.NoError(t, err)
 	require.Empty(t, again, "a retry waiting for its time holds its account's next")
 
-	require.NoError(t, st.RecordDelivery(ctx, "r1", first[1], reconcile.DeliveryAttempt{StatusCode: 204}, reconcile.DeliveryDelivered, 0))
-	stats, err := st.DeliveryStats(ctx)
+	require.NoError(t, st.RecordDelivery(ctx, "r1", first[1], reconcile.AppDeliveryAttempt{StatusCode: 204}, reconcile.DeliveryDelivered, 0))
+	stats, err := st.AppDeliveryStats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), stats.Delivered)
 	require.Equal(t, int64(3), stats.Pending)

@@ -23,7 +23,7 @@ func BenchmarkDebit(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			ctx := context.Background()
 			st := storetest.NewStore(b)
-			if _, err := st.StoreDelivery(ctx, reconcile.Delivery{Event: reconcile.Event{Provider: "stripe", DedupeKey: "evt_1",
+			if _, err := st.StoreReceipt(ctx, reconcile.Receipt{Event: reconcile.Event{Provider: "stripe", DedupeKey: "evt_1",
 				EventID: "evt_1", Type: "customer.subscription.updated", CustomerID: "cus_1", Payload: []byte(`{}`)}}); err != nil {
 				b.Fatal(err)
 			}

@@ -98,7 +98,7 @@ func TestFanOutOncePerEndpointInOrder(t *testing.T) {
 	storetest.FanOut(t, st, eps...) // a page one skipped (locked) is taken now
 	want = map[int64][]int64{a: {1, 2, 3, 4, 5, 6, 7, 8}, b: {1, 2, 3, 4, 5, 6}}
 	require.Equal(t, map[string]map[int64][]int64{eps[0]: want, eps[1]: want}, deliveriesBy(t, st))
-	stats, err := st.DeliveryStats(ctx)
+	stats, err := st.AppDeliveryStats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(28), stats.Pending, "14 changes, 2 endpoints")
 }
@@ -185,7 +185,7 @@ func TestPruneKeepsAChangeNotFannedOut(t *testing.T) {
 	ds, err := st.ClaimDeliveries(ctx, "r1", []string{ep}, 10, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
-	require.NoError(t, st.RecordDelivery(ctx, "r1", ds[0], reconcile.DeliveryAttempt{StatusCode: 204}, reconcile.DeliveryDelivered, 0))
+	require.NoError(t, st.RecordDelivery(ctx, "r1", ds[0], reconcile.AppDeliveryAttempt{StatusCode: 204}, reconcile.DeliveryDelivered, 0))
 	p, err = st.Prune(ctx, reconcile.Retention{OlderThan: 90 * 24 * time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), p.Changes)

@@ -17,7 +17,7 @@ func (s *Store) EventsFeedLock(ctx context.Context, provider string) (held conte
 // OpenEventsFeed returns provider's feed state, first recording start as the
 // cursor of a feed that has never polled: a poller that dies before its
 // first poll is saved starts again from the same point, and the events it
-// stores are counted as caught from the first (StoreDelivery counts them
+// stores are counted as caught from the first (StoreReceipt counts them
 // in the feed's row).
 func (s *Store) OpenEventsFeed(ctx context.Context, provider string, start time.Time) (reconcile.EventsFeedState, error) {
 	ctx, cancel := s.bound(ctx)

@@ -83,7 +83,7 @@ func TestFeedAndWebhookStoreOneEvent(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().Add(-time.Minute)
 	webhook := func(st *store.Store, e reconcile.EventsFeedEvent) {
-		_, err := st.StoreDelivery(ctx, reconcile.Delivery{Event: e.Event, Source: reconcile.SourceWebhook})
+		_, err := st.StoreReceipt(ctx, reconcile.Receipt{Event: e.Event, Source: reconcile.SourceWebhook})
 		require.NoError(t, err)
 	}
 	caught := func(st *store.Store) int64 {
@@ -229,7 +229,7 @@ func TestFeedCountsCaughtWithTheEvent(t *testing.T) {
 	}
 	// The webhook brought ten of the first page's events first.
 	for _, e := range events[:10] {
-		_, err := st.StoreDelivery(ctx, reconcile.Delivery{Event: e.Event, Source: reconcile.SourceWebhook})
+		_, err := st.StoreReceipt(ctx, reconcile.Receipt{Event: e.Event, Source: reconcile.SourceWebhook})
 		require.NoError(t, err)
 	}
 	pages := 0

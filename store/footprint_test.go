@@ -58,7 +58,7 @@ func TestStorageFootprint(t *testing.T) {
 				copies = 2
 			}
 			for range copies {
-				_, err := st.StoreDelivery(ctx, reconcile.Delivery{Event: ev, DeliveryID: "req_" + id, RemoteAddr: "54.187.174.169"})
+				_, err := st.StoreReceipt(ctx, reconcile.Receipt{Event: ev, DeliveryID: "req_" + id, RemoteAddr: "54.187.174.169"})
 				require.NoError(t, err)
 				deliveries++
 			}

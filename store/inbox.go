@@ -12,14 +12,14 @@ import (
 	"github.com/billsync/billsync/reconcile"
 )
 
-// StoreDelivery stores one verified delivery atomically: the event
-// (deduplicated on provider and dedupe key), a receipt for this delivery,
+// StoreReceipt stores one verified webhook receipt atomically: the event
+// (deduplicated on provider and dedupe key), its receipts row,
 // and, for a new event that names a customer (or a related object's key,
 // see reconcile.Related), the customer's queue row.
 // It is one statement, so one round trip and one implicit transaction; it
 // returns only after the commit. Any failure to reach the database or to
 // commit wraps reconcile.ErrStoreUnavailable.
-func (s *Store) StoreDelivery(ctx context.Context, d reconcile.Delivery) (reconcile.Stored, error) {
+func (s *Store) StoreReceipt(ctx context.Context, d reconcile.Receipt) (reconcile.Stored, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	ev := d.Event
@@ -71,7 +71,7 @@ func (s *Store) StoreDelivery(ctx context.Context, d reconcile.Delivery) (reconc
 		ev.Provider, ev.DedupeKey, ev.EventID, ev.Type, ev.CustomerID, nullTime(ev.Time),
 		ev.APIVersion, ev.Payload, status, outcome, d.DeliveryID, d.RemoteAddr, expectDoc(ev.Expect), ev.UserRef,
 		cmp.Or(d.Source, reconcile.SourceWebhook), ev.Transaction,
-	).Scan(&st.EventID, &inserted, &st.SeenCount, &st.Status)
+	).Scan(&st.InboxID, &inserted, &st.SeenCount, &st.Status)
 	if err != nil {
 		return reconcile.Stored{}, fmt.Errorf("store %s event %s: %w", ev.Provider, ev.DedupeKey, classify(err))
 	}

@@ -90,7 +90,7 @@ func (s *Store) Overview(ctx context.Context) (reconcile.Overview, error) {
 	if err != nil {
 		return o, fmt.Errorf("overview: %w", err)
 	}
-	app, err := s.DeliveryStats(ctx)
+	app, err := s.AppDeliveryStats(ctx)
 	if err != nil {
 		return o, fmt.Errorf("overview: %w", err)
 	}

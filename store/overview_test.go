@@ -104,7 +104,7 @@ func TestOverviewSignals(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, ds)
 	for _, d := range ds {
-		require.NoError(t, st.RecordDelivery(ctx, "r1", d, reconcile.DeliveryAttempt{StatusCode: 410}, reconcile.DeliveryDead, 0))
+		require.NoError(t, st.RecordDelivery(ctx, "r1", d, reconcile.AppDeliveryAttempt{StatusCode: 410}, reconcile.DeliveryDead, 0))
 	}
 	s = signals()
 	require.Equal(t, strconv.Itoa(len(ds)), s["dead app deliveries"].Value)

@@ -38,7 +38,7 @@ func reconciled(t *testing.T, st *store.Store, key, customer, userRef string, co
 	t.Helper()
 	ctx := context.Background()
 	for range copies + 1 {
-		_, err := st.StoreDelivery(ctx, reconcile.Delivery{Event: reconcile.Event{
+		_, err := st.StoreReceipt(ctx, reconcile.Receipt{Event: reconcile.Event{
 			Provider: "stripe", DedupeKey: key, EventID: key, Type: "customer.subscription.updated",
 			CustomerID: customer, UserRef: userRef, Payload: []byte(`{"id":"` + key + `"}`)}})
 		require.NoError(t, err)
@@ -87,7 +87,7 @@ func TestPruneDeletesOnlyOldHandledWork(t *testing.T) {
 	// A Kinde-like customer: its older event names u9, its newest u10; the
 	// account was never given a reference (an ignored reconcile).
 	for i, key := range []string{"evt_ref_older", "evt_ref_newest"} {
-		_, err := st.StoreDelivery(ctx, reconcile.Delivery{Event: reconcile.Event{Provider: "stripe", DedupeKey: key, EventID: key,
+		_, err := st.StoreReceipt(ctx, reconcile.Receipt{Event: reconcile.Event{Provider: "stripe", DedupeKey: key, EventID: key,
 			Type: "customer.plan_changed", CustomerID: "cus_ref", UserRef: []string{"u9", "u10"}[i], Time: time.Now().Add(time.Duration(i) * time.Hour),
 			Payload: []byte(`{}`)}})
 		require.NoError(t, err)
@@ -97,7 +97,7 @@ func TestPruneDeletesOnlyOldHandledWork(t *testing.T) {
 		age(t, st, key, 100)
 	}
 	// A copy of evt_seen_again arrives today.
-	_, err := st.StoreDelivery(ctx, reconcile.Delivery{Event: reconcile.Event{Provider: "stripe", DedupeKey: "evt_seen_again",
+	_, err := st.StoreReceipt(ctx, reconcile.Receipt{Event: reconcile.Event{Provider: "stripe", DedupeKey: "evt_seen_again",
 		EventID: "evt_seen_again", Type: "customer.subscription.updated", CustomerID: "cus_again", Payload: []byte(`{}`)}})
 	require.NoError(t, err)
 	require.NoError(t, st.StartSession(ctx, []byte("expired"), time.Hour))
@@ -135,7 +135,7 @@ func TestPruneDeletesOnlyOldHandledWork(t *testing.T) {
 	require.Equal(t, logBefore-2, count(t, st, `SELECT count(*) FROM reconcile_log`))
 
 	// Dedupe still holds for the recent event: its copy is a copy.
-	stored, err := st.StoreDelivery(ctx, reconcile.Delivery{Event: reconcile.Event{Provider: "stripe", DedupeKey: "evt_recent",
+	stored, err := st.StoreReceipt(ctx, reconcile.Receipt{Event: reconcile.Event{Provider: "stripe", DedupeKey: "evt_recent",
 		EventID: "evt_recent", Type: "customer.subscription.updated", CustomerID: "cus_recent", Payload: []byte(`{}`)}})
 	require.NoError(t, err)
 	require.True(t, stored.Duplicate)
@@ -255,7 +255,7 @@ func TestPruneFinishedChanges(t *testing.T) {
 	status := map[int64]string{ids["a"]: reconcile.DeliveryDelivered, ids["b"]: reconcile.DeliveryDead,
 		ids["c"]: reconcile.DeliveryPending, ids["d"]: reconcile.DeliveryDelivered}
 	for _, d := range ds {
-		require.NoError(t, st.RecordDelivery(ctx, "r1", d, reconcile.DeliveryAttempt{StatusCode: 500}, status[d.AccountID], time.Hour))
+		require.NoError(t, st.RecordDelivery(ctx, "r1", d, reconcile.AppDeliveryAttempt{StatusCode: 500}, status[d.AccountID], time.Hour))
 	}
 	// a's, b's and c's first changes are 100 days old; d's and its debit's
 	// are today's (d's debit still pending).
@@ -314,7 +314,7 @@ func TestPruneKeepsARetriedChange(t *testing.T) {
 	ds, err := st.ClaimDeliveries(ctx, "r1", []string{ep}, 10, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
-	require.NoError(t, st.RecordDelivery(ctx, "r1", ds[0], reconcile.DeliveryAttempt{StatusCode: 500}, reconcile.DeliveryDead, 0))
+	require.NoError(t, st.RecordDelivery(ctx, "r1", ds[0], reconcile.AppDeliveryAttempt{StatusCode: 500}, reconcile.DeliveryDead, 0))
 	_, err = st.Pool().Exec(ctx, `UPDATE account_changes SET created_at = now() - interval '100 days'`)
 	require.NoError(t, err)
 

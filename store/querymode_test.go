@@ -62,7 +62,7 @@ func TestQueryModesAgree(t *testing.T) {
 		mode := storetest.QueryModes[i]
 		customer, user := "cus_qm"+strconv.Itoa(i), "user_qm"+strconv.Itoa(i)
 		expect := &reconcile.Expectation{SubscriptionID: "sub_" + customer, Status: "active", Prices: []string{"price_pro"}}
-		stored, err := st.StoreDelivery(ctx, reconcile.Delivery{DeliveryID: "dlv_qm" + strconv.Itoa(i), RemoteAddr: "192.0.2.7",
+		stored, err := st.StoreReceipt(ctx, reconcile.Receipt{DeliveryID: "dlv_qm" + strconv.Itoa(i), RemoteAddr: "192.0.2.7",
 			Event: reconcile.Event{
 				Provider: "stripe", DedupeKey: "evt_qm" + strconv.Itoa(i), EventID: "evt_qm" + strconv.Itoa(i),
 				Type: "customer.subscription.updated", CustomerID: customer, UserRef: user, APIVersion: "2025-03-31.basil",
@@ -72,7 +72,7 @@ func TestQueryModesAgree(t *testing.T) {
 			}})
 		require.NoError(t, err, mode)
 		require.False(t, stored.Duplicate, mode)
-		eventIDs[i] = stored.EventID
+		eventIDs[i] = stored.InboxID
 
 		jobs, err := st.Claim(ctx, "qm", 10, time.Minute)
 		require.NoError(t, err, mode)

@@ -23,7 +23,7 @@ func hinted(t *testing.T, st *store.Store, key string, at time.Time, ref, status
 	if status != "" {
 		ev.Expect = &reconcile.Expectation{SubscriptionID: "sub_1", Status: status}
 	}
-	_, err := st.StoreDelivery(context.Background(), reconcile.Delivery{Event: ev})
+	_, err := st.StoreReceipt(context.Background(), reconcile.Receipt{Event: ev})
 	require.NoError(t, err)
 }
 

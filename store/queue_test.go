@@ -129,7 +129,7 @@ func TestClaimCarriesTheNewestExpectation(t *testing.T) {
 	st := storetest.NewStore(t)
 	at := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	deliver := func(id string, minute int, expect *reconcile.Expectation) {
-		_, err := st.StoreDelivery(ctx, reconcile.Delivery{Event: reconcile.Event{
+		_, err := st.StoreReceipt(ctx, reconcile.Receipt{Event: reconcile.Event{
 			Provider: "stripe", DedupeKey: id, EventID: id, Type: "customer.subscription.updated",
 			CustomerID: "cus_1", Time: at.Add(time.Duration(minute) * time.Minute), Payload: []byte(`{}`), Expect: expect}})
 		require.NoError(t, err)

@@ -76,7 +76,7 @@ func TestLeastPrivilege(t *testing.T) {
 	pending, err := rt.Pending(ctx)
 	require.NoError(t, err)
 	require.Empty(t, pending)
-	_, err = rt.StoreDelivery(ctx, reconcile.Delivery{Event: reconcile.Event{Provider: "stripe", EventID: "evt_lp",
+	_, err = rt.StoreReceipt(ctx, reconcile.Receipt{Event: reconcile.Event{Provider: "stripe", EventID: "evt_lp",
 		DedupeKey: "evt_lp", Type: "invoice.paid", CustomerID: "cus_lp", Payload: []byte(`{}`)}, Source: reconcile.SourceWebhook})
 	require.NoError(t, err, "the runtime role stores a webhook")
 	_, release, err := rt.SweepLock(ctx, "stripe")

@@ -97,10 +97,10 @@ func TestTransactionsCountedOnce(t *testing.T) {
 		CustomerID: "cus_1", Payload: []byte(`{}`), Transaction: true}
 	other := reconcile.Event{Provider: "stripe", DedupeKey: "evt_upd", EventID: "evt_upd", Type: "customer.subscription.updated",
 		CustomerID: "cus_1", Payload: []byte(`{}`)}
-	for _, d := range []reconcile.Delivery{
+	for _, d := range []reconcile.Receipt{
 		{Event: paid}, {Event: paid}, {Event: paid, Source: reconcile.SourceFeed}, {Event: other},
 	} {
-		_, err := st.StoreDelivery(ctx, d)
+		_, err := st.StoreReceipt(ctx, d)
 		require.NoError(t, err)
 	}
 	sp, err := st.ReportSpend(ctx, "stripe", "me", nil, false)

@@ -85,7 +85,7 @@ func benchDelivery(b *testing.B, answer func(account int64) time.Duration, laten
 	if err != nil {
 		b.Fatal(err)
 	}
-	d, err := reconcile.NewDeliverer(reconcile.DelivererConfig{Name: "bench", Store: st, Sender: sender, Endpoints: []string{app.URL}})
+	d, err := reconcile.NewAppDeliverer(reconcile.AppDelivererConfig{Name: "bench", Store: st, Sender: sender, Endpoints: []string{app.URL}})
 	if err != nil {
 		b.Fatal(err)
 	}

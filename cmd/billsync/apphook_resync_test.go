@@ -59,7 +59,7 @@ func TestAppWebhookGetsAResyncWithoutEndpoint(t *testing.T) {
 		return len(got) > 0
 	})
 	storetest.WaitFor(t, "the delivery recorded", func() bool { // serve records it after the 2xx
-		s, err := e.st.DeliveryStats(e.ctx)
+		s, err := e.st.AppDeliveryStats(e.ctx)
 		require.NoError(t, err)
 		return s.Delivered == 1
 	})

@@ -140,7 +140,7 @@ func TestAppWebhooksAcrossReplicas(t *testing.T) {
 	startBillsync(t, "", addrB, append(env, args(addrB))...)
 	startBillsync(t, "", addrC, append(env, args(addrC))...)
 	storetest.WaitFor(t, "every change delivered", func() bool {
-		s, err := st.DeliveryStats(ctx)
+		s, err := st.AppDeliveryStats(ctx)
 		require.NoError(t, err)
 		return s.Delivered == int64(total)
 	})

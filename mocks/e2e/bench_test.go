@@ -32,7 +32,7 @@ func BenchmarkApply(b *testing.B) {
 		for i := range b.N {
 			body := fmt.Appendf(nil, `{"id":"evt_apply_%d","object":"event","type":"customer.subscription.updated",`+
 				`"created":%d,"data":{"object":{"object":"subscription","customer":"cus_apply_%d"}}}`, i, time.Now().Unix(), i)
-			if _, err := st.StoreDelivery(ctx, reconcile.Delivery{Event: stripe.ParseEvent(body)}); err != nil {
+			if _, err := st.StoreReceipt(ctx, reconcile.Receipt{Event: stripe.ParseEvent(body)}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -23,7 +23,7 @@ func TestDatabaseRestartMidReconcileKeepsNoLease(t *testing.T) {
 	ctx := context.Background()
 	url := storetest.URL(t)
 	st := storetest.OpenStore(t, url, store.Options{})
-	_, err := st.StoreDelivery(ctx, reconcile.Delivery{Event: reconcile.Event{Provider: "stripe", DedupeKey: "evt_1", EventID: "evt_1",
+	_, err := st.StoreReceipt(ctx, reconcile.Receipt{Event: reconcile.Event{Provider: "stripe", DedupeKey: "evt_1", EventID: "evt_1",
 		Type: "customer.subscription.updated", CustomerID: "cus_1", Payload: []byte(`{}`)}})
 	require.NoError(t, err)
 

@@ -7,30 +7,30 @@ import (
 	"github.com/billsync/billsync/reconcile"
 )
 
-var _ reconcile.DeliveryStore = (*DeliveryStore)(nil)
+var _ reconcile.AppDeliveryStore = (*AppDeliveryStore)(nil)
 
-// DeliveryStore is a reconcile.DeliveryStore whose methods call the
+// AppDeliveryStore is a reconcile.AppDeliveryStore whose methods call the
 // matching function.
-type DeliveryStore struct {
+type AppDeliveryStore struct {
 	RegisterEndpointsFn func(ctx context.Context, endpoints []string) error
 	FanOutFn            func(ctx context.Context, endpoints []string, limit int) (more bool, err error)
 	ClaimDeliveriesFn   func(ctx context.Context, holder string, endpoints []string, limit int, lease time.Duration) ([]reconcile.AppDelivery, error)
-	RecordDeliveryFn    func(ctx context.Context, holder string, d reconcile.AppDelivery, a reconcile.DeliveryAttempt, status string, retryIn time.Duration) error
+	RecordDeliveryFn    func(ctx context.Context, holder string, d reconcile.AppDelivery, a reconcile.AppDeliveryAttempt, status string, retryIn time.Duration) error
 }
 
-func (s *DeliveryStore) RegisterEndpoints(ctx context.Context, endpoints []string) error {
+func (s *AppDeliveryStore) RegisterEndpoints(ctx context.Context, endpoints []string) error {
 	return s.RegisterEndpointsFn(ctx, endpoints)
 }
 
-func (s *DeliveryStore) FanOut(ctx context.Context, endpoints []string, limit int) (bool, error) {
+func (s *AppDeliveryStore) FanOut(ctx context.Context, endpoints []string, limit int) (bool, error) {
 	return s.FanOutFn(ctx, endpoints, limit)
 }
 
-func (s *DeliveryStore) ClaimDeliveries(ctx context.Context, holder string, endpoints []string, limit int, lease time.Duration) ([]reconcile.AppDelivery, error) {
+func (s *AppDeliveryStore) ClaimDeliveries(ctx context.Context, holder string, endpoints []string, limit int, lease time.Duration) ([]reconcile.AppDelivery, error) {
 	return s.ClaimDeliveriesFn(ctx, holder, endpoints, limit, lease)
 }
 
-func (s *DeliveryStore) RecordDelivery(ctx context.Context, holder string, d reconcile.AppDelivery, a reconcile.DeliveryAttempt, status string, retryIn time.Duration) error {
+func (s *AppDeliveryStore) RecordDelivery(ctx context.Context, holder string, d reconcile.AppDelivery, a reconcile.AppDeliveryAttempt, status string, retryIn time.Duration) error {
 	return s.RecordDeliveryFn(ctx, holder, d, a, status, retryIn)
 }
 
@@ -38,9 +38,9 @@ var _ reconcile.AppSender = (*AppSender)(nil)
 
 // AppSender is a reconcile.AppSender whose Send calls SendFn.
 type AppSender struct {
-	SendFn func(ctx context.Context, d reconcile.AppDelivery) reconcile.DeliveryAttempt
+	SendFn func(ctx context.Context, d reconcile.AppDelivery) reconcile.AppDeliveryAttempt
 }
 
-func (s *AppSender) Send(ctx context.Context, d reconcile.AppDelivery) reconcile.DeliveryAttempt {
+func (s *AppSender) Send(ctx context.Context, d reconcile.AppDelivery) reconcile.AppDeliveryAttempt {
 	return s.SendFn(ctx, d)
 }

@@ -167,11 +167,11 @@ var _ reconcile.Inbox = (*Inbox)(nil)
 
 // Inbox is a reconcile.Inbox whose StoreDelivery calls StoreDeliveryFn.
 type Inbox struct {
-	StoreDeliveryFn func(ctx context.Context, d reconcile.Delivery) (reconcile.Stored, error)
+	StoreReceiptFn func(ctx context.Context, d reconcile.Receipt) (reconcile.Stored, error)
 }
 
-func (i *Inbox) StoreDelivery(ctx context.Context, d reconcile.Delivery) (reconcile.Stored, error) {
-	return i.StoreDeliveryFn(ctx, d)
+func (i *Inbox) StoreReceipt(ctx context.Context, d reconcile.Receipt) (reconcile.Stored, error) {
+	return i.StoreReceiptFn(ctx, d)
 }
 
 var _ reconcile.Lister = (*Lister)(nil)

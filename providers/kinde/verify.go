@@ -140,26 +140,26 @@ func (v *Verifier) Provider() string { return Provider }
 // Kinde retries), never a 200. Errors wrap one of those two. Only a token
 // whose key the cached set lacks waits, for one fetch: at most until ctx
 // ends (the intake's deadline), each fetch at most fetchTimeout.
-func (v *Verifier) Verify(ctx context.Context, header http.Header, body []byte) (reconcile.Delivery, error) {
+func (v *Verifier) Verify(ctx context.Context, header http.Header, body []byte) (reconcile.Receipt, error) {
 	token := bytes.TrimSpace(body)
 	kid, err := unverifiedKeyID(token)
 	if err != nil {
-		return reconcile.Delivery{}, fmt.Errorf("%w: %w", reconcile.ErrBadSignature, err)
+		return reconcile.Receipt{}, fmt.Errorf("%w: %w", reconcile.ErrBadSignature, err)
 	}
 	key, err := v.key(ctx, kid)
 	if err != nil {
-		return reconcile.Delivery{}, err
+		return reconcile.Receipt{}, err
 	}
 	claims, err := jws.Verify(token, jws.WithKey(jwa.RS256, key))
 	if err != nil {
-		return reconcile.Delivery{}, fmt.Errorf("%w: kinde token signature: %w", reconcile.ErrBadSignature, err)
+		return reconcile.Receipt{}, fmt.Errorf("%w: kinde token signature: %w", reconcile.ErrBadSignature, err)
 	}
 	ev, err := parseClaims(claims, v.now(), v.window)
 	if err != nil {
-		return reconcile.Delivery{}, fmt.Errorf("%w: %w", reconcile.ErrBadSignature, err)
+		return reconcile.Receipt{}, fmt.Errorf("%w: %w", reconcile.ErrBadSignature, err)
 	}
 	ev.Payload = body
-	return reconcile.Delivery{Event: ev, DeliveryID: storableOrEmpty(header.Get("webhook-id"))}, nil
+	return reconcile.Receipt{Event: ev, DeliveryID: storableOrEmpty(header.Get("webhook-id"))}, nil
 }
 
 // unverifiedKeyID reads the token's protected header and refuses, before

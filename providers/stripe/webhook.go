@@ -66,15 +66,15 @@ func (v *Verifier) Provider() string { return Provider }
 // reconcile.ErrBadSignature; a verified body billsync cannot read becomes an
 // event to ignore, never an error, so nothing from Stripe is lost. It asks
 // nothing of Stripe, so it waits for nothing: ctx is the interface's.
-func (v *Verifier) Verify(_ context.Context, header http.Header, body []byte) (reconcile.Delivery, error) {
+func (v *Verifier) Verify(_ context.Context, header http.Header, body []byte) (reconcile.Receipt, error) {
 	if err := v.verify(header, body); err != nil {
-		return reconcile.Delivery{}, err
+		return reconcile.Receipt{}, err
 	}
 	ev, connect := parseEvent(body)
 	if connect && v.onConnect != nil {
 		v.onConnect()
 	}
-	return reconcile.Delivery{Event: ev}, nil
+	return reconcile.Receipt{Event: ev}, nil
 }
 
 // verify checks the Stripe-Signature header against every secret.

@@ -40,7 +40,7 @@ func TestCreateDatabaseAndDrop(t *testing.T) {
 	require.NoError(t, err)
 
 	// URL names the same database: a store opened on it sees its rows.
-	_, err = st.StoreDelivery(ctx, delivery("evt_1", "cus_1"))
+	_, err = st.StoreReceipt(ctx, delivery("evt_1", "cus_1"))
 	require.NoError(t, err)
 	again := storetest.OpenStore(t, scratch.URL(st), store.Options{})
 	stats, err := scratch.ReadStats(ctx, again)
@@ -52,8 +52,8 @@ func TestCreateDatabaseAndDrop(t *testing.T) {
 	require.Empty(t, storetest.Databases(t, probe, name))
 }
 
-func delivery(key, customer string) reconcile.Delivery {
-	return reconcile.Delivery{Event: reconcile.Event{Provider: "stripe", DedupeKey: key, EventID: key,
+func delivery(key, customer string) reconcile.Receipt {
+	return reconcile.Receipt{Event: reconcile.Event{Provider: "stripe", DedupeKey: key, EventID: key,
 		Type: "customer.subscription.updated", CustomerID: customer, Payload: []byte(`{}`)}}
 }
 
@@ -69,7 +69,7 @@ func TestCrashAfterAccountWrite(t *testing.T) {
 	plans, err := reconcile.ParsePlans(reconcile.ExamplePlans)
 	require.NoError(t, err)
 	apply := func(customer string) error {
-		if _, err := st.StoreDelivery(ctx, delivery("evt_"+customer, customer)); err != nil {
+		if _, err := st.StoreReceipt(ctx, delivery("evt_"+customer, customer)); err != nil {
 			return err
 		}
 		job, err := st.Hold(ctx, "stripe", customer, reconcile.TriggerResync, "test-"+customer, time.Minute)

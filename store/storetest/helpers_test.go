@@ -16,7 +16,7 @@ import (
 // deliver stores a delivery as the intake does.
 func deliver(t *testing.T, st *store.Store, key, customer, remote string) {
 	t.Helper()
-	_, err := st.StoreDelivery(context.Background(), reconcile.Delivery{RemoteAddr: remote, Event: reconcile.Event{
+	_, err := st.StoreReceipt(context.Background(), reconcile.Receipt{RemoteAddr: remote, Event: reconcile.Event{
 		Provider: "stripe", DedupeKey: key, EventID: "id_" + key, Type: "invoice.paid", CustomerID: customer,
 		APIVersion: "2025-08-27.basil", Payload: []byte(`{"id":"` + key + `"}`)}})
 	require.NoError(t, err)
@@ -241,7 +241,7 @@ func TestTableLockHoldsTheStore(t *testing.T) {
 	lock := storetest.LockTable(t, st, "inbox_events")
 	stored := make(chan error, 1)
 	go func() {
-		_, err := st.StoreDelivery(context.Background(), reconcile.Delivery{Event: reconcile.Event{
+		_, err := st.StoreReceipt(context.Background(), reconcile.Receipt{Event: reconcile.Event{
 			Provider: "stripe", DedupeKey: "evt_wait", EventID: "evt_wait", Type: "invoice.paid", Payload: []byte(`{}`)}})
 		stored <- err
 	}()

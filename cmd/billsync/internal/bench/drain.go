@@ -117,7 +117,7 @@ type drain struct {
 // live false skips the second part (the baseline's).
 func runDrain(ctx context.Context, st *store.Store, cfg Config, live bool) (DrainResult, error) {
 	res := DrainResult{
-		Events: cfg.DrainEvents, Customers: cfg.Customers, StoredVia: "store.StoreDelivery (no HTTP)",
+		Events: cfg.DrainEvents, Customers: cfg.Customers, StoredVia: "store.StoreReceipt (no HTTP)",
 		LatencyMs: float64(cfg.Latency) / float64(time.Millisecond), RateLimit: cfg.RateLimit,
 		OperationRate: cfg.OperationRate, Allowed: cfg.allowed(),
 		Workers: cfg.Workers, Batch: cfg.Batch, Outcomes: map[string]int{},
@@ -132,13 +132,13 @@ func runDrain(ctx context.Context, st *store.Store, cfg Config, live bool) (Drai
 	// Store the burst: event k of every customer before event k+1 of any,
 	// as a burst over many customers arrives.
 	t0 := time.Now()
-	deliveries := make([]reconcile.Delivery, 0, cfg.DrainEvents)
+	deliveries := make([]reconcile.Receipt, 0, cfg.DrainEvents)
 	for i := range cfg.DrainEvents {
 		body := eventBody(fmt.Sprintf("evt_drain_%06d", i), d.subjects[i%len(d.subjects)], i)
-		deliveries = append(deliveries, reconcile.Delivery{Event: stripe.ParseEvent(body)})
+		deliveries = append(deliveries, reconcile.Receipt{Event: stripe.ParseEvent(body)})
 	}
 	if _, _, err := sendAll(ctx, time.Now, 8, len(deliveries), func(ctx context.Context, i int) error {
-		_, err := st.StoreDelivery(ctx, deliveries[i])
+		_, err := st.StoreReceipt(ctx, deliveries[i])
 		return err
 	}); err != nil {
 		return res, fmt.Errorf("store drain events: %w", err)

@@ -50,7 +50,7 @@ type IntakeCheck struct {
 type delivery struct {
 	body     []byte
 	header   string
-	verified reconcile.Delivery
+	verified reconcile.Receipt
 }
 
 // directAddr is the sender's address the ceiling stores. No connection has
@@ -84,7 +84,7 @@ func newIntake(st *store.Store) (*intake, error) {
 	}
 	in := &intake{st: st, h: h, poster: newPoster(h.IntakeURL), now: time.Now}
 	in.ceiling = path{"ceiling", func(ctx context.Context, d delivery) error {
-		_, err := st.StoreDelivery(ctx, d.verified)
+		_, err := st.StoreReceipt(ctx, d.verified)
 		return err
 	}}
 	in.http = path{"http", func(ctx context.Context, d delivery) error { return in.poster.post(ctx, d.body, d.header) }}

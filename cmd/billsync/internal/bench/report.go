@@ -227,7 +227,7 @@ func (r Report) Print(w io.Writer) {
 		first := r.Intake[0]
 		fmt.Fprintf(w, "INTAKE: %d deliveries per path and round (%d%% copies, %d customers), %d rounds, paths alternating first\n",
 			first.Deliveries, int(copyShare*100), intakeCustomers, first.Rounds)
-		fmt.Fprintln(w, "  ceiling = store.StoreDelivery called directly (same transaction, no HTTP, no signature check)")
+		fmt.Fprintln(w, "  ceiling = store.StoreReceipt called directly (same transaction, no HTTP, no signature check)")
 		fmt.Fprintln(w, "  bench CPU = this process (senders, HTTP server, pgx); machine busy = all CPUs, PostgreSQL included")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "  senders\tpath\tdeliveries/s\tp50 ms\tp99 ms\tmax ms\tratio\tbench CPU µs/delivery\tmachine busy\t")

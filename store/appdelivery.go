@@ -57,7 +57,7 @@ func (s *Store) ClaimDeliveries(ctx context.Context, holder string, endpoints []
 // its next state: delivered, dead, or pending again after retryIn. A
 // holder whose lease another took records the attempt only, and gets
 // reconcile.ErrHeld.
-func (s *Store) RecordDelivery(ctx context.Context, holder string, d reconcile.AppDelivery, a reconcile.DeliveryAttempt, status string, retryIn time.Duration) error {
+func (s *Store) RecordDelivery(ctx context.Context, holder string, d reconcile.AppDelivery, a reconcile.AppDeliveryAttempt, status string, retryIn time.Duration) error {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var held bool
@@ -107,14 +107,14 @@ func (s *Store) RetryDelivery(ctx context.Context, changeID int64, endpoint stri
 	return nil // the deliverers poll every second
 }
 
-// DeliveryStats counts the deliveries by status and finds the oldest
+// AppDeliveryStats counts the deliveries by status and finds the oldest
 // undelivered change: the oldest pending delivery's, or the first change
 // the slowest endpoint's cursor has not passed yet (no delivery created:
 // the fan-out is behind, or stopped, and the app waits all the same).
-func (s *Store) DeliveryStats(ctx context.Context) (reconcile.DeliveryStats, error) {
+func (s *Store) AppDeliveryStats(ctx context.Context) (reconcile.AppDeliveryStats, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	var st reconcile.DeliveryStats
+	var st reconcile.AppDeliveryStats
 	var oldest *time.Time
 	err := s.pool.QueryRow(ctx, `
 		SELECT (SELECT coalesce(max(id), 0) FROM account_changes),
@@ -152,7 +152,7 @@ func (s *Store) Deliveries(ctx context.Context, status string, limit int) ([]rec
 
 // DeliveryAttempts returns the attempts of a change's deliveries, oldest
 // first, by endpoint.
-func (s *Store) DeliveryAttempts(ctx context.Context, changeID int64) (map[string][]reconcile.DeliveryAttempt, error) {
+func (s *Store) DeliveryAttempts(ctx context.Context, changeID int64) (map[string][]reconcile.AppDeliveryAttempt, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(ctx, `
@@ -161,9 +161,9 @@ func (s *Store) DeliveryAttempts(ctx context.Context, changeID int64) (map[strin
 	if err != nil {
 		return nil, fmt.Errorf("delivery attempts %d: %w", changeID, classify(err))
 	}
-	out := map[string][]reconcile.DeliveryAttempt{}
+	out := map[string][]reconcile.AppDeliveryAttempt{}
 	var ep string
-	var a reconcile.DeliveryAttempt
+	var a reconcile.AppDeliveryAttempt
 	var ms float64
 	_, err = pgx.ForEachRow(rows, []any{&ep, &a.At, &a.StatusCode, &ms, &a.Error}, func() error {
 		a.Took = time.Duration(ms * float64(time.Millisecond))
