@@ -153,10 +153,10 @@ func TestIntakeClientFailuresAreNotServerErrors(t *testing.T) {
 	}
 	// The server may finish with a client after the client is done.
 	storetest.WaitFor(t, "every delivery is counted", func() bool {
-		return metricValue(t, srv.URL, "billsync_webhook_deliveries_total") == len(tests)
+		return metricValue(t, srv.URL, "billsync_webhook_receipts_total") == len(tests)
 	})
-	require.Equal(t, len(tests), metricValue(t, srv.URL, `billsync_webhook_deliveries_total{answer="client_error",provider="stripe"}`))
-	require.Equal(t, 0, metricValue(t, srv.URL, `billsync_webhook_deliveries_total{answer="500",provider="stripe"}`))
+	require.Equal(t, len(tests), metricValue(t, srv.URL, `billsync_webhook_receipts_total{answer="client_error",provider="stripe"}`))
+	require.Equal(t, 0, metricValue(t, srv.URL, `billsync_webhook_receipts_total{answer="500",provider="stripe"}`))
 	require.Empty(t, logs.atLeast(slog.LevelError))
 	for table, n := range storetest.Counts(t, st) {
 		require.Zero(t, n, "table %s", table)

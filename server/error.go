@@ -33,12 +33,12 @@ const (
 // failure is what an error means for its answer.
 type failure struct {
 	code   int
-	answer string // billsync_webhook_deliveries_total's answer
+	answer string // billsync_webhook_receipts_total's answer
 	whose  whose
 }
 
 // failureOf maps an error to its HTTP status, its answer in
-// billsync_webhook_deliveries_total and whose failure it is, in one place.
+// billsync_webhook_receipts_total and whose failure it is, in one place.
 func failureOf(err error) failure {
 	var tooLarge *http.MaxBytesError
 	f := failure{whose: theRequest}

@@ -16,18 +16,21 @@ import (
 // QueueDepthFunc reports queued customers: waiting, due now, and dead.
 type QueueDepthFunc func(ctx context.Context) (pending, due, dead int, err error)
 
-// Metrics is billsync's Prometheus registry: deliveries by answer,
+// Metrics is billsync's Prometheus registry: webhook receipts by answer,
 // reconciles by result (dead ones are what to alert on), and the queue's
 // depth read from the database at each scrape.
 type Metrics struct {
-	reg        *prometheus.Registry
-	deliveries *prometheus.CounterVec
-	reconciles *prometheus.CounterVec
-	latency    *prometheus.HistogramVec
-	calls      *prometheus.CounterVec
-	connect    *prometheus.CounterVec
-	unmapped   *prometheus.CounterVec
-	rechecks   *prometheus.CounterVec
+	reg      *prometheus.Registry
+	receipts *prometheus.CounterVec
+	// receiptsOld is receipts under its name before the rename, served for
+	// one release (docs/metrics.md, "Renamed").
+	receiptsOld *prometheus.CounterVec
+	reconciles  *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
+	calls       *prometheus.CounterVec
+	connect     *prometheus.CounterVec
+	unmapped    *prometheus.CounterVec
+	rechecks    *prometheus.CounterVec
 	// For the console's overview: this process's provider requests per
 	// second over the last minute, and when its counters began.
 	rates     *requestRates
@@ -38,15 +41,28 @@ type Metrics struct {
 	budget      budgetMetrics
 }
 
+// receiptsHelp is billsync_webhook_receipts_total's HELP, and its old name's after the deprecation.
+const receiptsHelp = "Webhook receipts (requests received) by provider and answer: stored, duplicate, ignored; client_error (the client hung up, sent a short body or was too slow); busy (refused: body memory in use); or the HTTP status of any other refusal. Alert on 5xx."
+
+// deprecatedHelp starts the HELP of a metric served under its old name
+// for one release after a rename, with the same value as newName's.
+func deprecatedHelp(newName string) string {
+	return "Deprecated: use " + newName + "; removed in the next release."
+}
+
 // NewMetrics returns the registry; depth may be nil.
 func NewMetrics(depth QueueDepthFunc, logger *slog.Logger) *Metrics {
 	m := &Metrics{
 		reg:     prometheus.NewRegistry(),
 		rates:   newRequestRates(),
 		started: time.Now(),
-		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+		receipts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "billsync_webhook_receipts_total",
+			Help: receiptsHelp,
+		}, []string{"provider", "answer"}),
+		receiptsOld: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "billsync_webhook_deliveries_total",
-			Help: "Webhook deliveries by provider and answer: stored, duplicate, ignored; client_error (the client hung up, sent a short body or was too slow); busy (refused: body memory in use); or the HTTP status of any other refusal. Alert on 5xx.",
+			Help: deprecatedHelp("billsync_webhook_receipts_total") + " " + receiptsHelp,
 		}, []string{"provider", "answer"}),
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "billsync_reconciles_total",
@@ -81,7 +97,7 @@ func NewMetrics(depth QueueDepthFunc, logger *slog.Logger) *Metrics {
 	m.appAttempts = newAppAttempts()
 	m.budget = newBudgetMetrics()
 	m.reg.MustRegister(m.budget.collectors()...)
-	m.reg.MustRegister(m.deliveries, m.reconciles, m.latency, m.calls, m.connect, m.unmapped, m.rechecks, m.rateLimit, m.appAttempts,
+	m.reg.MustRegister(m.receipts, m.receiptsOld, m.reconciles, m.latency, m.calls, m.connect, m.unmapped, m.rechecks, m.rateLimit, m.appAttempts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if depth != nil {
 		if logger == nil {
@@ -92,9 +108,10 @@ func NewMetrics(depth QueueDepthFunc, logger *slog.Logger) *Metrics {
 	return m
 }
 
-// ObserveReceipt counts one webhook delivery's answer.
+// ObserveReceipt counts one webhook receipt's answer.
 func (m *Metrics) ObserveReceipt(provider, answer string) {
-	m.deliveries.WithLabelValues(provider, answer).Inc()
+	m.receipts.WithLabelValues(provider, answer).Inc()
+	m.receiptsOld.WithLabelValues(provider, answer).Inc()
 }
 
 // ObserveConnectEvent counts one verified delivery of a connected

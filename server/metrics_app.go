@@ -39,19 +39,26 @@ func (m *Metrics) ObserveAppDelivery(_ reconcile.AppDelivery, a reconcile.AppDel
 // database so every replica tells the same: changes written, deliveries by
 // status, and the age of the oldest undelivered change. Alert when it
 // passes what the app tolerates, e.g.
-// billsync_app_changes_oldest_undelivered_seconds > 900.
+// billsync_account_changes_oldest_undelivered_seconds > 900.
 func (m *Metrics) CollectAccountChanges(stats AppDeliveryStatsFunc, logger *slog.Logger) {
 	m.reg.MustRegister(&appCollector{stats: stats, log: logger})
 }
 
 var (
-	appChangesDesc = prometheus.NewDesc("billsync_app_changes_written_total",
-		"Account changes written to the outbox (the newest change's id).", nil, nil)
+	accountChangesDesc, accountChangesOldDesc = renamedDesc("billsync_account_changes_written_total", "billsync_app_changes_written_total",
+		"Account changes written to the outbox (the newest change's id).")
 	appDeliveriesDesc = prometheus.NewDesc("billsync_app_deliveries",
 		"Deliveries of changes to the app's endpoints, by status (pending, delivered, dead). Alert on dead.", []string{"status"}, nil)
-	appOldestDesc = prometheus.NewDesc("billsync_app_changes_oldest_undelivered_seconds",
-		"Age of the oldest change not yet delivered to the app (0 when none waits).", nil, nil)
+	oldestDesc, oldestOldDesc = renamedDesc("billsync_account_changes_oldest_undelivered_seconds", "billsync_app_changes_oldest_undelivered_seconds",
+		"Age of the oldest account change not yet delivered to the app (0 when none waits).")
 )
+
+// renamedDesc returns the description of a label-less metric and of its
+// old name, served with the same value for one release (docs/metrics.md,
+// "Renamed").
+func renamedDesc(name, oldName, help string) (desc, old *prometheus.Desc) {
+	return prometheus.NewDesc(name, help, nil, nil), prometheus.NewDesc(oldName, deprecatedHelp(name)+" "+help, nil, nil)
+}
 
 type appCollector struct {
 	stats AppDeliveryStatsFunc
@@ -59,9 +66,11 @@ type appCollector struct {
 }
 
 func (c *appCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- appChangesDesc
+	ch <- accountChangesDesc
+	ch <- accountChangesOldDesc
 	ch <- appDeliveriesDesc
-	ch <- appOldestDesc
+	ch <- oldestDesc
+	ch <- oldestOldDesc
 }
 
 func (c *appCollector) Collect(ch chan<- prometheus.Metric) {
@@ -72,7 +81,9 @@ func (c *appCollector) Collect(ch chan<- prometheus.Metric) {
 		c.log.Warn("metrics: read app delivery figures", slog.Any("error", err))
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(appChangesDesc, prometheus.CounterValue, float64(st.LastChangeID))
+	for _, d := range []*prometheus.Desc{accountChangesDesc, accountChangesOldDesc} {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(st.LastChangeID))
+	}
 	for status, n := range map[string]int64{reconcile.DeliveryPending: st.Pending, reconcile.DeliveryDelivered: st.Delivered, reconcile.DeliveryDead: st.Dead} {
 		ch <- prometheus.MustNewConstMetric(appDeliveriesDesc, prometheus.GaugeValue, float64(n), status)
 	}
@@ -80,5 +91,7 @@ func (c *appCollector) Collect(ch chan<- prometheus.Metric) {
 	if !st.OldestUndelivered.IsZero() {
 		age = max(time.Since(st.OldestUndelivered).Seconds(), 0)
 	}
-	ch <- prometheus.MustNewConstMetric(appOldestDesc, prometheus.GaugeValue, age)
+	for _, d := range []*prometheus.Desc{oldestDesc, oldestOldDesc} {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, age)
+	}
 }

@@ -2,8 +2,11 @@ package server_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,9 +32,9 @@ func TestMetrics(t *testing.T) {
 	cfg.Metrics = metrics
 	srv, _ := startIntake(t, cfg)
 	series := func(answer string) string {
-		return `billsync_webhook_deliveries_total{answer="` + answer + `",provider="stripe"}`
+		return `billsync_webhook_receipts_total{answer="` + answer + `",provider="stripe"}`
 	}
-	require.Zero(t, metricValue(t, srv.URL, "billsync_webhook_deliveries_total"))
+	require.Zero(t, metricValue(t, srv.URL, "billsync_webhook_receipts_total"))
 
 	body := eventBody("evt_m", "invoice.paid", "cus_m", "2025-08-27.basil")
 	require.Equal(t, http.StatusOK, deliver(t, srv.URL, body, sign(body, secretA, time.Now())).code)
@@ -51,7 +54,7 @@ func TestMetrics(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.Close())
 	storetest.WaitFor(t, "the client error is counted", func() bool { return metricValue(t, srv.URL, series("client_error")) == 1 })
-	require.Equal(t, 5, metricValue(t, srv.URL, "billsync_webhook_deliveries_total"), "one answer per delivery")
+	require.Equal(t, 5, metricValue(t, srv.URL, "billsync_webhook_receipts_total"), "one answer per delivery")
 
 	other := eventBody("evt_dead", "invoice.paid", "cus_dead", "2025-08-27.basil")
 	deliver(t, srv.URL, other, sign(other, secretA, time.Now()))
@@ -68,4 +71,56 @@ func TestMetrics(t *testing.T) {
 	require.Equal(t, 1, metricValue(t, srv.URL, `billsync_queue_customers{state="pending"}`))
 	require.Equal(t, 1, metricValue(t, srv.URL, `billsync_queue_customers{state="due"}`))
 	require.Equal(t, 1, metricValue(t, srv.URL, `billsync_queue_customers{state="dead"}`))
+}
+
+// TestRenamedMetricsKeepTheirOldName scrapes GET /metrics once and finds
+// every renamed metric under its old name too, series for series with the
+// same value, its HELP saying what replaces it (docs/metrics.md, "Renamed").
+func TestRenamedMetricsKeepTheirOldName(t *testing.T) {
+	st := storetest.NewStore(t)
+	metrics := server.NewMetrics(nil, nil)
+	metrics.CollectAccountChanges(func(context.Context) (reconcile.AppDeliveryStats, error) {
+		return reconcile.AppDeliveryStats{LastChangeID: 42, Pending: 1, OldestUndelivered: time.Now().Add(-time.Hour)}, nil
+	}, slog.New(slog.DiscardHandler))
+	cfg := intakeConfig(t, st)
+	cfg.Metrics = metrics
+	srv, _ := startIntake(t, cfg)
+	body := eventBody("evt_r", "invoice.paid", "cus_r", "2025-08-27.basil")
+	require.Equal(t, http.StatusOK, deliver(t, srv.URL, body, sign(body, secretA, time.Now())).code)
+	require.Equal(t, http.StatusUnauthorized, deliver(t, srv.URL, body, sign(body, "whsec_wrong", time.Now())).code)
+
+	resp, err := http.Get(srv.URL + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	text, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	help := map[string]string{}              // metric → HELP
+	series := map[string]map[string]string{} // metric → labels → value
+	for _, line := range strings.Split(string(text), "\n") {
+		if rest, ok := strings.CutPrefix(line, "# HELP "); ok {
+			name, h, _ := strings.Cut(rest, " ")
+			help[name] = h
+			continue
+		}
+		key, value, ok := strings.Cut(line, " ")
+		if !ok || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, labels, _ := strings.Cut(key, "{")
+		if series[name] == nil {
+			series[name] = map[string]string{}
+		}
+		series[name][labels] = value
+	}
+	for old, renamed := range map[string]string{
+		"billsync_webhook_deliveries_total":               "billsync_webhook_receipts_total",
+		"billsync_app_changes_written_total":              "billsync_account_changes_written_total",
+		"billsync_app_changes_oldest_undelivered_seconds": "billsync_account_changes_oldest_undelivered_seconds",
+	} {
+		require.NotEmpty(t, series[renamed], renamed)
+		require.Equal(t, series[renamed], series[old], "%s carries what %s does", old, renamed)
+		require.True(t, strings.HasPrefix(help[old], "Deprecated: use "+renamed+"; removed in the next release."), "%s: %s", old, help[old])
+		require.False(t, strings.HasPrefix(help[renamed], "Deprecated"), renamed)
+	}
+	require.Len(t, series["billsync_webhook_receipts_total"], 2, "stored and 401")
 }

@@ -111,7 +111,7 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request, session strin
 	d.Reconciles = stackedBars("Reconciles per hour, last 24 hours, by result", reconciles, classes, labels)
 	if m := c.s.metrics; m != nil {
 		d.Since = m.started
-		d.Answers = m.counts("billsync_webhook_deliveries_total", "answer")
+		d.Answers = m.counts("billsync_webhook_receipts_total", "answer")
 		d.Unmapped = m.counts("billsync_unmapped_prices_total", "price")
 		d.Budgets = m.budget.spends()
 		now := time.Now()

@@ -247,7 +247,7 @@ func TestServeReconcilesAgainstStripe(t *testing.T) {
 	// intake's answers reach GET /metrics.
 	metrics := scrape(t, addr)
 	require.Regexp(t, `(?m)^billsync_reconciles_total\{provider="stripe",result="applied"\} [1-9]`, metrics)
-	require.Regexp(t, `(?m)^billsync_webhook_deliveries_total\{answer="stored",provider="stripe"\} [1-9]`, metrics)
+	require.Regexp(t, `(?m)^billsync_webhook_receipts_total\{answer="stored",provider="stripe"\} [1-9]`, metrics)
 	require.Regexp(t, `(?m)^billsync_queue_customers\{state="dead"\} 0$`, metrics)
 	require.Regexp(t, `(?m)^billsync_reconcile_seconds_count\{provider="stripe",result="applied"\} [1-9]`, metrics)
 	require.Regexp(t, `(?m)^billsync_provider_requests_total\{provider="stripe",status="200"\} [1-9]`, metrics)

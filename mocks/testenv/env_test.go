@@ -62,7 +62,7 @@ func TestIntakeAsServeAssemblesIt(t *testing.T) {
 	body, err := io.ReadAll(res.Body)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode)
-	require.Contains(t, string(body), `billsync_webhook_deliveries_total{answer="stored",provider="stripe"} 1`)
+	require.Contains(t, string(body), `billsync_webhook_receipts_total{answer="stored",provider="stripe"} 1`)
 }
 
 // TestPricesAreTheExamplePlans: the fake's prices are exactly the Stripe
