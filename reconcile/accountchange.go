@@ -13,8 +13,8 @@ import (
 // fields that changed named, so that a field added to Account later is
 // announced without a new type. Keep the names stable: apps parse them.
 const (
-	AppChangeType    = "account.updated"
-	AppChangeVersion = 1
+	AccountChangeType = "account.updated"
+	AppChangeVersion  = 1
 	// TriggerUsage is the trigger of a change made by the app's own debit.
 	TriggerUsage = "usage"
 )
@@ -104,7 +104,7 @@ var notAnnounced = map[string]bool{"id": true, "observed_at": true}
 // told in UTC.
 func AccountChangeOf(before *AccountState, after AccountState, moves []LedgerMove, why Why) (AccountChange, bool) {
 	after = utcState(after)
-	ch := AccountChange{Type: AppChangeType, Version: AppChangeVersion, AccountID: after.ID, Provider: after.Provider,
+	ch := AccountChange{Type: AccountChangeType, Version: AppChangeVersion, AccountID: after.ID, Provider: after.Provider,
 		UserRef: after.UserRef, Created: before == nil, After: after, Why: why}
 	moves = slices.Clone(moves)
 	for i := range moves {

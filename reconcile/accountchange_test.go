@@ -52,7 +52,7 @@ func TestAccountChangeOf(t *testing.T) {
 			require.Equal(t, tc.before == nil, ch.Created)
 			require.Equal(t, time.UTC, ch.After.PeriodStart.Location(), "times told in UTC")
 			require.Equal(t, []string{}, ch.Why.EventIDs, "an empty list, not null")
-			require.Equal(t, AppChangeType, ch.Type)
+			require.Equal(t, AccountChangeType, ch.Type)
 			require.Equal(t, int64(7), ch.AccountID)
 		})
 	}

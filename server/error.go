@@ -84,7 +84,7 @@ func failureOf(err error) failure {
 type surface int
 
 const (
-	// toProvider: a provider's webhook delivery (and /readyz): terse text
+	// toProvider: a webhook receipt (and /readyz): terse text
 	// saying whether it was stored and whether to retry, nothing of
 	// billsync's inside.
 	toProvider surface = iota
@@ -127,7 +127,7 @@ func (sf surface) message(f failure, err error, provider string) string {
 }
 
 // explain logs err's failure once, by whose it is (billsync's own at
-// error level, nobody else's), counts a webhook delivery's answer, sets
+// error level, nobody else's), counts a webhook receipt's answer, sets
 // Retry-After on a 503, and returns the status and sf's message. Every
 // error answer goes through it: writeError writes it as JSON, the console
 // as a page.
@@ -164,7 +164,7 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request, sf surface, err
 	return f.code, sf.message(f, err, provider)
 }
 
-// writeError answers err as JSON on sf (a webhook delivery, /readyz, the
+// writeError answers err as JSON on sf (a webhook receipt, /readyz, the
 // admin and app APIs), with what the app API's caller needs to act on
 // beside the message: the balance when an allowance is short, the known
 // features, the accounts a user reference names.

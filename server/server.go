@@ -44,7 +44,7 @@ type Config struct {
 	Verifiers []Verifier
 	// Ready reports whether the server can do its work (the database answers).
 	Ready func(context.Context) error
-	// Metrics, when set, counts deliveries and serves GET /metrics.
+	// Metrics, when set, counts webhook receipts and serves GET /metrics.
 	Metrics *Metrics
 	// StoreTimeout bounds what a webhook delivery, once its body is in,
 	// waits on outside the process: verifying it (only a Kinde token whose

@@ -77,7 +77,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 // arrives.
 const bodyChunk = 8 << 10
 
-// chunks recycles bodyChunk buffers: most deliveries need no other memory.
+// chunks recycles bodyChunk buffers: most webhook receipts need no other memory.
 // A buffer goes back only after StoreReceipt has returned (the store has
 // copied the payload into its query by then; an Inbox must not keep
 // d.Event.Payload), and grown buffers are left to the collector.

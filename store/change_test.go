@@ -47,7 +47,7 @@ func TestChangesOfAnAccount(t *testing.T) {
 	first := allChanges(t, st, 1)[0]
 	require.True(t, first.Created)
 	require.Nil(t, first.Before)
-	require.Equal(t, reconcile.AppChangeType, first.Type)
+	require.Equal(t, reconcile.AccountChangeType, first.Type)
 	require.Equal(t, int64(1), first.Seq)
 	require.Equal(t, id, first.AccountID)
 	require.Equal(t, "u1", first.UserRef)

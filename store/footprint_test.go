@@ -107,7 +107,7 @@ func TestStorageFootprint(t *testing.T) {
 	fmt.Fprintf(w, "per reconcile (reconcile_log row, before/after)\t%.0f B\n", perReconcile)
 	fmt.Fprintf(w, "per account row\t%.0f B\n", perAccount)
 	fmt.Fprintf(w, "per ledger row (a grant or a debit)\t%.0f B\n", perLedgerRow)
-	fmt.Fprintf(w, "per app change (account_changes row, before/after)\t%.0f B\n", perChange)
+	fmt.Fprintf(w, "per account change (account_changes row, before/after)\t%.0f B\n", perChange)
 	require.NoError(t, w.Flush())
 	t.Log("\n" + report.String())
 	// An event row holds a payload of kilobytes (compressed in TOAST); a

@@ -37,7 +37,7 @@ func commands() []command {
 		{"replay", "reconcile a stored event's customer again, now; harmless by design", runReplay},
 		{"plans", "check the plans file against the provider: 'plans check' lists active prices no plan maps", runPlans},
 		{"stripe", "'stripe setup --url …' creates or updates the webhook endpoint; 'stripe check' checks the key, the endpoint and the plans", runStripe},
-		{"prune", "delete what is older than -older-than (default 90d), in small batches: handled events and their receipts, reconcile log rows, delivered app changes, expired console sessions", runPrune},
+		{"prune", "delete what is older than -older-than (default 90d), in small batches: handled events and their receipts, reconcile log rows, delivered account changes, expired console sessions", runPrune},
 		{"mock", "run the fake Stripe and the fake Kinde (real wire protocols, signed webhooks, fault knobs)", runMock},
 		{"healthcheck", "ask a running serve's /readyz; exit 0 when ready (for orchestrators without HTTP probes)", runHealthcheck},
 		{"bench", "measure intake, drain, latency, sweep, heal and idle cost against baselines measured in the same run", runBench},

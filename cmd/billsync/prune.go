@@ -98,7 +98,7 @@ table's rows and bytes instead. See docs/retention.md.
 	if err := age.Set(cmp.Or(os.Getenv("BILLSYNC_PRUNE_OLDER_THAN"), defaultRetention)); err != nil {
 		return fmt.Errorf("%w: BILLSYNC_PRUNE_OLDER_THAN %w", errUsage, err)
 	}
-	fs.Var(&age, "older-than", "delete handled events, log rows and delivered app changes older than this: days (90d) or a duration (env BILLSYNC_PRUNE_OLDER_THAN)")
+	fs.Var(&age, "older-than", "delete handled events, log rows and delivered account changes older than this: days (90d) or a duration (env BILLSYNC_PRUNE_OLDER_THAN)")
 	fs.IntVar(&r.Batch, "batch", reconcile.DefaultPruneBatch, "rows one statement deletes (each batch is its own short transaction)")
 	sizes := fs.Bool("sizes", false, "only report, delete nothing: each table's rows (counted; ~ marks PostgreSQL's estimate for a large table) and bytes (pg_total_relation_size)")
 	if err := fs.Parse(args); err != nil {
