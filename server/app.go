@@ -53,12 +53,12 @@ type App struct {
 	Stopping <-chan struct{}
 }
 
-// Change feed limits: a page holds at most MaxFeedLimit changes, and a
-// long poll waits at most MaxFeedWait.
+// Change feed limits: a page holds at most MaxChangeFeedLimit changes, and a
+// long poll waits at most MaxChangeFeedWait.
 const (
-	DefaultFeedLimit = 100
-	MaxFeedLimit     = 1000
-	MaxFeedWait      = 60 * time.Second
+	DefaultChangeFeedLimit = 100
+	MaxChangeFeedLimit     = 1000
+	MaxChangeFeedWait      = 60 * time.Second
 )
 
 // MaxUsageBodyBytes bounds a usage request's body: it holds one key of at
@@ -139,8 +139,8 @@ func (s *Server) routeApp(a App) {
 }
 
 // feedQuery is GET /api/changes's query: after (a cursor the feed handed
-// out; none: the start), limit (1…MaxFeedLimit) and wait (a Go duration,
-// 0…MaxFeedWait: how long to hold the request while no change is there).
+// out; none: the start), limit (1…MaxChangeFeedLimit) and wait (a Go duration,
+// 0…MaxChangeFeedWait: how long to hold the request while no change is there).
 type feedQuery struct {
 	after reconcile.ChangeCursor
 	limit int
@@ -151,7 +151,7 @@ type feedQuery struct {
 // names a parameter twice, is refused rather than read in part (Go's
 // URL.Query drops what it cannot decode).
 func parseFeedQuery(raw string) (feedQuery, error) {
-	f := feedQuery{limit: DefaultFeedLimit}
+	f := feedQuery{limit: DefaultChangeFeedLimit}
 	q, err := url.ParseQuery(raw)
 	if err != nil {
 		return f, fmt.Errorf("%w: the query is not URL-encoded: %v", reconcile.ErrInvalid, err)
@@ -166,15 +166,15 @@ func parseFeedQuery(raw string) (feedQuery, error) {
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxFeedLimit {
-			return f, fmt.Errorf("%w: limit must be a whole number from 1 to %d, got %q", reconcile.ErrInvalid, MaxFeedLimit, v)
+		if err != nil || n < 1 || n > MaxChangeFeedLimit {
+			return f, fmt.Errorf("%w: limit must be a whole number from 1 to %d, got %q", reconcile.ErrInvalid, MaxChangeFeedLimit, v)
 		}
 		f.limit = n
 	}
 	if v := q.Get("wait"); v != "" {
 		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 || d > MaxFeedWait {
-			return f, fmt.Errorf("%w: wait must be a duration from 0s to %s, like 30s, got %q", reconcile.ErrInvalid, MaxFeedWait, v)
+		if err != nil || d < 0 || d > MaxChangeFeedWait {
+			return f, fmt.Errorf("%w: wait must be a duration from 0s to %s, like 30s, got %q", reconcile.ErrInvalid, MaxChangeFeedWait, v)
 		}
 		f.wait = d
 	}

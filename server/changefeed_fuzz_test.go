@@ -58,7 +58,7 @@ func (f *oneChangeFeed) Changes(_ context.Context, after reconcile.ChangeCursor,
 }
 
 // FuzzFeedQuery: whatever the query, GET /api/changes answers 200 with
-// the feed read at a limit of 1…MaxFeedLimit and the query's own cursor
+// the change feed read at a limit of 1…MaxChangeFeedLimit and the query's own cursor
 // and limit, or 400 with a message; never a 500 or a panic.
 func FuzzChangeFeedQuery(f *testing.F) {
 	for q := range feedQuerySeeds {
@@ -85,13 +85,13 @@ func FuzzChangeFeedQuery(f *testing.F) {
 		case http.StatusOK:
 			q, err := url.ParseQuery(raw)
 			require.NoError(t, err, "a query that is not URL-encoded is refused")
-			require.True(t, feed.limit >= 1 && feed.limit <= MaxFeedLimit, "limit %d", feed.limit)
+			require.True(t, feed.limit >= 1 && feed.limit <= MaxChangeFeedLimit, "limit %d", feed.limit)
 			if v := q.Get("limit"); v != "" {
 				n, err := strconv.Atoi(v)
 				require.NoError(t, err)
 				require.Equal(t, n, feed.limit)
 			} else {
-				require.Equal(t, DefaultFeedLimit, feed.limit)
+				require.Equal(t, DefaultChangeFeedLimit, feed.limit)
 			}
 			want, err := reconcile.ParseChangeCursor(q.Get("after"))
 			require.NoError(t, err)
