@@ -21,6 +21,7 @@ test-modes:
 # The suite three times in a row while stress-ng (Debian's stress-ng) keeps
 # both cores busy: a test that holds only on a quiet machine fails here.
 test-loaded:
+	@command -v stress-ng >/dev/null || { echo 'make test-loaded needs stress-ng (apt-get install stress-ng)'; exit 1; }
 	@stress-ng --cpu 2 --timeout 3h --quiet & pid=$$!; trap "kill $$pid" EXIT; \
 	for i in 1 2 3; do \
 		start=$$(date +%s); \
