@@ -216,22 +216,36 @@ func (c *Cluster) claim(ctx context.Context, fast bool) error {
 // alone reports whether no process holds the in-use lock (and so uses the
 // server), by taking it exclusively without waiting, and dropping it again.
 // Call it under the start/stop lock: no process can take a share meanwhile.
+//
+// A share that stays held for aloneWait is another process's. A shorter
+// one is a child this process forked: until its exec has closed them, it
+// holds a copy of every descriptor, a share this process has just dropped
+// among them (the kernel wakes the forking thread before it closes them,
+// so even syscall.ForkLock cannot rule the copy out).
 func (c *Cluster) alone() (bool, error) {
 	f, err := os.OpenFile(filepath.Join(c.dataDir, inUseLock), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return false, fmt.Errorf("pgembed: open lock: %w", err)
 	}
 	defer f.Close()
-	err = flock(f, syscall.LOCK_EX|syscall.LOCK_NB)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, syscall.EWOULDBLOCK):
-		return false, nil
-	default:
-		return false, fmt.Errorf("pgembed: lock %s: %w", f.Name(), err)
+	deadline := time.Now().Add(aloneWait)
+	for pause := time.Millisecond; ; pause = min(2*pause, 50*time.Millisecond) {
+		err = flock(f, syscall.LOCK_EX|syscall.LOCK_NB)
+		switch {
+		case err == nil:
+			return true, nil
+		case !errors.Is(err, syscall.EWOULDBLOCK):
+			return false, fmt.Errorf("pgembed: lock %s: %w", f.Name(), err)
+		case time.Now().After(deadline):
+			return false, nil
+		}
+		time.Sleep(pause)
 	}
 }
+
+// aloneWait is how long alone waits for a share to be dropped before it
+// counts it as another process's.
+const aloneWait = time.Second
 
 // lock opens DataDir/name and locks it (syscall.LOCK_EX or LOCK_SH),
 // waiting until it may or ctx ends. Closing the file releases the lock.

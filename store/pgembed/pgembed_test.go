@@ -442,3 +442,39 @@ func TestStartErrorQuotesLog(t *testing.T) {
 	require.ErrorContains(t, err, "start server")
 	require.ErrorContains(t, err, `unrecognized configuration parameter "no_such_setting"`)
 }
+
+// A process that forks children while it stops its server (a test binary
+// whose parallel tests run pg_ctl, a serve running hooks) still stops it:
+// a child between fork and exec holds a copy of every descriptor, the
+// in-use lock's among them, which must not read as another process's
+// share of the server.
+func TestStopWhileForking(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := dataDir(t, "data")
+	forking, stop := context.WithCancel(ctx)
+	var forks sync.WaitGroup
+	for range 4 {
+		forks.Go(func() {
+			for forking.Err() == nil {
+				_ = exec.Command("true").Run()
+			}
+		})
+	}
+	defer forks.Wait()
+	defer stop()
+	for i := range 8 {
+		var log bytes.Buffer
+		c, err := Start(ctx, Config{DataDir: dir, Fast: true, Logger: logTo(&log)})
+		require.NoError(t, err)
+		pid := postmasterPID(t, c)
+		t.Cleanup(func() { // a server left running by a failed round
+			if !exited(pid) {
+				syscall.Kill(pid, syscall.SIGQUIT) //nolint:errcheck // best effort
+			}
+		})
+		require.NoError(t, c.Stop(ctx))
+		require.NotContains(t, log.String(), "other billsync processes use it", "round %d", i)
+		requireStopped(t, dir, pid)
+	}
+}
