@@ -7,6 +7,7 @@ const (
 	TriggerWebhook = "webhook"
 	TriggerFeed    = "feed" // the events feed listed an event (eventsfeed.go)
 	TriggerSweep   = "sweep"
+	TriggerImport  = "import" // a provider's first import (RunImport)
 	TriggerResync  = "resync"
 	TriggerReplay  = "replay"
 )
@@ -40,13 +41,15 @@ type Job struct {
 }
 
 // ActorOf returns who the job's reconcile is recorded as: its own actor,
-// else "sweep" for the sweep's jobs and "worker" for the rest.
+// else "sweep" or "import" for those runs' jobs and "worker" for the rest.
 func ActorOf(job Job) string {
 	switch {
 	case job.Actor != "":
 		return job.Actor
 	case job.Trigger == TriggerSweep:
 		return "sweep"
+	case job.Trigger == TriggerImport:
+		return "import"
 	}
 	return "worker"
 }

@@ -10,16 +10,39 @@ import (
 	"time"
 )
 
-// SweepRun is one run of a provider's sweep, as sweep_runs keeps it.
+// Kinds of run (sweep_runs.kind): both list every customer of a provider
+// under the same lease and resume from their cursor. An import is a
+// provider's first listing, what it writes recorded as imported; a sweep
+// heals drift, what it writes recorded as healed.
+const (
+	RunSweep  = "sweep"
+	RunImport = "import"
+)
+
+// SweepRun is one run of a provider's sweep or import, as sweep_runs keeps
+// it.
 type SweepRun struct {
 	ID        int64
 	Provider  string
+	Kind      string // RunSweep or RunImport; a resumed run keeps its own
 	StartedAt time.Time
 	Resumed   bool   // a run a dead sweeper left running, picked up again
 	Cursor    string // where the listing resumes: each part after its last applied page, one a line
 	Seen      int    // customers the listing resolved
 	Healed    int    // accounts the sweep changed (sweep_runs.changed)
 	Failed    int    // customers whose snapshot maps to no plan (ignored)
+	// Progress estimates the share of the listing applied (0..1), -1
+	// when the lister cannot tell.
+	Progress float64
+}
+
+// Trigger is the trigger of the run's reconciles: TriggerImport for an
+// import, else TriggerSweep.
+func (r SweepRun) Trigger() string {
+	if r.Kind == RunImport {
+		return TriggerImport
+	}
+	return TriggerSweep
 }
 
 // Healed is one account the sweep corrected.
@@ -69,8 +92,12 @@ type SweepStore interface {
 	// (cause ErrLeaseLost) if the lease is lost meanwhile, not with ctx; a
 	// crashed sweeper's lease runs out. ErrLeaseHeld: another sweep has it.
 	SweepLock(ctx context.Context, provider string) (held context.Context, release func(), err error)
-	// StartSweep starts a run, or resumes the one a dead sweeper left.
-	StartSweep(ctx context.Context, provider string) (SweepRun, error)
+	// StartSweep starts a run of kind (RunSweep, RunImport), or resumes
+	// the one a dead sweeper or importer left, whatever its kind.
+	StartSweep(ctx context.Context, provider, kind string) (SweepRun, error)
+	// Imported reports whether provider's customers were ever all listed:
+	// a run of it (an import or a sweep) succeeded.
+	Imported(ctx context.Context, provider string) (bool, error)
 	// SweepPage records a page once it is applied, in one transaction:
 	// its customers as resolved by the run (EnqueueUnswept leaves them
 	// out) and the run's progress (run.Cursor, Healed, Failed). It returns
@@ -165,7 +192,7 @@ func (s *Sweeper) Provider() string { return s.cfg.Provider }
 
 // Run sweeps once: Start, then the started sweep's Sweep.
 func (s *Sweeper) Run(ctx context.Context) (SweepReport, error) {
-	started, err := s.Start(ctx)
+	started, err := s.Start(ctx, RunSweep)
 	if err != nil {
 		return SweepReport{}, err
 	}
@@ -188,7 +215,10 @@ type StartedSweep struct {
 // starts: ErrSweepRunning (and nothing written) when another sweep holds
 // the lock. The caller must call the StartedSweep's Sweep, which releases
 // the lock.
-func (s *Sweeper) Start(ctx context.Context) (*StartedSweep, error) {
+//
+// kind is the run to start (RunSweep, RunImport); a run left running is
+// resumed whatever its kind, and StartedSweep.Run says which it is.
+func (s *Sweeper) Start(ctx context.Context, kind string) (*StartedSweep, error) {
 	held, release, err := s.cfg.Store.SweepLock(ctx, s.cfg.Provider)
 	if errors.Is(err, ErrLeaseHeld) {
 		return nil, fmt.Errorf("%s: %w", s.cfg.Provider, ErrSweepRunning)
@@ -197,12 +227,12 @@ func (s *Sweeper) Start(ctx context.Context) (*StartedSweep, error) {
 		return nil, err
 	}
 	begin := time.Now()
-	run, err := s.cfg.Store.StartSweep(ctx, s.cfg.Provider)
+	run, err := s.cfg.Store.StartSweep(ctx, s.cfg.Provider, kind)
 	if err != nil {
 		release()
 		return nil, err
 	}
-	s.log.InfoContext(ctx, "sweep started", "run", run.ID, "resumed", run.Resumed, "cursor", run.Cursor)
+	s.log.InfoContext(ctx, run.Kind+" started", "run", run.ID, "resumed", run.Resumed, "cursor", run.Cursor)
 	return &StartedSweep{Run: run, s: s, held: held, release: release, begin: begin}, nil
 }
 
@@ -346,7 +376,7 @@ func (s *Sweeper) page(ctx context.Context, rep *SweepReport, snaps []Snapshot, 
 			continue
 		}
 		snap := byCustomer[id]
-		job := Job{Provider: s.cfg.Provider, CustomerID: id, Trigger: TriggerSweep}
+		job := Job{Provider: s.cfg.Provider, CustomerID: id, Trigger: rep.Run.Trigger()}
 		out, webhookSince, err := s.cfg.Store.ApplySwept(ctx, job, at, NewDecider(job, snap, s.cfg.Plans, at))
 		if err != nil {
 			return nil, err
@@ -442,6 +472,7 @@ type SweepStat struct {
 type SweepRecord struct {
 	ID          int64      `json:"id"`
 	Provider    string     `json:"provider"`
+	Kind        string     `json:"kind"`   // RunSweep or RunImport
 	Status      string     `json:"status"` // running, succeeded or failed
 	StartedAt   time.Time  `json:"started_at"`
 	HeartbeatAt time.Time  `json:"heartbeat_at"`
@@ -450,4 +481,28 @@ type SweepRecord struct {
 	Healed      int        `json:"healed"`
 	Failed      int        `json:"failed"`
 	Error       string     `json:"error,omitempty"`
+	// Progress estimates the share of the listing applied (0..1), nil
+	// when the lister cannot tell.
+	Progress *float64 `json:"progress,omitempty"`
+}
+
+// Rate is a run's pace so far: customers listed a second since it started
+// (0 before the first page).
+func (r SweepRecord) Rate(now time.Time) float64 {
+	elapsed := now.Sub(r.StartedAt).Seconds()
+	if elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Seen) / elapsed
+}
+
+// Left estimates the time a running run needs to finish at its pace so
+// far, from its Progress; false when that cannot be told (no progress
+// known yet, or the run is not running).
+func (r SweepRecord) Left(now time.Time) (time.Duration, bool) {
+	if r.Status != "running" || r.Progress == nil || *r.Progress <= 0 || *r.Progress >= 1 {
+		return 0, false
+	}
+	p := *r.Progress
+	return time.Duration(float64(now.Sub(r.StartedAt)) * (1 - p) / p), true
 }

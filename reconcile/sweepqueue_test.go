@@ -148,7 +148,7 @@ func (s *fakeSweepStore) store() *mock.SweepStore {
 		SweepLockFn: func(ctx context.Context, _ string) (context.Context, func(), error) {
 			return ctx, func() { s.mu.Lock(); s.unlocked++; s.mu.Unlock() }, nil
 		},
-		StartSweepFn: func(_ context.Context, provider string) (reconcile.SweepRun, error) {
+		StartSweepFn: func(_ context.Context, provider, _ string) (reconcile.SweepRun, error) {
 			return reconcile.SweepRun{ID: 1, Provider: provider, Cursor: s.start, Resumed: s.start != ""}, nil
 		},
 		SweptAccountsFn: func(context.Context, string, []string) (map[string]reconcile.Account, error) {

@@ -106,7 +106,7 @@ func (r *SweepRunner) start(ctx context.Context, sw *Sweeper) (SweepRun, error) 
 	}
 	r.running.Add(1)
 	r.mu.Unlock()
-	started, err := sw.Start(ctx)
+	started, err := sw.Start(ctx, RunSweep)
 	if err != nil {
 		r.running.Done()
 		return SweepRun{}, err

@@ -26,7 +26,7 @@ func TestConsoleOverview(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
 	id := e.customer("u1", "u1@example.com", "price_pro")
 	storetest.SetQueueDead(t, e.st, "stripe", "cus_gone", 5, "timeout")
-	_, err := e.st.StartSweep(context.Background(), "stripe")
+	_, err := e.st.StartSweep(context.Background(), "stripe", reconcile.RunSweep)
 	require.NoError(t, err)
 	metrics := server.NewMetrics(nil, nil)
 	for range 3 {

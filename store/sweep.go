@@ -25,23 +25,24 @@ func (s *Store) SweepLock(ctx context.Context, provider string) (held context.Co
 // customer it covered then, so it is closed as failed and a new run starts.
 const SweepResumeWithin = 6 * time.Hour
 
-// StartSweep begins a run of provider's sweep, or resumes the newest one
-// still marked running whose heartbeat is within SweepResumeWithin. The
+// StartSweep begins a run of kind (reconcile.RunSweep, RunImport) for
+// provider, or resumes the newest one still marked running, whatever its
+// kind, whose heartbeat is within SweepResumeWithin. The
 // caller holds SweepLock, so a running row is one whose sweeper died or
 // was stopped (its lease ran out or was released). Other running rows are
 // closed as failed.
-func (s *Store) StartSweep(ctx context.Context, provider string) (reconcile.SweepRun, error) {
+func (s *Store) StartSweep(ctx context.Context, provider, kind string) (reconcile.SweepRun, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	run := reconcile.SweepRun{Provider: provider}
+	run := reconcile.SweepRun{Provider: provider, Kind: kind, Progress: -1}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var cursor *string
 		err := tx.QueryRow(ctx, `
 			UPDATE sweep_runs SET heartbeat_at = now()
 			WHERE id = (SELECT max(id) FROM sweep_runs WHERE provider = $1 AND status = 'running'
 			            AND heartbeat_at > now() - make_interval(secs => $2))
-			RETURNING id, started_at, cursor, seen, changed, failed`, provider, SweepResumeWithin.Seconds()).
-			Scan(&run.ID, &run.StartedAt, &cursor, &run.Seen, &run.Healed, &run.Failed)
+			RETURNING id, kind, started_at, cursor, seen, changed, failed, coalesce(progress, -1)`, provider, SweepResumeWithin.Seconds()).
+			Scan(&run.ID, &run.Kind, &run.StartedAt, &cursor, &run.Seen, &run.Healed, &run.Failed, &run.Progress)
 		switch {
 		case err == nil:
 			run.Resumed = true
@@ -49,7 +50,7 @@ func (s *Store) StartSweep(ctx context.Context, provider string) (reconcile.Swee
 				run.Cursor = *cursor
 			}
 		case errors.Is(err, pgx.ErrNoRows):
-			if err := tx.QueryRow(ctx, `INSERT INTO sweep_runs (provider) VALUES ($1) RETURNING id, started_at`, provider).
+			if err := tx.QueryRow(ctx, `INSERT INTO sweep_runs (provider, kind) VALUES ($1, $2) RETURNING id, started_at`, provider, kind).
 				Scan(&run.ID, &run.StartedAt); err != nil {
 				return fmt.Errorf("insert run: %w", err)
 			}
@@ -97,14 +98,37 @@ func (s *Store) SweepPage(ctx context.Context, run reconcile.SweepRun, customers
 				INSERT INTO sweep_seen (run_id, customer_id) SELECT $1, unnest($2::text[])
 				ON CONFLICT DO NOTHING RETURNING 1)
 			UPDATE sweep_runs SET heartbeat_at = now(), seen = seen + (SELECT count(*) FROM fresh),
-				changed = $3, failed = $4, cursor = NULLIF($5, '')
+				changed = $3, failed = $4, cursor = NULLIF($5, ''), progress = $6
 			WHERE id = $1
-			RETURNING seen`, run.ID, customers, run.Healed, run.Failed, run.Cursor).Scan(&seen)
+			RETURNING seen`, run.ID, customers, run.Healed, run.Failed, run.Cursor, progress(run)).Scan(&seen)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("record sweep %d page: %w", run.ID, classify(err))
 	}
 	return seen, nil
+}
+
+// progress is the run's progress for sweep_runs.progress: NULL when
+// unknown, else within 0..1.
+func progress(run reconcile.SweepRun) *float64 {
+	if run.Progress < 0 {
+		return nil
+	}
+	p := min(run.Progress, 1)
+	return &p
+}
+
+// Imported reports whether a run of provider (an import, or a sweep: both
+// list every customer) ever succeeded.
+func (s *Store) Imported(ctx context.Context, provider string) (bool, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	var done bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sweep_runs WHERE provider = $1 AND status = 'succeeded')`,
+		provider).Scan(&done); err != nil {
+		return false, fmt.Errorf("imported %s: %w", provider, classify(err))
+	}
+	return done, nil
 }
 
 // FinishSweep ends the run: succeeded, or failed with failure's text when
@@ -284,12 +308,13 @@ func (s *Store) SweepRuns(ctx context.Context, limit int) ([]reconcile.SweepReco
 }
 
 // sweepRecordColumns are what scanSweepRecord reads of a sweep_runs row.
-const sweepRecordColumns = `id, provider, status, started_at, heartbeat_at, finished_at, seen, changed, failed, coalesce(error, '')`
+const sweepRecordColumns = `id, provider, kind, status, started_at, heartbeat_at, finished_at, seen, changed, failed,
+	coalesce(error, ''), progress::float8`
 
 func scanSweepRecord(r pgx.CollectableRow) (reconcile.SweepRecord, error) {
 	var run reconcile.SweepRecord
-	err := r.Scan(&run.ID, &run.Provider, &run.Status, &run.StartedAt, &run.HeartbeatAt, &run.FinishedAt,
-		&run.Seen, &run.Healed, &run.Failed, &run.Error)
+	err := r.Scan(&run.ID, &run.Provider, &run.Kind, &run.Status, &run.StartedAt, &run.HeartbeatAt, &run.FinishedAt,
+		&run.Seen, &run.Healed, &run.Failed, &run.Error, &run.Progress)
 	return run, err
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store/storetest"
 )
 
@@ -14,7 +15,7 @@ func TestSweepRunResumesAndRemembersCustomers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st := storetest.NewStore(t)
-	run, err := st.StartSweep(ctx, "stripe")
+	run, err := st.StartSweep(ctx, "stripe", reconcile.RunSweep)
 	require.NoError(t, err)
 	require.False(t, run.Resumed)
 	run.Cursor, run.Healed = "cus_9", 1
@@ -23,7 +24,7 @@ func TestSweepRunResumesAndRemembersCustomers(t *testing.T) {
 	require.Equal(t, 2, seen)
 
 	// The sweeper dies; the next one resumes the run where it stopped.
-	again, err := st.StartSweep(ctx, "stripe")
+	again, err := st.StartSweep(ctx, "stripe", reconcile.RunSweep)
 	require.NoError(t, err)
 	require.True(t, again.Resumed)
 	require.Equal(t, run.ID, again.ID)
@@ -41,7 +42,7 @@ func TestSweepRunResumesAndRemembersCustomers(t *testing.T) {
 		SELECT status, (SELECT count(*) FROM sweep_seen) FROM sweep_runs WHERE id = $1`, run.ID).Scan(&status, &seen))
 	require.Equal(t, "succeeded", status)
 	require.Zero(t, seen, "the run's memory goes with it")
-	next, err := st.StartSweep(ctx, "stripe")
+	next, err := st.StartSweep(ctx, "stripe", reconcile.RunSweep)
 	require.NoError(t, err)
 	require.False(t, next.Resumed)
 	require.NotEqual(t, run.ID, next.ID)
@@ -51,7 +52,7 @@ func TestSweepRunResumesAndRemembersCustomers(t *testing.T) {
 	require.NoError(t, err)
 	_, err = st.Pool().Exec(ctx, `UPDATE sweep_runs SET heartbeat_at = now() - interval '7 hours' WHERE id = $1`, next.ID)
 	require.NoError(t, err)
-	fresh2, err := st.StartSweep(ctx, "stripe")
+	fresh2, err := st.StartSweep(ctx, "stripe", reconcile.RunSweep)
 	require.NoError(t, err)
 	require.False(t, fresh2.Resumed)
 	var errText string
@@ -77,7 +78,7 @@ func TestEnqueueUnsweptPlansWithTheRunKnown(t *testing.T) {
 		}
 		return out
 	}
-	old, err := st.StartSweep(ctx, "stripe")
+	old, err := st.StartSweep(ctx, "stripe", reconcile.RunSweep)
 	require.NoError(t, err)
 	_, err = st.SweepPage(ctx, old, ids("cus_old"))
 	require.NoError(t, err)
@@ -85,7 +86,7 @@ func TestEnqueueUnsweptPlansWithTheRunKnown(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, st.FinishSweep(ctx, old, nil))
 
-	run, err := st.StartSweep(ctx, "stripe")
+	run, err := st.StartSweep(ctx, "stripe", reconcile.RunSweep)
 	require.NoError(t, err)
 	_, err = st.SweepPage(ctx, run, ids("cus_new"))
 	require.NoError(t, err)
@@ -95,4 +96,48 @@ func TestEnqueueUnsweptPlansWithTheRunKnown(t *testing.T) {
 	require.NoError(t, st.Pool().QueryRow(ctx, `
 		SELECT most_common_vals::text::bigint[] FROM pg_stats WHERE tablename = 'sweep_seen' AND attname = 'run_id'`).Scan(&known))
 	require.Equal(t, []int64{run.ID}, known, "the statistics the anti-join was planned with hold the current run")
+}
+
+// An import is a run of its own kind: a sweep that finds it interrupted
+// resumes it as an import, its progress is kept for every replica to
+// read, and the provider counts as imported once any run has succeeded.
+func TestImportRunKindProgressAndImported(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	imported, err := st.Imported(ctx, "stripe")
+	require.NoError(t, err)
+	require.False(t, imported, "a new database has imported nobody")
+
+	run, err := st.StartSweep(ctx, "stripe", reconcile.RunImport)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.RunImport, run.Kind)
+	require.Equal(t, reconcile.TriggerImport, run.Trigger())
+	require.Negative(t, run.Progress, "nothing listed yet: unknown")
+	run.Cursor, run.Progress = "cus_9", 0.25
+	_, err = st.SweepPage(ctx, run, []string{"cus_a"})
+	require.NoError(t, err)
+
+	again, err := st.StartSweep(ctx, "stripe", reconcile.RunSweep)
+	require.NoError(t, err)
+	require.True(t, again.Resumed)
+	require.Equal(t, reconcile.RunImport, again.Kind, "a sweep resumes the import it finds, as an import")
+	require.InDelta(t, 0.25, again.Progress, 1e-6)
+	runs, err := st.SweepRuns(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, runs, 1)
+	require.Equal(t, reconcile.RunImport, runs[0].Kind)
+	require.NotNil(t, runs[0].Progress)
+	require.InDelta(t, 0.25, *runs[0].Progress, 1e-6)
+	imported, err = st.Imported(ctx, "stripe")
+	require.NoError(t, err)
+	require.False(t, imported, "a running import has not imported")
+
+	require.NoError(t, st.FinishSweep(ctx, again, nil))
+	imported, err = st.Imported(ctx, "stripe")
+	require.NoError(t, err)
+	require.True(t, imported)
+	imported, err = st.Imported(ctx, "kinde")
+	require.NoError(t, err)
+	require.False(t, imported, "per provider")
 }

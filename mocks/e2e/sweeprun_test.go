@@ -162,7 +162,7 @@ func TestSweepRunnerStopLeavesTheRunResumable(t *testing.T) {
 
 	// The lock went with the stopped sweep: the next one starts, resuming.
 	calls.n.Store(0)
-	next, err := h.sweeper(listerFunc(h.Stripe.Client.ListPage), nil).Start(ctx) // one page at a time
+	next, err := h.sweeper(listerFunc(h.Stripe.Client.ListPage), nil).Start(ctx, reconcile.RunSweep) // one page at a time
 	require.NoError(t, err, "the stopped sweep still holds the lock")
 	require.True(t, next.Run.Resumed)
 	require.Equal(t, starts[0].Run.ID, next.Run.ID)

@@ -120,7 +120,8 @@ var _ reconcile.SweepStore = (*SweepStore)(nil)
 type SweepStore struct {
 	NowFn            func(ctx context.Context) (time.Time, error)
 	SweepLockFn      func(ctx context.Context, provider string) (held context.Context, release func(), err error)
-	StartSweepFn     func(ctx context.Context, provider string) (reconcile.SweepRun, error)
+	StartSweepFn     func(ctx context.Context, provider, kind string) (reconcile.SweepRun, error)
+	ImportedFn       func(ctx context.Context, provider string) (bool, error)
 	SweepPageFn      func(ctx context.Context, run reconcile.SweepRun, customers []string) (int, error)
 	FinishSweepFn    func(ctx context.Context, run reconcile.SweepRun, failure error) error
 	ApplySweptFn     func(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decider) (reconcile.Outcome, bool, error)
@@ -135,8 +136,12 @@ func (s *SweepStore) SweepLock(ctx context.Context, provider string) (context.Co
 	return s.SweepLockFn(ctx, provider)
 }
 
-func (s *SweepStore) StartSweep(ctx context.Context, provider string) (reconcile.SweepRun, error) {
-	return s.StartSweepFn(ctx, provider)
+func (s *SweepStore) StartSweep(ctx context.Context, provider, kind string) (reconcile.SweepRun, error) {
+	return s.StartSweepFn(ctx, provider, kind)
+}
+
+func (s *SweepStore) Imported(ctx context.Context, provider string) (bool, error) {
+	return s.ImportedFn(ctx, provider)
 }
 
 func (s *SweepStore) SweepPage(ctx context.Context, run reconcile.SweepRun, customers []string) (int, error) {
