@@ -106,9 +106,11 @@ type SweepStore interface {
 	// nothing where it was applied.
 	SweepPage(ctx context.Context, run SweepRun, customers []string) (seen int, err error)
 	FinishSweep(ctx context.Context, run SweepRun, failure error) error
-	// ApplySwept is Apply for a swept snapshot, without a queue row, writing
-	// nothing for an account already right.
-	ApplySwept(ctx context.Context, job Job, observedAt time.Time, d Decider) (Outcome, bool, error)
+	// ApplySweptPage is Apply for a page of swept snapshots (deciders[i]
+	// decides jobs[i]), without queue rows, in one transaction: every
+	// account or none. It writes nothing for an account already right, and
+	// returns the outcomes aligned with jobs.
+	ApplySweptPage(ctx context.Context, jobs []Job, observedAt time.Time, deciders []Decider) ([]SweptOutcome, error)
 	// EnqueueUnswept queues the accounts the run did not resolve, the
 	// first due now and each next one pace later, and revives dead queue
 	// rows.
@@ -119,6 +121,15 @@ type SweepStore interface {
 	// Granted returns what each grant's period already holds for its
 	// account, aligned with grants.
 	Granted(ctx context.Context, accountIDs []int64, grants []Grant) ([]int64, error)
+}
+
+// SweptOutcome is what applying one customer's swept snapshot did.
+type SweptOutcome struct {
+	Outcome
+	// WebhookSince reports, for a written outcome, whether a webhook for
+	// the customer was stored after the account's previous observation
+	// (then one was stored but its reconcile failed; else none came).
+	WebhookSince bool
 }
 
 // SweeperConfig configures a Sweeper.
@@ -353,8 +364,8 @@ func (s *Sweeper) applyPage(ctx context.Context, rep *SweepReport, cursor *runCu
 
 // page applies one page's snapshots and returns its customers. Customers
 // whose account is already right are only counted: one read for the whole
-// page finds them, and only the rest are applied, each in its own
-// transaction under its row lock (where the decision is taken again).
+// page finds them, and only the rest are applied, together in one
+// transaction under their row locks (where each decision is taken again).
 func (s *Sweeper) page(ctx context.Context, rep *SweepReport, snaps []Snapshot, at time.Time) ([]string, error) {
 	byCustomer := make(map[string]Snapshot, len(snaps))
 	ids := make([]string, 0, len(snaps))
@@ -371,21 +382,30 @@ func (s *Sweeper) page(ctx context.Context, rep *SweepReport, snaps []Snapshot, 
 	if err != nil {
 		return nil, err
 	}
+	var jobs []Job
+	var deciders []Decider
 	for _, id := range ids {
 		if settled[id] {
 			continue
 		}
-		snap := byCustomer[id]
 		job := Job{Provider: s.cfg.Provider, CustomerID: id, Trigger: rep.Run.Trigger()}
-		out, webhookSince, err := s.cfg.Store.ApplySwept(ctx, job, at, NewDecider(job, snap, s.cfg.Plans, at))
-		if err != nil {
-			return nil, err
-		}
+		jobs = append(jobs, job)
+		deciders = append(deciders, NewDecider(job, byCustomer[id], s.cfg.Plans, at))
+	}
+	if len(jobs) == 0 {
+		return ids, nil
+	}
+	outs, err := s.cfg.Store.ApplySweptPage(ctx, jobs, at, deciders)
+	if err != nil {
+		return nil, err
+	}
+	for i, job := range jobs {
+		id, out := job.CustomerID, outs[i].Outcome
 		switch out.Result {
 		case ResultApplied:
 			rep.Run.Healed++
 			h := Healed{CustomerID: id, Before: out.Before, After: out.After, Outcome: out.Text, Cause: CauseNoWebhook}
-			if webhookSince {
+			if outs[i].WebhookSince {
 				h.Cause = CauseWebhookFailed
 			}
 			if len(rep.Healed) < MaxHealedReported {

@@ -154,11 +154,15 @@ func (s *fakeSweepStore) store() *mock.SweepStore {
 		SweptAccountsFn: func(context.Context, string, []string) (map[string]reconcile.Account, error) {
 			return nil, nil // no account yet: every snapshot is applied
 		},
-		ApplySweptFn: func(_ context.Context, job reconcile.Job, _ time.Time, _ reconcile.Decider) (reconcile.Outcome, bool, error) {
+		ApplySweptPageFn: func(_ context.Context, jobs []reconcile.Job, _ time.Time, _ []reconcile.Decider) ([]reconcile.SweptOutcome, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			s.applied[job.CustomerID]++
-			return reconcile.Outcome{Result: reconcile.ResultApplied}, false, nil
+			outs := make([]reconcile.SweptOutcome, len(jobs))
+			for i, job := range jobs {
+				s.applied[job.CustomerID]++
+				outs[i].Result = reconcile.ResultApplied
+			}
+			return outs, nil
 		},
 		SweepPageFn: func(_ context.Context, run reconcile.SweepRun, customers []string) (int, error) {
 			s.mu.Lock()

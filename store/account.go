@@ -130,47 +130,76 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, job reconcile.Job, observe
 	if err := lockJob(ctx, tx, job); err != nil {
 		return reconcile.Outcome{}, err
 	}
-	st, err := lockState(ctx, tx, job.Provider, job.CustomerID, d.Period)
+	sts, err := lockStates(ctx, tx, job.Provider, []string{job.CustomerID}, []time.Time{d.Period})
 	if err != nil {
 		return reconcile.Outcome{}, err
 	}
-	w := d.Decide(st)
-	if err := s.writeDecided(ctx, tx, st.Account.ID, w); err != nil {
+	w := d.Decide(sts[0])
+	if err := s.writeDecided(ctx, tx, []decided{{job: job, accountID: sts[0].Account.ID, w: w}}); err != nil {
 		return reconcile.Outcome{}, err
 	}
 	events, err := finish(ctx, tx, job, observedAt, w.Actor, w.EventStatus, &w.Outcome)
 	if err != nil {
 		return w.Outcome, err
 	}
-	return w.Outcome, s.announce(ctx, tx, w.Change, events, w.Outcome.Events)
+	return w.Outcome, s.announce(ctx, tx, []announcement{{w.Change, events, w.Outcome.Events}})
 }
 
-// lockState returns what a reconcile is decided on: the customer's
-// account, locked (and created if new), and its ledger in its own period
-// and in period. The ledger is read after the lock is held, by a
-// statement of its own: under READ COMMITTED a statement that waited for
-// the lock would read it in the snapshot it started with, missing the
-// rows the holder wrote.
-func lockState(ctx context.Context, tx pgx.Tx, provider, customerID string, period time.Time) (reconcile.Locked, error) {
-	a, err := lockAccount(ctx, tx, provider, customerID)
+// lockStates returns what reconciles of provider's customers are decided
+// on, aligned with customers (each named once): each customer's account,
+// locked (and created if new), and its ledger in its own period and in
+// periods[i]. The ledgers are read after the locks are held, by a
+// statement of their own: under READ COMMITTED a statement that waited
+// for a lock would read in the snapshot it started with, missing the rows
+// the holder wrote.
+func lockStates(ctx context.Context, tx pgx.Tx, provider string, customers []string, periods []time.Time) ([]reconcile.Locked, error) {
+	accounts, err := lockAccounts(ctx, tx, provider, customers)
 	if err != nil {
-		return reconcile.Locked{}, err
+		return nil, err
 	}
-	l, err := readLedger(ctx, tx, a.ID, a.PeriodStart, period)
-	return reconcile.Locked{Account: a, Ledger: l}, err
+	ledgers, err := readLedgers(ctx, tx, accounts, periods)
+	if err != nil {
+		return nil, err
+	}
+	sts := make([]reconcile.Locked, len(accounts))
+	for i, a := range accounts {
+		sts[i] = reconcile.Locked{Account: a, Ledger: ledgers[i]}
+	}
+	return sts, nil
 }
 
-// writeDecided writes a decision's account (guarded) and ledger rows.
-func (s *Store) writeDecided(ctx context.Context, tx pgx.Tx, accountID int64, w reconcile.Write) error {
-	if w.Account != nil {
-		if err := writeAccount(ctx, tx, *w.Account); err != nil {
+// decided is one account's decision as the store writes it: its job, the
+// account the decision was taken on (locked), and the Write formed.
+type decided struct {
+	job       reconcile.Job
+	accountID int64
+	w         reconcile.Write
+}
+
+// writeDecided writes the decisions' accounts (guarded) and ledger rows,
+// each kind in one statement.
+func (s *Store) writeDecided(ctx context.Context, tx pgx.Tx, ds []decided) error {
+	var accounts []reconcile.Account
+	var owners []int64
+	var rows []reconcile.LedgerRow
+	for _, d := range ds {
+		if d.w.Account != nil {
+			accounts = append(accounts, *d.w.Account)
+		}
+		for _, r := range d.w.Ledger {
+			owners = append(owners, d.accountID)
+			rows = append(rows, r)
+		}
+	}
+	if len(accounts) > 0 {
+		if err := writeAccounts(ctx, tx, accounts); err != nil {
 			return err
 		}
 		if err := s.faults.AfterAccountWrite(); err != nil {
 			return err
 		}
 	}
-	return writeLedger(ctx, tx, accountID, w.Ledger)
+	return writeLedger(ctx, tx, owners, rows)
 }
 
 // Ignore records a permanent failure for the job's customer.
@@ -262,43 +291,76 @@ func lockJob(ctx context.Context, tx pgx.Tx, job reconcile.Job) error {
 	return nil
 }
 
-// lockAccount returns the customer's account row locked for this
-// transaction, creating it if new.
-func lockAccount(ctx context.Context, tx pgx.Tx, provider, customerID string) (reconcile.Account, error) {
+// lockAccounts returns provider's customers' account rows (each customer
+// named once), locked for this transaction and aligned with customers,
+// creating those that are new. New rows are created in customer order
+// and every row is locked in id order, so two transactions locking
+// overlapping sets wait for each other instead of deadlocking; a worker
+// locks a single account (after its queue row, which this never waits
+// for).
+func lockAccounts(ctx context.Context, tx pgx.Tx, provider string, customers []string) ([]reconcile.Account, error) {
 	if _, err := tx.Exec(ctx, `
-		INSERT INTO accounts (provider, customer_id) VALUES ($1, $2)
-		ON CONFLICT (provider, customer_id) DO NOTHING`, provider, customerID); err != nil {
-		return reconcile.Account{}, fmt.Errorf("create account: %w", err)
+		INSERT INTO accounts (provider, customer_id) SELECT $1, c FROM unnest($2::text[]) AS c ORDER BY c
+		ON CONFLICT (provider, customer_id) DO NOTHING`, provider, customers); err != nil {
+		return nil, fmt.Errorf("create accounts: %w", err)
 	}
-	a, err := scanAccount(tx.QueryRow(ctx,
-		`SELECT `+accountColumns+` FROM accounts WHERE provider = $1 AND customer_id = $2 FOR UPDATE`,
-		provider, customerID))
+	rows, _ := tx.Query(ctx, `SELECT `+accountColumns+` FROM accounts
+		WHERE provider = $1 AND customer_id = ANY($2::text[]) ORDER BY id FOR UPDATE`, provider, customers)
+	locked, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (reconcile.Account, error) { return scanAccount(r) })
 	if err != nil {
-		return reconcile.Account{}, fmt.Errorf("lock account: %w", err)
+		return nil, fmt.Errorf("lock accounts: %w", err)
 	}
-	return a, nil
+	byCustomer := make(map[string]reconcile.Account, len(locked))
+	for _, a := range locked {
+		byCustomer[a.CustomerID] = a
+	}
+	accounts := make([]reconcile.Account, len(customers))
+	for i, c := range customers {
+		a, ok := byCustomer[c]
+		if !ok {
+			return nil, fmt.Errorf("lock account %s/%s: created, yet not found", provider, c)
+		}
+		accounts[i] = a
+	}
+	return accounts, nil
 }
 
-// errStaleWrite means the guarded write found a newer snapshot applied:
+// errStaleWrite means a guarded write found a newer snapshot applied:
 // impossible while the row lock is held, so it aborts the transaction.
 var errStaleWrite = errors.New("guarded account write matched no row")
 
-// writeAccount writes the account's state, guarded so that only a later
-// snapshot can overwrite an earlier one.
-func writeAccount(ctx context.Context, tx pgx.Tx, a reconcile.Account) error {
-	tag, err := tx.Exec(ctx, `
-		UPDATE accounts SET user_ref = NULLIF($2, ''), plan = $3, status = NULLIF($4, ''),
-			subscription_id = NULLIF($5, ''), period_start = $6, period_end = $7,
-			cancel_at_period_end = $8, observed_at = $9, email = NULLIF($10, ''),
-			features = $11::jsonb, entitlements = $12::jsonb, updated_at = now()
-		WHERE id = $1 AND (observed_at IS NULL OR observed_at < $9)`,
-		a.ID, a.UserRef, a.Plan, a.Status, a.SubscriptionID, nullTime(a.PeriodStart), nullTime(a.PeriodEnd),
-		a.CancelAtPeriodEnd, a.ObservedAt, a.Email, marshalList(a.Features), marshalList(a.Entitlements))
-	if err != nil {
-		return fmt.Errorf("write account: %w", err)
+// writeAccounts writes the accounts' states (each account once) in one
+// statement, each guarded so that only a later snapshot can overwrite an
+// earlier one.
+func writeAccounts(ctx context.Context, tx pgx.Tx, accounts []reconcile.Account) error {
+	n := len(accounts)
+	ids, observed := make([]int64, n), make([]time.Time, n)
+	userRefs, plans, statuses, subs, emails := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	starts, ends := make([]*time.Time, n), make([]*time.Time, n)
+	cancels := make([]bool, n)
+	features, ents := make([]string, n), make([]string, n)
+	for i, a := range accounts {
+		ids[i], observed[i] = a.ID, a.ObservedAt
+		userRefs[i], plans[i], statuses[i], subs[i], emails[i] = a.UserRef, a.Plan, a.Status, a.SubscriptionID, a.Email
+		starts[i], ends[i], cancels[i] = nullTime(a.PeriodStart), nullTime(a.PeriodEnd), a.CancelAtPeriodEnd
+		features[i], ents[i] = marshalList(a.Features), marshalList(a.Entitlements)
 	}
-	if tag.RowsAffected() != 1 {
-		return errStaleWrite
+	tag, err := tx.Exec(ctx, `
+		UPDATE accounts a SET user_ref = NULLIF(v.user_ref, ''), plan = v.plan, status = NULLIF(v.status, ''),
+			subscription_id = NULLIF(v.subscription_id, ''), period_start = v.period_start, period_end = v.period_end,
+			cancel_at_period_end = v.cancel_at_period_end, observed_at = v.observed_at, email = NULLIF(v.email, ''),
+			features = v.features::jsonb, entitlements = v.entitlements::jsonb, updated_at = now()
+		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::timestamptz[],
+			$8::bool[], $9::timestamptz[], $10::text[], $11::text[], $12::text[])
+			AS v(id, user_ref, plan, status, subscription_id, period_start, period_end,
+			     cancel_at_period_end, observed_at, email, features, entitlements)
+		WHERE a.id = v.id AND (a.observed_at IS NULL OR a.observed_at < v.observed_at)`,
+		ids, userRefs, plans, statuses, subs, starts, ends, cancels, observed, emails, features, ents)
+	if err != nil {
+		return fmt.Errorf("write accounts: %w", err)
+	}
+	if tag.RowsAffected() != int64(n) {
+		return fmt.Errorf("%d of %d accounts: %w", int64(n)-tag.RowsAffected(), n, errStaleWrite)
 	}
 	return nil
 }
@@ -310,23 +372,47 @@ func writeAccount(ctx context.Context, tx pgx.Tx, a reconcile.Account) error {
 // announce a move that was not made.
 var errLedgerDisagrees = errors.New("ledger row already written, though the period's ledger said it was due")
 
-// writeLedger inserts the decided ledger rows, each under its key: at
-// most once each, whatever repeats.
-func writeLedger(ctx context.Context, tx pgx.Tx, accountID int64, rows []reconcile.LedgerRow) error {
-	for _, r := range rows {
-		tag, err := tx.Exec(ctx, `
-			INSERT INTO ledger (account_id, entry_key, kind, period_start, period_end, plan, delta, note, meter)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-			ON CONFLICT (entry_key) DO NOTHING`,
-			accountID, r.Key, r.Kind, r.PeriodStart, nullTime(r.PeriodEnd), r.Plan, r.Delta, r.Note, r.Meter)
-		if err != nil {
-			return fmt.Errorf("write ledger %s: %w", r.Key, err)
-		}
-		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("write ledger %s: %w", r.Key, errLedgerDisagrees)
+// writeLedger inserts the decided ledger rows (rows[i] of account
+// owners[i]) in one statement, each under its key: at most once each,
+// whatever repeats.
+func writeLedger(ctx context.Context, tx pgx.Tx, owners []int64, rows []reconcile.LedgerRow) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	n := len(rows)
+	keys, kinds, plans, notes, meters := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	starts, ends := make([]time.Time, n), make([]*time.Time, n)
+	deltas := make([]int64, n)
+	for i, r := range rows {
+		keys[i], kinds[i], plans[i], notes[i], meters[i] = r.Key, r.Kind, r.Plan, r.Note, r.Meter
+		starts[i], ends[i], deltas[i] = r.PeriodStart, nullTime(r.PeriodEnd), r.Delta
+	}
+	written, err := tx.Query(ctx, `
+		INSERT INTO ledger (account_id, entry_key, kind, period_start, period_end, plan, delta, note, meter)
+		SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[],
+			$6::text[], $7::bigint[], $8::text[], $9::text[])
+		ON CONFLICT (entry_key) DO NOTHING
+		RETURNING entry_key`, owners, keys, kinds, starts, ends, plans, deltas, notes, meters)
+	if err != nil {
+		return fmt.Errorf("write ledger: %w", err)
+	}
+	got, err := pgx.CollectRows(written, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("write ledger: %w", err)
+	}
+	if len(got) == n {
+		return nil
+	}
+	inserted := make(map[string]bool, len(got))
+	for _, k := range got {
+		inserted[k] = true
+	}
+	for _, k := range keys {
+		if !inserted[k] {
+			return fmt.Errorf("write ledger %s: %w", k, errLedgerDisagrees)
 		}
 	}
-	return nil
+	return fmt.Errorf("write ledger: a key repeats: %w", errLedgerDisagrees)
 }
 
 // accountJSON is an account as reconcile_log keeps it (before/after).
@@ -357,17 +443,43 @@ func accountDoc(a reconcile.Account) *string {
 }
 
 func writeLog(ctx context.Context, tx pgx.Tx, job reconcile.Job, actor string, observedAt time.Time, out reconcile.Outcome) error {
-	var accountID *int64
-	if out.AccountID != 0 {
-		accountID = &out.AccountID
+	return writeLogs(ctx, tx, observedAt, []logEntry{{job, actor, out}})
+}
+
+// logEntry is one reconcile_log row: the job's outcome, recorded as
+// actor's.
+type logEntry struct {
+	job   reconcile.Job
+	actor string
+	out   reconcile.Outcome
+}
+
+// writeLogs writes the entries' reconcile_log rows, observed at
+// observedAt, in one statement and in their order.
+func writeLogs(ctx context.Context, tx pgx.Tx, observedAt time.Time, entries []logEntry) error {
+	n := len(entries)
+	accountIDs := make([]*int64, n)
+	providers, customers, triggers, actors := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	results, texts := make([]string, n), make([]string, n)
+	befores, afters := make([]*string, n), make([]*string, n)
+	for i, e := range entries {
+		if e.out.AccountID != 0 {
+			accountIDs[i] = &e.out.AccountID
+		}
+		providers[i], customers[i], triggers[i], actors[i] = e.job.Provider, e.job.CustomerID, e.job.Trigger, e.actor
+		results[i], texts[i] = string(e.out.Result), e.out.Text
+		befores[i], afters[i] = accountDoc(e.out.Before), accountDoc(e.out.After)
 	}
 	// observed_at is unknown when the failure came before the clock was
 	// read: the row then says when it was written.
 	_, err := tx.Exec(ctx, `
 		INSERT INTO reconcile_log (account_id, provider, customer_id, trigger, actor, observed_at, result, outcome, before, after)
-		VALUES ($1, $2, $3, $4, $5, coalesce($6, clock_timestamp()), $7, $8, $9::jsonb, $10::jsonb)`,
-		accountID, job.Provider, job.CustomerID, job.Trigger, actor, nullTime(observedAt), string(out.Result), out.Text,
-		accountDoc(out.Before), accountDoc(out.After))
+		SELECT v.account_id, v.provider, v.customer_id, v.trigger, v.actor, coalesce($1::timestamptz, clock_timestamp()),
+			v.result, v.outcome, v.before::jsonb, v.after::jsonb
+		FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[])
+			WITH ORDINALITY AS v(account_id, provider, customer_id, trigger, actor, result, outcome, before, after, n)
+		ORDER BY v.n`,
+		nullTime(observedAt), accountIDs, providers, customers, triggers, actors, results, texts, befores, afters)
 	if err != nil {
 		return fmt.Errorf("write reconcile log: %w", err)
 	}

@@ -88,10 +88,15 @@ func TestApplyReadsTheLedgerOnce(t *testing.T) {
 	sweep := reconcile.Job{Provider: "stripe", CustomerID: "cus_2", Trigger: reconcile.TriggerSweep}
 	at = dbNow(t, st)
 	all, reads = trace.during(t, func() {
-		out, _, err = st.ApplySwept(ctx, sweep, at, reconcile.NewDecider(sweep, liveSnap("cus_2", "price_pro"), plans, at))
+		var outs []reconcile.SweptOutcome
+		outs, err = st.ApplySweptPage(ctx, []reconcile.Job{sweep}, at,
+			[]reconcile.Decider{reconcile.NewDecider(sweep, liveSnap("cus_2", "price_pro"), plans, at)})
+		if err == nil {
+			out = outs[0].Outcome
+		}
 	})
 	require.NoError(t, err)
 	require.Equal(t, reconcile.ResultApplied, out.Result)
-	t.Logf("ApplySwept of a new account with two grants: %d statements, %d ledger reads", all, reads)
+	t.Logf("ApplySweptPage of a new account with two grants: %d statements, %d ledger reads", all, reads)
 	require.Equal(t, 1, reads, "the ledger is read once per swept apply")
 }

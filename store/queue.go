@@ -62,6 +62,25 @@ const refreshExpect = `(expect, expect_at, expect_event) = (SELECT e.expect, e.e
 	WHERE e.provider = q.provider AND e.customer_id = q.customer_id AND e.status = 'pending' AND e.expect IS NOT NULL
 	ORDER BY e.event_time DESC NULLS LAST, e.id DESC LIMIT 1)`
 
+// refreshExpects refreshes the expectation of provider's customers' queue
+// rows, after a reconcile without a queue row (the sweep's) answered their
+// events: a row may expect what an answered event said. A row locked now
+// is not waited for: a worker's apply locks it before the account, the
+// sweep the other way round, and that apply settles it itself
+// (finishJob).
+func refreshExpects(ctx context.Context, tx pgx.Tx, provider string, customers []string) error {
+	if len(customers) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE reconcile_queue q SET `+refreshExpect+`
+		WHERE q.id IN (SELECT id FROM reconcile_queue WHERE provider = $1 AND customer_id = ANY($2::text[]) AND expect IS NOT NULL
+		               ORDER BY id FOR UPDATE SKIP LOCKED)`, provider, customers); err != nil {
+		return fmt.Errorf("refresh the queue rows' expectations: %w", err)
+	}
+	return nil
+}
+
 // Now returns the database's clock.
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	ctx, cancel := s.bound(ctx)
@@ -171,27 +190,52 @@ func finishJob(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt tim
 // markEvents answers every stored event of the job's customer received at
 // or before observedAt with status and outcome: one reconcile answers them
 // all, because a webhook is sent after the change it reports. It returns
-// the provider ids of the first reconcile.MaxWhyEvents of them and how
-// many it answered.
+// the provider ids of the first reconcile.MaxWhyEvents of them (the
+// earliest received) and how many it answered.
 func markEvents(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time, status reconcile.EventStatus, outcome string) ([]string, int, error) {
+	ids, n, err := markEventsOf(ctx, tx, job.Provider, observedAt, []answer{{job.CustomerID, status, outcome}})
+	if err != nil {
+		return nil, 0, err
+	}
+	return ids[0], n[0], nil
+}
+
+// answer is what a reconcile answers its customer's events with.
+type answer struct {
+	customerID string
+	status     reconcile.EventStatus
+	outcome    string
+}
+
+// markEventsOf is markEvents for several customers of provider (each named
+// once) in one statement: the ids and counts are aligned with answers.
+func markEventsOf(ctx context.Context, tx pgx.Tx, provider string, observedAt time.Time, answers []answer) ([][]string, []int, error) {
+	customers, statuses, outcomes := make([]string, len(answers)), make([]string, len(answers)), make([]string, len(answers))
+	for i, a := range answers {
+		customers[i], statuses[i], outcomes[i] = a.customerID, string(a.status), a.outcome
+	}
 	rows, _ := tx.Query(ctx, `
-		UPDATE inbox_events SET status = $3, outcome = $4, processed_at = now()
-		WHERE provider = $1 AND customer_id = $2 AND status IN ($6, $7) AND received_at <= $5
-		RETURNING event_id`,
-		job.Provider, job.CustomerID, status, outcome, observedAt, reconcile.EventPending, reconcile.EventDead)
-	var ids []string
-	n := 0
+		WITH answered AS (
+			UPDATE inbox_events e SET status = v.status, outcome = v.outcome, processed_at = now()
+			FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS v(customer_id, status, outcome, n)
+			WHERE e.provider = $1 AND e.customer_id = v.customer_id AND e.status IN ($6, $7) AND e.received_at <= $5
+			RETURNING v.n, e.event_id, e.received_at, e.id)
+		SELECT n, event_id FROM answered ORDER BY n, received_at, id`,
+		provider, customers, statuses, outcomes, observedAt, reconcile.EventPending, reconcile.EventDead)
+	ids := make([][]string, len(answers))
+	counts := make([]int, len(answers))
+	var n int64
 	var id string
-	_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
-		if n++; len(ids) < reconcile.MaxWhyEvents {
-			ids = append(ids, id)
+	_, err := pgx.ForEachRow(rows, []any{&n, &id}, func() error {
+		if counts[n-1]++; len(ids[n-1]) < reconcile.MaxWhyEvents {
+			ids[n-1] = append(ids[n-1], id)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("mark events: %w", err)
+		return nil, nil, fmt.Errorf("mark events: %w", err)
 	}
-	return ids, n, nil
+	return ids, counts, nil
 }
 
 // Hold makes the customer's queue row due now for trigger (creating it,

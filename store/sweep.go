@@ -203,66 +203,151 @@ func (s *Store) EnqueueUnswept(ctx context.Context, runID int64, provider string
 	return int(n), nil
 }
 
-// ApplySwept applies one customer's swept snapshot: Apply's decision and
-// guarded writes, without a queue row (the sweep holds none; an event that
-// arrives meanwhile keeps its own row and is reconciled by a worker). It
-// writes only what changes something: an applied change (account, grant,
-// log row, the customer's events received at or before observedAt) or an
-// ignored one (log row, events); an unchanged account is left untouched
-// unless its period's grant is missing, and a stale snapshot writes
-// nothing. webhookSince reports, for an applied change, whether a webhook
-// for the customer was stored after the account's previous observation
-// (then one was stored but its reconcile failed; else none came).
-func (s *Store) ApplySwept(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decider) (out reconcile.Outcome, webhookSince bool, err error) {
+// ApplySweptPage applies a page of swept snapshots, deciders[i] deciding
+// jobs[i] (customers of one provider, each once), in one transaction:
+// Apply's decision and guarded writes for each, without queue rows (the
+// sweep holds none; an event that arrives meanwhile keeps its own row and
+// is reconciled by a worker). Each kind of write is one statement for the
+// whole page, which is what lets an import write thousands of accounts a
+// second. It writes only what changes something: an applied change
+// (account, grants, log row, the customer's events received at or before
+// observedAt, the app's change) or an ignored one (log row, events); an
+// unchanged account is left untouched unless its period's grant is
+// missing, and a stale snapshot writes nothing. Any failure (a guarded
+// write that matches a newer observation, a keyed ledger row already
+// written) rolls the whole page back. The outcomes are aligned with jobs.
+func (s *Store) ApplySweptPage(ctx context.Context, jobs []reconcile.Job, observedAt time.Time,
+	deciders []reconcile.Decider) ([]reconcile.SweptOutcome, error) {
+	if err := checkPage(jobs, deciders); err != nil {
+		return nil, err
+	}
+	if len(jobs) == 0 {
+		return nil, nil
+	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		st, err := lockState(ctx, tx, job.Provider, job.CustomerID, d.Period)
-		if err != nil {
-			return err
-		}
-		w := d.Decide(st)
-		out = w.Outcome
-		// Stale, or unchanged with its period granted in full (an unchanged
-		// account whose ledger moves is applied): nothing to write.
-		if out.Result == reconcile.ResultStale || out.Result == reconcile.ResultUnchanged {
-			return nil
-		}
-		if err := tx.QueryRow(ctx, `
-			SELECT EXISTS (SELECT 1 FROM inbox_events
-				WHERE provider = $1 AND customer_id = $2 AND ($3::timestamptz IS NULL OR received_at > $3))`,
-			job.Provider, job.CustomerID, nullTime(st.Account.ObservedAt)).Scan(&webhookSince); err != nil {
-			return fmt.Errorf("find webhooks since: %w", err)
-		}
-		if err := s.writeDecided(ctx, tx, st.Account.ID, w); err != nil {
-			return err
-		}
-		if err := writeLog(ctx, tx, job, w.Actor, observedAt, out); err != nil {
-			return err
-		}
-		events, n, err := markEvents(ctx, tx, job, observedAt, w.EventStatus, out.Text)
-		out.Events = n
-		if err != nil {
-			return err
-		}
-		if n > 0 {
-			// The customer's queue row may expect what an answered event
-			// said. It is not waited for: a worker's apply locks it before
-			// the account, this the other way round, and that apply
-			// settles it itself (finishJob).
-			if _, err := tx.Exec(ctx, `
-				UPDATE reconcile_queue q SET `+refreshExpect+`
-				WHERE q.id = (SELECT id FROM reconcile_queue WHERE provider = $1 AND customer_id = $2 AND expect IS NOT NULL
-				              FOR UPDATE SKIP LOCKED)`, job.Provider, job.CustomerID); err != nil {
-				return fmt.Errorf("refresh the queue row's expectation: %w", err)
-			}
-		}
-		return s.announce(ctx, tx, w.Change, events, n)
+	var outs []reconcile.SweptOutcome
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
+		outs, err = s.applySweptPage(ctx, tx, jobs, observedAt, deciders)
+		return err
 	})
 	if err != nil {
-		return reconcile.Outcome{}, false, fmt.Errorf("apply swept %s/%s: %w", job.Provider, job.CustomerID, classify(err))
+		return nil, fmt.Errorf("apply swept page of %d %s customers (%s…): %w",
+			len(jobs), jobs[0].Provider, jobs[0].CustomerID, classify(err))
 	}
-	return out, webhookSince, nil
+	return outs, nil
+}
+
+// checkPage refuses a page the statements cannot apply as one: deciders
+// not aligned with jobs, several providers, a customer twice.
+func checkPage(jobs []reconcile.Job, deciders []reconcile.Decider) error {
+	if len(jobs) != len(deciders) {
+		return fmt.Errorf("apply swept page: %d jobs, %d deciders", len(jobs), len(deciders))
+	}
+	seen := make(map[string]bool, len(jobs))
+	for _, j := range jobs {
+		if j.Provider != jobs[0].Provider {
+			return fmt.Errorf("apply swept page: providers %s and %s in one page", jobs[0].Provider, j.Provider)
+		}
+		if seen[j.CustomerID] {
+			return fmt.Errorf("apply swept page: customer %s/%s twice", j.Provider, j.CustomerID)
+		}
+		seen[j.CustomerID] = true
+	}
+	return nil
+}
+
+// applySweptPage is ApplySweptPage's transaction body: it locks and reads
+// every account of the page, decides each once, and executes the Writes
+// that change something, one statement per kind of row.
+func (s *Store) applySweptPage(ctx context.Context, tx pgx.Tx, jobs []reconcile.Job, observedAt time.Time,
+	deciders []reconcile.Decider) ([]reconcile.SweptOutcome, error) {
+	provider := jobs[0].Provider
+	customers, periods := make([]string, len(jobs)), make([]time.Time, len(jobs))
+	for i, j := range jobs {
+		customers[i], periods[i] = j.CustomerID, deciders[i].Period
+	}
+	sts, err := lockStates(ctx, tx, provider, customers, periods)
+	if err != nil {
+		return nil, err
+	}
+	outs := make([]reconcile.SweptOutcome, len(jobs))
+	var ds []decided
+	var at []int // the index in jobs of each of ds
+	var previous []time.Time
+	for i, st := range sts {
+		w := deciders[i].Decide(st)
+		outs[i].Outcome = w.Outcome
+		// Stale, or unchanged with its period granted in full (an unchanged
+		// account whose ledger moves is applied): nothing to write.
+		if w.Outcome.Result == reconcile.ResultStale || w.Outcome.Result == reconcile.ResultUnchanged {
+			continue
+		}
+		ds = append(ds, decided{job: jobs[i], accountID: st.Account.ID, w: w})
+		at = append(at, i)
+		previous = append(previous, st.Account.ObservedAt)
+	}
+	if len(ds) == 0 {
+		return outs, nil
+	}
+	written := make([]string, len(ds))
+	for k, d := range ds {
+		written[k] = d.job.CustomerID
+	}
+	since, err := webhooksSince(ctx, tx, provider, written, previous)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.writeDecided(ctx, tx, ds); err != nil {
+		return nil, err
+	}
+	entries := make([]logEntry, len(ds))
+	answers := make([]answer, len(ds))
+	for k, d := range ds {
+		entries[k] = logEntry{job: d.job, actor: d.w.Actor, out: d.w.Outcome}
+		answers[k] = answer{customerID: d.job.CustomerID, status: d.w.EventStatus, outcome: d.w.Outcome.Text}
+	}
+	if err := writeLogs(ctx, tx, observedAt, entries); err != nil {
+		return nil, err
+	}
+	events, counts, err := markEventsOf(ctx, tx, provider, observedAt, answers)
+	if err != nil {
+		return nil, err
+	}
+	var answered []string
+	as := make([]announcement, len(ds))
+	for k, d := range ds {
+		outs[at[k]].Events, outs[at[k]].WebhookSince = counts[k], since[k]
+		if counts[k] > 0 {
+			answered = append(answered, d.job.CustomerID)
+		}
+		as[k] = announcement{change: d.w.Change, events: events[k], n: counts[k]}
+	}
+	if err := refreshExpects(ctx, tx, provider, answered); err != nil {
+		return nil, err
+	}
+	return outs, s.announce(ctx, tx, as)
+}
+
+// webhooksSince reports, for each of provider's customers, whether a
+// webhook for it was stored after previous[i] (zero: ever), aligned with
+// customers.
+func webhooksSince(ctx context.Context, tx pgx.Tx, provider string, customers []string, previous []time.Time) ([]bool, error) {
+	after := make([]*time.Time, len(previous))
+	for i, t := range previous {
+		after[i] = nullTime(t)
+	}
+	rows, _ := tx.Query(ctx, `
+		SELECT p.n FROM unnest($2::text[], $3::timestamptz[]) WITH ORDINALITY AS p(customer_id, since, n)
+		WHERE EXISTS (SELECT 1 FROM inbox_events e
+			WHERE e.provider = $1 AND e.customer_id = p.customer_id AND (p.since IS NULL OR e.received_at > p.since))`,
+		provider, customers, after)
+	since := make([]bool, len(customers))
+	var n int64
+	if _, err := pgx.ForEachRow(rows, []any{&n}, func() error { since[n-1] = true; return nil }); err != nil {
+		return nil, fmt.Errorf("find webhooks since: %w", err)
+	}
+	return since, nil
 }
 
 var _ reconcile.SweepStore = (*Store)(nil)

@@ -119,7 +119,7 @@ func (s *Store) Debit(ctx context.Context, d reconcile.Debit, decide func(reconc
 		}
 		change := res.Change
 		res.Change = nil // the store's to write: the caller gets the result
-		return s.announce(ctx, tx, change, nil, 0)
+		return s.announce(ctx, tx, []announcement{{change: change}})
 	})
 	switch {
 	case refused != nil:
@@ -153,9 +153,11 @@ func debitState(ctx context.Context, tx pgx.Tx, a reconcile.Account, key, meter 
 	case !errors.Is(err, pgx.ErrNoRows):
 		return cur, fmt.Errorf("read debit %s: %w", key, err)
 	}
-	if cur.Ledger, err = readLedger(ctx, tx, a.ID, a.PeriodStart, time.Time{}); err != nil {
+	ledgers, err := readLedgers(ctx, tx, []reconcile.Account{a}, []time.Time{{}})
+	if err != nil {
 		return cur, err
 	}
+	cur.Ledger = ledgers[0]
 	cur.Balance = cur.Ledger.Of(a.PeriodStart, meter).Balance
 	return cur, nil
 }

@@ -347,21 +347,28 @@ func TestSweepResumesFromCursor(t *testing.T) {
 	require.Equal(t, map[string]int{"succeeded": 1}, h.sweepRuns(), "the run was resumed, not started again")
 }
 
-// dyingStore is the real store whose sweeper dies at one ApplySwept: the
-// applies before it are committed, nothing after it runs, and the end of
-// the run is never recorded.
+// dyingStore is the real store whose sweeper dies during one
+// ApplySweptPage: the accounts applied before it are committed (the page's
+// first ones, as an earlier sweeper would have left them), nothing after
+// it runs, and the end of the run is never recorded.
 type dyingStore struct {
 	crashingStore
-	left atomic.Int64 // applies that succeed before the crash
+	left atomic.Int64 // accounts applied before the crash
 }
 
 var errKilled = errors.New("killed")
 
-func (s *dyingStore) ApplySwept(ctx context.Context, job reconcile.Job, at time.Time, d reconcile.Decider) (reconcile.Outcome, bool, error) {
-	if s.left.Add(-1) < 0 {
-		return reconcile.Outcome{}, false, errKilled
+func (s *dyingStore) ApplySweptPage(ctx context.Context, jobs []reconcile.Job, at time.Time, ds []reconcile.Decider) ([]reconcile.SweptOutcome, error) {
+	left := s.left.Add(-int64(len(jobs))) + int64(len(jobs))
+	if left >= int64(len(jobs)) {
+		return s.Store.ApplySweptPage(ctx, jobs, at, ds)
 	}
-	return s.Store.ApplySwept(ctx, job, at, d)
+	if left > 0 {
+		if _, err := s.Store.ApplySweptPage(ctx, jobs[:left], at, ds[:left]); err != nil {
+			return nil, err
+		}
+	}
+	return nil, errKilled
 }
 
 // TestSweepKilledMidPageResumes: a sweeper killed half way through applying

@@ -124,7 +124,7 @@ type SweepStore struct {
 	ImportedFn       func(ctx context.Context, provider string) (bool, error)
 	SweepPageFn      func(ctx context.Context, run reconcile.SweepRun, customers []string) (int, error)
 	FinishSweepFn    func(ctx context.Context, run reconcile.SweepRun, failure error) error
-	ApplySweptFn     func(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decider) (reconcile.Outcome, bool, error)
+	ApplySweptPageFn func(ctx context.Context, jobs []reconcile.Job, observedAt time.Time, deciders []reconcile.Decider) ([]reconcile.SweptOutcome, error)
 	EnqueueUnsweptFn func(ctx context.Context, runID int64, provider string, pace time.Duration) (int, error)
 	SweptAccountsFn  func(ctx context.Context, provider string, customers []string) (map[string]reconcile.Account, error)
 	GrantedFn        func(ctx context.Context, accountIDs []int64, grants []reconcile.Grant) ([]int64, error)
@@ -152,8 +152,8 @@ func (s *SweepStore) FinishSweep(ctx context.Context, run reconcile.SweepRun, fa
 	return s.FinishSweepFn(ctx, run, failure)
 }
 
-func (s *SweepStore) ApplySwept(ctx context.Context, job reconcile.Job, observedAt time.Time, d reconcile.Decider) (reconcile.Outcome, bool, error) {
-	return s.ApplySweptFn(ctx, job, observedAt, d)
+func (s *SweepStore) ApplySweptPage(ctx context.Context, jobs []reconcile.Job, observedAt time.Time, deciders []reconcile.Decider) ([]reconcile.SweptOutcome, error) {
+	return s.ApplySweptPageFn(ctx, jobs, observedAt, deciders)
 }
 
 func (s *SweepStore) EnqueueUnswept(ctx context.Context, runID int64, provider string, pace time.Duration) (int, error) {
