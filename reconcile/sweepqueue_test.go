@@ -135,6 +135,7 @@ type fakeSweepStore struct {
 	recorded  map[string]bool
 	cursors   []string // the run's cursor at each applied page
 	applied   map[string]int
+	pages     int // ApplySweptPage calls
 	finished  []error // FinishSweep's failures, nil for a success
 	unlocked  int
 	enqueued  int
@@ -157,6 +158,7 @@ func (s *fakeSweepStore) store() *mock.SweepStore {
 		ApplySweptPageFn: func(_ context.Context, jobs []reconcile.Job, _ time.Time, _ []reconcile.Decider) ([]reconcile.SweptOutcome, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
+			s.pages++
 			outs := make([]reconcile.SweptOutcome, len(jobs))
 			for i, job := range jobs {
 				s.applied[job.CustomerID]++
@@ -251,6 +253,7 @@ func TestSweepPartQueueSplitsAndRecordsEachPage(t *testing.T) {
 			require.Equal(t, 1, st.applied[c], "%s applied once", c)
 		}
 		require.Len(t, st.cursors, l.calls, "a cursor recorded with every applied page")
+		require.Equal(t, l.calls, st.pages, "each page applied in one store call")
 		require.Equal(t, l.calls, rep.Calls)
 		covered, cerr := l.covered(rep.Run.Cursor)
 		require.NoError(t, cerr)

@@ -52,7 +52,8 @@ func CreateDatabase(ctx context.Context, databaseURL, name string, opts store.Op
 }
 
 // CrashAfterAccountWrite installs fault injection: fn runs inside Apply
-// between the account write and the ledger write, and an error from it
+// (and once per page inside ApplySweptPage) between the account write and
+// the ledger write, and an error from it
 // aborts the transaction as a crash at that point would. nil removes it.
 // Safe while workers run on st.
 func CrashAfterAccountWrite(st *store.Store, fn func() error) {

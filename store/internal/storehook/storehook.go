@@ -61,9 +61,10 @@ func run(p *atomic.Pointer[func() error]) error {
 	return nil
 }
 
-// SetAfterAccountWrite installs fn to run inside Apply between the account
-// write and the ledger write; an error from it aborts the transaction as a
-// crash at that point would. nil removes it.
+// SetAfterAccountWrite installs fn to run inside Apply (once per page
+// inside ApplySweptPage) between the account write and the ledger write;
+// an error from it aborts the transaction as a crash at that point would.
+// nil removes it.
 func (f *Faults) SetAfterAccountWrite(fn func() error) {
 	if fn == nil {
 		f.afterAccountWrite.Store(nil)
