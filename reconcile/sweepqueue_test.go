@@ -135,7 +135,7 @@ type fakeSweepStore struct {
 	recorded  map[string]bool
 	cursors   []string // the run's cursor at each applied page
 	applied   map[string]int
-	pages     int // ApplySweptPage calls
+	pages     int     // ApplySweptPage calls
 	finished  []error // FinishSweep's failures, nil for a success
 	unlocked  int
 	enqueued  int
