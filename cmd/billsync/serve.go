@@ -48,7 +48,9 @@ secret also as *_FILE; see docs/configuration.md.`)
 	if err := prepareSchema(ctx, st, cfg.NoMigrate, logger); err != nil {
 		return err
 	}
-	a, err := app.New(ctx, cfg.app(), app.Parts{Store: st, Plans: plans, Logger: logger, Stdout: stdout})
+	acfg := cfg.app()
+	acfg.AutoImport = true // a provider never imported is imported at start (docs/import.md)
+	a, err := app.New(ctx, acfg, app.Parts{Store: st, Plans: plans, Logger: logger, Stdout: stdout})
 	if err != nil {
 		return err
 	}
