@@ -67,8 +67,8 @@ type SweepReport struct {
 	// order; an import lists none (what it writes is no drift: Imported
 	// counts it).
 	Healed   []Healed
-	Enqueued int      // accounts the listing did not cover, plus dead rows revived
-	Calls    int      // list calls (pages), retries not counted
+	Enqueued int // accounts the listing did not cover, plus dead rows revived
+	Calls    int // list calls (pages), retries not counted
 	Took     time.Duration
 }
 

@@ -111,6 +111,7 @@ func (r *SweepRunner) StartImports(ctx context.Context) []SweepStart {
 			continue
 		}
 		if done {
+			r.log.DebugContext(ctx, "provider imported already: no import at start", "provider", sw.Provider())
 			continue
 		}
 		r.log.InfoContext(ctx, fmt.Sprintf("no import of %s has completed: importing its customers now", sw.Provider()),

@@ -103,8 +103,8 @@ func newProgress(w io.Writer) *progress {
 func (p *progress) page(run reconcile.SweepRun) {
 	p.pages++
 	line := fmt.Sprintf("%s %d: %d customers seen, %d %s, %d failed (%s)",
-		run.Kind, run.ID, run.Seen, run.Healed, changedWord(run.Kind), run.Failed, time.Since(p.begin).Round(time.Second))
-	if run.Progress >= 0 {
+		cmp.Or(run.Kind, reconcile.RunSweep), run.ID, run.Seen, run.Healed, changedWord(run.Kind), run.Failed, time.Since(p.begin).Round(time.Second))
+	if run.Progress > 0 { // -1: the lister cannot tell
 		line += fmt.Sprintf(", about %d%% listed", int(run.Progress*100))
 	}
 	switch {
@@ -142,7 +142,7 @@ func printSweepReport(w io.Writer, provider string, rep reconcile.SweepReport, e
 		fmt.Fprintf(w, "  healed %s: %s → %s (%s; cause: %s)\n", h.CustomerID,
 			reconcile.DescribeAccount(h.Before), reconcile.DescribeAccount(h.After), h.Outcome, h.Cause)
 	}
-	if r.Healed > len(rep.Healed) {
+	if kind == reconcile.RunSweep && r.Healed > len(rep.Healed) {
 		fmt.Fprintf(w, "  … and %d more healed (each logged)\n", r.Healed-len(rep.Healed))
 	}
 }
