@@ -322,6 +322,10 @@ func (s *Sweeper) sweep(ctx context.Context, rep *SweepReport, prog *runProgress
 		// reconciles (trigger sweep) heal and log what drifted.
 		n, err := s.cfg.Store.EnqueueUnswept(ctx, rep.Run.ID, s.cfg.Provider, s.cfg.Pace)
 		rep.Enqueued = n
+		if err == nil && rep.Run.Kind == RunImport {
+			s.log.InfoContext(ctx, "no bulk listing: the import queued every known account for the workers, as a sweep does",
+				"run", rep.Run.ID, "queued", n, "pace", s.cfg.Pace)
+		}
 		return err
 	}
 	// Pages are applied by one goroutine while the listers fetch the next

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -175,4 +176,36 @@ func TestImportKilledResumesImportingNobodyTwice(t *testing.T) {
 		require.Equal(t, 1, h.state(c).Grants, "one keyed grant: %s", c)
 	}
 	require.Equal(t, map[string]int{"succeeded": 1}, h.sweepRuns())
+}
+
+// messages returns the messages logged at level, in order.
+func (l *logRecords) messages(level slog.Level) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var msgs []string
+	for _, r := range l.records {
+		if r.Level == level {
+			msgs = append(msgs, r.Message)
+		}
+	}
+	return msgs
+}
+
+// TestImportLogsProgressNotAccounts: an import logs its progress at INFO
+// (here after every page) and a summary, never a line per account, and
+// nothing at WARN when nothing needs a person.
+func TestImportLogsProgressNotAccounts(t *testing.T) {
+	t.Parallel()
+	h, _ := newSweepHarness(t, stripemock.Options{}, false)
+	h.subscribeMany(250, func(int) string { return "price_team" }) // three pages
+	logs := &logRecords{}
+	s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: h.Store, Provider: stripe.Provider, Lister: h.Stripe.Client,
+		Plans: h.Plans, Logger: slog.New(logs), Parallel: 1, ProgressEvery: time.Nanosecond})
+	require.NoError(t, err)
+	_, err = s.RunKind(context.Background(), reconcile.RunImport)
+	require.NoError(t, err)
+	info := logs.messages(slog.LevelInfo)
+	require.Equal(t, []string{"import started", "import progress", "import progress", "import progress", "import succeeded"}, info)
+	require.Empty(t, logs.messages(slog.LevelWarn))
+	require.Empty(t, logs.perCustomer())
 }
