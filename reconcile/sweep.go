@@ -256,12 +256,37 @@ type StartedSweep struct {
 // kind is the run to start (RunSweep, RunImport); a run left running is
 // resumed whatever its kind, and StartedSweep.Run says which it is.
 func (s *Sweeper) Start(ctx context.Context, kind string) (*StartedSweep, error) {
+	return s.start(ctx, kind, false)
+}
+
+// StartFirstImport is Start of an import unless the provider was imported
+// meanwhile (ErrImported, nothing written): it looks again once it holds
+// the lock, so a replica that found no import completed, while another
+// was finishing one, does not import a second time.
+func (s *Sweeper) StartFirstImport(ctx context.Context) (*StartedSweep, error) {
+	return s.start(ctx, RunImport, true)
+}
+
+// ErrImported means the provider's import completed already.
+var ErrImported = errors.New("imported already")
+
+func (s *Sweeper) start(ctx context.Context, kind string, firstOnly bool) (*StartedSweep, error) {
 	held, release, err := s.cfg.Store.SweepLock(ctx, s.cfg.Provider)
 	if errors.Is(err, ErrLeaseHeld) {
 		return nil, fmt.Errorf("%s: %w", s.cfg.Provider, ErrSweepRunning)
 	}
 	if err != nil {
 		return nil, err
+	}
+	if firstOnly {
+		done, err := s.Imported(ctx)
+		if err == nil && done {
+			err = fmt.Errorf("%s: %w", s.cfg.Provider, ErrImported)
+		}
+		if err != nil {
+			release()
+			return nil, err
+		}
 	}
 	begin := time.Now()
 	run, err := s.cfg.Store.StartSweep(ctx, s.cfg.Provider, kind)

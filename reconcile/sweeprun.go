@@ -120,6 +120,8 @@ func (r *SweepRunner) StartImports(ctx context.Context) []SweepStart {
 		switch {
 		case errors.Is(err, ErrSweepRunning):
 			r.log.InfoContext(ctx, "import left to the replica running it", "provider", sw.Provider())
+		case errors.Is(err, ErrImported):
+			r.log.InfoContext(ctx, "import completed meanwhile, by another replica", "provider", sw.Provider())
 		case errors.Is(err, ErrSweepsStopped), ctx.Err() != nil:
 		case err != nil:
 			r.log.ErrorContext(ctx, "import did not start", "provider", sw.Provider(), slog.Any("error", err))
@@ -141,7 +143,11 @@ func (r *SweepRunner) start(ctx context.Context, sw *Sweeper, kind string) (Swee
 	}
 	r.running.Add(1)
 	r.mu.Unlock()
-	started, err := sw.Start(ctx, kind)
+	start := sw.Start
+	if kind == RunImport {
+		start = func(ctx context.Context, _ string) (*StartedSweep, error) { return sw.StartFirstImport(ctx) }
+	}
+	started, err := start(ctx, kind)
 	if err != nil {
 		r.running.Done()
 		return SweepRun{}, err
