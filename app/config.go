@@ -59,7 +59,7 @@ type Config struct {
 	SweepSchedule string
 	// AutoImport starts, when the workers start, the import of every
 	// provider whose customers were never all listed (docs/import.md);
-	// serve sets it.
+	// serve's -import-at-start, on by default.
 	AutoImport bool
 	// SweepParallel pins how many parts of the Stripe customer list a
 	// sweep lists at once; 0 adapts to the latency.

@@ -317,7 +317,11 @@ func (st *StartedSweep) Sweep(ctx context.Context) (SweepReport, error) {
 	if err != nil && ctx.Err() != nil {
 		// Stopped (SIGTERM, Ctrl-C), not failed: the run stays running
 		// with its cursor, and the next sweep resumes it.
-		s.log.WarnContext(ctx, kind+" interrupted; the next start resumes it", "run", rep.Run.ID,
+		msg := "sweep interrupted; the next sweep resumes it"
+		if kind == RunImport {
+			msg = "import interrupted; the next start (serve, billsync import or sweep) resumes it"
+		}
+		s.log.WarnContext(ctx, msg, "run", rep.Run.ID,
 			"cursor", rep.Run.Cursor, "seen", rep.Run.Seen, changed, rep.Run.Healed)
 		return rep, fmt.Errorf("%s %s %d interrupted: %w", s.cfg.Provider, kind, rep.Run.ID, err)
 	}

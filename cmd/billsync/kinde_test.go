@@ -110,7 +110,7 @@ func TestServeStartsWhileKindeIsUnreachable(t *testing.T) {
 	addr := freeAddr(t)
 	dbURL := storetest.URL(t)
 	p := startBillsync(t, "", addr, append(kindeEnv("http://"+dead), "DATABASE_URL="+dbURL,
-		"BILLSYNC_TEST_ARGS=serve -workers 1 -addr "+addr)...)
+		"BILLSYNC_TEST_ARGS=serve -workers 1 -import-at-start=false -addr "+addr)...)
 
 	post := func(body []byte) int {
 		req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/webhooks/kinde", bytes.NewReader(body))

@@ -48,9 +48,7 @@ secret also as *_FILE; see docs/configuration.md.`)
 	if err := prepareSchema(ctx, st, cfg.NoMigrate, logger); err != nil {
 		return err
 	}
-	acfg := cfg.app()
-	acfg.AutoImport = true // a provider never imported is imported at start (docs/import.md)
-	a, err := app.New(ctx, acfg, app.Parts{Store: st, Plans: plans, Logger: logger, Stdout: stdout})
+	a, err := app.New(ctx, cfg.app(), app.Parts{Store: st, Plans: plans, Logger: logger, Stdout: stdout})
 	if err != nil {
 		return err
 	}
