@@ -310,7 +310,7 @@ func (st *StartedSweep) Sweep(ctx context.Context) (SweepReport, error) {
 	ctx, cancel := whileHeld(ctx, st.held)
 	defer cancel()
 	rep := SweepReport{Run: st.Run}
-	kind := st.Run.Kind
+	kind := cmp.Or(st.Run.Kind, RunSweep)
 	err := s.sweep(ctx, &rep, newRunProgress(st.Run, st.begin))
 	rep.Took = time.Since(st.begin)
 	changed := changedWord(kind)

@@ -76,6 +76,7 @@ func TestImportWritesWhatAReconcileWould(t *testing.T) {
 	logs := &logRecords{}
 	rep, err := h.importer(h.Store, slog.New(logs)).RunKind(context.Background(), reconcile.RunImport)
 	require.NoError(t, err)
+	t.Logf("imported %d customers in %s (%d list calls)", n, rep.Took, rep.Calls)
 	require.Equal(t, reconcile.RunImport, rep.Run.Kind)
 	require.Equal(t, n, rep.Run.Seen)
 	require.Equal(t, n, rep.Imported())
