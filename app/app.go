@@ -84,6 +84,7 @@ func New(ctx context.Context, cfg Config, parts Parts) (*App, error) {
 		a.poll = store.PollWithoutListen
 	}
 	a.metrics.CollectSweeps(st.SweepStats, logger)
+	a.metrics.CollectImports(st.RunningImports, logger)
 	a.metrics.CollectAccountChanges(st.AppDeliveryStats, logger)
 	provs, err := a.providers(ctx, parts)
 	if err != nil {
@@ -310,6 +311,11 @@ func (a *App) addWorkers(provs Providers) (*reconcile.SweepRunner, error) {
 		return nil, err
 	}
 	a.parts = append(a.parts, runner.Run)
+	if cfg.AutoImport {
+		// In the background, through the runner: serve's stop stops an
+		// import, and the next start resumes it from its cursor.
+		a.parts = append(a.parts, func(ctx context.Context) { runner.StartImports(ctx) })
+	}
 	if sched, err := ParseSchedule(cfg.SweepSchedule); err != nil {
 		return nil, fmt.Errorf("BILLSYNC_SWEEP_SCHEDULE %q: %w", cfg.SweepSchedule, err)
 	} else if sched != nil {

@@ -57,6 +57,10 @@ type Config struct {
 	AppToken string
 	// SweepSchedule is when to sweep (a cron spec; "" or off: never).
 	SweepSchedule string
+	// AutoImport starts, when the workers start, the import of every
+	// provider whose customers were never all listed (docs/import.md);
+	// serve's -import-at-start, on by default.
+	AutoImport bool
 	// SweepParallel pins how many parts of the Stripe customer list a
 	// sweep lists at once; 0 adapts to the latency.
 	SweepParallel int

@@ -125,6 +125,10 @@ type Decider struct {
 	observedAt time.Time
 }
 
+// ImportedPrefix begins the outcome of every account an import writes
+// ("imported: plan set to pro, …").
+const ImportedPrefix = "imported: "
+
 // NewDecider returns the decision of snap, observed at observedAt, for
 // job's customer. A provider whose reads carry no user reference
 // (UserRefFromEvents) has it from the job: its newest event's, settled on
@@ -168,6 +172,11 @@ func (d Decider) Decide(st Locked) Write {
 		w.Ledger = append(w.Ledger, LedgerRow{LedgerMove: m, PeriodEnd: g.PeriodEnd, Note: g.note()})
 	}
 	w.Outcome = ch.Done(cur, added...)
+	if d.job.Trigger == TriggerImport && w.Outcome.Result == ResultApplied {
+		// An import's writes are no drift: the log and the answered
+		// events say so.
+		w.Outcome.Text = ImportedPrefix + w.Outcome.Text
+	}
 	w.EventStatus = w.Outcome.EventStatus()
 	var before *AccountState
 	if !cur.ObservedAt.IsZero() {

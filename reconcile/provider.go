@@ -62,6 +62,17 @@ type Splitter interface {
 	ListBudget() Budget
 }
 
+// Progresser is a Lister that can estimate how far a run of its listing
+// has come from the cursors of the parts it has yet to end (as
+// SweepRun.Cursor holds them, one a line): the share of the listing
+// already listed, 0..1, or -1 when it cannot tell. It is an estimate,
+// for progress and ETA only (Stripe's measures the share of the
+// customers' creation times covered, which is the share of customers
+// only where sign-ups were even over time); nothing is decided by it.
+type Progresser interface {
+	Progress(cursors []string) float64
+}
+
 // ErrCustomerUnknown means the provider has no such customer: permanent.
 var ErrCustomerUnknown = errors.New("customer unknown to the provider")
 

@@ -29,7 +29,7 @@ type SweepRun struct {
 	Resumed   bool   // a run a dead sweeper left running, picked up again
 	Cursor    string // where the listing resumes: each part after its last applied page, one a line
 	Seen      int    // customers the listing resolved
-	Healed    int    // accounts the sweep changed (sweep_runs.changed)
+	Healed    int    // accounts the run changed (sweep_runs.changed): healed by a sweep, imported by an import
 	Failed    int    // customers whose snapshot maps to no plan (ignored)
 	// Progress estimates the share of the listing applied (0..1), -1
 	// when the lister cannot tell.
@@ -60,14 +60,29 @@ const (
 	CauseWebhookFailed = "stored but failed"
 )
 
-// SweepReport is what one sweep did.
+// SweepReport is what one sweep or import did.
 type SweepReport struct {
-	Run      SweepRun
-	Healed   []Healed // the first MaxHealedReported, in order
-	Enqueued int      // accounts the listing did not cover, plus dead rows revived
-	Calls    int      // list calls (pages), retries not counted
+	Run SweepRun
+	// Healed lists the first MaxHealedReported accounts a sweep healed, in
+	// order; an import lists none (what it writes is no drift: Imported
+	// counts it).
+	Healed   []Healed
+	Enqueued int // accounts the listing did not cover, plus dead rows revived
+	Calls    int // list calls (pages), retries not counted
 	Took     time.Duration
 }
+
+// Imported is how many accounts an import wrote (0 for a sweep, whose
+// changes are healed drift).
+func (r SweepReport) Imported() int {
+	if r.Run.Kind == RunImport {
+		return r.Run.Healed
+	}
+	return 0
+}
+
+// DefaultProgressEvery is how often a running import logs its progress.
+const DefaultProgressEvery = 5 * time.Second
 
 // DefaultSweepParallel is how many parts of a listing an adapting sweep
 // lists at once when the Splitter's ListBudget has no rate.
@@ -155,6 +170,11 @@ type SweeperConfig struct {
 	Logger   *slog.Logger
 	// OnPage, when set, sees the run after each page (progress output).
 	OnPage func(SweepRun)
+	// ProgressEvery is how often an import logs its progress at INFO
+	// (accounts, pages, rate, ETA when known); default
+	// DefaultProgressEvery. A sweep logs no progress: it logs each account
+	// it heals.
+	ProgressEvery time.Duration
 }
 
 // Sweeper heals drift: it lists every customer of a provider in bulk (in
@@ -170,6 +190,9 @@ type Sweeper struct {
 	// before each list call: an adapting sweep sizes its parts by it and
 	// the list calls' latency together.
 	pageTime LatencyMeter
+	// progresser estimates the run's progress from its cursors; nil when
+	// the Lister cannot (SweepRun.Progress stays -1).
+	progresser Progresser
 }
 
 // NewSweeper validates cfg and returns a Sweeper.
@@ -195,15 +218,29 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 	}
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)).With("provider", cfg.Provider, "component", "sweep")
 	cfg.Pace = cmp.Or(cfg.Pace, time.Second)
-	return &Sweeper{cfg: cfg, log: log}, nil
+	cfg.ProgressEvery = cmp.Or(cfg.ProgressEvery, DefaultProgressEvery)
+	progresser, _ := cfg.Lister.(Progresser)
+	return &Sweeper{cfg: cfg, log: log, progresser: progresser}, nil
 }
 
 // Provider names the provider this sweeper sweeps.
 func (s *Sweeper) Provider() string { return s.cfg.Provider }
 
+// Imported reports whether the provider's customers were ever all listed
+// (a run of it succeeded): until then serve imports them.
+func (s *Sweeper) Imported(ctx context.Context) (bool, error) {
+	return s.cfg.Store.Imported(ctx, s.cfg.Provider)
+}
+
 // Run sweeps once: Start, then the started sweep's Sweep.
 func (s *Sweeper) Run(ctx context.Context) (SweepReport, error) {
-	started, err := s.Start(ctx, RunSweep)
+	return s.RunKind(ctx, RunSweep)
+}
+
+// RunKind runs once a run of kind (RunSweep, RunImport), or resumes the
+// run left running, whatever its kind.
+func (s *Sweeper) RunKind(ctx context.Context, kind string) (SweepReport, error) {
+	started, err := s.Start(ctx, kind)
 	if err != nil {
 		return SweepReport{}, err
 	}
@@ -230,12 +267,37 @@ type StartedSweep struct {
 // kind is the run to start (RunSweep, RunImport); a run left running is
 // resumed whatever its kind, and StartedSweep.Run says which it is.
 func (s *Sweeper) Start(ctx context.Context, kind string) (*StartedSweep, error) {
+	return s.start(ctx, kind, false)
+}
+
+// StartFirstImport is Start of an import unless the provider was imported
+// meanwhile (ErrImported, nothing written): it looks again once it holds
+// the lock, so a replica that found no import completed, while another
+// was finishing one, does not import a second time.
+func (s *Sweeper) StartFirstImport(ctx context.Context) (*StartedSweep, error) {
+	return s.start(ctx, RunImport, true)
+}
+
+// ErrImported means the provider's import completed already.
+var ErrImported = errors.New("imported already")
+
+func (s *Sweeper) start(ctx context.Context, kind string, firstOnly bool) (*StartedSweep, error) {
 	held, release, err := s.cfg.Store.SweepLock(ctx, s.cfg.Provider)
 	if errors.Is(err, ErrLeaseHeld) {
 		return nil, fmt.Errorf("%s: %w", s.cfg.Provider, ErrSweepRunning)
 	}
 	if err != nil {
 		return nil, err
+	}
+	if firstOnly {
+		done, err := s.Imported(ctx)
+		if err == nil && done {
+			err = fmt.Errorf("%s: %w", s.cfg.Provider, ErrImported)
+		}
+		if err != nil {
+			release()
+			return nil, err
+		}
 	}
 	begin := time.Now()
 	run, err := s.cfg.Store.StartSweep(ctx, s.cfg.Provider, kind)
@@ -259,33 +321,51 @@ func (st *StartedSweep) Sweep(ctx context.Context) (SweepReport, error) {
 	ctx, cancel := whileHeld(ctx, st.held)
 	defer cancel()
 	rep := SweepReport{Run: st.Run}
-	err := s.sweep(ctx, &rep)
+	kind := cmp.Or(st.Run.Kind, RunSweep)
+	err := s.sweep(ctx, &rep, newRunProgress(st.Run, st.begin))
 	rep.Took = time.Since(st.begin)
+	changed := changedWord(kind)
 	if err != nil && ctx.Err() != nil {
 		// Stopped (SIGTERM, Ctrl-C), not failed: the run stays running
 		// with its cursor, and the next sweep resumes it.
-		s.log.WarnContext(ctx, "sweep interrupted; the next sweep resumes it", "run", rep.Run.ID,
-			"cursor", rep.Run.Cursor, "seen", rep.Run.Seen, "healed", rep.Run.Healed)
-		return rep, fmt.Errorf("%s sweep %d interrupted: %w", s.cfg.Provider, rep.Run.ID, err)
+		msg := "sweep interrupted; the next sweep resumes it"
+		if kind == RunImport {
+			msg = "import interrupted; the next start (serve, billsync import or sweep) resumes it"
+		}
+		s.log.WarnContext(ctx, msg, "run", rep.Run.ID,
+			"cursor", rep.Run.Cursor, "seen", rep.Run.Seen, changed, rep.Run.Healed)
+		return rep, fmt.Errorf("%s %s %d interrupted: %w", s.cfg.Provider, kind, rep.Run.ID, err)
 	}
 	if ferr := s.cfg.Store.FinishSweep(ctx, rep.Run, err); ferr != nil {
 		err = errors.Join(err, ferr)
 	}
 	if err != nil {
-		s.log.ErrorContext(ctx, "sweep failed", "run", rep.Run.ID, "seen", rep.Run.Seen, "healed", rep.Run.Healed, slog.Any("error", err))
-		return rep, fmt.Errorf("%s sweep %d: %w", s.cfg.Provider, rep.Run.ID, err)
+		s.log.ErrorContext(ctx, kind+" failed", "run", rep.Run.ID, "seen", rep.Run.Seen, changed, rep.Run.Healed, slog.Any("error", err))
+		return rep, fmt.Errorf("%s %s %d: %w", s.cfg.Provider, kind, rep.Run.ID, err)
 	}
-	s.log.InfoContext(ctx, "sweep succeeded", "run", rep.Run.ID, "seen", rep.Run.Seen, "healed", rep.Run.Healed,
+	s.log.InfoContext(ctx, kind+" succeeded", "run", rep.Run.ID, "seen", rep.Run.Seen, changed, rep.Run.Healed,
 		"failed", rep.Run.Failed, "enqueued", rep.Enqueued, "calls", rep.Calls, "took", rep.Took)
 	return rep, nil
 }
 
-func (s *Sweeper) sweep(ctx context.Context, rep *SweepReport) error {
+// changedWord names what a run of kind did to the accounts it changed.
+func changedWord(kind string) string {
+	if kind == RunImport {
+		return "imported"
+	}
+	return "healed"
+}
+
+func (s *Sweeper) sweep(ctx context.Context, rep *SweepReport, prog *runProgress) error {
 	if s.cfg.Lister == nil {
 		// Nothing to list: every account is queued for the worker, whose
 		// reconciles (trigger sweep) heal and log what drifted.
 		n, err := s.cfg.Store.EnqueueUnswept(ctx, rep.Run.ID, s.cfg.Provider, s.cfg.Pace)
 		rep.Enqueued = n
+		if err == nil && rep.Run.Kind == RunImport {
+			s.log.InfoContext(ctx, "no bulk listing: the import queued every known account for the workers, as a sweep does",
+				"run", rep.Run.ID, "queued", n, "pace", s.cfg.Pace)
+		}
 		return err
 	}
 	// Pages are applied by one goroutine while the listers fetch the next
@@ -301,7 +381,7 @@ func (s *Sweeper) sweep(ctx context.Context, rep *SweepReport) error {
 	pages := make(chan listedPage, s.parallel().bound)
 	applied := make(chan error, 1)
 	go func() {
-		applied <- s.applyPages(context.WithoutCancel(ctx), stopListing, rep, cursor, pages)
+		applied <- s.applyPages(context.WithoutCancel(ctx), stopListing, rep, cursor, prog, pages)
 	}()
 	err := s.list(listCtx, cursor.parts(), pages)
 	close(pages)
@@ -321,20 +401,21 @@ func (s *Sweeper) sweep(ctx context.Context, rep *SweepReport) error {
 
 // applyPages applies pages in order and records progress after each. On
 // failure it stops the listing and drains what was sent.
-func (s *Sweeper) applyPages(ctx context.Context, stop context.CancelCauseFunc, rep *SweepReport, cursor *runCursor, pages <-chan listedPage) error {
+func (s *Sweeper) applyPages(ctx context.Context, stop context.CancelCauseFunc, rep *SweepReport, cursor *runCursor,
+	prog *runProgress, pages <-chan listedPage) error {
 	var failed error
 	for p := range pages {
 		if failed != nil {
 			continue
 		}
-		if failed = s.applyPage(ctx, rep, cursor, p); failed != nil {
+		if failed = s.applyPage(ctx, rep, cursor, prog, p); failed != nil {
 			stop(failed)
 		}
 	}
 	return failed
 }
 
-func (s *Sweeper) applyPage(ctx context.Context, rep *SweepReport, cursor *runCursor, p listedPage) error {
+func (s *Sweeper) applyPage(ctx context.Context, rep *SweepReport, cursor *runCursor, prog *runProgress, p listedPage) error {
 	if p.split {
 		// Recorded with the next page: until then the cursor before the
 		// split covers both parts.
@@ -353,8 +434,14 @@ func (s *Sweeper) applyPage(ctx context.Context, rep *SweepReport, cursor *runCu
 		cursor.finish(p.part, p.next)
 	}
 	rep.Run.Cursor = cursor.String()
+	if s.progresser != nil {
+		rep.Run.Progress = s.progresser.Progress(cursor.parts())
+	}
 	if rep.Run.Seen, err = s.cfg.Store.SweepPage(ctx, rep.Run, customers); err != nil {
 		return err
+	}
+	if rep.Run.Kind == RunImport {
+		prog.page(ctx, s.log, s.cfg.ProgressEvery, *rep)
 	}
 	if s.cfg.OnPage != nil {
 		s.cfg.OnPage(rep.Run)
@@ -404,6 +491,9 @@ func (s *Sweeper) page(ctx context.Context, rep *SweepReport, snaps []Snapshot, 
 		switch out.Result {
 		case ResultApplied:
 			rep.Run.Healed++
+			if rep.Run.Kind == RunImport {
+				continue // no line per account: the import logs its progress
+			}
 			h := Healed{CustomerID: id, Before: out.Before, After: out.After, Outcome: out.Text, Cause: CauseNoWebhook}
 			if outs[i].WebhookSince {
 				h.Cause = CauseWebhookFailed
@@ -415,7 +505,7 @@ func (s *Sweeper) page(ctx context.Context, rep *SweepReport, snaps []Snapshot, 
 				"before", DescribeAccount(out.Before), "after", DescribeAccount(out.After), "outcome", out.Text, "cause", h.Cause)
 		case ResultIgnored:
 			rep.Run.Failed++
-			s.log.ErrorContext(ctx, "sweep could not apply a customer", "customer", id, "outcome", out.Text)
+			s.log.ErrorContext(ctx, rep.Run.Kind+" could not apply a customer", "customer", id, "outcome", out.Text)
 			alertUnmapped(ctx, s.log.With(slog.String("provider", s.cfg.Provider), slog.String("customer", id)), out)
 		}
 	}
@@ -483,7 +573,7 @@ type SweepStat struct {
 	Provider     string
 	Status       string
 	Runs         int
-	Healed       int       // accounts healed by these runs, in all
+	Healed       int       // accounts healed by these runs, in all (sweeps only: an import heals nothing)
 	Seen         int       // customers seen by these runs (for running: progress)
 	LastFinished time.Time // zero when none finished
 }

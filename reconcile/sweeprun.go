@@ -81,7 +81,7 @@ func (r *SweepRunner) Start(ctx context.Context) ([]SweepStart, error) {
 	var errs []error
 	for i, sw := range r.sweepers {
 		starts[i] = SweepStart{Provider: sw.Provider()}
-		run, err := r.start(ctx, sw)
+		run, err := r.start(ctx, sw, RunSweep)
 		if err != nil {
 			starts[i].Err = err
 			errs = append(errs, err)
@@ -95,8 +95,45 @@ func (r *SweepRunner) Start(ctx context.Context) ([]SweepStart, error) {
 	return starts, nil
 }
 
-// start starts sw's sweep in the background.
-func (r *SweepRunner) start(ctx context.Context, sw *Sweeper) (SweepRun, error) {
+// StartImports starts, in the background, the import of every provider
+// whose customers were never all listed (no run of it succeeded: see
+// SweepStore.Imported), saying so at INFO, and returns at once; a run
+// left running is resumed. An import running elsewhere (the lease) is
+// left to it. Like any run started here, the end of Run stops the
+// imports, and the next StartImports resumes them from their cursors.
+// It returns the imports it started.
+func (r *SweepRunner) StartImports(ctx context.Context) []SweepStart {
+	var starts []SweepStart
+	for _, sw := range r.sweepers {
+		done, err := sw.Imported(ctx)
+		if err != nil {
+			r.log.ErrorContext(ctx, "cannot tell whether the provider was imported", "provider", sw.Provider(), slog.Any("error", err))
+			continue
+		}
+		if done {
+			r.log.DebugContext(ctx, "provider imported already: no import at start", "provider", sw.Provider())
+			continue
+		}
+		r.log.InfoContext(ctx, fmt.Sprintf("no import of %s has completed: importing its customers now", sw.Provider()),
+			"provider", sw.Provider())
+		run, err := r.start(ctx, sw, RunImport)
+		switch {
+		case errors.Is(err, ErrSweepRunning):
+			r.log.InfoContext(ctx, "import left to the replica running it", "provider", sw.Provider())
+		case errors.Is(err, ErrImported):
+			r.log.InfoContext(ctx, "import completed meanwhile, by another replica", "provider", sw.Provider())
+		case errors.Is(err, ErrSweepsStopped), ctx.Err() != nil:
+		case err != nil:
+			r.log.ErrorContext(ctx, "import did not start", "provider", sw.Provider(), slog.Any("error", err))
+		default:
+			starts = append(starts, SweepStart{Provider: sw.Provider(), Run: run})
+		}
+	}
+	return starts
+}
+
+// start starts a run of kind of sw's in the background.
+func (r *SweepRunner) start(ctx context.Context, sw *Sweeper, kind string) (SweepRun, error) {
 	// Counted before the lock is taken, so that a Run ending meanwhile
 	// waits for this sweep too (which then stops at once).
 	r.mu.Lock()
@@ -106,7 +143,11 @@ func (r *SweepRunner) start(ctx context.Context, sw *Sweeper) (SweepRun, error) 
 	}
 	r.running.Add(1)
 	r.mu.Unlock()
-	started, err := sw.Start(ctx, RunSweep)
+	start := sw.Start
+	if kind == RunImport {
+		start = func(ctx context.Context, _ string) (*StartedSweep, error) { return sw.StartFirstImport(ctx) }
+	}
+	started, err := start(ctx, kind)
 	if err != nil {
 		r.running.Done()
 		return SweepRun{}, err

@@ -278,6 +278,64 @@ func (c *sweepCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// RunningImportsFunc reads the imports running now from the database.
+type RunningImportsFunc func(ctx context.Context) ([]reconcile.SweepRecord, error)
+
+// CollectImports reports each running import at each scrape, read from
+// the database so every replica tells the same: the customers listed, the
+// accounts written, its progress estimate and the time left at its pace
+// (the last two only when its lister can estimate them).
+func (m *Metrics) CollectImports(runs RunningImportsFunc, logger *slog.Logger) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	m.reg.MustRegister(&importCollector{runs: runs, log: logger})
+}
+
+var (
+	importAccountsDesc = prometheus.NewDesc("billsync_import_accounts",
+		"Customers the running import has listed so far (absent when none runs).", []string{"provider"}, nil)
+	importImportedDesc = prometheus.NewDesc("billsync_import_imported_accounts",
+		"Accounts the running import has written so far (absent when none runs).", []string{"provider"}, nil)
+	importProgressDesc = prometheus.NewDesc("billsync_import_progress_ratio",
+		"The running import's estimate of the share of the provider's customers listed, 0..1 (absent when unknown).", []string{"provider"}, nil)
+	importLeftDesc = prometheus.NewDesc("billsync_import_eta_seconds",
+		"The time the running import needs to finish at its pace so far, from its progress estimate (absent when unknown).", []string{"provider"}, nil)
+)
+
+type importCollector struct {
+	runs RunningImportsFunc
+	log  *slog.Logger
+}
+
+func (c *importCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- importAccountsDesc
+	ch <- importImportedDesc
+	ch <- importProgressDesc
+	ch <- importLeftDesc
+}
+
+func (c *importCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	runs, err := c.runs(ctx)
+	if err != nil {
+		c.log.Warn("metrics: read running imports", slog.Any("error", err))
+		return
+	}
+	now := time.Now()
+	for _, r := range runs {
+		ch <- prometheus.MustNewConstMetric(importAccountsDesc, prometheus.GaugeValue, float64(r.Seen), r.Provider)
+		ch <- prometheus.MustNewConstMetric(importImportedDesc, prometheus.GaugeValue, float64(r.Healed), r.Provider)
+		if r.Progress != nil {
+			ch <- prometheus.MustNewConstMetric(importProgressDesc, prometheus.GaugeValue, *r.Progress, r.Provider)
+		}
+		if left, ok := r.Left(now); ok {
+			ch <- prometheus.MustNewConstMetric(importLeftDesc, prometheus.GaugeValue, left.Seconds(), r.Provider)
+		}
+	}
+}
+
 // EventsFeedStatesFunc reads the events feeds' states from the database.
 type EventsFeedStatesFunc func(ctx context.Context) ([]reconcile.EventsFeedState, error)
 

@@ -177,7 +177,7 @@ func (s *Store) EnqueueUnswept(ctx context.Context, runID int64, provider string
 	var n int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, enqueueSQL(`
-			SELECT a.provider, a.customer_id, 'sweep', now(),
+			SELECT a.provider, a.customer_id, (SELECT kind FROM sweep_runs WHERE id = $2), now(),
 				now() + (row_number() OVER (ORDER BY a.id) - 1) * make_interval(secs => $3), `+noHints+`
 			FROM accounts a
 			WHERE a.provider = $1
@@ -357,7 +357,7 @@ func (s *Store) SweepStats(ctx context.Context) ([]reconcile.SweepStat, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(ctx, `
-		SELECT provider, status, count(*), coalesce(sum(changed), 0), coalesce(sum(seen), 0), max(finished_at)
+		SELECT provider, status, count(*), coalesce(sum(changed) FILTER (WHERE kind = 'sweep'), 0), coalesce(sum(seen), 0), max(finished_at)
 		FROM sweep_runs GROUP BY provider, status ORDER BY provider, status`)
 	if err != nil {
 		return nil, fmt.Errorf("sweep stats: %w", classify(err))
@@ -373,6 +373,24 @@ func (s *Store) SweepStats(ctx context.Context) ([]reconcile.SweepStat, error) {
 		return nil, fmt.Errorf("sweep stats: %w", classify(err))
 	}
 	return stats, nil
+}
+
+// RunningImports returns the imports running now (for /metrics: their
+// progress and ETA, the same on every replica).
+func (s *Store) RunningImports(ctx context.Context) ([]reconcile.SweepRecord, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `
+		SELECT `+sweepRecordColumns+`
+		FROM sweep_runs WHERE kind = 'import' AND status = 'running' ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("running imports: %w", classify(err))
+	}
+	runs, err := pgx.CollectRows(rows, scanSweepRecord)
+	if err != nil {
+		return nil, fmt.Errorf("running imports: %w", classify(err))
+	}
+	return runs, nil
 }
 
 // SweepRuns returns the newest sweeps, newest first.

@@ -141,3 +141,43 @@ func TestImportRunKindProgressAndImported(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, imported, "per provider")
 }
+
+// TestEnqueueUnsweptQueuesAsTheRunsKind: the accounts an import's listing
+// did not cover are queued with trigger import (and a sweep's with sweep),
+// so their reconciles are recorded as the run's.
+func TestEnqueueUnsweptQueuesAsTheRunsKind(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, kind := range []string{reconcile.RunImport, reconcile.RunSweep} {
+		t.Run(kind, func(t *testing.T) {
+			st := storetest.NewStore(t)
+			storetest.BareAccount(t, st, "kinde", "customer_1")
+			run, err := st.StartSweep(ctx, "kinde", kind)
+			require.NoError(t, err)
+			n, err := st.EnqueueUnswept(ctx, run.ID, "kinde", 0)
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+			require.Equal(t, run.Trigger(), storetest.QueueRowOf(t, st, "kinde", "customer_1").Trigger)
+		})
+	}
+}
+
+// TestRunningImports: only running imports, for /metrics.
+func TestRunningImports(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	sweep, err := st.StartSweep(ctx, "kinde", reconcile.RunSweep)
+	require.NoError(t, err)
+	imp, err := st.StartSweep(ctx, "stripe", reconcile.RunImport)
+	require.NoError(t, err)
+	runs, err := st.RunningImports(ctx)
+	require.NoError(t, err)
+	require.Len(t, runs, 1)
+	require.Equal(t, imp.ID, runs[0].ID)
+	require.NoError(t, st.FinishSweep(ctx, imp, nil))
+	require.NoError(t, st.FinishSweep(ctx, sweep, nil))
+	runs, err = st.RunningImports(ctx)
+	require.NoError(t, err)
+	require.Empty(t, runs)
+}

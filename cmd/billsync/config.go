@@ -160,6 +160,8 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 	c.StripeEndpointID = getenv("STRIPE_WEBHOOK_ENDPOINT_ID")
 	fs.StringVar(&c.SweepSchedule, "sweep-schedule", cmp.Or(getenv("BILLSYNC_SWEEP_SCHEDULE"), defaultSweepSchedule),
 		"when to sweep: a five-field cron spec in UTC, or off (env BILLSYNC_SWEEP_SCHEDULE; one replica sweeps at a time; needs -workers > 0)")
+	fs.BoolVar(&c.AutoImport, "import-at-start", getenv("BILLSYNC_IMPORT_AT_START") == "" || envBool(getenv, "BILLSYNC_IMPORT_AT_START"),
+		"at start, import every provider no import or sweep of which ever completed (env BILLSYNC_IMPORT_AT_START; default true; needs -workers > 0); see docs/import.md")
 	fs.StringVar(&c.PruneSchedule, "prune-schedule", cmp.Or(getenv("BILLSYNC_PRUNE_SCHEDULE"), "off"),
 		"when to prune (see billsync prune): a five-field cron spec in UTC, or off (env BILLSYNC_PRUNE_SCHEDULE; one replica prunes at a time)")
 	c.PruneOlderThan.fromEnv(cmp.Or(getenv("BILLSYNC_PRUNE_OLDER_THAN"), defaultRetention))

@@ -32,6 +32,7 @@ func commands() []command {
 		{"demo", "play the seed scenario (copies, a late event, a crash) through billsync and a naive handler", runDemo},
 		{"serve", "verify and store webhooks, and reconcile customers against the provider (embedded PostgreSQL when DATABASE_URL is unset)", runServe},
 		{"sweep", "run one sweep now: list every customer with their subscriptions in bulk and heal accounts that drifted from the provider", runSweep},
+		{"import", "import each provider's customers now (serve does it at start when a provider was never imported); resumable, one at a time across replicas", runImport},
 		{"migrate", "apply pending database migrations and exit", runMigrate},
 		{"resync", "reconcile one customer now (by customer, account, user or email); --dry-run shows the diff", runResync},
 		{"replay", "reconcile a stored event's customer again, now; harmless by design", runReplay},

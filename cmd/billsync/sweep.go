@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -37,11 +38,18 @@ KINDE_CLIENT_ID, KINDE_CLIENT_SECRET, BILLSYNC_PLANS). Exits non-zero when a
 sweep fails.`)
 		fs.PrintDefaults()
 	}
+	return runListing(ctx, fs, args, stdout, logger, reconcile.RunSweep)
+}
+
+// runListing runs a run of kind (a sweep, an import) of each configured
+// provider, or of -provider's, one after the other, and prints each
+// report: billsync sweep and billsync import.
+func runListing(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer, logger *slog.Logger, kind string) error {
 	var cfg config
 	cfg.bindCommon(fs, os.Getenv)
-	cfg.bindReconcile(fs, os.Getenv) // the sweep's list calls take at most half of -stripe-rate
+	cfg.bindReconcile(fs, os.Getenv) // the run's list calls take at most half of -stripe-rate
 	cfg.bindSweep(fs)
-	only := fs.String("provider", "", "sweep only this provider (stripe or kinde); default every configured one")
+	only := fs.String("provider", "", kind+" only this provider (stripe or kinde); default every configured one")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -57,10 +65,10 @@ sweep fails.`)
 	}
 	var errs []error
 	for _, sweeper := range sweepers {
-		rep, err := sweeper.Run(ctx)
+		rep, err := sweeper.RunKind(ctx, kind)
 		p.done()
 		if errors.Is(err, reconcile.ErrSweepRunning) {
-			errs = append(errs, fmt.Errorf("%w (another replica or command holds the sweep lock)", err))
+			errs = append(errs, fmt.Errorf("%w (another replica or command holds the sweep lock: a sweep or an import)", err))
 			continue
 		}
 		printSweepReport(stdout, sweeper.Provider(), rep, err)
@@ -94,8 +102,11 @@ func newProgress(w io.Writer) *progress {
 
 func (p *progress) page(run reconcile.SweepRun) {
 	p.pages++
-	line := fmt.Sprintf("sweep %d: %d customers seen, %d healed, %d failed (%s)",
-		run.ID, run.Seen, run.Healed, run.Failed, time.Since(p.begin).Round(time.Second))
+	line := fmt.Sprintf("%s %d: %d customers seen, %d %s, %d failed (%s)",
+		cmp.Or(run.Kind, reconcile.RunSweep), run.ID, run.Seen, run.Healed, changedWord(run.Kind), run.Failed, time.Since(p.begin).Round(time.Second))
+	if run.Progress > 0 { // -1: the lister cannot tell
+		line += fmt.Sprintf(", about %d%% listed", int(run.Progress*100))
+	}
 	switch {
 	case p.tty:
 		fmt.Fprintf(p.w, "\r\033[K%s", line)
@@ -120,16 +131,28 @@ func printSweepReport(w io.Writer, provider string, rep reconcile.SweepReport, e
 	if r.Resumed {
 		resumed = " (resumed)"
 	}
-	fmt.Fprintf(w, "%s sweep %d%s %s\n", provider, r.ID, resumed, status)
-	fmt.Fprintf(w, "  seen %d, healed %d, failed %d, queued %d not listed, %d list calls, %s\n",
-		r.Seen, r.Healed, r.Failed, rep.Enqueued, rep.Calls, rep.Took.Round(time.Millisecond))
+	kind := cmp.Or(r.Kind, reconcile.RunSweep)
+	fmt.Fprintf(w, "%s %s %d%s %s\n", provider, kind, r.ID, resumed, status)
+	fmt.Fprintf(w, "  seen %d, %s %d, failed %d, queued %d not listed, %d list calls, %s\n",
+		r.Seen, changedWord(kind), r.Healed, r.Failed, rep.Enqueued, rep.Calls, rep.Took.Round(time.Millisecond))
+	if kind == reconcile.RunImport && rep.Calls == 0 {
+		fmt.Fprintln(w, "  no bulk listing: every known account was queued for serve's workers, as a sweep does")
+	}
 	for _, h := range rep.Healed {
 		fmt.Fprintf(w, "  healed %s: %s → %s (%s; cause: %s)\n", h.CustomerID,
 			reconcile.DescribeAccount(h.Before), reconcile.DescribeAccount(h.After), h.Outcome, h.Cause)
 	}
-	if r.Healed > len(rep.Healed) {
+	if kind == reconcile.RunSweep && r.Healed > len(rep.Healed) {
 		fmt.Fprintf(w, "  … and %d more healed (each logged)\n", r.Healed-len(rep.Healed))
 	}
+}
+
+// changedWord names what a run of kind did to the accounts it wrote.
+func changedWord(kind string) string {
+	if kind == reconcile.RunImport {
+		return "imported"
+	}
+	return "healed"
 }
 
 // parseSweepSchedule validates a -sweep-schedule: a standard five-field

@@ -244,7 +244,7 @@ func TestServeSIGTERMStopsAnAdminSweep(t *testing.T) {
 	addr := freeAddr(t)
 	const token = "admin-token-0123456789abcdef"
 	proc := startBillsync(t, t.TempDir(), addr,
-		"BILLSYNC_TEST_ARGS=serve -workers 1 -sweep-parallel 1 -shutdown-timeout 30s -addr "+addr, "BILLSYNC_SWEEP_SCHEDULE=off",
+		"BILLSYNC_TEST_ARGS=serve -workers 1 -sweep-parallel 1 -shutdown-timeout 30s -import-at-start=false -addr "+addr, "BILLSYNC_SWEEP_SCHEDULE=off",
 		"BILLSYNC_ADMIN_TOKEN="+token, "DATABASE_URL="+dbURL, "STRIPE_API_KEY="+stripemock.DefaultAPIKey, "STRIPE_API_URL="+h.URL)
 	st := storetest.OpenStore(t, dbURL, store.Options{})
 

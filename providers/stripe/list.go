@@ -80,6 +80,9 @@ func (c *Client) listPage(ctx context.Context, cursor string) (snaps []reconcile
 	if len(customers) > 0 {
 		cur.Pages++
 	}
+	if cur.To == 0 && cur.Ceil == 0 {
+		cur.Ceil = cur.Top // the newest part: the list's newest creation, which every part split off carries
+	}
 	return snaps, cur.encode(), hasMore && len(customers) > 0, nil
 }
 
@@ -117,7 +120,7 @@ func (c *Client) Split(ctx context.Context, next string) (kept, given string, er
 	if remaining < 2 || mid <= low || mid > cur.At {
 		return cur.encode(), "", nil
 	}
-	g := listCursor{From: cur.From, To: mid, Floor: cur.Floor}
+	g := listCursor{From: cur.From, To: mid, Floor: cur.Floor, Ceil: cur.Ceil}
 	k := cur
 	k.From = mid
 	return k.encode(), g.encode(), nil
@@ -236,12 +239,14 @@ func (c *Client) noneBefore(ctx context.Context, seconds []int64) ([]bool, error
 // created in [From, To) (0: unbounded), newest first, after the customer
 // After. What Split needs rides along: At is After's creation, Top the
 // newest creation the part listed and Pages how many pages it listed (its
-// density), Floor where the oldest customer was found.
+// density), Floor where the oldest customer was found; Ceil, the list's
+// newest creation, rides along for Progress.
 type listCursor struct {
 	After        string
 	At, Top      int64
 	From, To     int64
 	Pages, Floor int64
+	Ceil         int64
 }
 
 // passed moves the cursor past a listed customer.
@@ -281,11 +286,11 @@ func (cur listCursor) String() string {
 }
 
 // countFields name listCursor's counts in its encoding, in counts' order.
-var countFields = []string{"at", "top", "from", "to", "pages", "floor"}
+var countFields = []string{"at", "top", "from", "to", "pages", "floor", "ceil"}
 
 // counts are the cursor's numbers, in countFields' order.
 func (cur *listCursor) counts() []*int64 {
-	return []*int64{&cur.At, &cur.Top, &cur.From, &cur.To, &cur.Pages, &cur.Floor}
+	return []*int64{&cur.At, &cur.Top, &cur.From, &cur.To, &cur.Pages, &cur.Floor, &cur.Ceil}
 }
 
 // encode writes the cursor as a query string ("after=cus_…&at=…"); a
@@ -331,3 +336,42 @@ func parseListCursor(s string) (listCursor, error) {
 	}
 	return cur, nil
 }
+
+// Progress estimates the share of the customer list a run has listed from
+// the cursors of its parts not ended (reconcile.Progresser): one minus the
+// share of the list's span of creation times, [Floor, Ceil], that the
+// parts have yet to list. It measures time, not customers: a list whose
+// sign-ups were uneven over time moves faster or slower than it says. -1
+// until the span is known (Split learns Floor: a list of a few pages is
+// never split, and its progress stays unknown) or when a cursor is
+// unreadable.
+func (c *Client) Progress(cursors []string) float64 {
+	var floor, ceil, left int64
+	parts := make([]listCursor, 0, len(cursors))
+	for _, s := range cursors {
+		cur, err := parseListCursor(s)
+		if err != nil {
+			return -1
+		}
+		floor, ceil = max(floor, cur.Floor), max(ceil, cur.Ceil)
+		parts = append(parts, cur)
+	}
+	if floor <= 0 || ceil < floor {
+		return -1
+	}
+	for _, cur := range parts {
+		low := max(cmp.Or(cur.From, cur.Floor, floor), floor)
+		high := ceil
+		switch {
+		case cur.At > 0:
+			high = cur.At // listed down to At
+		case cur.To > 0:
+			high = cur.To - 1 // not begun
+		}
+		left += max(min(high, ceil)-low+1, 0)
+	}
+	span := ceil - floor + 1
+	return 1 - min(float64(left)/float64(span), 1)
+}
+
+var _ reconcile.Progresser = (*Client)(nil)

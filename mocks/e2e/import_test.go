@@ -1,0 +1,212 @@
+package e2e_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/storetest"
+)
+
+// logRecords is a slog handler keeping every record, for assertions on
+// what a run logged.
+type logRecords struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.records = append(l.records, r.Clone())
+	return nil
+}
+func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRecords) WithGroup(string) slog.Handler      { return l }
+
+// perCustomer returns the messages of the records that name a customer.
+func (l *logRecords) perCustomer() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var msgs []string
+	for _, r := range l.records {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "customer" {
+				msgs = append(msgs, r.Message)
+				return false
+			}
+			return true
+		})
+	}
+	return msgs
+}
+
+func (h *harness) importer(st reconcile.SweepStore, logger *slog.Logger) *reconcile.Sweeper {
+	h.t.Helper()
+	s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: st, Provider: stripe.Provider, Lister: h.Stripe.Client,
+		Plans: h.Plans, Logger: logger})
+	require.NoError(h.t, err)
+	return s
+}
+
+// TestImportWritesWhatAReconcileWould: an import of 2,500 customers
+// (several pages) writes each account once, recorded as imported, with
+// exactly the state and grants a worker's reconcile of the same customers
+// writes in a second database, and logs no line per account.
+func TestImportWritesWhatAReconcileWould(t *testing.T) {
+	t.Parallel()
+	h, _ := newSweepHarness(t, stripemock.Options{}, false)
+	n := 2500
+	if raceEnabled {
+		n = 600
+	}
+	prices := []string{"price_pro", "price_team", "price_free"}
+	customers, _ := h.subscribeMany(n, func(i int) string { return prices[i%len(prices)] })
+
+	logs := &logRecords{}
+	rep, err := h.importer(h.Store, slog.New(logs)).RunKind(context.Background(), reconcile.RunImport)
+	require.NoError(t, err)
+	t.Logf("imported %d customers in %s (%d list calls)", n, rep.Took, rep.Calls)
+	require.Equal(t, reconcile.RunImport, rep.Run.Kind)
+	require.Equal(t, n, rep.Run.Seen)
+	require.Equal(t, n, rep.Imported())
+	require.Empty(t, rep.Healed, "an import reports no drift")
+	require.Empty(t, logs.perCustomer(), "no log line per imported account")
+	done, err := h.Store.Imported(context.Background(), stripe.Provider)
+	require.NoError(t, err)
+	require.True(t, done)
+
+	// Each account once, recorded as imported.
+	perCustomer := map[string]int{}
+	for _, l := range storetest.ReconcileLog(t, h.Store) {
+		perCustomer[l.CustomerID]++
+		require.Equal(t, reconcile.TriggerImport, l.Trigger)
+		require.Equal(t, "import", l.Actor)
+		require.True(t, strings.HasPrefix(l.Outcome, reconcile.ImportedPrefix), l.Outcome)
+	}
+	require.Len(t, perCustomer, n)
+	for c, k := range perCustomer {
+		require.Equal(t, 1, k, c)
+	}
+	changes, err := h.Store.Changes(context.Background(), reconcile.ChangeCursor{}, 2*n)
+	require.NoError(t, err)
+	require.Len(t, changes, n, "one change per account")
+	for _, c := range changes {
+		require.Equal(t, reconcile.TriggerImport, c.Why.Trigger)
+	}
+
+	// The same customers reconciled by a worker in a second database.
+	ctx := context.Background()
+	other, err := store.Open(ctx, storetest.URL(t), store.Options{})
+	require.NoError(t, err)
+	t.Cleanup(other.Close)
+	for _, c := range customers {
+		require.NoError(t, other.Enqueue(ctx, stripe.Provider, c, reconcile.TriggerResync))
+	}
+	w, err := reconcile.NewWorker(reconcile.WorkerConfig{Name: "second", Store: other,
+		Providers: []reconcile.Provider{h.Stripe.Client}, Plans: h.Plans})
+	require.NoError(t, err)
+	for {
+		k, err := w.Drain(ctx)
+		require.NoError(t, err)
+		if k == 0 {
+			break
+		}
+	}
+	for _, c := range customers {
+		imported, reconciled := storetest.Customer(t, h.Store, stripe.Provider, c), storetest.Customer(t, other, stripe.Provider, c)
+		require.Equal(t, reconciled.Plan, imported.Plan, c)
+		require.Equal(t, reconciled.Status, imported.Status, c)
+		require.Equal(t, reconciled.Balance, imported.Balance, c)
+		require.Equal(t, storetest.Grants(t, other, stripe.Provider, c), storetest.Grants(t, h.Store, stripe.Provider, c), c)
+		a, err := h.Store.Account(ctx, stripe.Provider, c)
+		require.NoError(t, err)
+		b, err := other.Account(ctx, stripe.Provider, c)
+		require.NoError(t, err)
+		require.Equal(t, b.PeriodStart, a.PeriodStart, c)
+		require.Equal(t, b.PeriodEnd, a.PeriodEnd, c)
+		require.Equal(t, b.UserRef, a.UserRef, c)
+	}
+}
+
+// TestImportKilledResumesImportingNobodyTwice: an importer killed half way
+// through a page leaves its run running; the next start resumes it from
+// its cursor, as an import, and every account is written once.
+func TestImportKilledResumesImportingNobodyTwice(t *testing.T) {
+	t.Parallel()
+	h, calls := newSweepHarness(t, stripemock.Options{}, false)
+	customers, _ := h.subscribeMany(350, func(int) string { return "price_pro" }) // four pages
+	st := &dyingStore{crashingStore: crashingStore{h.Store}}
+	st.left.Store(230) // two pages, then 30 of the third
+	_, err := h.importer(st, nil).RunKind(context.Background(), reconcile.RunImport)
+	require.ErrorIs(t, err, errKilled)
+	status, seen, _, _ := h.sweepRun()
+	require.Equal(t, "running", status)
+	require.Equal(t, 200, seen)
+
+	calls.n.Store(0)
+	// Started as a sweep (the nightly schedule, say): the run left running
+	// is resumed as what it is, an import.
+	rep, err := h.importer(h.Store, nil).RunKind(context.Background(), reconcile.RunSweep)
+	require.NoError(t, err)
+	require.True(t, rep.Run.Resumed)
+	require.Equal(t, reconcile.RunImport, rep.Run.Kind)
+	require.Equal(t, 350, rep.Run.Seen)
+	require.LessOrEqual(t, calls.n.Load(), int64(3), "only the pages not finished are listed again")
+	require.Empty(t, h.wrongAccounts(customers))
+	perCustomer := map[string]int{}
+	for _, l := range storetest.ReconcileLog(t, h.Store) {
+		require.Equal(t, reconcile.TriggerImport, l.Trigger)
+		perCustomer[l.CustomerID]++
+	}
+	require.Len(t, perCustomer, 350)
+	for c, k := range perCustomer {
+		require.Equal(t, 1, k, "imported once: %s", c)
+	}
+	for _, c := range customers {
+		require.Equal(t, 1, h.state(c).Grants, "one keyed grant: %s", c)
+	}
+	require.Equal(t, map[string]int{"succeeded": 1}, h.sweepRuns())
+}
+
+// messages returns the messages logged at level, in order.
+func (l *logRecords) messages(level slog.Level) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var msgs []string
+	for _, r := range l.records {
+		if r.Level == level {
+			msgs = append(msgs, r.Message)
+		}
+	}
+	return msgs
+}
+
+// TestImportLogsProgressNotAccounts: an import logs its progress at INFO
+// (here after every page) and a summary, never a line per account, and
+// nothing at WARN when nothing needs a person.
+func TestImportLogsProgressNotAccounts(t *testing.T) {
+	t.Parallel()
+	h, _ := newSweepHarness(t, stripemock.Options{}, false)
+	h.subscribeMany(250, func(int) string { return "price_team" }) // three pages
+	logs := &logRecords{}
+	s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: h.Store, Provider: stripe.Provider, Lister: h.Stripe.Client,
+		Plans: h.Plans, Logger: slog.New(logs), Parallel: 1, ProgressEvery: time.Nanosecond})
+	require.NoError(t, err)
+	_, err = s.RunKind(context.Background(), reconcile.RunImport)
+	require.NoError(t, err)
+	info := logs.messages(slog.LevelInfo)
+	require.Equal(t, []string{"import started", "import progress", "import progress", "import progress", "import succeeded"}, info)
+	require.Empty(t, logs.messages(slog.LevelWarn))
+	require.Empty(t, logs.perCustomer())
+}

@@ -1,0 +1,66 @@
+package reconcile_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/billsync/billsync/mocks/mock"
+	"github.com/billsync/billsync/reconcile"
+)
+
+// TestStartImportsLooksAgainUnderTheLock: a replica that found no import
+// completed, while another replica was finishing one, starts none once it
+// holds the lock and sees it completed; and one that finds it not
+// completed starts an import.
+func TestStartImportsLooksAgainUnderTheLock(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		underTheLock bool // what Imported says once the lock is held
+		started      int
+	}{
+		{"CompletedMeanwhile", true, 0},
+		{"NotCompleted", false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var locked, runs atomic.Int32
+			finished := make(chan struct{})
+			st := &mock.SweepStore{
+				SweepLockFn: func(ctx context.Context, _ string) (context.Context, func(), error) {
+					locked.Add(1)
+					return ctx, func() { locked.Add(-1) }, nil
+				},
+				ImportedFn: func(context.Context, string) (bool, error) {
+					return locked.Load() > 0 && tc.underTheLock, nil
+				},
+				StartSweepFn: func(_ context.Context, provider, kind string) (reconcile.SweepRun, error) {
+					runs.Add(1)
+					return reconcile.SweepRun{ID: 1, Provider: provider, Kind: kind, Progress: -1}, nil
+				},
+				EnqueueUnsweptFn: func(context.Context, int64, string, time.Duration) (int, error) { return 0, nil },
+				FinishSweepFn: func(context.Context, reconcile.SweepRun, error) error {
+					close(finished)
+					return nil
+				},
+			}
+			sw, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: st, Provider: "kinde", Plans: &reconcile.Plans{}})
+			require.NoError(t, err)
+			runner, err := reconcile.NewSweepRunner(reconcile.SweepRunnerConfig{Sweepers: []*reconcile.Sweeper{sw}})
+			require.NoError(t, err)
+			starts := runner.StartImports(context.Background())
+			require.Len(t, starts, tc.started)
+			require.EqualValues(t, tc.started, runs.Load())
+			if tc.started > 0 {
+				require.Equal(t, reconcile.RunImport, starts[0].Run.Kind)
+				<-finished
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			runner.Run(ctx)
+			require.Zero(t, locked.Load(), "the lock is released")
+		})
+	}
+}
