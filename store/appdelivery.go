@@ -26,7 +26,9 @@ func scanDelivery(r pgx.CollectableRow) (reconcile.AppDelivery, error) {
 // holder for lease (FOR UPDATE SKIP LOCKED, like the reconcile queue).
 // A delivery is due only when no earlier change of its account is still
 // pending to its endpoint, so one account's changes go out in order, one
-// at a time, while other accounts' go alongside.
+// at a time, while other accounts' go alongside. Live deliveries come
+// before imported ones (an import's backlog never delays a live change),
+// then the longest due.
 func (s *Store) ClaimDeliveries(ctx context.Context, holder string, endpoints []string, limit int, lease time.Duration) ([]reconcile.AppDelivery, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
@@ -37,7 +39,7 @@ func (s *Store) ClaimDeliveries(ctx context.Context, holder string, endpoints []
 			  AND (d.locked_until IS NULL OR d.locked_until < now())
 			  AND NOT EXISTS (SELECT 1 FROM app_deliveries e
 				WHERE e.endpoint = d.endpoint AND e.account_id = d.account_id AND e.status = 'pending' AND e.seq < d.seq)
-			ORDER BY d.due_at, d.change_id LIMIT $2
+			ORDER BY d.imported, d.due_at, d.change_id LIMIT $2
 			FOR UPDATE OF d SKIP LOCKED)
 		UPDATE app_deliveries d SET locked_by = $3, locked_until = now() + make_interval(secs => $4)
 		FROM due, account_changes c
