@@ -169,7 +169,8 @@ func (a *App) newDeliverer(ctx context.Context) (*reconcile.AppDeliverer, error)
 		return nil, err
 	}
 	deliverer, err := reconcile.NewAppDeliverer(reconcile.AppDelivererConfig{Name: WorkerName(), Store: a.st, Sender: sender,
-		Endpoints: a.cfg.AppWebhookURLs, Lease: a.cfg.AppWebhookLease, Poll: a.poll, Logger: a.logger.With("component", "app-webhooks"),
+		Endpoints: a.cfg.AppWebhookURLs, Lease: a.cfg.AppWebhookLease, Poll: a.poll,
+		QuietImports: a.cfg.QuietImports, Logger: a.logger.With("component", "app-webhooks"),
 		OnAttempt: a.metrics.ObserveAppDelivery})
 	if err != nil {
 		return nil, err
