@@ -72,8 +72,9 @@ func (w *importWatch) absent(ctx context.Context, err error, provider string) er
 	}
 	states, readErr := w.current(ctx)
 	if readErr != nil {
-		// Whether the user is no customer cannot be told: not a plain 404.
-		return fmt.Errorf("%w (and the import state could not be read: %w)", readErr, err)
+		// Whether the user is no customer cannot be told: not a plain
+		// 404, but the read's failure (a 503 the app retries).
+		return fmt.Errorf("user unknown, and whether an import is pending could not be read: %w", readErr)
 	}
 	var pending []reconcile.ImportState
 	for _, st := range states {

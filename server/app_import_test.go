@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,4 +105,43 @@ func keys(m map[string]map[string]any) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// importStates is a server.ImportStates answering fn, counting the reads.
+type importStates struct {
+	reads atomic.Int64
+	fn    func() ([]reconcile.ImportState, error)
+}
+
+func (s *importStates) Imports(context.Context, []string) ([]reconcile.ImportState, error) {
+	s.reads.Add(1)
+	return s.fn()
+}
+
+// TestAppImportStateRead: the import state is read once per TTL however
+// many unknown users are asked of, and not at all for a known one; a
+// failed read is the database's failure (503), never a plain 404.
+func TestAppImportStateRead(t *testing.T) {
+	states := &importStates{fn: func() ([]reconcile.ImportState, error) {
+		return []reconcile.ImportState{{Provider: "stripe"}}, nil
+	}}
+	e := newAppEnvWith(t, appToken, func(a *server.App) {
+		a.Imports, a.Providers, a.ImportStateTTL = states, []string{"stripe"}, time.Hour
+	})
+	e.account("stripe", "cus_known", "known", "price_pro")
+	require.Equal(t, 200, e.do("GET", "/api/users/known", appToken, "").code)
+	require.Zero(t, states.reads.Load(), "a known user needs no import state")
+	for _, user := range []string{"a", "b", "c"} {
+		a := e.do("GET", "/api/users/"+user, appToken, "")
+		require.Equal(t, server.ImportPending, a.header.Get(server.ImportHeader), a.body)
+	}
+	require.Equal(t, int64(1), states.reads.Load())
+
+	failing := &importStates{fn: func() ([]reconcile.ImportState, error) {
+		return nil, fmt.Errorf("read: %w", reconcile.ErrStoreUnavailable)
+	}}
+	e = newAppEnvWith(t, appToken, func(a *server.App) { a.Imports, a.Providers = failing, []string{"stripe"} })
+	a := e.do("GET", "/api/users/nobody", appToken, "")
+	require.Equal(t, 503, a.code, a.body)
+	require.Empty(t, a.header.Get(server.ImportHeader))
 }
