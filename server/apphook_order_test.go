@@ -145,3 +145,24 @@ func TestQuietImportsReachTheFeedOnly(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, feed, 5, "the import's changes are in the feed")
 }
+
+// TestImportBacklogIsNotLate: an import's pending deliveries count as
+// pending but not as the oldest undelivered change (the alert's), which a
+// live change waiting is.
+func TestImportBacklogIsNotLate(t *testing.T) {
+	st := storetest.OpenStoreWithEndpoints(t, storetest.URL(t), store.Options{}, orderEndpoint)
+	ctx := context.Background()
+	reconcileAs(t, st, reconcile.TriggerImport, false, "cus_imp1", "cus_imp2")
+	storetest.FanOut(t, st, orderEndpoint)
+	stats, err := st.AppDeliveryStats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), stats.Pending)
+	require.True(t, stats.OldestUndelivered.IsZero(), "an import's backlog is not late")
+
+	reconcileAs(t, st, reconcile.TriggerWebhook, false, "cus_live")
+	storetest.FanOut(t, st, orderEndpoint)
+	stats, err = st.AppDeliveryStats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), stats.Pending)
+	require.False(t, stats.OldestUndelivered.IsZero(), "a live change waiting is")
+}

@@ -110,9 +110,12 @@ func (s *Store) RetryDelivery(ctx context.Context, changeID int64, endpoint stri
 }
 
 // AppDeliveryStats counts the deliveries by status and finds the oldest
-// undelivered change: the oldest pending delivery's, or the first change
-// the slowest endpoint's cursor has not passed yet (no delivery created:
-// the fan-out is behind, or stopped, and the app waits all the same).
+// undelivered change: the oldest pending live delivery's, or the first
+// change the slowest endpoint's cursor has not passed yet (no delivery
+// created: the fan-out is behind, or stopped, and the app waits all the
+// same). An import's pending deliveries count as pending but not as
+// late: they wait behind every live one by design, and a first import's
+// backlog is no outage.
 func (s *Store) AppDeliveryStats(ctx context.Context) (reconcile.AppDeliveryStats, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
@@ -122,7 +125,7 @@ func (s *Store) AppDeliveryStats(ctx context.Context) (reconcile.AppDeliveryStat
 		SELECT (SELECT coalesce(max(id), 0) FROM account_changes),
 		       count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'delivered'),
 		       count(*) FILTER (WHERE status = 'dead'),
-		       least(min(created_at) FILTER (WHERE status = 'pending'),
+		       least(min(created_at) FILTER (WHERE status = 'pending' AND NOT imported),
 		             (SELECT c.created_at FROM account_changes c,
 		                (SELECT cursor_xid, cursor_id FROM app_endpoints ORDER BY cursor_xid, cursor_id LIMIT 1) e
 		              WHERE (c.xid, c.id) > (e.cursor_xid, e.cursor_id) ORDER BY c.xid, c.id LIMIT 1))
