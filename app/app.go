@@ -59,6 +59,7 @@ type App struct {
 	worker   *reconcile.Worker
 	spending *reconcile.Spending // nil without Stripe
 	intakes  []string            // the providers whose webhooks are verified here
+	fetches  []string            // the providers fetched from here (whose import the app API reports)
 	// parts are the long-running parts, each running until its context
 	// ends and returning once it has stopped.
 	parts []func(context.Context)
@@ -89,6 +90,9 @@ func New(ctx context.Context, cfg Config, parts Parts) (*App, error) {
 	provs, err := a.providers(ctx, parts)
 	if err != nil {
 		return nil, err
+	}
+	for _, p := range provs.List() {
+		a.fetches = append(a.fetches, p.Name())
 	}
 	verifiers := parts.Verifiers
 	if verifiers == nil {
@@ -166,7 +170,8 @@ func (a *App) newDeliverer(ctx context.Context) (*reconcile.AppDeliverer, error)
 		return nil, err
 	}
 	deliverer, err := reconcile.NewAppDeliverer(reconcile.AppDelivererConfig{Name: WorkerName(), Store: a.st, Sender: sender,
-		Endpoints: a.cfg.AppWebhookURLs, Lease: a.cfg.AppWebhookLease, Poll: a.poll, Logger: a.logger.With("component", "app-webhooks"),
+		Endpoints: a.cfg.AppWebhookURLs, Lease: a.cfg.AppWebhookLease, Poll: a.poll,
+		QuietImports: a.cfg.QuietImports, Logger: a.logger.With("component", "app-webhooks"),
 		OnAttempt: a.metrics.ObserveAppDelivery})
 	if err != nil {
 		return nil, err
@@ -250,7 +255,7 @@ func (a *App) newServer(verifiers []server.Verifier, sweeps server.Sweeps, feeds
 			ProviderLimits: map[string]float64{stripe.Provider: cfg.StripeRate(), kinde.Provider: cfg.KindeRateLimit},
 			EventsFeeds:    feeds},
 		App: server.App{Token: cfg.AppToken, Store: st, Plans: a.plans, ChangeFeed: st, Committed: committed, ChangeFeedPoll: a.poll,
-			Stopping: a.stopping},
+			Stopping: a.stopping, Imports: st, Providers: a.fetches},
 	})
 }
 

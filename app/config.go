@@ -87,6 +87,10 @@ type Config struct {
 	// AppWebhookLease is how long a replica holds a claimed delivery: a
 	// replica killed mid-delivery delays that account's changes this long.
 	AppWebhookLease time.Duration
+	// QuietImports: an import's changes reach the change feed but not the
+	// app's webhooks (BILLSYNC_IMPORT_NOTIFY=false); by default they are
+	// delivered after every live change.
+	QuietImports bool
 }
 
 // FeedOn reports whether the Stripe events feed runs.

@@ -20,9 +20,12 @@ type AppDeliveryStore interface {
 	RegisterEndpoints(ctx context.Context, endpoints []string) error
 	// FanOut creates the deliveries of up to limit changes per endpoint
 	// past its cursor, and moves the cursor; more when a page was full.
-	FanOut(ctx context.Context, endpoints []string, limit int) (more bool, err error)
+	// An import's changes (Why.Trigger TriggerImport) get deliveries
+	// claimed after every live one, or none unless imports.
+	FanOut(ctx context.Context, endpoints []string, limit int, imports bool) (more bool, err error)
 	// ClaimDeliveries leases up to limit due deliveries to endpoints to
-	// holder, at most one per account and endpoint, in seq order.
+	// holder, at most one per account and endpoint, in seq order; live
+	// ones before an import's.
 	ClaimDeliveries(ctx context.Context, holder string, endpoints []string, limit int, lease time.Duration) ([]AppDelivery, error)
 	// RecordDelivery records an attempt and the delivery's next state;
 	// ErrHeld when holder's lease was taken over meanwhile.
@@ -89,6 +92,10 @@ type AppDelivererConfig struct {
 	// Poll is how often to look for due deliveries when not woken;
 	// default 1 s.
 	Poll time.Duration
+	// QuietImports: an import's changes reach the change feed but no
+	// endpoint (BILLSYNC_IMPORT_NOTIFY=false); by default they are
+	// delivered after every live change.
+	QuietImports bool
 	// OnAttempt, when set, is told of every attempt and its outcome
 	// (metrics).
 	OnAttempt func(d AppDelivery, a AppDeliveryAttempt, status string)
@@ -150,7 +157,7 @@ func (d *AppDeliverer) fanOut(ctx context.Context) (more bool, err error) {
 		}
 		d.registered = true
 	}
-	return d.cfg.Store.FanOut(ctx, d.cfg.Endpoints, fanOutPage)
+	return d.cfg.Store.FanOut(ctx, d.cfg.Endpoints, fanOutPage, !d.cfg.QuietImports)
 }
 
 // Wake makes the deliverer look for due deliveries now (a change

@@ -48,7 +48,7 @@ func (m *memDeliveries) add(changeID, account, seq int64) {
 // register or fan out.
 func (m *memDeliveries) RegisterEndpoints(context.Context, []string) error { return nil }
 
-func (m *memDeliveries) FanOut(context.Context, []string, int) (bool, error) { return false, nil }
+func (m *memDeliveries) FanOut(context.Context, []string, int, bool) (bool, error) { return false, nil }
 
 func (m *memDeliveries) ClaimDeliveries(_ context.Context, holder string, _ []string, limit int, lease time.Duration) ([]reconcile.AppDelivery, error) {
 	m.mu.Lock()

@@ -47,6 +47,14 @@ type App struct {
 	ChangeFeed     ChangeFeed
 	Committed      *reconcile.Signal
 	ChangeFeedPoll time.Duration
+	// Imports, when set, makes the 404 for an unknown user say so while
+	// the import of one of Providers (the configured ones) has not
+	// completed: ImportHeader and the imports' progress (docs/app-api.md).
+	// The state read is reused for ImportStateTTL (default
+	// DefaultImportStateTTL).
+	Imports        ImportStates
+	Providers      []string
+	ImportStateTTL time.Duration
 	// Stopping closes when the server starts to shut down: a long poll
 	// then answers at once with the cursor it was given (nothing came),
 	// rather than hold a graceful stop for the rest of its wait.
@@ -72,6 +80,10 @@ func (s *Server) routeApp(a App) {
 		return
 	}
 	authorized := bearer(a.Token)
+	var imports *importWatch
+	if a.Imports != nil && len(a.Providers) > 0 {
+		imports = &importWatch{store: a.Imports, providers: a.Providers, ttl: cmp.Or(a.ImportStateTTL, DefaultImportStateTTL)}
+	}
 	handle := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {
 		s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			err := errAppUnauthorized
@@ -90,7 +102,7 @@ func (s *Server) routeApp(a App) {
 		}
 		u, err := a.Store.UserAccount(r.Context(), ref, provider)
 		if err != nil {
-			return err
+			return imports.absent(r.Context(), err, provider)
 		}
 		writeJSON(w, http.StatusOK, userJSON(u, a.Plans))
 		return nil
@@ -106,7 +118,7 @@ func (s *Server) routeApp(a App) {
 		}
 		u, err := a.Store.UserAccount(r.Context(), ref, provider)
 		if err != nil {
-			return err
+			return imports.absent(r.Context(), err, provider)
 		}
 		check, err := a.Plans.CheckNamed(key, u)
 		if err != nil {
@@ -125,7 +137,7 @@ func (s *Server) routeApp(a App) {
 		}
 		res, err := a.Store.Debit(r.Context(), d, reconcile.DecideDebit)
 		if err != nil {
-			return err
+			return imports.absent(r.Context(), err, d.Provider)
 		}
 		if res.Replayed {
 			w.Header().Set("Idempotent-Replayed", "true")

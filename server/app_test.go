@@ -39,6 +39,13 @@ type appEnv struct {
 
 func newAppEnv(t *testing.T, token string) *appEnv {
 	t.Helper()
+	return newAppEnvWith(t, token, func(*server.App) {})
+}
+
+// newAppEnvWith is newAppEnv with the app API's configuration changed by
+// set.
+func newAppEnvWith(t *testing.T, token string, set func(*server.App)) *appEnv {
+	t.Helper()
 	e := &appEnv{t: t, st: storetest.NewStore(t)}
 	e.plans = testenv.Plans()
 	// Long polls wake only on the store's NOTIFY (the fallback poll is an
@@ -50,9 +57,10 @@ func newAppEnv(t *testing.T, token string) *appEnv {
 	go e.st.ListenChanges(ctx, slog.New(slog.DiscardHandler), func() { once.Do(func() { close(listening) }); committed.Fire() })
 	t.Cleanup(cancel)
 	<-listening // the listener calls wake once it is listening
+	app := server.App{Token: token, Store: e.st, ChangeFeed: e.st, Committed: &committed, ChangeFeedPoll: time.Hour}
+	set(&app)
 	srv := httptest.NewServer(server.New(server.Config{Inbox: e.st,
-		Admin: server.Admin{Token: adminToken, Store: e.st},
-		App:   server.App{Token: token, Store: e.st, ChangeFeed: e.st, Committed: &committed, ChangeFeedPoll: time.Hour}}))
+		Admin: server.Admin{Token: adminToken, Store: e.st}, App: app}))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	return e

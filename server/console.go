@@ -443,7 +443,8 @@ func (c *console) events(w http.ResponseWriter, r *http.Request, session string)
 
 // sweepsData is the sweeps page's data.
 type sweepsData struct {
-	Runs    []reconcile.SweepRecord
+	Runs    []reconcile.SweepRecord     // the sweeps among the newest runs
+	Imports []importView                // the imports among them, apart
 	Feeds   []reconcile.EventsFeedState // the events feeds' health
 	Started bool
 	CanRun  bool // this process can start a sweep
@@ -458,7 +459,15 @@ func (c *console) sweeps(w http.ResponseWriter, r *http.Request, session string)
 	if err != nil {
 		return err
 	}
-	d := sweepsData{Runs: runs, Feeds: feeds, Started: r.URL.Query().Get("started") == "1", CanRun: c.s.admin.Sweeps != nil}
+	d := sweepsData{Feeds: feeds, Started: r.URL.Query().Get("started") == "1", CanRun: c.s.admin.Sweeps != nil}
+	now := time.Now()
+	for _, run := range runs {
+		if run.Kind == reconcile.RunImport {
+			d.Imports = append(d.Imports, importViewOf(run, "", now))
+			continue
+		}
+		d.Runs = append(d.Runs, run)
+	}
 	c.show(w, session, "sweeps", "Sweeps", d)
 	return nil
 }

@@ -190,5 +190,6 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, sf surface, 
 		}
 		body["accounts"] = accounts
 	}
+	writeImporting(w, body, err)
 	writeJSON(w, code, body)
 }

@@ -24,7 +24,8 @@ import (
 // overviewData is the overview page's data.
 type overviewData struct {
 	reconcile.Overview
-	Sweeps     []sweepAge
+	Sweeps     []sweepAge    // each provider's newest run when a sweep
+	Imports    []importView  // each provider's newest run when an import
 	Deliveries template.HTML // chart: deliveries per hour
 	Reconciles template.HTML // chart: reconciles per hour by result
 	Results    []resultTotal
@@ -42,6 +43,33 @@ type sweepAge struct {
 	reconcile.SweepRecord
 	Age string
 	Bad bool // failed, or no success for more than a day and a half
+}
+
+// importView is a provider's newest run when it is an import, with its
+// pace: Percent and Left are empty when the provider's listing cannot
+// tell, Rate before the first page.
+type importView struct {
+	reconcile.SweepRecord
+	Age     string
+	Percent int // of the listing done, when Progress is known
+	Rate    string
+	Left    string
+	Bad     bool // failed
+}
+
+// importViewOf is run's importView at now.
+func importViewOf(run reconcile.SweepRecord, age string, now time.Time) importView {
+	v := importView{SweepRecord: run, Age: age, Bad: run.Status == "failed"}
+	if run.Progress != nil {
+		v.Percent = int(math.Round(*run.Progress * 100))
+	}
+	if rate := run.Rate(now); rate > 0 && run.Status == "running" {
+		v.Rate = fmt.Sprintf("%.0f customers/s", rate)
+	}
+	if left, ok := run.Left(now); ok {
+		v.Left = "about " + roughly(left) + " left"
+	}
+	return v
 }
 
 type resultTotal struct {
@@ -81,6 +109,10 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request, session strin
 		ref := run.StartedAt
 		if run.FinishedAt != nil {
 			ref = *run.FinishedAt
+		}
+		if run.Kind == reconcile.RunImport {
+			d.Imports = append(d.Imports, importViewOf(run, ago(o.Now.Sub(ref)), o.Now))
+			continue
 		}
 		d.Sweeps = append(d.Sweeps, sweepAge{SweepRecord: run, Age: ago(o.Now.Sub(ref)),
 			Bad: run.Status == "failed" || (run.Status != "running" && o.Now.Sub(ref) > 36*time.Hour)})
@@ -129,6 +161,19 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request, session strin
 	}
 	c.show(w, session, "overview", "Overview", d)
 	return nil
+}
+
+// roughly says a time left in the largest unit that fits.
+func roughly(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return "a minute"
+	case d < time.Hour:
+		return fmt.Sprintf("%d min", int(math.Ceil(d.Minutes())))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%.1f h", d.Hours())
+	}
+	return fmt.Sprintf("%d days", int(d.Hours()/24))
 }
 
 // ago says how long ago, in the largest unit that fits.

@@ -26,7 +26,9 @@ func scanDelivery(r pgx.CollectableRow) (reconcile.AppDelivery, error) {
 // holder for lease (FOR UPDATE SKIP LOCKED, like the reconcile queue).
 // A delivery is due only when no earlier change of its account is still
 // pending to its endpoint, so one account's changes go out in order, one
-// at a time, while other accounts' go alongside.
+// at a time, while other accounts' go alongside. Live deliveries come
+// before imported ones (an import's backlog never delays a live change),
+// then the longest due.
 func (s *Store) ClaimDeliveries(ctx context.Context, holder string, endpoints []string, limit int, lease time.Duration) ([]reconcile.AppDelivery, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
@@ -37,7 +39,7 @@ func (s *Store) ClaimDeliveries(ctx context.Context, holder string, endpoints []
 			  AND (d.locked_until IS NULL OR d.locked_until < now())
 			  AND NOT EXISTS (SELECT 1 FROM app_deliveries e
 				WHERE e.endpoint = d.endpoint AND e.account_id = d.account_id AND e.status = 'pending' AND e.seq < d.seq)
-			ORDER BY d.due_at, d.change_id LIMIT $2
+			ORDER BY d.imported, d.due_at, d.change_id LIMIT $2
 			FOR UPDATE OF d SKIP LOCKED)
 		UPDATE app_deliveries d SET locked_by = $3, locked_until = now() + make_interval(secs => $4)
 		FROM due, account_changes c
@@ -108,9 +110,12 @@ func (s *Store) RetryDelivery(ctx context.Context, changeID int64, endpoint stri
 }
 
 // AppDeliveryStats counts the deliveries by status and finds the oldest
-// undelivered change: the oldest pending delivery's, or the first change
-// the slowest endpoint's cursor has not passed yet (no delivery created:
-// the fan-out is behind, or stopped, and the app waits all the same).
+// undelivered change: the oldest pending live delivery's, or the first
+// change the slowest endpoint's cursor has not passed yet (no delivery
+// created: the fan-out is behind, or stopped, and the app waits all the
+// same). An import's pending deliveries count as pending but not as
+// late: they wait behind every live one by design, and a first import's
+// backlog is no outage.
 func (s *Store) AppDeliveryStats(ctx context.Context) (reconcile.AppDeliveryStats, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
@@ -120,7 +125,7 @@ func (s *Store) AppDeliveryStats(ctx context.Context) (reconcile.AppDeliveryStat
 		SELECT (SELECT coalesce(max(id), 0) FROM account_changes),
 		       count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'delivered'),
 		       count(*) FILTER (WHERE status = 'dead'),
-		       least(min(created_at) FILTER (WHERE status = 'pending'),
+		       least(min(created_at) FILTER (WHERE status = 'pending' AND NOT imported),
 		             (SELECT c.created_at FROM account_changes c,
 		                (SELECT cursor_xid, cursor_id FROM app_endpoints ORDER BY cursor_xid, cursor_id LIMIT 1) e
 		              WHERE (c.xid, c.id) > (e.cursor_xid, e.cursor_id) ORDER BY c.xid, c.id LIMIT 1))

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
+
+	"github.com/billsync/billsync/reconcile"
 )
 
 // RegisterEndpoints gives each of the app's endpoints a cursor on the
@@ -43,20 +45,38 @@ func (s *Store) RegisterEndpoints(ctx context.Context, endpoints []string) error
 // land behind a cursor, and each account's changes get their deliveries in
 // seq order. Replicas skip a cursor another holds; ON CONFLICT covers a
 // delivery already written (by a writer of the old kind).
+//
+// A change whose why.trigger is $4 (an import's) gets a delivery marked
+// imported, claimed after the live ones (migrations/020_delivery_priority.sql),
+// or none when $3 (imports notify the app) is false. A live change makes
+// the imported deliveries of its account before it live (promoted, and
+// within the page, lead): it would wait for them otherwise.
 const fanOutSQL = `
 	WITH ep AS (
 		SELECT endpoint, cursor_xid, cursor_id FROM app_endpoints
 		WHERE endpoint = ANY($1) FOR UPDATE SKIP LOCKED),
 	page AS (
-		SELECT ep.endpoint, c.id, c.account_id, c.seq, c.xid FROM ep CROSS JOIN LATERAL (
-			SELECT id, account_id, seq, xid FROM account_changes
+		SELECT ep.endpoint, c.id, c.account_id, c.seq, c.xid, c.imp FROM ep CROSS JOIN LATERAL (
+			SELECT id, account_id, seq, xid, coalesce(payload->'why'->>'trigger' = $4, false) AS imp
+			FROM account_changes
 			WHERE (xid, id) > (ep.cursor_xid, ep.cursor_id)
 			  AND xid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint
 			ORDER BY xid, id LIMIT $2) c),
+	sent AS (
+		SELECT endpoint, id, account_id, seq,
+			-- imported unless a later change of its account in the page is live
+			bool_and(imp) OVER (PARTITION BY endpoint, account_id ORDER BY seq DESC) AS imported
+		FROM page WHERE $3 OR NOT imp),
 	ins AS (
-		INSERT INTO app_deliveries (change_id, endpoint, account_id, seq)
-		SELECT id, endpoint, account_id, seq FROM page
+		INSERT INTO app_deliveries (change_id, endpoint, account_id, seq, imported)
+		SELECT id, endpoint, account_id, seq, imported FROM sent
 		ON CONFLICT DO NOTHING),
+	lead AS (
+		SELECT endpoint, account_id, max(seq) AS seq FROM sent WHERE NOT imported GROUP BY endpoint, account_id),
+	promoted AS (
+		UPDATE app_deliveries d SET imported = false FROM lead
+		WHERE d.endpoint = lead.endpoint AND d.account_id = lead.account_id AND d.seq < lead.seq
+		  AND d.status = 'pending' AND d.imported),
 	last AS (
 		SELECT DISTINCT ON (endpoint) endpoint, xid, id FROM page ORDER BY endpoint, xid DESC, id DESC),
 	moved AS (
@@ -66,13 +86,14 @@ const fanOutSQL = `
 
 // FanOut creates the deliveries of up to limit changes per endpoint past
 // each endpoint's cursor (registered by RegisterEndpoints; an endpoint
-// with none gets nothing). more says some endpoint's page was full: more
-// changes may be waiting.
-func (s *Store) FanOut(ctx context.Context, endpoints []string, limit int) (more bool, err error) {
+// with none gets nothing). Changes of an import (why.trigger import) get
+// deliveries claimed after the live ones, or none unless imports. more
+// says some endpoint's page was full: more changes may be waiting.
+func (s *Store) FanOut(ctx context.Context, endpoints []string, limit int, imports bool) (more bool, err error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var n int
-	if err := s.pool.QueryRow(ctx, fanOutSQL, endpoints, limit).Scan(&n); err != nil {
+	if err := s.pool.QueryRow(ctx, fanOutSQL, endpoints, limit, imports, reconcile.TriggerImport).Scan(&n); err != nil {
 		return false, fmt.Errorf("fan out changes: %w", classify(err))
 	}
 	return n >= limit, nil

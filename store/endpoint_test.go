@@ -68,7 +68,7 @@ func TestFanOutOncePerEndpointInOrder(t *testing.T) {
 	// One change a page, the two stores in turn.
 	stores := []*store.Store{st, other}
 	for i := 0; ; i++ {
-		more, err := stores[i%2].FanOut(ctx, eps, 1)
+		more, err := stores[i%2].FanOut(ctx, eps, 1, true)
 		require.NoError(t, err)
 		requirePrefixes(t, deliveriesBy(t, st))
 		if !more {
@@ -89,7 +89,7 @@ func TestFanOutOncePerEndpointInOrder(t *testing.T) {
 		wg.Go(func() {
 			for more := true; more; {
 				var err error
-				more, err = s.FanOut(ctx, eps, 2)
+				more, err = s.FanOut(ctx, eps, 2, true)
 				require.NoError(t, err)
 			}
 		})

@@ -50,6 +50,7 @@ type config struct {
 	readAllocationErr error
 	PlansPath         string
 	eventsPollErr     error // a bad BILLSYNC_EVENTS_POLL, reported by validateServe
+	importNotifyErr   error // a bad BILLSYNC_IMPORT_NOTIFY or -import-notify, reported by validateServe
 	// PruneOlderThan is -prune-older-than (app.Config.PruneAge once valid).
 	PruneOlderThan retentionFlag
 	// AppWebhookAllowHosts, when set, are the only hosts the endpoints may
@@ -142,6 +143,13 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 	})
 	fs.DurationVar(&c.AppWebhookLease, "app-webhook-lease", 2*time.Minute,
 		"how long a replica holds an app delivery it claimed; another replica sends it again after this if the first died (longer than the 10 s attempt deadline)")
+	if v := getenv("BILLSYNC_IMPORT_NOTIFY"); v != "" {
+		c.importNotifyErr = c.setImportNotify("BILLSYNC_IMPORT_NOTIFY", v)
+	}
+	fs.BoolFunc("import-notify", "send the app's webhooks an import's changes too, after every live change (env BILLSYNC_IMPORT_NOTIFY; default true); false: an import's changes reach the change feed only", func(v string) error {
+		c.importNotifyErr = c.setImportNotify("-import-notify", v)
+		return nil
+	})
 	c.bindReconcile(fs, getenv)
 	c.bindSweep(fs)
 	fs.IntVar(&c.Workers, "workers", reconcile.DefaultMaxInFlight, "the most provider fetches in flight at once in this process (0: intake only); below it each provider keeps as many as its rate (-stripe-rate, -kinde-rate) can use at its observed latency, so this is a bound, not the throughput knob")
@@ -222,6 +230,17 @@ func envFloat(getenv func(string) string, name string) (float64, error) {
 		return 0, fmt.Errorf("%s %q: want a number", name, v)
 	}
 	return f, nil
+}
+
+// setImportNotify sets QuietImports from v, the value of name
+// (BILLSYNC_IMPORT_NOTIFY or -import-notify).
+func (c *config) setImportNotify(name, v string) error {
+	notify, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		return fmt.Errorf("%s %q: want true or false", name, v)
+	}
+	c.QuietImports = !notify
+	return nil
 }
 
 // envBool reads a boolean environment variable: true, 1 or yes (any
@@ -319,7 +338,7 @@ func (c *config) validateServe() error {
 	if _, err := parseSweepSchedule(c.SweepSchedule); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, c.eventsPollErr)
+	errs = append(errs, c.eventsPollErr, c.importNotifyErr)
 	if c.EventsOverlap < 0 {
 		errs = append(errs, errors.New("-events-overlap must not be negative"))
 	}

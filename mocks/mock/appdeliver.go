@@ -13,7 +13,7 @@ var _ reconcile.AppDeliveryStore = (*AppDeliveryStore)(nil)
 // matching function.
 type AppDeliveryStore struct {
 	RegisterEndpointsFn func(ctx context.Context, endpoints []string) error
-	FanOutFn            func(ctx context.Context, endpoints []string, limit int) (more bool, err error)
+	FanOutFn            func(ctx context.Context, endpoints []string, limit int, imports bool) (more bool, err error)
 	ClaimDeliveriesFn   func(ctx context.Context, holder string, endpoints []string, limit int, lease time.Duration) ([]reconcile.AppDelivery, error)
 	RecordDeliveryFn    func(ctx context.Context, holder string, d reconcile.AppDelivery, a reconcile.AppDeliveryAttempt, status string, retryIn time.Duration) error
 }
@@ -22,8 +22,8 @@ func (s *AppDeliveryStore) RegisterEndpoints(ctx context.Context, endpoints []st
 	return s.RegisterEndpointsFn(ctx, endpoints)
 }
 
-func (s *AppDeliveryStore) FanOut(ctx context.Context, endpoints []string, limit int) (bool, error) {
-	return s.FanOutFn(ctx, endpoints, limit)
+func (s *AppDeliveryStore) FanOut(ctx context.Context, endpoints []string, limit int, imports bool) (bool, error) {
+	return s.FanOutFn(ctx, endpoints, limit, imports)
 }
 
 func (s *AppDeliveryStore) ClaimDeliveries(ctx context.Context, holder string, endpoints []string, limit int, lease time.Duration) ([]reconcile.AppDelivery, error) {

@@ -509,7 +509,7 @@ func FanOut(t testing.TB, st *store.Store, endpoints ...string) {
 	defer cancel()
 	for more := true; more; {
 		var err error
-		if more, err = st.FanOut(ctx, endpoints, 100); err != nil {
+		if more, err = st.FanOut(ctx, endpoints, 100, true); err != nil {
 			t.Fatalf("storetest: %v", err)
 		}
 	}
