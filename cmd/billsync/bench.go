@@ -96,10 +96,13 @@ runs at serve's defaults for that key. drain, latency and sweep run at
           operations allow for -load-for: webhook → applied p50/p99,
           compared with the provider's latency and with the 8-in-flight
           baseline
-  sweep   every account re-read in bulk from the fake at the list
-          operation's 25 req/s, 1% of them drifted (plan changed, webhook
-          lost); compared with the time its list calls need at that rate,
-          and with the requests of reconciling each account one by one
+  sweep   first the import: every customer at the fake listed into an
+          empty database (a run of kind import, as serve's first start
+          runs it) at the list operation's 25 req/s; then every account
+          re-read in bulk at the same rate, 1% of them drifted (plan
+          changed, webhook lost). Each compared with the time its list
+          calls need at that rate; the sweep also with the requests of
+          reconciling each account one by one
   heal    plan changes at the fake timed until their accounts show them:
           by webhook (the baseline), then with every webhook dropped and
           the events feed alone, at the interval the read budget of an
@@ -126,13 +129,13 @@ flags:`)
 	cfg.bindCommon(fs, os.Getenv)
 	bc := bench.Config{Logger: logger}
 	asJSON := fs.Bool("json", false, "print the results as JSON instead of a table")
-	fs.BoolVar(&bc.Full, "full", false, "the issue's sizes (senders 1, 8 and 32; 10,000 events over 1,000 customers; a sweep of 100,000 accounts): a few minutes")
+	fs.BoolVar(&bc.Full, "full", false, "the issue's sizes (senders 1, 8 and 32; 10,000 events over 1,000 customers; an import and a sweep of 100,000 accounts): a few minutes")
 	fs.Var((*benchSenders)(&bc.Senders), "senders", "intake sender counts, comma-separated")
 	fs.IntVar(&bc.IntakeDeliveries, "intake-deliveries", 0, "intake deliveries per path, round and sender count")
 	fs.IntVar(&bc.Rounds, "rounds", 0, "intake rounds per sender count (paths alternate which goes first)")
 	fs.IntVar(&bc.DrainEvents, "drain-events", 0, "drain: events to store before the workers start")
 	fs.IntVar(&bc.Customers, "customers", 0, "drain: customers the events are spread over")
-	fs.IntVar(&bc.SweepAccounts, "sweep-accounts", 0, "sweep: accounts at the fake, 1% of them drifted")
+	fs.IntVar(&bc.SweepAccounts, "sweep-accounts", 0, "sweep: customers at the fake, imported, then swept with 1% of them drifted (default 20,000; 100,000 with -full)")
 	fs.StringVar(&bc.Only, "only", "", "run one part alone: intake, drain, latency, sweep, heal or idle")
 	fs.DurationVar(&bc.LoadFor, "load-for", 0, "latency: how long the steady load (half the rate limit) is posted (default 10s, 30s with -full)")
 	fs.StringVar(&bc.CPUProfile, "cpuprofile", "", "write the measured sweep's CPU profile to this file")

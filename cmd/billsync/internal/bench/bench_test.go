@@ -264,7 +264,7 @@ func TestBenchQuick(t *testing.T) {
 	require.Equal(t, int(store.ServePoolSize(url)), rep.PoolConns, "the bench's pools are serve's size")
 	require.Len(t, rep.Intake, 2)
 	require.Equal(t, "intake throughput / ceiling, 4 senders", rep.Targets[0].Name)
-	require.Len(t, rep.Targets, 12)
+	require.Len(t, rep.Targets, 13)
 	require.Len(t, rep.Drain, 1, "one latency")
 	require.Zero(t, rep.Drain[0].RateLimited, "the client keeps within the fake's limits")
 	require.Equal(t, rep.Drain[0].APIRequests, rep.Drain[0].Operations["GET /v1/customers/{id}"]+rep.Drain[0].Operations["GET /v1/subscriptions"],
@@ -273,6 +273,7 @@ func TestBenchQuick(t *testing.T) {
 	require.Equal(t, int(cfg.allowed()/2), rep.Latency[0].Measured.Events, "one second of load at half what the read operations allow")
 	require.Len(t, rep.Sweep, 1)
 	sw := rep.Sweep[0]
+	require.Equal(t, 300, sw.Import.Imported, "the sweep's accounts were imported first")
 	require.Equal(t, 300, sw.Accounts)
 	require.Equal(t, 3, sw.Drifted, "1% of the accounts drifted")
 	require.Equal(t, sw.Drifted, sw.Healed, "the sweep healed exactly the drifted accounts")
@@ -389,6 +390,76 @@ func TestSweep1MProjection(t *testing.T) {
 	require.Equal(t, 216.0, project1M(24.93, 1064, 50, 100_000), "3.65 s + 10 × 21.28 s")
 	require.Equal(t, 213.0, project1M(20, 1064, 50, 100_000), "no excess: never less than the calls need")
 	require.Zero(t, project1M(1, 0, 50, 100_000))
+}
+
+// TestImportThenSweep: the sweep part first imports every customer into
+// the empty database (a run of kind import, its reconciles triggered
+// import), then sweeps the same accounts after 1% drifted; the import's
+// figures are its own run's, counted at the fake.
+func TestImportThenSweep(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	cfg := toy()
+	res, err := runSweep(ctx, st, cfg)
+	require.NoError(t, err)
+
+	im := res.Import
+	require.Equal(t, cfg.SweepAccounts, im.Accounts)
+	require.Equal(t, cfg.SweepAccounts, im.Imported, "the import created every account")
+	require.Len(t, storetest.Accounts(t, st), cfg.SweepAccounts)
+	require.GreaterOrEqual(t, im.ListCalls, int64(3), "300 customers in pages of 100")
+	require.LessOrEqual(t, im.ListCalls, int64(4), "and one call to find the end")
+	require.Zero(t, im.RateLimited)
+	require.Equal(t, round(float64(im.ListCalls)/cfg.listRate(), 2), im.ProviderBoundSeconds)
+	require.Positive(t, im.WallRatio)
+	require.Positive(t, im.Projected1MSeconds)
+
+	runs, err := st.SweepRuns(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, runs, 2)
+	require.Equal(t, []string{reconcile.RunSweep, reconcile.RunImport}, []string{runs[0].Kind, runs[1].Kind}, "newest first")
+	require.Equal(t, []string{"succeeded", "succeeded"}, []string{runs[0].Status, runs[1].Status})
+	triggers := map[string]int{}
+	for _, l := range storetest.ReconcileLog(t, st) {
+		triggers[l.Trigger]++
+	}
+	require.Equal(t, map[string]int{reconcile.TriggerImport: cfg.SweepAccounts, reconcile.TriggerSweep: res.Drifted}, triggers,
+		"each account imported once, then each drifted one healed by the sweep")
+	require.Equal(t, 3, res.Drifted)
+	require.Equal(t, res.Drifted, res.Healed)
+}
+
+// TestImport1MProjection: an import is projected at the rate of its
+// middle half, whether that is Stripe's list rate or its own writes, with
+// its start and end paid once; a run too short for a middle half is
+// scaled whole.
+func TestImport1MProjection(t *testing.T) {
+	flat := func(seconds, perSec int) []int {
+		tl := make([]int, seconds)
+		for i := range tl {
+			tl[i] = perSec
+		}
+		return tl
+	}
+	// Bound by its writes: 20,000 customers in 200 calls over 50 s, two
+	// calls (200 customers) a second in the middle.
+	steady, projected := projectImport1M(50, 200, 20_000, flat(50, 2))
+	require.Equal(t, 200.0, steady)
+	require.Equal(t, 4950.0, projected, "50 s + 980,000 ÷ 200/s")
+	require.Equal(t, 442.0, project1M(50, 200, 25, 20_000), "the sweep's projection scales the calls alone: 42 s + 400 s")
+
+	// Bound by Stripe: 25 calls a second in the middle, after a slow start.
+	tl := append([]int{2, 5}, flat(8, 25)...)
+	steady, projected = projectImport1M(10, 200, 20_000, tl)
+	require.Equal(t, 2500.0, steady)
+	require.Equal(t, 402.0, projected, "10 s + 980,000 ÷ 2,500/s")
+
+	steady, projected = projectImport1M(3, 30, 3000, []int{10, 10, 10})
+	require.Equal(t, 1000.0, steady)
+	require.Equal(t, 1000.0, projected, "too short: the whole run scaled")
+	steady, projected = projectImport1M(3, 0, 3000, nil)
+	require.Zero(t, steady)
+	require.Zero(t, projected)
 }
 
 // BenchmarkIntake is `billsync bench`'s intake pair as a Go benchmark: the

@@ -80,6 +80,7 @@ func (r *Report) evaluate() {
 		evaluateLatency(l, add)
 	}
 	for _, sw := range r.Sweep {
+		evaluateImport(sw, add)
 		evaluateSweep(sw, add)
 	}
 	if hl := r.Heal; hl.Changes > 0 {
@@ -251,6 +252,9 @@ func (r Report) Print(w io.Writer) {
 		}
 	}
 	for _, sw := range r.Sweep {
+		if sw.Import.Accounts > 0 {
+			printImport(w, sw)
+		}
 		if sw.Accounts > 0 {
 			printSweep(w, sw)
 		}
@@ -309,6 +313,40 @@ func printDrain(w io.Writer, d DrainResult) {
 		l.Fetches, l.Customers, l.FetchesPerCustomer, l.Refetched)
 }
 
+// evaluateImport judges the import that created the sweep's accounts.
+func evaluateImport(sw SweepResult, add func(Target)) {
+	im := sw.Import
+	if im.Accounts == 0 {
+		return
+	}
+	add(Target{
+		Name: fmt.Sprintf("import wall time / list operation's minimum, %d accounts into an empty database, %s", im.Accounts, at(sw.LatencyMs)), Value: im.WallRatio, Unit: "ratio",
+		Target: fmt.Sprintf("<= %.1f", TargetImportWall), Pass: im.WallRatio > 0 && im.WallRatio <= TargetImportWall,
+		Baseline: fmt.Sprintf("%.2f s (%.0f accounts/s) against %d list calls ÷ %.0f req/s = %.2f s; the sweep of the same accounts, %d drifted: %.2f s",
+			im.Seconds, im.AccountsPerSec, im.ListCalls, sw.ListRate, im.ProviderBoundSeconds, sw.Drifted, sw.Seconds),
+	})
+	if im.Accounts >= TargetImport1MFrom {
+		add(Target{
+			Name: fmt.Sprintf("import, 1M customers projected at %.0f req/s, %s", sw.ListRate, at(sw.LatencyMs)), Value: im.Projected1MSeconds / 60, Unit: "min",
+			Target: fmt.Sprintf("<= %.0f min", TargetImport1M.Minutes()), Pass: im.Projected1MSeconds > 0 && im.Projected1MSeconds <= TargetImport1M.Seconds(),
+			Baseline: fmt.Sprintf("the floor at %.0f req/s: %.1f min; at the run's middle half, %.0f accounts/s",
+				sw.ListRate, float64(im.ListCalls)/sw.ListRate*1e6/float64(im.Accounts)/60, im.SteadyPerSec),
+		})
+	}
+}
+
+func printImport(w io.Writer, sw SweepResult) {
+	im := sw.Import
+	fmt.Fprintf(w, "IMPORT: %d customers at the fake into an empty database (a run of kind import, serve's sweeper and client), limits %.0f req/s global (the listing's share: its list operation's %.0f), %.0f ms latency\n",
+		im.Accounts, sw.RateLimit, sw.ListRate, sw.LatencyMs)
+	fmt.Fprintf(w, "  %.2f s for %d list calls (%d answered 429); at the list operation's %.0f req/s they need %.2f s, so wall time is %.2f× that (1.0: bound by Stripe)\n",
+		im.Seconds, im.ListCalls, im.RateLimited, sw.ListRate, im.ProviderBoundSeconds, im.WallRatio)
+	fmt.Fprintf(w, "  %.0f accounts/s (%d imported); the sweep below lists the same accounts, %d drifted, in %.2f s (%.0f accounts/s)\n",
+		im.AccountsPerSec, im.Imported, sw.Drifted, sw.Seconds, sw.AccountsPerSec)
+	fmt.Fprintf(w, "  1M customers projected at %.0f s (%.1f min: this run, then the rest at its middle half's %.0f accounts/s); the floor at %.0f req/s: %.1f min\n\n",
+		im.Projected1MSeconds, im.Projected1MSeconds/60, im.SteadyPerSec, sw.ListRate, float64(im.ListCalls)/sw.ListRate*1e6/float64(im.Accounts)/60)
+}
+
 func printSweep(w io.Writer, sw SweepResult) {
 	parallel := "adapting to rate × latency"
 	if sw.Parallel > 0 {
@@ -322,8 +360,7 @@ func printSweep(w io.Writer, sw SweepResult) {
 		sw.AccountsPerSec, sw.Healed, sw.Drifted, sw.PerAccountCalls, sw.RequestsPerFetch, sw.CallReduction)
 	fmt.Fprintf(w, "  1M accounts projected at %.0f s (%.1f min: the list calls' time scaled, plus this run's start and end); Go heap grew at most %.1f MiB during the sweep; peak RSS %.0f MiB (includes the in-process fake)\n",
 		sw.Projected1MSeconds, sw.Projected1MSeconds/60, sw.HeapPeakMiB, sw.PeakRSSMiB)
-	fmt.Fprintf(w, "  setup: seeding the fake %.1f s, first sweep creating every account %.1f s (unmetered)\n",
-		sw.SeedSeconds, sw.FirstSweepSeconds)
+	fmt.Fprintf(w, "  setup: seeding the fake %.1f s; every account created by the import above\n", sw.SeedSeconds)
 	if p := sw.Process; p != nil {
 		fmt.Fprintf(w, "  billsync sweep, a process of its own, after another %d drifted: %d healed in %.2f s for %d list calls (%.2f× the minimum; 1M projected at %.1f min), peak RSS %.0f MiB (its own: the fake and PostgreSQL are other processes)\n",
 			p.Drifted, p.Healed, p.Seconds, p.ListCalls, p.WallRatio, p.Projected1MSeconds/60, p.PeakRSSMiB)

@@ -58,16 +58,47 @@ type SweepResult struct {
 	// HeapPeakMiB is the Go heap's peak growth during the measured sweep
 	// (sampled); PeakRSSMiB is the process's peak RSS, which includes the
 	// in-process fake holding every customer.
-	HeapPeakMiB       float64 `json:"heap_peak_mib"`
-	PeakRSSMiB        float64 `json:"peak_rss_mib"`
-	SeedSeconds       float64 `json:"seed_seconds"`
-	FirstSweepSeconds float64 `json:"first_sweep_seconds"`
+	HeapPeakMiB float64 `json:"heap_peak_mib"`
+	PeakRSSMiB  float64 `json:"peak_rss_mib"`
+	SeedSeconds float64 `json:"seed_seconds"`
+	// Import is the first run over the same customers, which created
+	// every account the measured sweep then finds: an import into an
+	// empty database, measured at the same limits and latency.
+	Import ImportResult `json:"import"`
 	// Process is the same sweep by `billsync sweep` in a process of its
 	// own (Config.SweepCommand), for billsync's own peak RSS; nil when
 	// not run.
 	Process *ProcessSweep `json:"process,omitempty"`
 	// Timeline is how many list calls the fake answered in each second of
 	// the measured sweep.
+	Timeline []int `json:"list_calls_per_second"`
+}
+
+// ImportResult is a provider's first listing into an empty database (a
+// run of kind import: Sweeper.Start with reconcile.RunImport, then Sweep),
+// with serve's client and sweeper against the fake's limits and latency.
+// Its baselines, measured in the same run: the time its list calls need
+// at the list operation's rate, and the sweep of the same accounts after
+// 1% drifted (SweepResult), which lists the same pages and writes almost
+// nothing.
+type ImportResult struct {
+	Accounts int `json:"accounts"`
+	Imported int `json:"imported"` // accounts the import wrote (sweep_runs.changed)
+	// ListCalls are the API requests of the import, counted at the fake
+	// (429 answers included).
+	ListCalls            int64   `json:"list_calls"`
+	RateLimited          int64   `json:"rate_limited"`
+	Seconds              float64 `json:"seconds"`
+	ProviderBoundSeconds float64 `json:"provider_bound_seconds"` // list calls ÷ the list rate
+	WallRatio            float64 `json:"wall_ratio"`             // Seconds / ProviderBoundSeconds: 1.0 is bound by Stripe
+	AccountsPerSec       float64 `json:"accounts_per_sec"`
+	// SteadyPerSec is the accounts a second of the run's middle half
+	// (projectImport1M); Projected1MSeconds the import of a million
+	// customers projected at it.
+	SteadyPerSec       float64 `json:"steady_accounts_per_sec"`
+	Projected1MSeconds float64 `json:"projected_1m_seconds"`
+	// Timeline is how many list calls the fake answered in each second of
+	// the import.
 	Timeline []int `json:"list_calls_per_second"`
 }
 
@@ -103,7 +134,7 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 		Wrap: counted.wrap, ConnState: counted.connState,
 		Stripe: testenv.StripeOptions{
 			Fake:   stripemock.Options{APIKey: benchKey, Clock: clock, Faults: stripemock.Faults{DropRate: 1}}, // drift: no webhook reaches billsync
-			Client: stripe.Config{RateLimit: 1e6, OperationRateLimit: 1e6, ListRateLimit: 1e6},                 // the first sweep, unmetered
+			Client: stripe.Config{RateLimit: 1e6, OperationRateLimit: 1e6, ListRateLimit: 1e6},                 // the per-account baseline, unmetered
 		},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -122,16 +153,49 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	clock.Start()
 	cfg.Logger.Info("bench sweep: fake seeded", slog.Int("customers", len(customers)), slog.Float64("seconds", res.SeedSeconds))
 
-	// Every account as billsync would hold it after a night without drift.
-	t0 = time.Now()
-	first, err := sweepOnce(ctx, st, h.Stripe.Client, plans, cfg.SweepParallel)
+	// The fake's limits and latency are on for what billsync does and off
+	// for what the bench does in the dashboard's place (the drift).
+	meter := func(on bool) error {
+		if !on {
+			h.Stripe.Fake.SetFaults(stripemock.Faults{DropRate: 1})
+			return h.Stripe.Fake.SetLimits(stripemock.Limits{})
+		}
+		h.Stripe.Fake.SetFaults(stripemock.Faults{DropRate: 1, Latency: cfg.Latency})
+		return h.Stripe.Fake.SetLimits(cfg.limits())
+	}
+	// The in-process fake holds every customer, subscription, invoice and
+	// event (about 1 GiB of small objects at 100,000 accounts), and the
+	// Go GC re-scans all of it on the cores the import and the sweep are
+	// measured on, a cost a real provider does not put on billsync's
+	// machine. So this process collects less often while they run;
+	// billsync sweep in its own process keeps the default.
+	defer debug.SetGCPercent(debug.SetGCPercent(sweepGCPercent))
+	// billsync's client at the fake's rates, the listing's share the list
+	// operation's (the client's default, as in serve).
+	client, err := h.Stripe.NewClient(cfg.client())
 	if err != nil {
 		return res, err
 	}
-	if first.Run.Seen != len(customers) || first.Run.Healed != len(customers) {
-		return res, fmt.Errorf("sweep bench: the first sweep saw %d and created %d accounts of %d", first.Run.Seen, first.Run.Healed, len(customers))
+
+	// The import: every customer into the empty database, as serve's
+	// first start runs it, measured at Stripe's limits and the latency.
+	if err := meter(true); err != nil {
+		return res, err
 	}
-	res.FirstSweepSeconds = round(time.Since(t0).Seconds(), 1)
+	runtime.GC()
+	imp, err := measureRun(ctx, st, client, plans, cfg.SweepParallel, reconcile.RunImport, counted)
+	if err != nil {
+		return res, err
+	}
+	if run := imp.rep.Run; run.Kind != reconcile.RunImport || run.Seen != len(customers) || run.Healed != len(customers) || run.Failed != 0 {
+		return res, fmt.Errorf("import bench: the run (kind %s) saw %d and created %d accounts of %d (%d failed)",
+			run.Kind, run.Seen, run.Healed, len(customers), run.Failed)
+	}
+	if err := imp.checkShare("import", listRate); err != nil {
+		return res, err
+	}
+	res.Import = importResult(imp, len(customers), listRate)
+	cfg.Logger.Info("bench import: done", slog.Float64("seconds", res.Import.Seconds), slog.Int64("list_calls", res.Import.ListCalls))
 
 	// Drift: every 100th customer from first moves between pro and team
 	// at Stripe, its webhook lost.
@@ -144,6 +208,9 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 			drifted++
 		}
 		return drifted, nil
+	}
+	if err := meter(false); err != nil {
+		return res, err
 	}
 	if res.Drifted, err = drift(0); err != nil {
 		return res, err
@@ -159,30 +226,8 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	res.RequestsPerFetch = round(float64(counted.requests.Load()-reqs0)/float64(min(fetchSample, len(customers))), 2)
 	res.PerAccountCalls = int64(math.Round(res.RequestsPerFetch * float64(len(customers))))
 
-	// The measured sweep: Stripe's limits enforced at the fake (429 over
-	// them) and the provider's latency, billsync's client at the same
-	// rates, the sweep's share the list operation's (the client's default,
-	// as in serve).
-	meter := func(on bool) error {
-		if !on { // the drift is the dashboard's, not metered
-			h.Stripe.Fake.SetFaults(stripemock.Faults{DropRate: 1})
-			return h.Stripe.Fake.SetLimits(stripemock.Limits{})
-		}
-		h.Stripe.Fake.SetFaults(stripemock.Faults{DropRate: 1, Latency: cfg.Latency})
-		return h.Stripe.Fake.SetLimits(cfg.limits())
-	}
+	// The measured sweep, at the import's limits and latency.
 	if err := meter(true); err != nil {
-		return res, err
-	}
-	// The in-process fake holds every customer, subscription, invoice and
-	// event (about 1 GiB of small objects at 100,000 accounts), and the
-	// Go GC re-scans all of it on the cores the sweep is measured on, a
-	// cost a real provider does not put on billsync's machine. So this
-	// process collects less often while the sweeps run; billsync sweep
-	// in its own process keeps the default.
-	defer debug.SetGCPercent(debug.SetGCPercent(sweepGCPercent))
-	client, err := h.Stripe.NewClient(cfg.client())
-	if err != nil {
 		return res, err
 	}
 	runtime.GC()
@@ -192,14 +237,11 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	stopSampling := peak.sample(20 * time.Millisecond)
 	stopProfile, err := startCPUProfile(cfg.CPUProfile)
 	if err != nil {
+		stopSampling()
 		return res, err
 	}
-	reqs0, limited0 := counted.requests.Load(), counted.limited.Load()
-	counted.mark()
-	t0 = time.Now()
-	rep, err := sweepOnce(ctx, st, client, plans, cfg.SweepParallel)
-	took := time.Since(t0)
-	res.Timeline = counted.timeline()
+	swept, err := measureRun(ctx, st, client, plans, cfg.SweepParallel, reconcile.RunSweep, counted)
+	res.Timeline = swept.timeline
 	stopSampling()
 	if perr := stopProfile(); perr != nil {
 		return res, perr
@@ -207,7 +249,8 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	if err != nil {
 		return res, err
 	}
-	res.ListCalls, res.RateLimited = counted.requests.Load()-reqs0, counted.limited.Load()-limited0
+	rep, took := swept.rep, swept.took
+	res.ListCalls, res.RateLimited = swept.calls, swept.limited
 	res.Healed = rep.Run.Healed
 	if rep.Run.Seen != len(customers) || rep.Run.Healed != res.Drifted || rep.Run.Failed != 0 {
 		return res, fmt.Errorf("sweep bench: the sweep saw %d of %d customers and healed %d of %d drifted (%d failed)",
@@ -216,8 +259,8 @@ func runSweep(ctx context.Context, st *store.Store, cfg Config) (SweepResult, er
 	res.Seconds = round(took.Seconds(), 2)
 	res.ProviderBoundSeconds = round(float64(res.ListCalls)/listRate, 2)
 	res.WallRatio = wallRatio(took.Seconds(), res.ListCalls, listRate)
-	if res.ListCalls >= minJudgedCalls && res.WallRatio < minWallRatio {
-		return res, fmt.Errorf("sweep bench: %d list calls in %.2f s, faster than the sweep's %.0f req/s allow", res.ListCalls, took.Seconds(), listRate)
+	if err := swept.checkShare("sweep", listRate); err != nil {
+		return res, err
 	}
 	if res.ListCalls > 0 {
 		res.CallReduction = round(float64(res.PerAccountCalls)/float64(res.ListCalls), 1)
@@ -326,13 +369,83 @@ func startCPUProfile(path string) (stop func() error, err error) {
 	}, nil
 }
 
-// sweepOnce runs one sweep of every Stripe account.
-func sweepOnce(ctx context.Context, st *store.Store, client *stripe.Client, plans *reconcile.Plans, parallel int) (reconcile.SweepReport, error) {
+// listingRun is one run of the sweeper over every Stripe customer, with
+// what the fake answered meanwhile.
+type listingRun struct {
+	rep      reconcile.SweepReport
+	took     time.Duration
+	calls    int64 // API requests counted at the fake, 429 answers included
+	limited  int64
+	timeline []int // requests answered in each second of the run
+}
+
+// measureRun runs one run of kind (reconcile.RunImport, RunSweep) of
+// every Stripe account, as serve's sweeper does (Start, then Sweep), and
+// counts the fake's answers by counted.
+func measureRun(ctx context.Context, st *store.Store, client *stripe.Client, plans *reconcile.Plans, parallel int,
+	kind string, counted *countingHandler) (listingRun, error) {
 	s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: st, Provider: stripe.Provider, Lister: client, Parallel: parallel, Plans: plans})
 	if err != nil {
-		return reconcile.SweepReport{}, err
+		return listingRun{}, err
 	}
-	return s.Run(ctx)
+	reqs0, limited0 := counted.requests.Load(), counted.limited.Load()
+	counted.mark()
+	t0 := time.Now()
+	started, err := s.Start(ctx, kind)
+	if err != nil {
+		return listingRun{}, err
+	}
+	rep, err := started.Sweep(ctx)
+	r := listingRun{rep: rep, took: time.Since(t0), timeline: counted.timeline(),
+		calls: counted.requests.Load() - reqs0, limited: counted.limited.Load() - limited0}
+	return r, err
+}
+
+// checkShare fails a run of minJudgedCalls list calls or more that was
+// faster than rate allows: it was given more than its share, and its
+// figures would flatter it.
+func (r listingRun) checkShare(name string, rate float64) error {
+	if r.calls >= minJudgedCalls && wallRatio(r.took.Seconds(), r.calls, rate) < minWallRatio {
+		return fmt.Errorf("%s bench: %d list calls in %.2f s, faster than the listing's %.0f req/s allow", name, r.calls, r.took.Seconds(), rate)
+	}
+	return nil
+}
+
+// importResult is the figures of the import r of n accounts, its list
+// calls at rate.
+func importResult(r listingRun, n int, rate float64) ImportResult {
+	secs := r.took.Seconds()
+	steady, projected := projectImport1M(secs, r.calls, n, r.timeline)
+	return ImportResult{Accounts: n, Imported: r.rep.Run.Healed, ListCalls: r.calls, RateLimited: r.limited,
+		Seconds: round(secs, 2), ProviderBoundSeconds: round(float64(r.calls)/rate, 2), WallRatio: wallRatio(secs, r.calls, rate),
+		AccountsPerSec: round(float64(n)/secs, 0), SteadyPerSec: steady, Projected1MSeconds: projected, Timeline: r.timeline}
+}
+
+// projectImport1M projects the import of a million customers from one of
+// n that took seconds for calls list calls, answered timeline[i] in its
+// i-th second: this run, plus the other customers at the rate of the
+// run's middle half (its list calls a second times the customers a call
+// brought). An import runs at the slower of Stripe's list rate and its
+// own writes, both in proportion to the customers, so the middle half
+// runs at that bound whichever it is; the start (the first pages, the
+// splits) and the last parts' short pages are paid once. project1M, the
+// sweep's, scales the list calls' time alone: an import bound by its
+// writes would be projected at the calls' pace. With fewer than four
+// seconds in the middle half, the whole run is scaled.
+func projectImport1M(seconds float64, calls int64, n int, timeline []int) (steadyPerSec, projected float64) {
+	if calls == 0 || n == 0 || seconds <= 0 {
+		return 0, 0
+	}
+	mid := timeline[len(timeline)/4 : len(timeline)*3/4]
+	answered := 0
+	for _, c := range mid {
+		answered += c
+	}
+	if len(mid) < 4 || answered == 0 {
+		return round(float64(n)/seconds, 0), round(seconds*1e6/float64(n), 0)
+	}
+	steadyPerSec = float64(answered) / float64(len(mid)) * float64(n) / float64(calls)
+	return round(steadyPerSec, 0), round(seconds+max(1e6-float64(n), 0)/steadyPerSec, 0)
 }
 
 func otherPrice(price string) string {
