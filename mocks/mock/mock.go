@@ -196,6 +196,15 @@ var (
 	_ reconcile.Splitter = (*Splitter)(nil)
 )
 
+// Progresser is a reconcile.Progresser whose Progress calls ProgressFn.
+type Progresser struct {
+	ProgressFn func(cursors []string) float64
+}
+
+func (p *Progresser) Progress(cursors []string) float64 { return p.ProgressFn(cursors) }
+
+var _ reconcile.Progresser = (*Progresser)(nil)
+
 // Splitter is a reconcile.Lister that is a reconcile.Splitter too: the
 // sweep lists its parts at once. Its ListBudget is ListBudgetFn's, or
 // unknown when nil (an adapting sweep then lists
