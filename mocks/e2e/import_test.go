@@ -3,8 +3,10 @@ package e2e_test
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -209,4 +211,77 @@ func TestImportLogsProgressNotAccounts(t *testing.T) {
 	require.Equal(t, []string{"import started", "import progress", "import progress", "import progress", "import succeeded"}, info)
 	require.Empty(t, logs.messages(slog.LevelWarn))
 	require.Empty(t, logs.perCustomer())
+}
+
+// TestImportMeetsALiveWebhook: during an import, a live webhook for a
+// customer the import has not reached yet is applied at once (the
+// account, and its change for the app, trigger webhook); the import,
+// reaching the customer later, finds the account right and writes nothing
+// for it: one change, not two.
+func TestImportMeetsALiveWebhook(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h, _ := newSweepHarness(t, stripemock.Options{}, false)
+	customers, _ := h.subscribeMany(250, func(int) string { return "price_pro" }) // three pages
+	var firstPage []string
+	reached, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	lister := listerFunc(func(ctx context.Context, cursor string) ([]reconcile.Snapshot, string, bool, error) {
+		if calls.Add(1) == 2 {
+			close(reached)
+			<-release
+		}
+		snaps, next, more, err := h.Stripe.Client.ListPage(ctx, cursor)
+		if calls.Load() == 1 {
+			for _, s := range snaps {
+				firstPage = append(firstPage, s.CustomerID)
+			}
+		}
+		return snaps, next, more, err
+	})
+	type result struct {
+		rep reconcile.SweepReport
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := h.sweeper(lister, nil).RunKind(ctx, reconcile.RunImport)
+		done <- result{rep, err}
+	}()
+	<-reached // the import has listed its first page and waits on the second
+
+	// A webhook for a customer on a later page is applied by the worker
+	// while the import waits.
+	live := ""
+	for _, a := range customers {
+		if !slices.Contains(firstPage, a) {
+			live = a
+			break
+		}
+	}
+	require.NotEmpty(t, live, "a customer beyond the first page")
+	require.NoError(t, h.Store.Enqueue(ctx, stripe.Provider, live, reconcile.TriggerWebhook))
+	h.DrainAll(h.Worker(reconcile.WorkerConfig{}), 0)
+	require.Equal(t, "pro", h.account(live).Plan, "applied before the import reached it")
+
+	close(release)
+	res := <-done
+	require.NoError(t, res.err)
+	require.Equal(t, 250, res.rep.Run.Seen)
+
+	var triggers []string
+	for _, l := range storetest.ReconcileLog(t, h.Store) {
+		if l.CustomerID == live && l.Result == reconcile.ResultApplied {
+			triggers = append(triggers, l.Trigger)
+		}
+	}
+	require.Equal(t, []string{reconcile.TriggerWebhook}, triggers, "the import wrote nothing for the live customer")
+	entries, err := h.Store.AccountChanges(ctx, h.account(live).ID, 10)
+	require.NoError(t, err)
+	var changes []string
+	for _, e := range entries {
+		changes = append(changes, e.Why.Trigger)
+	}
+	require.Equal(t, []string{reconcile.TriggerWebhook}, changes, "the app hears of the live customer once")
+	require.Equal(t, 250-1, res.rep.Run.Healed, "every other customer imported")
 }
