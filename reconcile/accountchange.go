@@ -247,6 +247,9 @@ type AppDelivery struct {
 	DueAt     time.Time
 	LastError string
 	Body      []byte // the change's JSON, the same bytes on every attempt
+	// Imported: an import's change, delivered after every live one and
+	// in at most ImportSlots of the deliverer's slots.
+	Imported bool
 }
 
 // AppDeliveryAttempt is what one attempt to deliver got.

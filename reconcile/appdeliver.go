@@ -25,8 +25,8 @@ type AppDeliveryStore interface {
 	FanOut(ctx context.Context, endpoints []string, limit int, imports bool) (more bool, err error)
 	// ClaimDeliveries leases up to limit due deliveries to endpoints to
 	// holder, at most one per account and endpoint, in seq order; live
-	// ones before an import's.
-	ClaimDeliveries(ctx context.Context, holder string, endpoints []string, limit int, lease time.Duration) ([]AppDelivery, error)
+	// ones before an import's, and at most imports of an import's.
+	ClaimDeliveries(ctx context.Context, holder string, endpoints []string, limit, imports int, lease time.Duration) ([]AppDelivery, error)
 	// RecordDelivery records an attempt and the delivery's next state;
 	// ErrHeld when holder's lease was taken over meanwhile.
 	RecordDelivery(ctx context.Context, holder string, d AppDelivery, a AppDeliveryAttempt, status string, retryIn time.Duration) error
@@ -84,7 +84,9 @@ type AppDelivererConfig struct {
 	Endpoints []string
 	Logger    *slog.Logger
 	// Concurrency is how many deliveries are in flight at once (each of a
-	// different account); default 8.
+	// different account); default 8. An import's take at most ImportSlots
+	// of them, so a live change never waits for a slot behind an import's
+	// backlog.
 	Concurrency int
 	// Lease is how long a claimed delivery stays this replica's; it must
 	// outlast an attempt (the sender's deadline); default 2 minutes.
@@ -104,6 +106,13 @@ type AppDelivererConfig struct {
 // fanOutPage is how many changes per endpoint one fan-out creates
 // deliveries for.
 const fanOutPage = 500
+
+// ImportSlots is how many of concurrency in-flight deliveries an import's
+// may take: all but a quarter (at least one), which stay free for live
+// changes; with one slot, that one.
+func ImportSlots(concurrency int) int {
+	return max(1, concurrency-max(1, concurrency/4))
+}
 
 // AppDeliverer sends the app its account changes: each one at least once,
 // one account's in order, with the same id on every attempt. It creates
@@ -178,7 +187,8 @@ func (d *AppDeliverer) Wake() {
 func (d *AppDeliverer) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	var inFlight atomic.Int64
+	var inFlight, importsInFlight atomic.Int64
+	importSlots := ImportSlots(d.cfg.Concurrency)
 	answered := make(chan struct{}, 1)
 	idle := false // the last claim found fewer due than it asked for
 	for ctx.Err() == nil {
@@ -189,15 +199,22 @@ func (d *AppDeliverer) Run(ctx context.Context) {
 			d.cfg.Logger.Warn("fan out app deliveries failed", slog.Any("error", err))
 		}
 		if free := d.cfg.Concurrency - int(inFlight.Load()); !idle && free > 0 {
-			ds, err := d.cfg.Store.ClaimDeliveries(ctx, d.cfg.Name, d.cfg.Endpoints, free, d.cfg.Lease)
+			imports := min(free, max(0, importSlots-int(importsInFlight.Load())))
+			ds, err := d.cfg.Store.ClaimDeliveries(ctx, d.cfg.Name, d.cfg.Endpoints, free, imports, d.cfg.Lease)
 			if err != nil && ctx.Err() == nil {
 				d.cfg.Logger.Warn("claim app deliveries failed", slog.Any("error", err))
 			}
 			for _, dl := range ds {
 				inFlight.Add(1)
+				if dl.Imported {
+					importsInFlight.Add(1)
+				}
 				wg.Go(func() {
 					defer signal(answered)
 					defer inFlight.Add(-1)
+					if dl.Imported {
+						defer importsInFlight.Add(-1)
+					}
 					d.deliver(context.WithoutCancel(ctx), dl)
 				})
 			}

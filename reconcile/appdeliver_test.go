@@ -36,11 +36,14 @@ type memRow struct {
 	by    string
 }
 
-func (m *memDeliveries) add(changeID, account, seq int64) {
+func (m *memDeliveries) add(changeID, account, seq int64) { m.addKind(changeID, account, seq, false) }
+
+// addKind adds a delivery, an import's when imported.
+func (m *memDeliveries) addKind(changeID, account, seq int64, imported bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.rows = append(m.rows, &memRow{d: reconcile.AppDelivery{ChangeID: changeID, Endpoint: "http://app.test/hook",
-		AccountID: account, Seq: seq, Status: reconcile.DeliveryPending, CreatedAt: time.Now(),
+		AccountID: account, Seq: seq, Status: reconcile.DeliveryPending, CreatedAt: time.Now(), Imported: imported,
 		Body: fmt.Appendf(nil, `{"id":%d,"account_id":%d,"seq":%d}`, changeID, account, seq)}, due: time.Now()})
 }
 
@@ -50,22 +53,31 @@ func (m *memDeliveries) RegisterEndpoints(context.Context, []string) error { ret
 
 func (m *memDeliveries) FanOut(context.Context, []string, int, bool) (bool, error) { return false, nil }
 
-func (m *memDeliveries) ClaimDeliveries(_ context.Context, holder string, _ []string, limit int, lease time.Duration) ([]reconcile.AppDelivery, error) {
+func (m *memDeliveries) ClaimDeliveries(_ context.Context, holder string, _ []string, limit, imports int, lease time.Duration) ([]reconcile.AppDelivery, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := time.Now()
 	var out []reconcile.AppDelivery
-	for _, r := range m.rows {
-		if len(out) == limit || r.d.Status != reconcile.DeliveryPending || r.due.After(now) || r.lease.After(now) {
-			continue
+	for _, imported := range []bool{false, true} { // live first
+		for _, r := range m.rows {
+			if len(out) == limit || r.d.Imported != imported || r.d.Status != reconcile.DeliveryPending ||
+				r.due.After(now) || r.lease.After(now) {
+				continue
+			}
+			if imported && imports == 0 {
+				break
+			}
+			if slices.ContainsFunc(m.rows, func(e *memRow) bool {
+				return e.d.AccountID == r.d.AccountID && e.d.Status == reconcile.DeliveryPending && e.d.Seq < r.d.Seq
+			}) {
+				continue
+			}
+			r.lease, r.by = now.Add(lease), holder
+			out = append(out, r.d)
+			if imported {
+				imports--
+			}
 		}
-		if slices.ContainsFunc(m.rows, func(e *memRow) bool {
-			return e.d.AccountID == r.d.AccountID && e.d.Status == reconcile.DeliveryPending && e.d.Seq < r.d.Seq
-		}) {
-			continue
-		}
-		r.lease, r.by = now.Add(lease), holder
-		out = append(out, r.d)
 	}
 	return out, nil
 }
@@ -321,4 +333,61 @@ func TestASlowAnswerHoldsUpItsOwnAccountOnly(t *testing.T) {
 		cancel()
 		<-done
 	})
+}
+
+// TestALiveChangeNeverWaitsForAnImportsSlots: an import's deliveries that
+// hang (a slow app) fill at most ImportSlots of the slots; a live change
+// that comes meanwhile is delivered at once.
+func TestALiveChangeNeverWaitsForAnImportsSlots(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const concurrency = 4
+		st := &memDeliveries{}
+		for i := int64(1); i <= 20; i++ { // an import's backlog, one account each
+			st.addKind(i, 100+i, 1, true)
+		}
+		release := make(chan struct{})
+		var mu sync.Mutex
+		var answered []int64
+		var importsHeld int
+		sender := &mock.AppSender{SendFn: func(_ context.Context, dl reconcile.AppDelivery) reconcile.AppDeliveryAttempt {
+			if dl.Imported {
+				mu.Lock()
+				importsHeld++
+				mu.Unlock()
+				<-release
+			}
+			mu.Lock()
+			answered = append(answered, dl.ChangeID)
+			mu.Unlock()
+			return reconcile.AppDeliveryAttempt{At: time.Now(), StatusCode: 204}
+		}}
+		d, err := reconcile.NewAppDeliverer(reconcile.AppDelivererConfig{Name: "r1", Store: st, Sender: sender,
+			Endpoints: []string{"http://app.test/hook"}, Concurrency: concurrency, Poll: time.Second})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { d.Run(ctx); close(done) }()
+
+		synctest.Wait()
+		mu.Lock()
+		require.Equal(t, reconcile.ImportSlots(concurrency), importsHeld, "the import's deliveries take their slots, no more")
+		mu.Unlock()
+		st.add(1000, 1, 1) // a live change while the import's hang
+		d.Wake()
+		synctest.Wait()
+		mu.Lock()
+		require.Equal(t, []int64{1000}, answered, "the live change delivered while the import's still hang")
+		mu.Unlock()
+		close(release)
+		synctest.Wait()
+		require.Zero(t, st.pending(), "the import's delivered once the app answers")
+		cancel()
+		<-done
+	})
+}
+
+func TestImportSlots(t *testing.T) {
+	for concurrency, want := range map[int]int{1: 1, 2: 1, 3: 2, 4: 3, 8: 6, 16: 12} {
+		require.Equal(t, want, reconcile.ImportSlots(concurrency), "concurrency %d", concurrency)
+	}
 }

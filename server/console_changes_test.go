@@ -40,7 +40,7 @@ func TestConsoleShowsWhatTheAppWasTold(t *testing.T) {
 	require.Regexp(t, `<td data-label="Seq" class="num">1</td>\s*<td data-label="When">[^<]+</td>\s*<td data-label="Changed">created</td>\s*<td data-label="Plan">pro</td>\s*<td data-label="Balance" class="num">500</td>`, body)
 
 	storetest.FanOut(t, st, endpoint)
-	ds, err := st.ClaimDeliveries(ctx, "test", []string{endpoint}, 10, time.Minute)
+	ds, err := st.ClaimDeliveries(ctx, "test", []string{endpoint}, 10, 10, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
 	require.NoError(t, st.RecordDelivery(ctx, "test", ds[0], reconcile.AppDeliveryAttempt{StatusCode: 500, Took: 12 * time.Millisecond,

@@ -136,7 +136,7 @@ func TestConsoleOverviewSignals(t *testing.T) {
 	require.Regexp(t, tile(false, "oldest undelivered change", `\d+s`), body)
 	require.Regexp(t, tile(false, "dead app deliveries", "0"), body)
 	storetest.FanOut(t, st, endpoint)
-	ds, err := st.ClaimDeliveries(ctx, "test", []string{endpoint}, 10, time.Minute)
+	ds, err := st.ClaimDeliveries(ctx, "test", []string{endpoint}, 10, 10, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
 	require.NoError(t, st.RecordDelivery(ctx, "test", ds[0], reconcile.AppDeliveryAttempt{StatusCode: 410}, reconcile.DeliveryDead, 0))

@@ -11,13 +11,13 @@ import (
 )
 
 const deliveryColumns = `d.change_id, d.endpoint, d.account_id, d.seq, d.status, d.attempts, d.created_at, d.due_at,
-	coalesce(d.last_error, ''), c.payload::text`
+	coalesce(d.last_error, ''), c.payload::text, d.imported`
 
 func scanDelivery(r pgx.CollectableRow) (reconcile.AppDelivery, error) {
 	var d reconcile.AppDelivery
 	var body string
 	err := r.Scan(&d.ChangeID, &d.Endpoint, &d.AccountID, &d.Seq, &d.Status, &d.Attempts, &d.CreatedAt, &d.DueAt,
-		&d.LastError, &body)
+		&d.LastError, &body, &d.Imported)
 	d.Body = []byte(body)
 	return d, err
 }
@@ -28,23 +28,20 @@ func scanDelivery(r pgx.CollectableRow) (reconcile.AppDelivery, error) {
 // pending to its endpoint, so one account's changes go out in order, one
 // at a time, while other accounts' go alongside. Live deliveries come
 // before imported ones (an import's backlog never delays a live change),
-// then the longest due.
-func (s *Store) ClaimDeliveries(ctx context.Context, holder string, endpoints []string, limit int, lease time.Duration) ([]reconcile.AppDelivery, error) {
+// at most imports of those, then the longest due.
+func (s *Store) ClaimDeliveries(ctx context.Context, holder string, endpoints []string, limit, imports int, lease time.Duration) ([]reconcile.AppDelivery, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(ctx, `
-		WITH due AS (
-			SELECT d.change_id, d.endpoint FROM app_deliveries d
-			WHERE d.status = 'pending' AND d.endpoint = ANY($1) AND d.due_at <= now()
-			  AND (d.locked_until IS NULL OR d.locked_until < now())
-			  AND NOT EXISTS (SELECT 1 FROM app_deliveries e
-				WHERE e.endpoint = d.endpoint AND e.account_id = d.account_id AND e.status = 'pending' AND e.seq < d.seq)
-			ORDER BY d.imported, d.due_at, d.change_id LIMIT $2
-			FOR UPDATE OF d SKIP LOCKED)
+		WITH live AS (`+dueDeliveries(false)+`),
+		imp AS (`+dueDeliveries(true)+`),
+		due AS (
+			SELECT * FROM live UNION ALL SELECT * FROM imp
+			ORDER BY imported, due_at, change_id LIMIT $2)
 		UPDATE app_deliveries d SET locked_by = $3, locked_until = now() + make_interval(secs => $4)
 		FROM due, account_changes c
 		WHERE d.change_id = due.change_id AND d.endpoint = due.endpoint AND c.id = d.change_id
-		RETURNING `+deliveryColumns, endpoints, limit, holder, lease.Seconds())
+		RETURNING `+deliveryColumns, endpoints, limit, holder, lease.Seconds(), min(imports, limit))
 	if err != nil {
 		return nil, fmt.Errorf("claim deliveries: %w", classify(err))
 	}
@@ -53,6 +50,24 @@ func (s *Store) ClaimDeliveries(ctx context.Context, holder string, endpoints []
 		return nil, fmt.Errorf("claim deliveries: %w", classify(err))
 	}
 	return ds, nil
+}
+
+// dueDeliveries selects the due deliveries, live or an import's, up to
+// $2 live or $5 imported, longest due first, locked: a delivery is due
+// when no earlier change of its account is pending to its endpoint.
+func dueDeliveries(imported bool) string {
+	limit := "$2"
+	if imported {
+		limit = "$5"
+	}
+	return fmt.Sprintf(`
+			SELECT d.change_id, d.endpoint, d.imported, d.due_at FROM app_deliveries d
+			WHERE d.status = 'pending' AND d.imported = %t AND d.endpoint = ANY($1) AND d.due_at <= now()
+			  AND (d.locked_until IS NULL OR d.locked_until < now())
+			  AND NOT EXISTS (SELECT 1 FROM app_deliveries e
+				WHERE e.endpoint = d.endpoint AND e.account_id = d.account_id AND e.status = 'pending' AND e.seq < d.seq)
+			ORDER BY d.due_at, d.change_id LIMIT %s
+			FOR UPDATE OF d SKIP LOCKED`, imported, limit)
 }
 
 // RecordDelivery records an attempt of a delivery holder claimed, and

@@ -321,16 +321,16 @@ func TestDeliveriesInOrderPerAccount(t *testing.T) {
 	}
 	eps := []string{"http://app/hook"}
 	storetest.FanOut(t, st, eps...)
-	first, err := st.ClaimDeliveries(ctx, "r1", eps, 10, time.Minute)
+	first, err := st.ClaimDeliveries(ctx, "r1", eps, 10, 10, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, first, 2, "one per account: a's seq 1 and b's seq 1")
 	for _, d := range first {
 		require.Equal(t, int64(1), d.Seq)
 	}
-	other, err := st.ClaimDeliveries(ctx, "r2", eps, 10, time.Minute)
+	other, err := st.ClaimDeliveries(ctx, "r2", eps, 10, 10, time.Minute)
 	require.NoError(t, err)
 	require.Empty(t, other, "leased ones are not claimed again; later ones wait")
-	none, err := st.ClaimDeliveries(ctx, "r3", []string{"http://elsewhere"}, 10, time.Minute)
+	none, err := st.ClaimDeliveries(ctx, "r3", []string{"http://elsewhere"}, 10, 10, time.Minute)
 	require.NoError(t, err)
 	require.Empty(t, none)
 
@@ -338,7 +338,7 @@ func TestDeliveriesInOrderPerAccount(t *testing.T) {
 	require.NoError(t, st.RecordDelivery(ctx, "r1", a, reconcile.AppDeliveryAttempt{StatusCode: 500, Error: "500"}, reconcile.DeliveryPending, time.Hour))
 	require.ErrorIs(t, st.RecordDelivery(ctx, "r2", a, reconcile.AppDeliveryAttempt{StatusCode: 200}, reconcile.DeliveryDelivered, 0),
 		reconcile.ErrHeld, "only the lease holder moves it")
-	again, err := st.ClaimDeliveries(ctx, "r2", eps, 10, time.Minute)
+	again, err := st.ClaimDeliveries(ctx, "r2", eps, 10, 10, time.Minute)
 	require.NoError(t, err)
 	require.Empty(t, again, "a retry waiting for its time holds its account's next")
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
@@ -182,11 +183,46 @@ func TestPruneKeepsAChangeNotFannedOut(t *testing.T) {
 	require.Zero(t, p.Changes, "the endpoint has not had it yet")
 
 	storetest.FanOut(t, st, ep)
-	ds, err := st.ClaimDeliveries(ctx, "r1", []string{ep}, 10, time.Minute)
+	ds, err := st.ClaimDeliveries(ctx, "r1", []string{ep}, 10, 10, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
 	require.NoError(t, st.RecordDelivery(ctx, "r1", ds[0], reconcile.AppDeliveryAttempt{StatusCode: 204}, reconcile.DeliveryDelivered, 0))
 	p, err = st.Prune(ctx, reconcile.Retention{OlderThan: 90 * 24 * time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), p.Changes)
+}
+
+// TestClaimLiveFirstAndAtMostImports: a claim gives the live change
+// before an import's older ones, and no more of an import's than asked.
+func TestClaimLiveFirstAndAtMostImports(t *testing.T) {
+	ctx := context.Background()
+	ep := "http://app/hook"
+	st := storetest.OpenStoreWithEndpoints(t, storetest.URL(t), store.Options{}, ep)
+	storetest.FanOut(t, st, ep) // registered before the changes
+	at := dbNow(t, st)
+	var p sweptPage // an import's page of three new accounts
+	for _, c := range []string{"cus_i1", "cus_i2", "cus_i3"} {
+		p.add(liveSnap(c, "price_pro"), testenv.Plans(), at)
+	}
+	_, err := st.ApplySweptPage(ctx, p.jobs, at, p.deciders)
+	require.NoError(t, err)
+	live := grantedAccount(t, st, "cus_live", "u_live", "price_pro")
+	storetest.FanOut(t, st, ep)
+
+	first, err := st.ClaimDeliveries(ctx, "r1", []string{ep}, 1, 1, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, first, 1)
+	require.Equal(t, live, first[0].AccountID, "the live change first, though written last")
+	require.False(t, first[0].Imported)
+
+	two, err := st.ClaimDeliveries(ctx, "r1", []string{ep}, 10, 2, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, two, 2, "no more of the import's than asked")
+	require.True(t, two[0].Imported && two[1].Imported)
+	none, err := st.ClaimDeliveries(ctx, "r2", []string{ep}, 10, 0, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, none, "the third is an import's, and none were asked for")
+	rest, err := st.ClaimDeliveries(ctx, "r2", []string{ep}, 1, 5, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, rest, 1)
 }

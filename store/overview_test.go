@@ -100,7 +100,7 @@ func TestOverviewSignals(t *testing.T) {
 	require.Contains(t, s["oldest undelivered change"].Value, "16m")
 
 	storetest.FanOut(t, st, "http://app/hook")
-	ds, err := st.ClaimDeliveries(ctx, "r1", []string{"http://app/hook"}, 10, time.Minute)
+	ds, err := st.ClaimDeliveries(ctx, "r1", []string{"http://app/hook"}, 10, 10, time.Minute)
 	require.NoError(t, err)
 	require.NotEmpty(t, ds)
 	for _, d := range ds {

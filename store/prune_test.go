@@ -249,7 +249,7 @@ func TestPruneFinishedChanges(t *testing.T) {
 	// Each account's first change is sent once: a's and d's delivered,
 	// b's dead, c's to be retried.
 	storetest.FanOut(t, st, ep)
-	ds, err := st.ClaimDeliveries(ctx, "r1", []string{ep}, 10, time.Minute)
+	ds, err := st.ClaimDeliveries(ctx, "r1", []string{ep}, 10, 10, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, ds, 4)
 	status := map[int64]string{ids["a"]: reconcile.DeliveryDelivered, ids["b"]: reconcile.DeliveryDead,
@@ -311,7 +311,7 @@ func TestPruneKeepsARetriedChange(t *testing.T) {
 	st := storetest.OpenStoreWithEndpoints(t, storetest.URL(t), store.Options{}, ep)
 	grantedAccount(t, st, "cus_a", "ua", "price_pro")
 	storetest.FanOut(t, st, ep)
-	ds, err := st.ClaimDeliveries(ctx, "r1", []string{ep}, 10, time.Minute)
+	ds, err := st.ClaimDeliveries(ctx, "r1", []string{ep}, 10, 10, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
 	require.NoError(t, st.RecordDelivery(ctx, "r1", ds[0], reconcile.AppDeliveryAttempt{StatusCode: 500}, reconcile.DeliveryDead, 0))

@@ -14,7 +14,7 @@ var _ reconcile.AppDeliveryStore = (*AppDeliveryStore)(nil)
 type AppDeliveryStore struct {
 	RegisterEndpointsFn func(ctx context.Context, endpoints []string) error
 	FanOutFn            func(ctx context.Context, endpoints []string, limit int, imports bool) (more bool, err error)
-	ClaimDeliveriesFn   func(ctx context.Context, holder string, endpoints []string, limit int, lease time.Duration) ([]reconcile.AppDelivery, error)
+	ClaimDeliveriesFn   func(ctx context.Context, holder string, endpoints []string, limit, imports int, lease time.Duration) ([]reconcile.AppDelivery, error)
 	RecordDeliveryFn    func(ctx context.Context, holder string, d reconcile.AppDelivery, a reconcile.AppDeliveryAttempt, status string, retryIn time.Duration) error
 }
 
@@ -26,8 +26,8 @@ func (s *AppDeliveryStore) FanOut(ctx context.Context, endpoints []string, limit
 	return s.FanOutFn(ctx, endpoints, limit, imports)
 }
 
-func (s *AppDeliveryStore) ClaimDeliveries(ctx context.Context, holder string, endpoints []string, limit int, lease time.Duration) ([]reconcile.AppDelivery, error) {
-	return s.ClaimDeliveriesFn(ctx, holder, endpoints, limit, lease)
+func (s *AppDeliveryStore) ClaimDeliveries(ctx context.Context, holder string, endpoints []string, limit, imports int, lease time.Duration) ([]reconcile.AppDelivery, error) {
+	return s.ClaimDeliveriesFn(ctx, holder, endpoints, limit, imports, lease)
 }
 
 func (s *AppDeliveryStore) RecordDelivery(ctx context.Context, holder string, d reconcile.AppDelivery, a reconcile.AppDeliveryAttempt, status string, retryIn time.Duration) error {
