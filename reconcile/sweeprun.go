@@ -49,7 +49,7 @@ const MaxImportRetry = 30 * time.Minute
 type SweepRunner struct {
 	sweepers []*Sweeper
 	log      *slog.Logger
-	retry    time.Duration // the first wait before a failed import is tried again
+	retry    time.Duration   // the first wait before a failed import is tried again
 	ctx      context.Context // the started sweeps'; cancelled when Run ends
 	cancel   context.CancelFunc
 

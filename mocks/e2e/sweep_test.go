@@ -507,7 +507,7 @@ func TestSweepEnqueuesWhatTheListingDidNotCover(t *testing.T) {
 	}
 	h.DrainAll(h.Worker(reconcile.WorkerConfig{}), 0)
 	require.Equal(t, "team", h.state(gone).Plan)
-	h.importFirst(stripe.Provider) // what a sweep queues, once imported
+	h.importFirst(stripe.Provider)                            // what a sweep queues, once imported
 	_, err := h.Stripe.API.V1Customers.Delete(ctx, gone, nil) // its webhooks are never delivered: no intake
 	require.NoError(t, err)
 	// One more customer whose queue row is dead.
