@@ -64,3 +64,46 @@ func TestStartImportsLooksAgainUnderTheLock(t *testing.T) {
 		})
 	}
 }
+
+// TestSweepOfANeverImportedProviderIsItsImport: a sweep asked for (the
+// schedule, billsync sweep, the admin) of a provider whose customers were
+// never all listed starts as its import; once imported, as a sweep. The
+// store is asked under the lock.
+func TestSweepOfANeverImportedProviderIsItsImport(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		imported bool
+		want     string
+	}{
+		{"NeverImported", false, reconcile.RunImport},
+		{"Imported", true, reconcile.RunSweep},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var locked atomic.Int32
+			var started string
+			st := &mock.SweepStore{
+				SweepLockFn: func(ctx context.Context, _ string) (context.Context, func(), error) {
+					locked.Add(1)
+					return ctx, func() { locked.Add(-1) }, nil
+				},
+				ImportedFn: func(context.Context, string) (bool, error) {
+					require.EqualValues(t, 1, locked.Load(), "asked under the lock")
+					return tc.imported, nil
+				},
+				StartSweepFn: func(_ context.Context, provider, kind string) (reconcile.SweepRun, error) {
+					started = kind
+					return reconcile.SweepRun{ID: 1, Provider: provider, Kind: kind, Progress: -1}, nil
+				},
+				EnqueueUnsweptFn: func(context.Context, int64, string, time.Duration) (int, error) { return 0, nil },
+				FinishSweepFn:    func(context.Context, reconcile.SweepRun, error) error { return nil },
+			}
+			sw, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: st, Provider: "kinde", Plans: &reconcile.Plans{}})
+			require.NoError(t, err)
+			rep, err := sw.Run(context.Background())
+			require.NoError(t, err)
+			require.Equal(t, tc.want, started)
+			require.Equal(t, tc.want, rep.Run.Kind)
+			require.Zero(t, locked.Load(), "the lock is released")
+		})
+	}
+}

@@ -232,7 +232,8 @@ func (s *Sweeper) Imported(ctx context.Context) (bool, error) {
 	return s.cfg.Store.Imported(ctx, s.cfg.Provider)
 }
 
-// Run sweeps once: Start, then the started sweep's Sweep.
+// Run sweeps once: Start, then the started sweep's Sweep (an import when
+// the provider was never imported).
 func (s *Sweeper) Run(ctx context.Context) (SweepReport, error) {
 	return s.RunKind(ctx, RunSweep)
 }
@@ -264,8 +265,9 @@ type StartedSweep struct {
 // the lock. The caller must call the StartedSweep's Sweep, which releases
 // the lock.
 //
-// kind is the run to start (RunSweep, RunImport); a run left running is
-// resumed whatever its kind, and StartedSweep.Run says which it is.
+// kind is the run to start (RunSweep, RunImport); a sweep of a provider
+// never imported (see Imported) starts as its import, and a run left
+// running is resumed whatever its kind: StartedSweep.Run says which it is.
 func (s *Sweeper) Start(ctx context.Context, kind string) (*StartedSweep, error) {
 	return s.start(ctx, kind, false)
 }
@@ -289,14 +291,22 @@ func (s *Sweeper) start(ctx context.Context, kind string, firstOnly bool) (*Star
 	if err != nil {
 		return nil, err
 	}
-	if firstOnly {
+	asked := kind
+	if firstOnly || kind == RunSweep {
+		// Looked at under the lock, so that no import completes meanwhile.
 		done, err := s.Imported(ctx)
-		if err == nil && done {
+		if err == nil && done && firstOnly {
 			err = fmt.Errorf("%s: %w", s.cfg.Provider, ErrImported)
 		}
 		if err != nil {
 			release()
 			return nil, err
+		}
+		if !done {
+			// A provider never imported has no account to heal yet: its
+			// sweep is its import (the same listing), recorded as imported,
+			// logged as progress, not as drift account by account.
+			kind = RunImport
 		}
 	}
 	begin := time.Now()
@@ -304,6 +314,10 @@ func (s *Sweeper) start(ctx context.Context, kind string, firstOnly bool) (*Star
 	if err != nil {
 		release()
 		return nil, err
+	}
+	if asked == RunSweep && run.Kind == RunImport && !run.Resumed {
+		s.log.InfoContext(ctx, fmt.Sprintf("no import of %s has completed: this sweep runs as its import", s.cfg.Provider),
+			"run", run.ID)
 	}
 	s.log.InfoContext(ctx, run.Kind+" started", "run", run.ID, "resumed", run.Resumed, "cursor", run.Cursor)
 	return &StartedSweep{Run: run, s: s, held: held, release: release, begin: begin}, nil

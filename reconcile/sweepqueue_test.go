@@ -149,6 +149,7 @@ func (s *fakeSweepStore) store() *mock.SweepStore {
 		SweepLockFn: func(ctx context.Context, _ string) (context.Context, func(), error) {
 			return ctx, func() { s.mu.Lock(); s.unlocked++; s.mu.Unlock() }, nil
 		},
+		ImportedFn: func(context.Context, string) (bool, error) { return true, nil }, // a sweep, not the import
 		StartSweepFn: func(_ context.Context, provider, _ string) (reconcile.SweepRun, error) {
 			return reconcile.SweepRun{ID: 1, Provider: provider, Cursor: s.start, Resumed: s.start != ""}, nil
 		},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 )
 
 // ErrSweepsStopped means the process is shutting down: no sweep starts.
@@ -25,7 +26,18 @@ type SweepStart struct {
 type SweepRunnerConfig struct {
 	Sweepers []*Sweeper // required: one per provider
 	Logger   *slog.Logger
+	// ImportRetry is how long StartImports waits before it starts again an
+	// import that failed (or could not start), doubled after each failure
+	// up to MaxImportRetry; default DefaultImportRetry.
+	ImportRetry time.Duration
 }
+
+// DefaultImportRetry is the wait before a failed import at start is
+// tried again; each failure doubles it, up to MaxImportRetry.
+const DefaultImportRetry = time.Minute
+
+// MaxImportRetry bounds the wait between two tries of a failing import.
+const MaxImportRetry = 30 * time.Minute
 
 // SweepRunner starts sweeps in the background for whoever asks (the admin
 // API, the console, the schedule) and keeps each one it started, so that
@@ -37,6 +49,7 @@ type SweepRunnerConfig struct {
 type SweepRunner struct {
 	sweepers []*Sweeper
 	log      *slog.Logger
+	retry    time.Duration   // the first wait before a failed import is tried again
 	ctx      context.Context // the started sweeps'; cancelled when Run ends
 	cancel   context.CancelFunc
 
@@ -50,6 +63,9 @@ func NewSweepRunner(cfg SweepRunnerConfig) (*SweepRunner, error) {
 	var errs []error
 	if len(cfg.Sweepers) == 0 {
 		errs = append(errs, errors.New("no sweepers"))
+	}
+	if cfg.ImportRetry < 0 {
+		errs = append(errs, errors.New("negative import retry"))
 	}
 	seen := map[string]bool{}
 	for _, s := range cfg.Sweepers {
@@ -65,6 +81,7 @@ func NewSweepRunner(cfg SweepRunnerConfig) (*SweepRunner, error) {
 	return &SweepRunner{
 		sweepers: cfg.Sweepers,
 		log:      cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)).With("component", "sweep"),
+		retry:    min(cmp.Or(cfg.ImportRetry, DefaultImportRetry), MaxImportRetry),
 		ctx:      ctx,
 		cancel:   cancel,
 	}, nil
@@ -81,7 +98,7 @@ func (r *SweepRunner) Start(ctx context.Context) ([]SweepStart, error) {
 	var errs []error
 	for i, sw := range r.sweepers {
 		starts[i] = SweepStart{Provider: sw.Provider()}
-		run, err := r.start(ctx, sw, RunSweep)
+		run, err := r.start(ctx, sw, RunSweep, nil)
 		if err != nil {
 			starts[i].Err = err
 			errs = append(errs, err)
@@ -99,15 +116,19 @@ func (r *SweepRunner) Start(ctx context.Context) ([]SweepStart, error) {
 // whose customers were never all listed (no run of it succeeded: see
 // SweepStore.Imported), saying so at INFO, and returns at once; a run
 // left running is resumed. An import running elsewhere (the lease) is
-// left to it. Like any run started here, the end of Run stops the
-// imports, and the next StartImports resumes them from their cursors.
-// It returns the imports it started.
+// left to it. An import that fails, or cannot start, is started again
+// after ImportRetry, then twice as long after each failure (at most
+// MaxImportRetry), until it succeeds or Run ends. Like any run started
+// here, the end of Run stops the imports, and the next StartImports
+// resumes them from their cursors. It returns the imports it started.
 func (r *SweepRunner) StartImports(ctx context.Context) []SweepStart {
 	var starts []SweepStart
 	for _, sw := range r.sweepers {
 		done, err := sw.Imported(ctx)
 		if err != nil {
-			r.log.ErrorContext(ctx, "cannot tell whether the provider was imported", "provider", sw.Provider(), slog.Any("error", err))
+			r.log.ErrorContext(ctx, "cannot tell whether the provider was imported; trying again later", "provider", sw.Provider(),
+				"in", r.retry, slog.Any("error", err))
+			r.importAgain(sw, r.retry)
 			continue
 		}
 		if done {
@@ -116,24 +137,64 @@ func (r *SweepRunner) StartImports(ctx context.Context) []SweepStart {
 		}
 		r.log.InfoContext(ctx, fmt.Sprintf("no import of %s has completed: importing its customers now", sw.Provider()),
 			"provider", sw.Provider())
-		run, err := r.start(ctx, sw, RunImport)
-		switch {
-		case errors.Is(err, ErrSweepRunning):
-			r.log.InfoContext(ctx, "import left to the replica running it", "provider", sw.Provider())
-		case errors.Is(err, ErrImported):
-			r.log.InfoContext(ctx, "import completed meanwhile, by another replica", "provider", sw.Provider())
-		case errors.Is(err, ErrSweepsStopped), ctx.Err() != nil:
-		case err != nil:
-			r.log.ErrorContext(ctx, "import did not start", "provider", sw.Provider(), slog.Any("error", err))
-		default:
+		if run, err := r.startImport(ctx, sw, r.retry); err == nil {
 			starts = append(starts, SweepStart{Provider: sw.Provider(), Run: run})
 		}
 	}
 	return starts
 }
 
-// start starts a run of kind of sw's in the background.
-func (r *SweepRunner) start(ctx context.Context, sw *Sweeper, kind string) (SweepRun, error) {
+// startImport starts sw's import in the background, unless it completed
+// already or runs elsewhere; if it fails or cannot start, it is tried
+// again retry later.
+func (r *SweepRunner) startImport(ctx context.Context, sw *Sweeper, retry time.Duration) (SweepRun, error) {
+	run, err := r.start(ctx, sw, RunImport, func(err error) {
+		// Stopped by Run's end: the next start resumes it. Else it failed
+		// (and logged why).
+		if err != nil && r.ctx.Err() == nil {
+			r.log.InfoContext(r.ctx, "import to be tried again", "provider", sw.Provider(), "in", retry)
+			r.importAgain(sw, retry)
+		}
+	})
+	switch {
+	case errors.Is(err, ErrSweepRunning):
+		r.log.InfoContext(ctx, "import left to the replica running it", "provider", sw.Provider())
+	case errors.Is(err, ErrImported):
+		r.log.InfoContext(ctx, "import completed meanwhile, by another replica", "provider", sw.Provider())
+	case errors.Is(err, ErrSweepsStopped), ctx.Err() != nil:
+	case err != nil:
+		r.log.ErrorContext(ctx, "import did not start; trying again later", "provider", sw.Provider(), "in", retry, slog.Any("error", err))
+		r.importAgain(sw, retry)
+	}
+	return run, err
+}
+
+// importAgain starts sw's import again after wait, in the background,
+// unless Run ends first; a next failure waits twice as long.
+func (r *SweepRunner) importAgain(sw *Sweeper, wait time.Duration) {
+	r.mu.Lock()
+	if r.stopped {
+		r.mu.Unlock()
+		return
+	}
+	r.running.Add(1) // so that Run's end waits for this wait too
+	r.mu.Unlock()
+	go func() {
+		defer r.running.Done()
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-t.C:
+		}
+		_, _ = r.startImport(r.ctx, sw, min(2*wait, MaxImportRetry))
+	}()
+}
+
+// start starts a run of kind of sw's in the background; ended, when not
+// nil, is called with the run's outcome once it returns.
+func (r *SweepRunner) start(ctx context.Context, sw *Sweeper, kind string, ended func(error)) (SweepRun, error) {
 	// Counted before the lock is taken, so that a Run ending meanwhile
 	// waits for this sweep too (which then stops at once).
 	r.mu.Lock()
@@ -155,7 +216,10 @@ func (r *SweepRunner) start(ctx context.Context, sw *Sweeper, kind string) (Swee
 	go func() {
 		defer r.running.Done()
 		// Sweep logs how it ended (succeeded, failed, interrupted).
-		_, _ = started.Sweep(r.ctx)
+		_, err := started.Sweep(r.ctx)
+		if ended != nil {
+			ended(err)
+		}
 	}()
 	return started.Run, nil
 }

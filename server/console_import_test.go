@@ -13,14 +13,17 @@ import (
 )
 
 // TestConsoleShowsAnImport: a running import shows on the overview with
-// its progress, pace and time left, apart from the last sweep, and on the
-// sweeps page in a table of its own.
+// its progress, pace and time left, apart from the last sweep (which a
+// newer import of the same provider does not hide), and on the sweeps
+// page in a table of its own.
 func TestConsoleShowsAnImport(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
 	ctx := context.Background()
-	sweep, err := e.st.StartSweep(ctx, "kinde", reconcile.RunSweep)
-	require.NoError(t, err)
-	require.NoError(t, e.st.FinishSweep(ctx, sweep, nil))
+	for _, provider := range []string{"kinde", "stripe"} {
+		sweep, err := e.st.StartSweep(ctx, provider, reconcile.RunSweep)
+		require.NoError(t, err)
+		require.NoError(t, e.st.FinishSweep(ctx, sweep, nil))
+	}
 	run, err := e.st.StartSweep(ctx, "stripe", reconcile.RunImport)
 	require.NoError(t, err)
 	run.Progress, run.Cursor = 0.5, "page1"
@@ -48,7 +51,8 @@ func TestConsoleShowsAnImport(t *testing.T) {
 	last := section(body, "last-sweep")
 	last = last[:strings.Index(last, "</div>")]
 	require.Contains(t, last, `kinde: <span class="status succeeded">succeeded</span>`)
-	require.NotContains(t, last, "stripe", "the import is not a sweep")
+	require.Contains(t, last, `stripe: <span class="status succeeded">succeeded</span>`, "the last sweep, though an import is newer")
+	require.NotContains(t, last, "running", "the import is not a sweep")
 
 	code, body = b.get("/admin/sweeps")
 	require.Equal(t, 200, code, body)
@@ -60,5 +64,6 @@ func TestConsoleShowsAnImport(t *testing.T) {
 	sweeps := section(body, "sweeps")
 	sweeps = sweeps[:strings.Index(sweeps, "</table>")]
 	require.Contains(t, sweeps, `<td data-label="Provider">kinde</td>`)
-	require.NotContains(t, sweeps, "stripe")
+	require.Contains(t, sweeps, `<td data-label="Provider">stripe</td>`)
+	require.NotContains(t, sweeps, "running", "the running import is not a sweep")
 }

@@ -24,8 +24,8 @@ import (
 // overviewData is the overview page's data.
 type overviewData struct {
 	reconcile.Overview
-	Sweeps     []sweepAge    // each provider's newest run when a sweep
-	Imports    []importView  // each provider's newest run when an import
+	Sweeps     []sweepAge    // each provider's newest sweep
+	Imports    []importView  // each provider's newest import
 	Deliveries template.HTML // chart: deliveries per hour
 	Reconciles template.HTML // chart: reconciles per hour by result
 	Results    []resultTotal
@@ -45,7 +45,7 @@ type sweepAge struct {
 	Bad bool // failed, or no success for more than a day and a half
 }
 
-// importView is a provider's newest run when it is an import, with its
+// importView is a provider's newest import, with its
 // pace: Percent and Left are empty when the provider's listing cannot
 // tell, Rate before the first page.
 type importView struct {

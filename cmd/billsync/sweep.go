@@ -34,8 +34,10 @@ workers, spaced by -kinde-sweep-pace so the sweep keeps to half of
 -kinde-rate. One sweep of a provider runs at a time across replicas; a run
 a crashed sweeper left resumes from its cursor. Uses serve's configuration
 (DATABASE_URL, STRIPE_API_KEY, STRIPE_API_URL, KINDE_DOMAIN,
-KINDE_CLIENT_ID, KINDE_CLIENT_SECRET, BILLSYNC_PLANS). Exits non-zero when a
-sweep fails.`)
+KINDE_CLIENT_ID, KINDE_CLIENT_SECRET, BILLSYNC_PLANS). A provider never
+imported (no sweep or import of it ever succeeded) is imported instead:
+the same listing, recorded as imported (see billsync import). Exits
+non-zero when a sweep fails.`)
 		fs.PrintDefaults()
 	}
 	return runListing(ctx, fs, args, stdout, logger, reconcile.RunSweep)
@@ -70,6 +72,13 @@ func runListing(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.
 		if errors.Is(err, reconcile.ErrSweepRunning) {
 			errs = append(errs, fmt.Errorf("%w (another replica or command holds the sweep lock: a sweep or an import)", err))
 			continue
+		}
+		if kind == reconcile.RunSweep && rep.Run.Kind == reconcile.RunImport && rep.Run.ID != 0 {
+			why := "never imported: this sweep ran as its import (see docs/import.md)"
+			if rep.Run.Resumed {
+				why = "an import was left running: this sweep resumed it"
+			}
+			fmt.Fprintf(stdout, "%s %s\n", sweeper.Provider(), why)
 		}
 		printSweepReport(stdout, sweeper.Provider(), rep, err)
 		errs = append(errs, err)

@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,26 +34,36 @@ func TestSweepCommand(t *testing.T) {
 	ctx := context.Background()
 	cus, err := h.Stripe.Customer(ctx, "u_1")
 	require.NoError(t, err)
-	_, err = h.Stripe.Subscribe(ctx, cus, "price_team")
+	sub, err := h.Stripe.Subscribe(ctx, cus, "price_team")
 	require.NoError(t, err)
 	t.Setenv("DATABASE_URL", storetest.URL(t))
 	t.Setenv("STRIPE_API_KEY", stripemock.DefaultAPIKey)
 	t.Setenv("STRIPE_API_URL", h.URL)
 
 	var out, logs bytes.Buffer
+	// Never imported: the sweep is the provider's import, and says so.
+	require.NoError(t, run(ctx, []string{"sweep"}, &out, &logs), logs.String())
+	require.True(t, strings.HasPrefix(out.String(), "stripe never imported: this sweep ran as its import (see docs/import.md)\n"+
+		"stripe import 1 succeeded\n"), out.String())
+	require.Contains(t, out.String(), "seen 1, imported 1, failed 0")
+	require.NotContains(t, out.String(), "healed", out.String())
+	require.NotContains(t, logs.String(), "sweep healed an account")
+
+	// A change no webhook told billsync of: the next sweep heals it.
+	require.NoError(t, h.Stripe.ChangePrice(ctx, sub, "price_pro"))
+	out.Reset()
 	require.NoError(t, run(ctx, []string{"sweep"}, &out, &logs), logs.String())
 	// The summary once: a sweep of one page printed its progress line too,
 	// the same figures just before them.
-	require.True(t, strings.HasPrefix(out.String(), "stripe sweep 1 succeeded\n"), out.String())
+	require.True(t, strings.HasPrefix(out.String(), "stripe sweep 2 succeeded\n"), out.String())
 	require.Equal(t, 1, strings.Count(out.String(), "seen"), out.String())
-	require.Contains(t, out.String(), "succeeded")
 	require.Contains(t, out.String(), "seen 1, healed 1, failed 0")
-	require.Contains(t, out.String(), "healed "+cus+": (no account) → team (active)")
+	require.Contains(t, out.String(), "healed "+cus+": team (active) → pro (active)")
 	require.Contains(t, out.String(), "cause: no webhook stored since the provider's change")
 
 	out.Reset()
 	require.NoError(t, run(ctx, []string{"sweep"}, &out, &logs), logs.String())
-	require.Contains(t, out.String(), "seen 1, healed 0, failed 0", "the second sweep finds nothing to heal")
+	require.Contains(t, out.String(), "seen 1, healed 0, failed 0", "the third sweep finds nothing to heal")
 
 	f := h.Stripe.Fake.Faults()
 	f.Error5xxRate = 1
@@ -96,40 +109,69 @@ func TestSweepSchedule(t *testing.T) {
 	require.NoError(t, cfg.validateServe())
 }
 
+// TestScheduledSweepRuns: serve's schedule sweeps every provider; the
+// first scheduled sweep of a provider never imported is its import
+// (recorded and logged as one: no WARN per account), the next ones are
+// sweeps.
 func TestScheduledSweepRuns(t *testing.T) {
 	h, err := testenv.New(testenv.Stripe, testenv.Options{})
 	require.NoError(t, err)
 	t.Cleanup(h.Close)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cus, err := h.Stripe.Customer(ctx, "u_1")
-	require.NoError(t, err)
-	_, err = h.Stripe.Subscribe(ctx, cus, "price_pro")
-	require.NoError(t, err)
+	var customers []string
+	for i := range 3 {
+		cus, err := h.Stripe.Customer(ctx, fmt.Sprint("u_", i))
+		require.NoError(t, err)
+		_, err = h.Stripe.Subscribe(ctx, cus, "price_pro")
+		require.NoError(t, err)
+		customers = append(customers, cus)
+	}
 	st := storetest.NewStore(t)
 	plans, err := loadPlans("")
 	require.NoError(t, err)
+	logs := &syncBuffer{}
 	// serve's assembly on the fake: its schedule, runner and worker.
 	a, err := app.New(ctx, app.Config{Workers: 1, SweepSchedule: "@every 50ms", ShutdownTimeout: time.Minute},
-		app.Parts{Store: st, Plans: plans, Stripe: h.Stripe.Client})
+		app.Parts{Store: st, Plans: plans, Stripe: h.Stripe.Client, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	require.NoError(t, err)
 	stop := a.Start(ctx)
 	require.Eventually(t, func() bool {
 		n, err := sweepsOf(st, "", "succeeded")
-		return err == nil && n >= 2
+		return err == nil && n >= 3
 	}, time.Minute, 10*time.Millisecond, "the schedule runs sweeps")
 	cancel()
 	require.NoError(t, stop(context.Background()), "the schedule, the sweeps and the worker stop")
-	acct, err := st.Account(context.Background(), "stripe", cus)
+	for _, cus := range customers {
+		acct, err := st.Account(context.Background(), "stripe", cus)
+		require.NoError(t, err)
+		require.Equal(t, "pro", acct.Plan)
+	}
+
+	runs, err := st.SweepRuns(context.Background(), maxSweepRuns)
 	require.NoError(t, err)
-	require.Equal(t, "pro", acct.Plan)
+	slices.SortFunc(runs, func(a, b reconcile.SweepRecord) int { return cmp.Compare(a.ID, b.ID) })
+	require.Equal(t, reconcile.RunImport, runs[0].Kind, "the first scheduled sweep is the import")
+	require.Equal(t, "succeeded", runs[0].Status)
+	require.Equal(t, len(customers), runs[0].Healed, "every account imported")
+	for _, r := range runs[1:] {
+		require.Equal(t, reconcile.RunSweep, r.Kind, "once imported, a sweep: run %d", r.ID)
+		require.Zero(t, r.Healed, "nothing drifted: run %d", r.ID)
+	}
+	for _, l := range storetest.ReconcileLog(t, st) {
+		require.Equal(t, reconcile.TriggerImport, l.Trigger)
+		require.True(t, strings.HasPrefix(l.Outcome, reconcile.ImportedPrefix), l.Outcome)
+	}
+	require.Contains(t, logs.String(), "no import of stripe has completed: this sweep runs as its import")
+	require.NotContains(t, logs.String(), "sweep healed an account")
+	require.NotContains(t, logs.String(), "level=WARN", "nothing for a person to look at")
 
 	// /metrics reads the sweeps from the database.
 	srv := httptest.NewServer(a.Handler())
 	t.Cleanup(srv.Close)
 	text := scrape(t, strings.TrimPrefix(srv.URL, "http://"))
-	require.Regexp(t, `(?m)^billsync_sweep_runs\{provider="stripe",status="succeeded"\} [2-9]`, text)
-	require.Regexp(t, `(?m)^billsync_sweep_healed_accounts_total\{provider="stripe"\} 1$`, text, "the first sweep created the account; the next ones found it right")
+	require.Regexp(t, `(?m)^billsync_sweep_runs\{provider="stripe",status="succeeded"\} [3-9]`, text)
+	require.Regexp(t, `(?m)^billsync_sweep_healed_accounts_total\{provider="stripe"\} 0$`, text, "the import created the accounts; the sweeps found them right")
 	require.Regexp(t, `(?m)^billsync_sweep_progress_customers\{provider="stripe"\} 0$`, text)
 	require.Regexp(t, `(?m)^billsync_sweep_last_success_timestamp_seconds\{provider="stripe"\} [0-9.e+]+$`, text)
 }
@@ -264,7 +306,8 @@ func TestServeSIGTERMStopsAnAdminSweep(t *testing.T) {
 	}, time.Minute, 10*time.Millisecond, "the sweep never applied its first page")
 
 	stopBillsync(t, proc) // exits 0, within -shutdown-timeout
-	require.True(t, strings.Contains(proc.logs.String(), "sweep interrupted; the next sweep resumes it"), "serve exited without stopping the sweep")
+	// Never imported: the admin's sweep ran as the provider's import.
+	require.True(t, strings.Contains(proc.logs.String(), "import interrupted; the next start"), "serve exited without stopping the sweep")
 	runs, err := st.SweepRuns(ctx, 10)
 	require.NoError(t, err)
 	require.Len(t, runs, 1)
@@ -277,6 +320,6 @@ func TestServeSIGTERMStopsAnAdminSweep(t *testing.T) {
 	t.Setenv("STRIPE_API_URL", h.URL)
 	var out, logs bytes.Buffer
 	require.NoError(t, run(ctx, []string{"sweep", "-sweep-parallel", "1"}, &out, &logs), logs.String())
-	require.Contains(t, out.String(), "stripe sweep 1 (resumed) succeeded")
-	require.Contains(t, out.String(), "seen 150, healed 150")
+	require.Contains(t, out.String(), "stripe an import was left running: this sweep resumed it\nstripe import 1 (resumed) succeeded")
+	require.Contains(t, out.String(), "seen 150, imported 150")
 }

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
@@ -284,4 +285,78 @@ func TestImportMeetsALiveWebhook(t *testing.T) {
 	}
 	require.Equal(t, []string{reconcile.TriggerWebhook}, changes, "the app hears of the live customer once")
 	require.Equal(t, 250-1, res.rep.Run.Healed, "every other customer imported")
+}
+
+// TestImportAtStartRetriedUntilItSucceeds: an import at start whose
+// listing fails (the provider down) is started again after a wait while
+// the runner runs, until it succeeds: no restart needed. Each failed try
+// is recorded as a failed import.
+func TestImportAtStartRetriedUntilItSucceeds(t *testing.T) {
+	t.Parallel()
+	h, _ := newSweepHarness(t, stripemock.Options{}, false)
+	customers, _ := h.subscribeMany(150, func(int) string { return "price_team" }) // two pages
+	var calls atomic.Int32
+	down := errors.New("provider down")
+	lister := listerFunc(func(ctx context.Context, cursor string) ([]reconcile.Snapshot, string, bool, error) {
+		if calls.Add(1) <= 2 { // the first two tries fail on their first page
+			return nil, "", false, down
+		}
+		return h.Stripe.Client.ListPage(ctx, cursor)
+	})
+	r, err := reconcile.NewSweepRunner(reconcile.SweepRunnerConfig{Sweepers: []*reconcile.Sweeper{h.sweeper(lister, nil)},
+		ImportRetry: time.Millisecond})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	starts := r.StartImports(context.Background())
+	require.Len(t, starts, 1)
+	rec := sweepRecord(t, h.Store, stripe.Provider, "succeeded")
+	require.Equal(t, reconcile.RunImport, rec.Kind)
+	require.Equal(t, 150, rec.Seen)
+	require.Equal(t, map[string]int{"failed": 2, "succeeded": 1}, h.sweepRuns())
+	runs, err := h.Store.SweepRuns(context.Background(), 10)
+	require.NoError(t, err)
+	for _, run := range runs {
+		require.Equal(t, reconcile.RunImport, run.Kind, "run %d", run.ID)
+	}
+	require.Empty(t, h.wrongAccounts(customers))
+	imported, err := h.Store.Imported(context.Background(), stripe.Provider)
+	require.NoError(t, err)
+	require.True(t, imported)
+}
+
+// TestImportRetryStopsWithTheRunner: the wait before a failed import's
+// next try ends with the runner, whose Run then returns; no try starts
+// after it.
+func TestImportRetryStopsWithTheRunner(t *testing.T) {
+	t.Parallel()
+	h, _ := newSweepHarness(t, stripemock.Options{}, false)
+	h.subscribeMany(1, func(int) string { return "price_team" })
+	var calls atomic.Int32
+	lister := listerFunc(func(context.Context, string) ([]reconcile.Snapshot, string, bool, error) {
+		calls.Add(1)
+		return nil, "", false, errors.New("provider down")
+	})
+	r, err := reconcile.NewSweepRunner(reconcile.SweepRunnerConfig{Sweepers: []*reconcile.Sweeper{h.sweeper(lister, nil)},
+		ImportRetry: time.Hour})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	require.Len(t, r.StartImports(context.Background()), 1)
+	sweepRecord(t, h.Store, stripe.Provider, "failed") // now waiting an hour to try again
+	cancel()
+	storetest.WaitFor(t, "Run returns, the retry's wait stopped", func() bool {
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	require.EqualValues(t, 1, calls.Load(), "no try after the runner stopped")
+	require.Equal(t, map[string]int{"failed": 1}, h.sweepRuns())
 }

@@ -114,16 +114,38 @@ func (h *harness) sweepRuns() map[string]int {
 	return byStatus
 }
 
-// sweepApplies counts the reconcile log's entries the sweep wrote.
+// sweepApplies counts the reconcile log's entries the sweeps wrote.
 func (h *harness) sweepApplies() int {
+	h.t.Helper()
+	return h.applies(reconcile.TriggerSweep)
+}
+
+// applies counts the reconcile log's entries of trigger.
+func (h *harness) applies(trigger string) int {
 	h.t.Helper()
 	n := 0
 	for _, l := range storetest.ReconcileLog(h.t, h.Store) {
-		if l.Trigger == reconcile.TriggerSweep {
+		if l.Trigger == trigger {
 			n++
 		}
 	}
 	return n
+}
+
+// importFirst runs provider's import, its first run (serve's start runs
+// it): the runs after it are sweeps, where a never-imported provider's
+// sweep is its import.
+func (h *harness) importFirst(provider string) {
+	h.t.Helper()
+	var lister reconcile.Lister
+	if provider == stripe.Provider {
+		lister = h.Stripe.Client
+	}
+	s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: h.Store, Provider: provider, Lister: lister, Plans: h.Plans})
+	require.NoError(h.t, err)
+	rep, err := s.RunKind(context.Background(), reconcile.RunImport)
+	require.NoError(h.t, err)
+	require.Equal(h.t, reconcile.RunImport, rep.Run.Kind)
 }
 
 // wrongAccounts asks the fake (through Fetch, the per-customer truth) what
@@ -167,6 +189,7 @@ func TestSweepHealsDrift(t *testing.T) {
 	customers, subs := h.subscribeMany(n, func(i int) string { return first[i] })
 	h.Delivered()
 	h.DrainAll(h.Worker(reconcile.WorkerConfig{}), 0)
+	h.importFirst(stripe.Provider) // healing is what a sweep does once imported
 	// Random plan changes and cancellations. Every fifth change loses all
 	// its webhooks (a drift the test can count on), the others each
 	// webhook with a 20% chance. The drop dice are thrown when an event is
@@ -484,6 +507,7 @@ func TestSweepEnqueuesWhatTheListingDidNotCover(t *testing.T) {
 	}
 	h.DrainAll(h.Worker(reconcile.WorkerConfig{}), 0)
 	require.Equal(t, "team", h.state(gone).Plan)
+	h.importFirst(stripe.Provider)                            // what a sweep queues, once imported
 	_, err := h.Stripe.API.V1Customers.Delete(ctx, gone, nil) // its webhooks are never delivered: no intake
 	require.NoError(t, err)
 	// One more customer whose queue row is dead.
@@ -572,6 +596,7 @@ func TestSweepWithoutAListerQueuesEveryAccountPaced(t *testing.T) {
 	t.Parallel()
 	h, _ := newSweepHarness(t, stripemock.Options{}, false)
 	ctx := context.Background()
+	h.importFirst("kinde") // no account yet: queues nothing
 	for _, c := range []string{"kinde_a", "kinde_b", "kinde_c"} {
 		storetest.BareAccount(t, h.Store, "kinde", c)
 	}

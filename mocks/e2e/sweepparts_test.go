@@ -143,6 +143,7 @@ func TestSweepListsInParts(t *testing.T) {
 	rep, err := h.sweeper(l, nil).Run(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, n, rep.Run.Seen)
+	require.Equal(t, reconcile.RunImport, rep.Run.Kind, "never imported: the sweep is the import")
 	require.Equal(t, n, rep.Run.Healed, "every account created by the sweep")
 	require.Len(t, l.listed, n)
 	for c, times := range l.listed {
@@ -153,7 +154,7 @@ func TestSweepListsInParts(t *testing.T) {
 	pages := (n + 99) / 100
 	t.Logf("%d list calls for %d pages (%d pages listed, up to %d at once)", calls.n.Load(), pages, rep.Calls, l.maxInFlight)
 	calls.requireListCost(t, pages, l.splits)
-	require.Equal(t, n, h.sweepApplies(), "one apply per customer")
+	require.Equal(t, n, h.applies(reconcile.TriggerImport), "one apply per customer")
 }
 
 // TestSweepInPartsKilledResumes: a sweeper killed with several parts under
