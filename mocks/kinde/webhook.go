@@ -43,6 +43,10 @@ type Event struct {
 	CustomerID string         `json:"customer_id"`
 	Data       map[string]any `json:"data,omitempty"`
 	At         time.Time      `json:"event_timestamp,omitzero"`
+	// Format writes the timestamp and event_timestamp claims (default
+	// time.RFC3339Nano in UTC), for the other forms RFC 3339 allows:
+	// "z", a space for "T", an offset of hours only.
+	Format func(time.Time) string `json:"-"`
 }
 
 // Sent is what SendEvent sent: the ids a receiver deduplicates on.
@@ -65,10 +69,14 @@ func (s *Server) SendEvent(ev Event) (Sent, error) {
 	for k, v := range ev.Data {
 		data[k] = v
 	}
+	format := ev.Format
+	if format == nil {
+		format = func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+	}
 	sent := Sent{WebhookID: "msg_" + randomHex(12), EventID: "event_" + randomHex(12)}
 	token, err := s.keys.Sign(map[string]any{
 		"type": ev.Type, "event_id": sent.EventID, "source": "admin", "data": data,
-		"timestamp": now.Format(time.RFC3339Nano), "event_timestamp": at.Format(time.RFC3339Nano),
+		"timestamp": format(now), "event_timestamp": format(at),
 	})
 	if err != nil {
 		return Sent{}, err

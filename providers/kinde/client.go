@@ -305,16 +305,18 @@ func text(m map[string]json.RawMessage, names ...string) string {
 	return ""
 }
 
-// when returns the first of names holding a time: an RFC 3339 string, a
-// date (2006-01-02) or Unix seconds; zero when none does.
+// when returns the first of names holding a time: an RFC 3339 string (in
+// any form parseTime reads), a date (2006-01-02) or Unix seconds; zero
+// when none does.
 func when(m map[string]json.RawMessage, names ...string) time.Time {
 	for _, n := range names {
 		var s string
 		if json.Unmarshal(m[n], &s) == nil {
-			for _, layout := range []string{time.RFC3339Nano, time.DateOnly} {
-				if t, err := time.Parse(layout, s); err == nil && reconcile.SaneEventTime(t) {
-					return t.UTC()
-				}
+			if t, ok := parseTime(s); ok && reconcile.SaneEventTime(t) {
+				return t
+			}
+			if t, err := time.Parse(time.DateOnly, s); err == nil && reconcile.SaneEventTime(t) {
+				return t
 			}
 		}
 		var sec int64

@@ -454,14 +454,6 @@ func parseClaims(claims []byte, now time.Time, window time.Duration) (reconcile.
 	return ev, nil
 }
 
-func parseTime(s string) (time.Time, bool) {
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}, false
-	}
-	return t.UTC(), true
-}
-
 func storableOrEmpty(s string) string {
 	clean, problem := reconcile.Storable(s)
 	if problem != "" {
