@@ -38,9 +38,23 @@ type Outcome struct {
 	// the second read then agreed: "" (not read again), RecheckAgreed or
 	// RecheckDisagreed.
 	Recheck string `json:"recheck,omitempty"`
+	// Answered are the stored events this reconcile answered, each once
+	// (set by the store, for the freshness SLI).
+	Answered []Answered `json:"-"`
+	// AnsweredAt is the database's time just after the commit that
+	// answered them (set by the worker; zero when unknown): each event
+	// waited AnsweredAt - ReceivedAt to be reflected in its account.
+	AnsweredAt time.Time `json:"-"`
 	// Took is how long the reconcile took, from the clock read to the
 	// commit (set by the worker; metrics).
 	Took time.Duration `json:"-"`
+}
+
+// Answered is one stored event a reconcile answered: where it was first
+// stored from and when, by the database's clock.
+type Answered struct {
+	Source     string // SourceWebhook or SourceFeed
+	ReceivedAt time.Time
 }
 
 // EventStatus is the status the outcome gives the events it answers.

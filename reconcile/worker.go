@@ -438,6 +438,8 @@ func (w *Worker) process(ctx context.Context, id string, job Job, claimed time.T
 	case err != nil:
 		log.Error("reconcile failed in the store", slog.Any("error", err))
 		out = w.recordFailure(ctx, job, observedAt, fmt.Errorf("store: %w", err))
+	default:
+		out.AnsweredAt = answeredAt(ctx, observe, out)
 	}
 	out.Took = time.Since(start)
 	switch out.Result {
@@ -454,6 +456,21 @@ func (w *Worker) process(ctx context.Context, id string, job Job, claimed time.T
 		w.cfg.OnOutcome(job, out)
 	}
 	return out
+}
+
+// answeredAt is the database's time just after the commit that answered
+// out's events, on the job's observer (no round trip for a claimed job),
+// so each event's wait to be reflected is measured on the clock that
+// stamped it; zero when none were answered or the time cannot be had.
+func answeredAt(ctx context.Context, observe observer, out Outcome) time.Time {
+	if len(out.Answered) == 0 {
+		return time.Time{}
+	}
+	at, err := observe(context.WithoutCancel(ctx))
+	if err != nil {
+		return time.Time{}
+	}
+	return at
 }
 
 // errShutdown is a fetch cut short by shutdown.

@@ -488,3 +488,49 @@ func TestWorkerClaimErrFollowsTheClaims(t *testing.T) {
 		<-done
 	})
 }
+
+// TestWorkerTimesTheAnswerAfterTheCommit: the events a committed apply
+// answered are timed at the commit, on the claim's clock (no round trip),
+// so their wait covers the fetch; a retry that answers them later is timed
+// at its own commit, and a failed attempt is timed never.
+func TestWorkerTimesTheAnswerAfterTheCommit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		received := time.Now().Add(-30 * time.Second)
+		q := &fakeQueue{job: reconcile.Job{ID: 1, Provider: "stripe", CustomerID: "cus_1"}, due: true}
+		st := q.store()
+		claim := st.ClaimFn
+		st.ClaimFn = func(ctx context.Context, id string, n int, lease time.Duration) ([]reconcile.Job, error) {
+			jobs, err := claim(ctx, id, n, lease)
+			for i := range jobs {
+				jobs[i].ClaimedAt = time.Now() // the bubble's clock stands for the database's
+			}
+			return jobs, err
+		}
+		st.ApplyFn = func(context.Context, reconcile.Job, time.Time, reconcile.Decider) (reconcile.Outcome, error) {
+			time.Sleep(time.Second) // the transaction
+			return reconcile.Outcome{Result: reconcile.ResultApplied,
+				Answered: []reconcile.Answered{{Source: reconcile.SourceWebhook, ReceivedAt: received}}}, nil
+		}
+		fails := 1
+		fetch := func(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
+			time.Sleep(2 * time.Second) // the provider's latency
+			if fails > 0 {
+				fails--
+				return reconcile.Snapshot{}, errors.New("503")
+			}
+			return liveSnapshot(ctx, customerID)
+		}
+		var outs []reconcile.Outcome
+		w := newUnitWorker(t, reconcile.WorkerConfig{Store: st, Providers: []reconcile.Provider{stripeFake(fetch)},
+			Backoff: threeWaits, OnOutcome: func(_ reconcile.Job, out reconcile.Outcome) { outs = append(outs, out) }})
+		drainUntilIdle(t, w) // the fake makes the retry due at once
+		require.Len(t, outs, 2)
+		require.Equal(t, reconcile.ResultRetry, outs[0].Result)
+		require.True(t, outs[0].AnsweredAt.IsZero(), "a failed attempt answers nothing")
+		waited := outs[1].AnsweredAt.Sub(received)
+		// 30 s before the first claim, 2 s for the failed fetch, then the
+		// retry's claim, 2 s fetch and 1 s transaction: timed at its commit.
+		require.LessOrEqual(t, waited, 35*time.Second)
+		require.GreaterOrEqual(t, waited, 35*time.Second-5*time.Second/1000, "at most 0.1% early (clock skew)")
+	})
+}

@@ -27,6 +27,7 @@ type Metrics struct {
 	receiptsOld *prometheus.CounterVec
 	reconciles  *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
+	freshness   *prometheus.HistogramVec
 	calls       *prometheus.CounterVec
 	connect     *prometheus.CounterVec
 	unmapped    *prometheus.CounterVec
@@ -73,6 +74,11 @@ func NewMetrics(depth QueueDepthFunc, logger *slog.Logger) *Metrics {
 			Help:    "Time of one reconcile, from reading the database clock to the commit (the provider fetch included), by provider and result.",
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"provider", "result"}),
+		freshness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "billsync_trigger_freshness_seconds",
+			Help:    "The freshness SLI: time from billsync first storing a trigger (a webhook receipt, or an events-feed entry: source webhook or feed) to the commit of the reconcile that answered it, once per stored event, by provider and source. The objective is the share reflected within 60 s (docs/deploy.md, SLOs).",
+			Buckets: FreshnessBuckets,
+		}, []string{"provider", "source"}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "billsync_provider_requests_total",
 			Help: "HTTP attempts at the provider's API, retries included, by provider and status code (error: no answer).",
@@ -97,7 +103,7 @@ func NewMetrics(depth QueueDepthFunc, logger *slog.Logger) *Metrics {
 	m.appAttempts = newAppAttempts()
 	m.budget = newBudgetMetrics()
 	m.reg.MustRegister(m.budget.collectors()...)
-	m.reg.MustRegister(m.receipts, m.receiptsOld, m.reconciles, m.latency, m.calls, m.connect, m.unmapped, m.rechecks, m.rateLimit, m.appAttempts,
+	m.reg.MustRegister(m.receipts, m.receiptsOld, m.reconciles, m.latency, m.freshness, m.calls, m.connect, m.unmapped, m.rechecks, m.rateLimit, m.appAttempts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if depth != nil {
 		if logger == nil {
@@ -107,6 +113,10 @@ func NewMetrics(depth QueueDepthFunc, logger *slog.Logger) *Metrics {
 	}
 	return m
 }
+
+// FreshnessBuckets are billsync_trigger_freshness_seconds's bucket bounds,
+// around the 60 s objective: the alerts read the le="60" bucket.
+var FreshnessBuckets = []float64{0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600}
 
 // ObserveReceipt counts one webhook receipt's answer.
 func (m *Metrics) ObserveReceipt(provider, answer string) {
@@ -121,10 +131,16 @@ func (m *Metrics) ObserveConnectEvent(provider string) {
 }
 
 // ObserveReconcile counts one reconcile's result (wire it to the worker's
-// OnOutcome).
+// OnOutcome), and observes, once each, the freshness of the events it
+// answered when the worker had the commit's time.
 func (m *Metrics) ObserveReconcile(job reconcile.Job, out reconcile.Outcome) {
 	m.reconciles.WithLabelValues(job.Provider, string(out.Result)).Inc()
 	m.latency.WithLabelValues(job.Provider, string(out.Result)).Observe(out.Took.Seconds())
+	if !out.AnsweredAt.IsZero() {
+		for _, a := range out.Answered {
+			m.freshness.WithLabelValues(job.Provider, a.Source).Observe(max(out.AnsweredAt.Sub(a.ReceivedAt), 0).Seconds())
+		}
+	}
 	for _, price := range out.Unmapped {
 		m.unmapped.WithLabelValues(job.Provider, price).Inc()
 	}

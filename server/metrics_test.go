@@ -66,6 +66,20 @@ func TestMetrics(t *testing.T) {
 	metrics.ObserveReconcile(reconcile.Job{Provider: "stripe"}, reconcile.Outcome{Result: reconcile.ResultUnchanged, Recheck: reconcile.RecheckAgreed})
 	require.Equal(t, 1, metricValue(t, srv.URL, `billsync_stale_read_rechecks_total{provider="stripe",second_read="agreed"}`))
 
+	// Freshness: each answered event once, by its source, at the commit's
+	// time; an outcome with no commit time observes nothing.
+	at := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	metrics.ObserveReconcile(reconcile.Job{Provider: "stripe"}, reconcile.Outcome{Result: reconcile.ResultStale, AnsweredAt: at,
+		Answered: []reconcile.Answered{{Source: "webhook", ReceivedAt: at.Add(-45 * time.Second)}, {Source: "feed", ReceivedAt: at.Add(-90 * time.Second)}}})
+	metrics.ObserveReconcile(reconcile.Job{Provider: "stripe"}, reconcile.Outcome{Result: reconcile.ResultStale,
+		Answered: []reconcile.Answered{{Source: "webhook", ReceivedAt: at}}})
+	fresh := `billsync_trigger_freshness_seconds_bucket{provider="stripe",source=`
+	require.Equal(t, 1, metricValue(t, srv.URL, `billsync_trigger_freshness_seconds_count{provider="stripe",source="webhook"}`))
+	require.Equal(t, 0, metricValue(t, srv.URL, fresh+`"webhook",le="30"}`))
+	require.Equal(t, 1, metricValue(t, srv.URL, fresh+`"webhook",le="60"}`))
+	require.Equal(t, 0, metricValue(t, srv.URL, fresh+`"feed",le="60"}`))
+	require.Equal(t, 1, metricValue(t, srv.URL, fresh+`"feed",le="120"}`))
+
 	require.Equal(t, 1, metricValue(t, srv.URL, `billsync_reconciles_total{provider="stripe",result="dead"}`))
 	require.Equal(t, 1, metricValue(t, srv.URL, `billsync_reconciles_total{provider="stripe",result="applied"}`))
 	require.Equal(t, 1, metricValue(t, srv.URL, `billsync_queue_customers{state="pending"}`))

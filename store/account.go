@@ -228,12 +228,12 @@ func finish(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.T
 	if err := writeLog(ctx, tx, job, actor, observedAt, *out); err != nil {
 		return nil, err
 	}
-	ids, n, err := markEvents(ctx, tx, job, observedAt, status, out.Text)
+	m, err := markEvents(ctx, tx, job, observedAt, status, out.Text)
 	if err != nil {
 		return nil, err
 	}
-	out.Events = n
-	return ids, finishJob(ctx, tx, job, observedAt)
+	out.Events, out.Answered = m.n, m.answered
+	return m.ids, finishJob(ctx, tx, job, observedAt)
 }
 
 // Retry records a failed attempt: the job runs again after delay, or,

@@ -35,9 +35,9 @@ func (s *Store) StoreReceipt(ctx context.Context, d reconcile.Receipt) (reconcil
 	err := s.pool.QueryRow(ctx, `
 		WITH ev AS (
 			INSERT INTO inbox_events
-				(provider, dedupe_key, event_id, type, customer_id, event_time, api_version, payload, status, outcome, processed_at, expect, user_ref)
+				(provider, dedupe_key, event_id, type, customer_id, event_time, api_version, payload, status, outcome, processed_at, expect, user_ref, source)
 			VALUES ($1, $2, $3, $4, NULLIF($5, ''), $6, NULLIF($7, ''), $8, $9, $10,
-				CASE WHEN $9 = 'ignored' THEN now() END, $13::jsonb, NULLIF($14, ''))
+				CASE WHEN $9 = 'ignored' THEN now() END, $13::jsonb, NULLIF($14, ''), $15)
 			ON CONFLICT (provider, dedupe_key) DO UPDATE
 				SET seen_count = inbox_events.seen_count + 1, last_seen_at = now()
 			RETURNING id, xmax = 0 AS inserted, seen_count, status, customer_id

@@ -190,14 +190,13 @@ func finishJob(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt tim
 // markEvents answers every stored event of the job's customer received at
 // or before observedAt with status and outcome: one reconcile answers them
 // all, because a webhook is sent after the change it reports. It returns
-// the provider ids of the first reconcile.MaxWhyEvents of them (the
-// earliest received) and how many it answered.
-func markEvents(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time, status reconcile.EventStatus, outcome string) ([]string, int, error) {
-	ids, n, err := markEventsOf(ctx, tx, job.Provider, observedAt, []answer{{job.CustomerID, status, outcome}})
+// what it marked (the ids listed are of the earliest received).
+func markEvents(ctx context.Context, tx pgx.Tx, job reconcile.Job, observedAt time.Time, status reconcile.EventStatus, outcome string) (marked, error) {
+	m, err := markEventsOf(ctx, tx, job.Provider, observedAt, []answer{{job.CustomerID, status, outcome}})
 	if err != nil {
-		return nil, 0, err
+		return marked{}, err
 	}
-	return ids[0], n[0], nil
+	return m[0], nil
 }
 
 // answer is what a reconcile answers its customer's events with.
@@ -207,9 +206,18 @@ type answer struct {
 	outcome    string
 }
 
+// marked is the events one answer marked: how many, the provider ids of
+// the first reconcile.MaxWhyEvents, and each one's source and receipt
+// time (the freshness SLI).
+type marked struct {
+	ids      []string
+	n        int
+	answered []reconcile.Answered
+}
+
 // markEventsOf is markEvents for several customers of provider (each named
-// once) in one statement: the ids and counts are aligned with answers.
-func markEventsOf(ctx context.Context, tx pgx.Tx, provider string, observedAt time.Time, answers []answer) ([][]string, []int, error) {
+// once) in one statement: the result is aligned with answers.
+func markEventsOf(ctx context.Context, tx pgx.Tx, provider string, observedAt time.Time, answers []answer) ([]marked, error) {
 	customers, statuses, outcomes := make([]string, len(answers)), make([]string, len(answers)), make([]string, len(answers))
 	for i, a := range answers {
 		customers[i], statuses[i], outcomes[i] = a.customerID, string(a.status), a.outcome
@@ -219,23 +227,25 @@ func markEventsOf(ctx context.Context, tx pgx.Tx, provider string, observedAt ti
 			UPDATE inbox_events e SET status = v.status, outcome = v.outcome, processed_at = now()
 			FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS v(customer_id, status, outcome, n)
 			WHERE e.provider = $1 AND e.customer_id = v.customer_id AND e.status IN ($6, $7) AND e.received_at <= $5
-			RETURNING v.n, e.event_id, e.received_at, e.id)
-		SELECT n, event_id FROM answered ORDER BY n, received_at, id`,
+			RETURNING v.n, e.event_id, e.received_at, e.id, e.source)
+		SELECT n, event_id, received_at, source FROM answered ORDER BY n, received_at, id`,
 		provider, customers, statuses, outcomes, observedAt, reconcile.EventPending, reconcile.EventDead)
-	ids := make([][]string, len(answers))
-	counts := make([]int, len(answers))
+	ms := make([]marked, len(answers))
 	var n int64
 	var id string
-	_, err := pgx.ForEachRow(rows, []any{&n, &id}, func() error {
-		if counts[n-1]++; len(ids[n-1]) < reconcile.MaxWhyEvents {
-			ids[n-1] = append(ids[n-1], id)
+	var a reconcile.Answered
+	_, err := pgx.ForEachRow(rows, []any{&n, &id, &a.ReceivedAt, &a.Source}, func() error {
+		m := &ms[n-1]
+		if m.n++; len(m.ids) < reconcile.MaxWhyEvents {
+			m.ids = append(m.ids, id)
 		}
+		m.answered = append(m.answered, a)
 		return nil
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("mark events: %w", err)
+		return nil, fmt.Errorf("mark events: %w", err)
 	}
-	return ids, counts, nil
+	return ms, nil
 }
 
 // Hold makes the customer's queue row due now for trigger (creating it,

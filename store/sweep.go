@@ -310,18 +310,18 @@ func (s *Store) applySweptPage(ctx context.Context, tx pgx.Tx, jobs []reconcile.
 	if err := writeLogs(ctx, tx, observedAt, entries); err != nil {
 		return nil, err
 	}
-	events, counts, err := markEventsOf(ctx, tx, provider, observedAt, answers)
+	marks, err := markEventsOf(ctx, tx, provider, observedAt, answers)
 	if err != nil {
 		return nil, err
 	}
 	var answered []string
 	as := make([]announcement, len(ds))
 	for k, d := range ds {
-		outs[at[k]].Events, outs[at[k]].WebhookSince = counts[k], since[k]
-		if counts[k] > 0 {
+		outs[at[k]].Events, outs[at[k]].WebhookSince = marks[k].n, since[k]
+		if marks[k].n > 0 {
 			answered = append(answered, d.job.CustomerID)
 		}
-		as[k] = announcement{change: d.w.Change, events: events[k], n: counts[k]}
+		as[k] = announcement{change: d.w.Change, events: marks[k].ids, n: marks[k].n}
 	}
 	if err := refreshExpects(ctx, tx, provider, answered); err != nil {
 		return nil, err

@@ -33,13 +33,14 @@ import (
 // deployDir is the repository's deploy/ folder.
 var deployDir = filepath.Join("..", "..", "deploy")
 
-// TestAlertRules checks deploy/prometheus/alerts.yml with Prometheus's own
-// promtool: the rules parse, and the unit tests in alerts_test.yml (series
+// TestAlertRules checks deploy/prometheus/alerts.yml and slo.yml with Prometheus's own
+// promtool: the rules parse, and the unit tests in alerts_test.yml and
+// slo_test.yml (series
 // that must and must not fire each alert) pass. Skipped without promtool
 // (Debian's prometheus) unless CI=true.
 func TestAlertRules(t *testing.T) {
 	promtool := needTool(t, "promtool", "prometheus")
-	for _, args := range [][]string{{"check", "rules", "alerts.yml"}, {"test", "rules", "alerts_test.yml"}} {
+	for _, args := range [][]string{{"check", "rules", "alerts.yml"}, {"test", "rules", "alerts_test.yml"}, {"check", "rules", "slo.yml"}, {"test", "rules", "slo_test.yml"}} {
 		cmd := exec.Command(promtool, args...)
 		cmd.Dir = filepath.Join(deployDir, "prometheus")
 		out, err := cmd.CombinedOutput()
