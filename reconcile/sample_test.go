@@ -70,7 +70,7 @@ func TestSampleSize(t *testing.T) {
 		want  float64
 	}{
 		"Off":         {0, reconcile.SampleBudget{Rate: 100}, 0},
-		"RateOnly":    {0.05, reconcile.SampleBudget{Rate: 100}, 300},                      // 0.05 × 100/s × 60 s
+		"RateOnly":    {0.05, reconcile.SampleBudget{Rate: 100}, 300},                     // 0.05 × 100/s × 60 s
 		"RateOnly_2R": {0.05, reconcile.SampleBudget{Rate: 25, ReadsPerAccount: 2}, 37.5}, // entitlements: two reads an account
 		// serve's default: 10,000 reads a month, nothing read yet.
 		"MinAllocation": {0.05, reconcile.SampleBudget{Rate: 100, Allocation: 10_000}, 0.05 * 10_000 / minutes},
