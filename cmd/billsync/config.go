@@ -171,8 +171,13 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 	if v := getenv("BILLSYNC_SAMPLE_SHARE"); v != "" {
 		c.SampleShare, c.sampleShareErr = envFloat(getenv, "BILLSYNC_SAMPLE_SHARE")
 	}
-	fs.Float64Var(&c.SampleShare, "sample-share", c.SampleShare,
-		"the share of each provider's rate and of what Stripe's read allocation leaves that the correctness sample spends reading accounts through the dry run, every minute (env BILLSYNC_SAMPLE_SHARE; default 0.05; 0: off; one replica samples at a time; needs -workers > 0); see docs/correctness.md")
+	fs.Func("sample-share",
+		"the share of each provider's rate and of what Stripe's read allocation leaves that the correctness sample spends reading accounts through the dry run, every minute (env BILLSYNC_SAMPLE_SHARE; default 0.05; 0: off; one replica samples at a time; needs -workers > 0); see docs/correctness.md", func(v string) error {
+			var err error
+			c.SampleShare, err = strconv.ParseFloat(v, 64)
+			c.sampleShareErr = nil
+			return err
+		})
 	fs.StringVar(&c.SweepSchedule, "sweep-schedule", cmp.Or(getenv("BILLSYNC_SWEEP_SCHEDULE"), defaultSweepSchedule),
 		"when to sweep: a five-field cron spec in UTC, or off (env BILLSYNC_SWEEP_SCHEDULE; one replica sweeps at a time; needs -workers > 0)")
 	fs.BoolVar(&c.AutoImport, "import-at-start", getenv("BILLSYNC_IMPORT_AT_START") == "" || envBool(getenv, "BILLSYNC_IMPORT_AT_START"),
@@ -325,7 +330,7 @@ func (c *config) validateServe() error {
 	if c.sampleShareErr != nil {
 		errs = append(errs, c.sampleShareErr)
 	} else if !(c.SampleShare >= 0 && c.SampleShare <= 1) {
-		errs = append(errs, fmt.Errorf("-sample-share %v: want a share of the budget from 0 (off) to 1 (the default is %v)", c.SampleShare, reconcile.DefaultSampleShare))
+		errs = append(errs, fmt.Errorf("BILLSYNC_SAMPLE_SHARE / -sample-share %v: want a share of the budget from 0 (off) to 1 (the default is %v)", c.SampleShare, reconcile.DefaultSampleShare))
 	}
 	if c.AdminToken != "" && len(c.AdminToken) < 16 {
 		errs = append(errs, errors.New("BILLSYNC_ADMIN_TOKEN is shorter than 16 characters: it opens the admin API and the support console, use a long random value (openssl rand -hex 32)"))
