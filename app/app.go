@@ -316,6 +316,9 @@ func (a *App) addWorkers(provs Providers) (*reconcile.SweepRunner, error) {
 		return nil, err
 	}
 	a.parts = append(a.parts, runner.Run)
+	if err := a.addSamplers(provs); err != nil {
+		return nil, err
+	}
 	if cfg.AutoImport {
 		// In the background, through the runner: serve's stop stops an
 		// import, and the next start resumes it from its cursor.
@@ -327,6 +330,61 @@ func (a *App) addWorkers(provs Providers) (*reconcile.SweepRunner, error) {
 		a.parts = append(a.parts, Schedule{What: "sweep", When: sched, Job: startSweeps(runner, a.logger), Logger: a.logger}.Run)
 	}
 	return runner, nil
+}
+
+// addSamplers adds each fetched provider's correctness sample when
+// -sample-share is set: one replica samples a provider at a time (a
+// lease), through the worker's dry run, within the share of the
+// provider's rate and (Stripe) of what its read allocation leaves.
+func (a *App) addSamplers(provs Providers) error {
+	if a.cfg.SampleShare <= 0 {
+		return nil
+	}
+	var err error
+	add := func(p reconcile.Provider, reads float64, spend func() (allocation, projected float64)) {
+		if p == nil || err != nil {
+			return
+		}
+		var s *reconcile.Sampler
+		s, err = reconcile.NewSampler(reconcile.SamplerConfig{Provider: p.Name(), Worker: a.worker, Store: a.st,
+			Share: a.cfg.SampleShare, Logger: a.logger, OnSample: a.metrics.ObserveSample,
+			Budget: func() reconcile.SampleBudget {
+				b := reconcile.SampleBudget{Rate: p.Budget().Rate, ReadsPerAccount: reads}
+				if spend != nil {
+					b.Allocation, b.Projected = spend()
+				}
+				return b
+			}})
+		if err == nil {
+			a.parts = append(a.parts, s.Run)
+		}
+	}
+	if provs.Stripe != nil {
+		var spend func() (float64, float64)
+		if a.spending != nil {
+			spend = func() (float64, float64) {
+				v := a.spending.View()
+				if !v.Reported {
+					return v.Allocation, 0
+				}
+				return v.Allocation, v.Projected
+			}
+		}
+		add(provs.Stripe, readsPerAccount(a.cfg.StripeEntitlements), spend)
+	}
+	if provs.Kinde != nil {
+		add(provs.Kinde, readsPerAccount(a.cfg.KindeEntitlements), nil)
+	}
+	return err
+}
+
+// readsPerAccount is what a reconcile's fetch costs: the customer (with
+// its subscriptions), and its entitlements when they are read.
+func readsPerAccount(entitlements bool) float64 {
+	if entitlements {
+		return 2
+	}
+	return 1
 }
 
 // Handler is billsync's HTTP surface: the intake, the admin and app APIs,

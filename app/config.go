@@ -72,6 +72,10 @@ type Config struct {
 	// StripeEndpointID is the Stripe webhook endpoint whose status the feed
 	// reads (STRIPE_WEBHOOK_ENDPOINT_ID); empty: found by URL.
 	StripeEndpointID string
+	// SampleShare is the share of each provider's budget the correctness
+	// sample spends (-sample-share; docs/correctness.md); 0 is off. It
+	// runs with the workers.
+	SampleShare float64
 	// PruneSchedule is when to prune (a cron spec; "" or off: never);
 	// PruneAge what a scheduled prune keeps (-prune-older-than).
 	PruneSchedule string

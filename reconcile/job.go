@@ -10,6 +10,7 @@ const (
 	TriggerImport  = "import" // a provider's first import (RunImport)
 	TriggerResync  = "resync"
 	TriggerReplay  = "replay"
+	TriggerSample  = "sample" // the correctness sample found the account drifted (sample.go)
 )
 
 // Job is a claimed queue row: one customer to reconcile, or an object

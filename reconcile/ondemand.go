@@ -73,30 +73,38 @@ func (w *Worker) ReconcileNow(ctx context.Context, req Request) (Outcome, error)
 
 // preview is a dry run: the same fetch and decision, rolled back.
 func (w *Worker) preview(ctx context.Context, st OnDemandStore, req Request) (Outcome, error) {
-	job := Job{Provider: req.Provider, CustomerID: req.CustomerID, Trigger: req.Trigger, Actor: req.Actor}
+	out, _, err := w.dryRun(ctx, st, Job{Provider: req.Provider, CustomerID: req.CustomerID, Trigger: req.Trigger, Actor: req.Actor})
+	return out, err
+}
+
+// dryRun fetches job's customer and previews the decision on its account
+// (Preview: Apply's transaction, rolled back). unknown reports that the
+// provider does not know the customer (the outcome is then ignored).
+func (w *Worker) dryRun(ctx context.Context, st OnDemandStore, job Job) (out Outcome, unknown bool, err error) {
+	customer := job.CustomerID
 	var snap Snapshot
 	var observedAt time.Time
-	var err error
 	if obj, ok := RelatedOf(job.CustomerID); ok {
 		// A thin event's object not resolved yet: its customer is read
 		// (and nothing handed over), then previewed.
-		var customer string
-		if customer, observedAt, err = w.customerOf(ctx, job, obj, w.cfg.Store.Now, nil); err == nil {
-			job.CustomerID = customer
+		var c string
+		if c, observedAt, err = w.customerOf(ctx, job, obj, w.cfg.Store.Now, nil); err == nil {
+			job.CustomerID = c
 		}
 	}
 	if err == nil {
 		snap, observedAt, err = w.fetch(ctx, job, w.cfg.Store.Now, nil)
 	}
 	if err != nil && observedAt.IsZero() { // no read: no slot, or no database time
-		return Outcome{}, fmt.Errorf("dry run %s/%s: %w", req.Provider, req.CustomerID, err)
+		return Outcome{}, false, fmt.Errorf("dry run %s/%s: %w", job.Provider, customer, err)
 	}
 	if err == nil {
-		return st.Preview(ctx, job, observedAt, NewDecider(job, snap, w.cfg.Plans, observedAt))
+		out, err = st.Preview(ctx, job, observedAt, NewDecider(job, snap, w.cfg.Plans, observedAt))
+		return out, false, err
 	}
 	if out, ok := permanent(job, err); ok {
-		return out, nil
+		return out, errors.Is(err, ErrCustomerUnknown), nil
 	}
-	return Outcome{Result: ResultRetry, Text: err.Error()},
-		fmt.Errorf("dry run %s/%s: %w: %w", req.Provider, req.CustomerID, ErrNotReconciled, err)
+	return Outcome{Result: ResultRetry, Text: err.Error()}, false,
+		fmt.Errorf("dry run %s/%s: %w: %w", job.Provider, customer, ErrNotReconciled, err)
 }

@@ -26,7 +26,14 @@ type Overview struct {
 	// the place for what later parts report (the events feed's lag, the
 	// oldest change not yet delivered to the app). The store fills them.
 	Signals []HealthSignal
+	// Drifted are the correctness sample's last drifted accounts
+	// (OverviewDrifted at most), newest first (docs/correctness.md).
+	Drifted []DriftedSample
 }
+
+// OverviewDrifted is how many of the sample's last drifted accounts the
+// overview lists.
+const OverviewDrifted = 10
 
 // OverviewHour counts one hour's deliveries and reconciles.
 type OverviewHour struct {

@@ -29,8 +29,9 @@ const DefaultPruneBatch = 1000
 // Retention says what a prune deletes.
 type Retention struct {
 	// OlderThan: handled events last seen, their receipts, reconcile
-	// log rows and the app's finished changes written longer ago than
-	// this are deleted (at least MinRetention).
+	// log rows, the app's finished changes and the correctness sample's
+	// rows written longer ago than this are deleted (at least
+	// MinRetention).
 	OlderThan time.Duration
 	// Batch bounds the rows one statement deletes (default
 	// DefaultPruneBatch).
@@ -57,6 +58,7 @@ type Pruned struct {
 	LogRows    int64 // reconcile_log rows
 	Sessions   int64 // expired console sessions
 	Changes    int64 // the app's changes, every delivery finished (their deliveries with them)
+	Samples    int64 // the correctness sample's rows
 	Batches    int   // statements run
 	Cutoff     time.Time
 	MaxInBatch int64 // the most rows one statement deleted (at most Batch)

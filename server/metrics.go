@@ -32,6 +32,9 @@ type Metrics struct {
 	connect     *prometheus.CounterVec
 	unmapped    *prometheus.CounterVec
 	rechecks    *prometheus.CounterVec
+	// The correctness sample (docs/correctness.md).
+	samples *prometheus.CounterVec
+	drifted *prometheus.CounterVec
 	// For the console's overview: this process's provider requests per
 	// second over the last minute, and when its counters began.
 	rates     *requestRates
@@ -95,6 +98,14 @@ func NewMetrics(depth QueueDepthFunc, logger *slog.Logger) *Metrics {
 			Name: "billsync_stale_read_rechecks_total",
 			Help: "Customers read a second time because the first read contradicted their newest event's own object, by provider and what the second read did: agreed (the first read was stale) or disagreed (the event was older than the provider's state, or the lag is longer than the recheck delay).",
 		}, []string{"provider", "second_read"}),
+		samples: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "billsync_sample_accounts_total",
+			Help: "Accounts the correctness sample read from the provider and compared through the dry run, by provider (docs/correctness.md).",
+		}, []string{"provider"}),
+		drifted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "billsync_sample_drifted_total",
+			Help: "Sampled accounts the provider disagreed with, by provider and class (the first difference, in the order plan, status, period, balance, features, other, missing); each drifted account counts once. Each was queued for the worker (trigger sample), but missing. The drifted share is this over billsync_sample_accounts_total.",
+		}, []string{"provider", "class"}),
 		rateLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "billsync_provider_rate_limit",
 			Help: "Requests per second this process allows itself at the provider's API, by provider: Stripe's is this replica's share of -stripe-rate (the account's global rate, shared by the replicas running workers), Kinde's -kinde-rate (each replica's own).",
@@ -103,7 +114,7 @@ func NewMetrics(depth QueueDepthFunc, logger *slog.Logger) *Metrics {
 	m.appAttempts = newAppAttempts()
 	m.budget = newBudgetMetrics()
 	m.reg.MustRegister(m.budget.collectors()...)
-	m.reg.MustRegister(m.receipts, m.receiptsOld, m.reconciles, m.latency, m.freshness, m.calls, m.connect, m.unmapped, m.rechecks, m.rateLimit, m.appAttempts,
+	m.reg.MustRegister(m.receipts, m.receiptsOld, m.reconciles, m.latency, m.freshness, m.calls, m.connect, m.unmapped, m.rechecks, m.samples, m.drifted, m.rateLimit, m.appAttempts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if depth != nil {
 		if logger == nil {
@@ -146,6 +157,15 @@ func (m *Metrics) ObserveReconcile(job reconcile.Job, out reconcile.Outcome) {
 	}
 	if out.Recheck != "" {
 		m.rechecks.WithLabelValues(job.Provider, out.Recheck).Inc()
+	}
+}
+
+// ObserveSample counts one account the correctness sample compared (wire
+// it to the sampler's OnSample).
+func (m *Metrics) ObserveSample(s reconcile.Sample) {
+	m.samples.WithLabelValues(s.Provider).Inc()
+	if s.Drifted {
+		m.drifted.WithLabelValues(s.Provider, s.Class).Inc()
 	}
 }
 

@@ -65,6 +65,11 @@ func TestMetrics(t *testing.T) {
 	require.Equal(t, 1, metricValue(t, srv.URL, `billsync_unmapped_prices_total{price="price_new",provider="stripe"}`))
 	metrics.ObserveReconcile(reconcile.Job{Provider: "stripe"}, reconcile.Outcome{Result: reconcile.ResultUnchanged, Recheck: reconcile.RecheckAgreed})
 	require.Equal(t, 1, metricValue(t, srv.URL, `billsync_stale_read_rechecks_total{provider="stripe",second_read="agreed"}`))
+	metrics.ObserveSample(reconcile.Sample{Provider: "stripe"})
+	metrics.ObserveSample(reconcile.Sample{Provider: "stripe", Drifted: true, Class: reconcile.SampleClassPlan})
+	require.Equal(t, 2, metricValue(t, srv.URL, `billsync_sample_accounts_total{provider="stripe"}`))
+	require.Equal(t, 1, metricValue(t, srv.URL, `billsync_sample_drifted_total{class="plan",provider="stripe"}`))
+	require.Equal(t, 1, metricValue(t, srv.URL, `billsync_sample_drifted_total`), "the equal account is not drifted")
 
 	// Freshness: each answered event once, by its source, at the commit's
 	// time; an outcome with no commit time observes nothing.

@@ -28,6 +28,10 @@ func TestConsoleOverview(t *testing.T) {
 	storetest.SetQueueDead(t, e.st, "stripe", "cus_gone", 5, "timeout")
 	_, err := e.st.StartSweep(context.Background(), "stripe", reconcile.RunSweep)
 	require.NoError(t, err)
+	require.NoError(t, e.st.RecordSamples(context.Background(), []reconcile.Sample{
+		{Provider: "stripe", CustomerID: "cus_equal", AccountID: id},
+		{Provider: "stripe", CustomerID: "cus_drifted", AccountID: id, Drifted: true, Class: reconcile.SampleClassMissing}})) // missing: not queued
+
 	metrics := server.NewMetrics(nil, nil)
 	for range 3 {
 		metrics.ObserveProviderRequest("stripe", "200")
@@ -61,6 +65,9 @@ func TestConsoleOverview(t *testing.T) {
 	require.Contains(t, section("queue"), "1 dead")
 	require.Regexp(t, `stripe: <span class="status running">running</span> just now, 0 healed of 0 seen`, section("last-sweep"))
 	require.Contains(t, section("unmapped"), "none")
+	require.Regexp(t, `<div class="tile bad" id="drifted">`, body, "a drifted sample is flagged")
+	require.Contains(t, section("drifted"), `<span class="status dead">missing</span> stripe <a href="/admin/accounts/`+itoa(id)+`"><code>cus_drifted</code></a>`)
+	require.NotContains(t, section("drifted"), "cus_equal", "only drifted samples")
 	deliveries := section("deliveries")
 	require.Contains(t, deliveries, `<svg class="chart"`)
 	require.Regexp(t, `new events: <strong>[1-9]\d*</strong>`, deliveries)

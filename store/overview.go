@@ -95,5 +95,8 @@ func (s *Store) Overview(ctx context.Context) (reconcile.Overview, error) {
 		return o, fmt.Errorf("overview: %w", err)
 	}
 	o.Signals = reconcile.HealthSignals(o.Now, feeds, app)
+	if o.Drifted, err = s.DriftedSamples(ctx, reconcile.OverviewDrifted); err != nil {
+		return o, fmt.Errorf("overview: %w", err)
+	}
 	return o, nil
 }

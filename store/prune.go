@@ -70,6 +70,12 @@ const (
 			FOR UPDATE)
 		DELETE FROM account_changes WHERE id IN (SELECT id FROM c)
 		  AND id NOT IN (SELECT change_id FROM d WHERE status = 'pending')`
+	// The correctness sample's rows (docs/correctness.md).
+	pruneSamplesSQL = `
+		DELETE FROM samples WHERE id IN (
+			SELECT id FROM samples WHERE sampled_at < $1
+			ORDER BY id LIMIT $2
+			FOR UPDATE SKIP LOCKED)`
 	pruneSessionsSQL = `
 		DELETE FROM console_sessions WHERE session_hash IN (
 			SELECT session_hash FROM console_sessions WHERE expires_at < $1
@@ -124,7 +130,7 @@ func (s *Store) Prune(ctx context.Context, r reconcile.Retention) (reconcile.Pru
 		before time.Time
 		n      *int64
 	}{{pruneReceiptsSQL, p.Cutoff, &p.Receipts}, {pruneEventsSQL, p.Cutoff, &p.Events}, {pruneLogSQL, p.Cutoff, &p.LogRows},
-		{pruneChangesSQL, p.Cutoff, &p.Changes}, {pruneSessionsSQL, now, &p.Sessions}}
+		{pruneChangesSQL, p.Cutoff, &p.Changes}, {pruneSamplesSQL, p.Cutoff, &p.Samples}, {pruneSessionsSQL, now, &p.Sessions}}
 	for _, step := range steps {
 		for {
 			n, err := s.pruneBatch(ctx, step.sql, step.before, batch)

@@ -50,6 +50,7 @@ type config struct {
 	readAllocationErr error
 	PlansPath         string
 	eventsPollErr     error // a bad BILLSYNC_EVENTS_POLL, reported by validateServe
+	sampleShareErr    error // a bad BILLSYNC_SAMPLE_SHARE, reported by validateServe
 	importNotifyErr   error // a bad BILLSYNC_IMPORT_NOTIFY or -import-notify, reported by validateServe
 	// PruneOlderThan is -prune-older-than (app.Config.PruneAge once valid).
 	PruneOlderThan retentionFlag
@@ -166,6 +167,17 @@ func (c *config) bindServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&c.EventsOverlap, "events-overlap", reconcile.DefaultFeedOverlap,
 		"how far before its cursor each events poll lists again: Stripe may list an event a little after its created time")
 	c.StripeEndpointID = getenv("STRIPE_WEBHOOK_ENDPOINT_ID")
+	c.SampleShare = reconcile.DefaultSampleShare
+	if v := getenv("BILLSYNC_SAMPLE_SHARE"); v != "" {
+		c.SampleShare, c.sampleShareErr = envFloat(getenv, "BILLSYNC_SAMPLE_SHARE")
+	}
+	fs.Func("sample-share",
+		"the share of each provider's rate and of what Stripe's read allocation leaves that the correctness sample spends reading accounts through the dry run, every minute (env BILLSYNC_SAMPLE_SHARE; default 0.05; 0: off; one replica samples at a time; needs -workers > 0); see docs/correctness.md", func(v string) error {
+			var err error
+			c.SampleShare, err = strconv.ParseFloat(v, 64)
+			c.sampleShareErr = nil
+			return err
+		})
 	fs.StringVar(&c.SweepSchedule, "sweep-schedule", cmp.Or(getenv("BILLSYNC_SWEEP_SCHEDULE"), defaultSweepSchedule),
 		"when to sweep: a five-field cron spec in UTC, or off (env BILLSYNC_SWEEP_SCHEDULE; one replica sweeps at a time; needs -workers > 0)")
 	fs.BoolVar(&c.AutoImport, "import-at-start", getenv("BILLSYNC_IMPORT_AT_START") == "" || envBool(getenv, "BILLSYNC_IMPORT_AT_START"),
@@ -314,6 +326,11 @@ func (c *config) validateServe() error {
 	}
 	if !c.KindeOn() || stripeSet {
 		errs = append(errs, c.validateStripe()...)
+	}
+	if c.sampleShareErr != nil {
+		errs = append(errs, c.sampleShareErr)
+	} else if !(c.SampleShare >= 0 && c.SampleShare <= 1) {
+		errs = append(errs, fmt.Errorf("BILLSYNC_SAMPLE_SHARE / -sample-share %v: want a share of the budget from 0 (off) to 1 (the default is %v)", c.SampleShare, reconcile.DefaultSampleShare))
 	}
 	if c.AdminToken != "" && len(c.AdminToken) < 16 {
 		errs = append(errs, errors.New("BILLSYNC_ADMIN_TOKEN is shorter than 16 characters: it opens the admin API and the support console, use a long random value (openssl rand -hex 32)"))

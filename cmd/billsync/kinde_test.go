@@ -116,8 +116,9 @@ func TestServeStartsWhileKindeIsUnreachable(t *testing.T) {
 	dead := freeAddr(t) // nothing listens there
 	addr := freeAddr(t)
 	dbURL := storetest.URL(t)
+	// No sample either: its lease would be the one row in the database.
 	p := startBillsync(t, "", addr, append(kindeEnv("http://"+dead), "DATABASE_URL="+dbURL,
-		"BILLSYNC_TEST_ARGS=serve -workers 1 -import-at-start=false -addr "+addr)...)
+		"BILLSYNC_TEST_ARGS=serve -workers 1 -import-at-start=false -sample-share 0 -addr "+addr)...)
 
 	post := func(body []byte) int {
 		req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/webhooks/kinde", bytes.NewReader(body))
