@@ -356,6 +356,7 @@ func (a *App) addSamplers(provs Providers) error {
 				return b
 			}})
 		if err == nil {
+			a.metrics.ExpectSamples(p.Name())
 			a.parts = append(a.parts, s.Run)
 		}
 	}

@@ -160,6 +160,16 @@ func (m *Metrics) ObserveReconcile(job reconcile.Job, out reconcile.Outcome) {
 	}
 }
 
+// ExpectSamples serves provider's sample counters at 0 before its first
+// sample, every class too, so the SLO's rates start from zero rather than
+// from a series's first increment.
+func (m *Metrics) ExpectSamples(provider string) {
+	m.samples.WithLabelValues(provider)
+	for _, class := range reconcile.SampleClasses {
+		m.drifted.WithLabelValues(provider, class)
+	}
+}
+
 // ObserveSample counts one account the correctness sample compared (wire
 // it to the sampler's OnSample).
 func (m *Metrics) ObserveSample(s reconcile.Sample) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -49,20 +50,29 @@ func TestAlertRules(t *testing.T) {
 	}
 }
 
-// alertRules is deploy/prometheus/alerts.yml, in the Prometheus
-// Operator's types (a PrometheusRule's spec is the same document).
+// alertRules are deploy/prometheus/alerts.yml's and slo.yml's groups, in
+// the Prometheus Operator's types (a PrometheusRule's spec is the same
+// document).
 type alertRules struct {
 	Groups []monitoringv1.RuleGroup `json:"groups"`
 }
 
+// ruleFiles are the rule files in deploy/prometheus, in the order the
+// PrometheusRule carries their groups.
+var ruleFiles = []string{"alerts.yml", "slo.yml"}
+
 func readAlerts(t *testing.T) alertRules {
 	t.Helper()
-	var alerts alertRules
-	b, err := os.ReadFile(filepath.Join(deployDir, "prometheus", "alerts.yml"))
-	require.NoError(t, err)
-	require.NoError(t, yaml.UnmarshalStrict(b, &alerts), "alerts.yml")
-	require.NotEmpty(t, alerts.Groups)
-	return alerts
+	var all alertRules
+	for _, name := range ruleFiles {
+		var rules alertRules
+		b, err := os.ReadFile(filepath.Join(deployDir, "prometheus", name))
+		require.NoError(t, err)
+		require.NoError(t, yaml.UnmarshalStrict(b, &rules), name)
+		require.NotEmpty(t, rules.Groups, name)
+		all.Groups = append(all.Groups, rules.Groups...)
+	}
+	return all
 }
 
 // manifests are deploy/kubernetes's objects, decoded strictly.
@@ -293,9 +303,9 @@ func TestKubernetesManifests(t *testing.T) {
 	require.Equal(t, "http", m.monitor.Spec.Endpoints[0].Port)
 	require.Equal(t, "/metrics", m.monitor.Spec.Endpoints[0].Path)
 
-	// The PrometheusRule carries exactly alerts.yml's groups.
+	// The PrometheusRule carries exactly alerts.yml's and slo.yml's groups.
 	alerts := readAlerts(t)
-	require.Equal(t, alerts.Groups, m.rule.Spec.Groups, "prometheusrule.yaml's groups must be alerts.yml's: copy them over")
+	require.Equal(t, alerts.Groups, m.rule.Spec.Groups, "prometheusrule.yaml's groups must be alerts.yml's and slo.yml's: copy them over")
 }
 
 // metricName matches the billsync_* metric names in PromQL text.
@@ -336,7 +346,7 @@ func TestDeployNamesExistingMetrics(t *testing.T) {
 	for _, g := range alerts.Groups {
 		for _, r := range g.Rules {
 			for _, n := range metricName.FindAllString(r.Expr.String(), -1) {
-				named[n] = append(named[n], "alert "+r.Alert)
+				named[n] = append(named[n], "rule "+cmp.Or(r.Alert, r.Record))
 			}
 		}
 	}
@@ -450,6 +460,9 @@ func TestAlertRunbooks(t *testing.T) {
 	const base = "https://github.com/billsync/billsync/blob/main/docs/deploy.md#"
 	for _, g := range alerts.Groups {
 		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue // a recording rule
+			}
 			url := r.Annotations["runbook_url"]
 			anchor, ok := strings.CutPrefix(url, base)
 			require.True(t, ok, "%s: runbook_url %q is not a section of docs/deploy.md", r.Alert, url)
