@@ -66,7 +66,7 @@ type SweepReport struct {
 	// Healed lists the first MaxHealedReported accounts a sweep healed, in
 	// order; an import lists none (what it writes is no drift: Imported
 	// counts it).
-	Healed   []Healed
+	Healed []Healed
 	// Enqueued counts the queue rows the run made due: accounts the
 	// listing did not cover, dead rows revived and, without a Lister,
 	// every customer the Finder found (Found).
