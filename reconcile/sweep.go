@@ -71,8 +71,9 @@ type SweepReport struct {
 	// listing did not cover, dead rows revived and, without a Lister,
 	// every customer the Finder found (Found).
 	Enqueued int
-	Found    int // customers the Finder found and queued (pages summed: one found twice counts twice)
-	Calls    int // list calls (pages), retries not counted
+	Found    int  // customers the Finder found and queued (pages summed: one found twice counts twice)
+	Finding  bool // the run found customers (a Finder) and queued them, rather than listing their state
+	Calls    int  // list calls (pages), retries not counted
 	Took     time.Duration
 }
 
@@ -420,7 +421,7 @@ func (s *Sweeper) sweep(ctx context.Context, rep *SweepReport, prog *runProgress
 // reconciled is fetched once more.
 func (s *Sweeper) find(ctx context.Context, rep *SweepReport, prog *runProgress) error {
 	var from time.Time
-	if s.cfg.Finder != nil {
+	if rep.Finding = s.cfg.Finder != nil; rep.Finding {
 		cursor := rep.Run.Cursor
 		for {
 			found, next, more, err := s.cfg.Finder.FindPage(ctx, cursor)
