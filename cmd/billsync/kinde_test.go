@@ -256,7 +256,7 @@ func TestSupportCommandsForKinde(t *testing.T) {
 	out, err = billsync("sweep", "-kinde-sweep-pace", "1h")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "kinde sweep")
-	require.Contains(t, out, "queued 2 not listed")
+	require.Contains(t, out, "found 2 customers")
 	var due []time.Time
 	for _, q := range storetest.Queue(t, st) {
 		if q.Provider == "kinde" && q.Trigger == reconcile.TriggerSweep {
