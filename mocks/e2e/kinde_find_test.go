@@ -17,9 +17,20 @@ import (
 // TestKindeImportFindsCustomersOnlyKindeKnows: on an empty database, a
 // Kinde import finds a user's customer and an organisation's, which no
 // webhook ever named, and the workers reconcile each with its plan, its
-// user reference (the user's id, the org code) and trigger import.
+// user reference (the user's id, the org code) and trigger import. A
+// sweep finds them the same way (customers whose every webhook was lost),
+// with trigger sweep.
 func TestKindeImportFindsCustomersOnlyKindeKnows(t *testing.T) {
 	t.Parallel()
+	for _, kind := range []string{reconcile.RunImport, reconcile.RunSweep} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			kindeFinds(t, kind)
+		})
+	}
+}
+
+func kindeFinds(t *testing.T, kind string) {
 	ctx := context.Background()
 	h := newHarness(t, testenv.Kinde, testenv.Options{NoIntake: true})
 	h.Kinde.SetPlan("customer_user", testenv.ProPlan)
@@ -29,7 +40,7 @@ func TestKindeImportFindsCustomersOnlyKindeKnows(t *testing.T) {
 	sw, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: h.Store, Provider: kinde.Provider,
 		Finder: h.Kinde.Client, Pace: time.Nanosecond, Plans: h.Plans})
 	require.NoError(t, err)
-	rep, err := sw.RunKind(ctx, reconcile.RunImport)
+	rep, err := sw.RunKind(ctx, kind)
 	require.NoError(t, err)
 	require.Equal(t, 2, rep.Run.Seen)
 	h.DrainAll(h.Worker(reconcile.WorkerConfig{}), 0)
@@ -40,6 +51,6 @@ func TestKindeImportFindsCustomersOnlyKindeKnows(t *testing.T) {
 		require.Equal(t, want[1], a.UserRef, customer)
 	}
 	for _, l := range storetest.ReconcileLog(t, h.Store) {
-		require.Equal(t, reconcile.TriggerImport, l.Trigger)
+		require.Equal(t, rep.Run.Trigger(), l.Trigger)
 	}
 }
