@@ -39,7 +39,8 @@ func findAll(t *testing.T, c *Client, cursor string) ([]reconcile.Found, []strin
 // (page_size at a time, next_token) and then the organisations (one read
 // each), finding every billing customer with the app's reference (the
 // user's id, the organisation's code), and skips users and organisations
-// without one, and one deleted between the list and its read.
+// without one. (An organisation deleted between the list and its read,
+// a 404, is skipped by the code but not tested here.)
 func TestFindPagesUsersThenOrganizations(t *testing.T) {
 	t.Parallel()
 	f := newFakeKinde(t, kindemock.Options{})
