@@ -70,8 +70,10 @@ func (p Providers) Names() string {
 }
 
 // Sweepers returns one sweeper per provider that is on: Stripe's lists
-// customers in bulk; Kinde has no bulk listing, so its sweep queues every
-// Kinde account for the worker, spaced by pace (-kinde-sweep-pace).
+// customers in bulk; Kinde has no bulk listing, so its sweep finds every
+// Kinde customer (its users' and organisations' billing customers, known
+// to billsync or not) and queues each for the worker, then every known
+// account not found, spaced by pace (-kinde-sweep-pace).
 // only, when set, keeps the one provider of that name. Each sweeps and
 // reports on its own: one provider's failure, or its sweep running
 // elsewhere, never keeps another from sweeping.
@@ -87,7 +89,8 @@ func (p Providers) Sweepers(st *store.Store, plans *reconcile.Plans, logger *slo
 	}
 	if p.Kinde != nil && (only == "" || only == kinde.Provider) {
 		s, err := reconcile.NewSweeper(reconcile.SweeperConfig{
-			Store: st, Provider: kinde.Provider, Pace: cfg.KindeSweepInterval(), Plans: plans, Logger: logger, OnPage: onPage,
+			Store: st, Provider: kinde.Provider, Finder: p.Kinde, Pace: cfg.KindeSweepInterval(), Plans: plans, Logger: logger,
+			OnPage: onPage,
 		})
 		if err != nil {
 			return nil, err

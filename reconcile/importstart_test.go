@@ -40,7 +40,7 @@ func TestStartImportsLooksAgainUnderTheLock(t *testing.T) {
 					runs.Add(1)
 					return reconcile.SweepRun{ID: 1, Provider: provider, Kind: kind, Progress: -1}, nil
 				},
-				EnqueueUnsweptFn: func(context.Context, int64, string, time.Duration) (int, error) { return 0, nil },
+				EnqueueUnsweptFn: func(context.Context, int64, string, time.Time, time.Duration) (int, error) { return 0, nil },
 				FinishSweepFn: func(context.Context, reconcile.SweepRun, error) error {
 					close(finished)
 					return nil
@@ -94,7 +94,7 @@ func TestSweepOfANeverImportedProviderIsItsImport(t *testing.T) {
 					started = kind
 					return reconcile.SweepRun{ID: 1, Provider: provider, Kind: kind, Progress: -1}, nil
 				},
-				EnqueueUnsweptFn: func(context.Context, int64, string, time.Duration) (int, error) { return 0, nil },
+				EnqueueUnsweptFn: func(context.Context, int64, string, time.Time, time.Duration) (int, error) { return 0, nil },
 				FinishSweepFn:    func(context.Context, reconcile.SweepRun, error) error { return nil },
 			}
 			sw, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: st, Provider: "kinde", Plans: &reconcile.Plans{}})

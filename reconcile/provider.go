@@ -45,6 +45,28 @@ type Lister interface {
 	ListPage(ctx context.Context, cursor string) (snaps []Snapshot, next string, more bool, err error)
 }
 
+// Found is one customer a Finder found: the provider's id for it and the
+// app's reference to the user or organisation it bills ("" when the
+// provider names none), without its state.
+type Found struct {
+	CustomerID string
+	UserRef    string
+}
+
+// Finder is the optional listing of a provider whose customers' state
+// cannot be read in bulk but whose customers can be named (Kinde lists its
+// users and organisations with their billing customer): a sweep or import
+// queues each customer found for the worker, whose fetch reads its state,
+// so a customer billsync never heard of is found too.
+type Finder interface {
+	// FindPage reads the page of the listing at cursor ("" its start): the
+	// customers it names (a customer may appear on more than one page),
+	// the cursor after it, and whether a page follows. next is a place to
+	// resume even when more is false (resuming there finds nothing); it
+	// holds no newline.
+	FindPage(ctx context.Context, cursor string) (found []Found, next string, more bool, err error)
+}
+
 // Splitter is a Lister whose listing divides into parts listed at the same
 // time: one request at a time, at a provider's latency, uses a small share
 // of the sweep's rate budget.

@@ -66,9 +66,14 @@ type SweepReport struct {
 	// Healed lists the first MaxHealedReported accounts a sweep healed, in
 	// order; an import lists none (what it writes is no drift: Imported
 	// counts it).
-	Healed   []Healed
-	Enqueued int // accounts the listing did not cover, plus dead rows revived
-	Calls    int // list calls (pages), retries not counted
+	Healed []Healed
+	// Enqueued counts the queue rows the run made due: accounts the
+	// listing did not cover, dead rows revived and, without a Lister,
+	// every customer the Finder found (Found).
+	Enqueued int
+	Found    int  // customers the Finder found and queued (pages summed: one found twice counts twice)
+	Finding  bool // the run found customers (a Finder) and queued them, rather than listing their state
+	Calls    int  // list calls (pages), retries not counted
 	Took     time.Duration
 }
 
@@ -127,9 +132,16 @@ type SweepStore interface {
 	// returns the outcomes aligned with jobs.
 	ApplySweptPage(ctx context.Context, jobs []Job, observedAt time.Time, deciders []Decider) ([]SweptOutcome, error)
 	// EnqueueUnswept queues the accounts the run did not resolve, the
-	// first due now and each next one pace later, and revives dead queue
-	// rows.
-	EnqueueUnswept(ctx context.Context, runID int64, provider string, pace time.Duration) (int, error)
+	// first due at the later of now and from (zero: now) and each next one
+	// pace later, and revives dead queue rows.
+	EnqueueUnswept(ctx context.Context, runID int64, provider string, from time.Time, pace time.Duration) (int, error)
+	// EnqueueFound queues for the worker, with trigger, the customers a
+	// Finder found (known or not), in one statement: the first due at the
+	// later of now and from (zero: now), each next one pace later; a row
+	// due sooner keeps its time, a dead row is revived, and a found user
+	// reference is settled on the row as the newest. It returns how many
+	// rows it queued and when the next customer would be due.
+	EnqueueFound(ctx context.Context, provider, trigger string, found []Found, from time.Time, pace time.Duration) (n int, next time.Time, err error)
 	// SweptAccounts reads the accounts held for customers, without locks,
 	// by customer id (absent: no account yet).
 	SweptAccounts(ctx context.Context, provider string, customers []string) (map[string]Account, error)
@@ -151,9 +163,14 @@ type SweptOutcome struct {
 type SweeperConfig struct {
 	Store    SweepStore // required
 	Provider string     // required: the provider's name
-	// Lister lists every customer in bulk. A provider without one (Kinde)
-	// is swept by queueing every account for the worker, paced by Pace.
+	// Lister lists every customer in bulk. A provider without one is
+	// swept by queueing customers for the worker, paced by Pace: every
+	// customer its Finder finds, then every known account it did not find
+	// (without a Finder: every known account).
 	Lister Lister
+	// Finder names every customer of a provider without a Lister (Kinde),
+	// so a sweep or import reaches customers billsync never heard of.
+	Finder Finder
 	// Pace spaces the due times of the accounts queued without a Lister,
 	// so the worker's fetches for the sweep keep within a rate budget of
 	// their own and webhook-triggered work (due now) goes first; default
@@ -372,15 +389,7 @@ func changedWord(kind string) string {
 
 func (s *Sweeper) sweep(ctx context.Context, rep *SweepReport, prog *runProgress) error {
 	if s.cfg.Lister == nil {
-		// Nothing to list: every account is queued for the worker, whose
-		// reconciles (trigger sweep) heal and log what drifted.
-		n, err := s.cfg.Store.EnqueueUnswept(ctx, rep.Run.ID, s.cfg.Provider, s.cfg.Pace)
-		rep.Enqueued = n
-		if err == nil && rep.Run.Kind == RunImport {
-			s.log.InfoContext(ctx, "no bulk listing: the import queued every known account for the workers, as a sweep does",
-				"run", rep.Run.ID, "queued", n, "pace", s.cfg.Pace)
-		}
-		return err
+		return s.find(ctx, rep, prog)
 	}
 	// Pages are applied by one goroutine while the listers fetch the next
 	// ones, so a sweep takes about the longer of listing and applying, not
@@ -405,11 +414,78 @@ func (s *Sweeper) sweep(ctx context.Context, rep *SweepReport, prog *runProgress
 	if err != nil {
 		return err
 	}
-	n, err := s.cfg.Store.EnqueueUnswept(ctx, rep.Run.ID, s.cfg.Provider, 0)
+	n, err := s.cfg.Store.EnqueueUnswept(ctx, rep.Run.ID, s.cfg.Provider, time.Time{}, 0)
 	if err != nil {
 		return err
 	}
 	rep.Enqueued = n
+	return nil
+}
+
+// find sweeps a provider without a Lister: it pages through the Finder
+// (when there is one), queueing each customer found for the worker with
+// the run's trigger and the reference found, and records each page (its
+// customers, the cursor after it) so a run that dies resumes after it;
+// then it queues every known account not found, which the worker's fetch
+// settles (a customer the provider forgot). The due times follow one
+// another Pace apart across pages, so the worker's fetches for the run
+// keep within a budget of their own and webhook-triggered work (due now)
+// goes first. A page whose record is lost in a crash is found and queued
+// again: a row still queued keeps its sooner due time; a customer already
+// reconciled is fetched once more.
+func (s *Sweeper) find(ctx context.Context, rep *SweepReport, prog *runProgress) error {
+	var from time.Time
+	if rep.Finding = s.cfg.Finder != nil; rep.Finding {
+		cursor := rep.Run.Cursor
+		for {
+			found, next, more, err := s.cfg.Finder.FindPage(ctx, cursor)
+			if err != nil {
+				return err
+			}
+			rep.Calls++
+			n, due, err := s.cfg.Store.EnqueueFound(ctx, s.cfg.Provider, rep.Run.Trigger(), found, from, s.cfg.Pace)
+			if err != nil {
+				return err
+			}
+			from = due
+			rep.Enqueued += n
+			rep.Found += len(found)
+			ids := make([]string, len(found))
+			for i, f := range found {
+				ids[i] = f.CustomerID
+			}
+			// A Finder cannot tell how far it has come: Kinde gives no total.
+			rep.Run.Cursor, rep.Run.Progress = next, -1
+			if rep.Run.Seen, err = s.cfg.Store.SweepPage(ctx, rep.Run, ids); err != nil {
+				return err
+			}
+			if rep.Run.Kind == RunImport {
+				prog.page(ctx, s.log, s.cfg.ProgressEvery, *rep)
+			}
+			if s.cfg.OnPage != nil {
+				s.cfg.OnPage(rep.Run)
+			}
+			if !more {
+				break
+			}
+			cursor = next
+		}
+	}
+	// Every known account not found (every account, without a Finder) is
+	// queued too: the worker's reconciles (trigger sweep or import) heal
+	// and log what drifted.
+	n, err := s.cfg.Store.EnqueueUnswept(ctx, rep.Run.ID, s.cfg.Provider, from, s.cfg.Pace)
+	if err != nil {
+		return err
+	}
+	rep.Enqueued += n
+	if rep.Run.Kind == RunImport {
+		msg := "no bulk listing: the import queued every known account for the workers, as a sweep does"
+		if s.cfg.Finder != nil {
+			msg = "the import queued every customer found, and every known account not found, for the workers"
+		}
+		s.log.InfoContext(ctx, msg, "run", rep.Run.ID, "found", rep.Run.Seen, "queued", rep.Enqueued, "pace", s.cfg.Pace)
+	}
 	return nil
 }
 

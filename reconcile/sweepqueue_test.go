@@ -196,7 +196,7 @@ func (s *fakeSweepStore) store() *mock.SweepStore {
 			s.finished = append(s.finished, failure)
 			return nil
 		},
-		EnqueueUnsweptFn: func(context.Context, int64, string, time.Duration) (int, error) {
+		EnqueueUnsweptFn: func(context.Context, int64, string, time.Time, time.Duration) (int, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			s.enqueued++

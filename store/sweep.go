@@ -159,10 +159,10 @@ func (s *Store) FinishSweep(ctx context.Context, run reconcile.SweepRun, failure
 // EnqueueUnswept makes every account of provider that the run did not
 // resolve due (trigger sweep: customers with no subscription, deleted or
 // unreadable ones, or every account of a provider swept without a bulk
-// listing), the first now and each next one pace later, and revives the
-// provider's dead queue rows. A row already due sooner keeps its time. It
-// returns how many rows it queued.
-func (s *Store) EnqueueUnswept(ctx context.Context, runID int64, provider string, pace time.Duration) (int, error) {
+// listing), the first at the later of now and from (zero: now) and each
+// next one pace later, and revives the provider's dead queue rows. A row
+// already due sooner keeps its time. It returns how many rows it queued.
+func (s *Store) EnqueueUnswept(ctx context.Context, runID int64, provider string, from time.Time, pace time.Duration) (int, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	// sweep_seen is filled in bulk during the run, so its statistics, taken
@@ -178,11 +178,11 @@ func (s *Store) EnqueueUnswept(ctx context.Context, runID int64, provider string
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, enqueueSQL(`
 			SELECT a.provider, a.customer_id, (SELECT kind FROM sweep_runs WHERE id = $2), now(),
-				now() + (row_number() OVER (ORDER BY a.id) - 1) * make_interval(secs => $3), `+noHints+`
+				greatest(now(), $4::timestamptz) + (row_number() OVER (ORDER BY a.id) - 1) * make_interval(secs => $3), `+noHints+`
 			FROM accounts a
 			WHERE a.provider = $1
 			  AND NOT EXISTS (SELECT 1 FROM sweep_seen w WHERE w.run_id = $2 AND w.customer_id = a.customer_id)`),
-			provider, runID, pace.Seconds())
+			provider, runID, pace.Seconds(), nullTime(from))
 		if err != nil {
 			return fmt.Errorf("enqueue unswept accounts: %w", err)
 		}
@@ -201,6 +201,47 @@ func (s *Store) EnqueueUnswept(ctx context.Context, runID int64, provider string
 	}
 	s.notify(ctx)
 	return int(n), nil
+}
+
+// EnqueueFound queues the customers a reconcile.Finder found (known or
+// not) for the worker with trigger, in one statement (enqueueSQL, as the
+// intake queues): the first due at the later of now and from (zero: now),
+// each next one pace later, in the order found; a row already due sooner
+// keeps its time; a dead row is revived. A customer found twice in found
+// is queued once, with its first place. A found user reference is settled
+// on the row as of now: newer than every event stored so far, older than
+// the events that follow. It returns how many rows it queued and when the
+// customer after them would be due.
+func (s *Store) EnqueueFound(ctx context.Context, provider, trigger string, found []reconcile.Found, from time.Time,
+	pace time.Duration) (int, time.Time, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	customers, refs := make([]string, len(found)), make([]string, len(found))
+	for i, f := range found {
+		customers[i], refs[i] = f.CustomerID, f.UserRef
+	}
+	var n int
+	var next time.Time
+	err := s.pool.QueryRow(ctx, `
+		WITH queued AS (
+			`+enqueueSQL(`
+			SELECT DISTINCT ON (f.customer_id) $1::text, f.customer_id, $2::text, now(),
+				greatest(now(), $5::timestamptz) + (f.n - 1) * make_interval(secs => $6),
+				NULLIF(f.user_ref, ''), CASE WHEN f.user_ref <> '' THEN now() END, NULL::bigint,
+				NULL::jsonb, NULL::timestamptz, NULL::bigint
+			FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS f(customer_id, user_ref, n)
+			WHERE f.customer_id <> ''
+			ORDER BY f.customer_id, f.n`)+`
+			RETURNING 1)
+		SELECT (SELECT count(*) FROM queued), greatest(now(), $5::timestamptz) + cardinality($3::text[]) * make_interval(secs => $6)`,
+		provider, trigger, customers, refs, nullTime(from), pace.Seconds()).Scan(&n, &next)
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("%s: queue %d customers found: %w", provider, len(found), classify(err))
+	}
+	if n > 0 {
+		s.notify(ctx)
+	}
+	return n, next, nil
 }
 
 // ApplySweptPage applies a page of swept snapshots, deciders[i] deciding

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -90,7 +91,7 @@ func TestEnqueueUnsweptPlansWithTheRunKnown(t *testing.T) {
 	require.NoError(t, err)
 	_, err = st.SweepPage(ctx, run, ids("cus_new"))
 	require.NoError(t, err)
-	_, err = st.EnqueueUnswept(ctx, run.ID, "stripe", 0)
+	_, err = st.EnqueueUnswept(ctx, run.ID, "stripe", time.Time{}, 0)
 	require.NoError(t, err)
 	var known []int64
 	require.NoError(t, st.Pool().QueryRow(ctx, `
@@ -154,7 +155,7 @@ func TestEnqueueUnsweptQueuesAsTheRunsKind(t *testing.T) {
 			storetest.BareAccount(t, st, "kinde", "customer_1")
 			run, err := st.StartSweep(ctx, "kinde", kind)
 			require.NoError(t, err)
-			n, err := st.EnqueueUnswept(ctx, run.ID, "kinde", 0)
+			n, err := st.EnqueueUnswept(ctx, run.ID, "kinde", time.Time{}, 0)
 			require.NoError(t, err)
 			require.Equal(t, 1, n)
 			require.Equal(t, run.Trigger(), storetest.QueueRowOf(t, st, "kinde", "customer_1").Trigger)

@@ -228,7 +228,7 @@ func (c *config) bindReconcile(fs *flag.FlagSet, getenv func(string) string) {
 // a command that reconciles one customer has no use for them.
 func (c *config) bindSweep(fs *flag.FlagSet) {
 	fs.IntVar(&c.SweepParallel, "sweep-parallel", 0, "Stripe list requests a sweep keeps in flight (parts of the customer list, by creation time), all within its half of -stripe-rate; 0 (the default) adapts to what that half can use at the list requests' observed latency, a number pins it (1: one page at a time)")
-	fs.DurationVar(&c.KindeSweepPace, "kinde-sweep-pace", 0, "how far apart the sweep queues Kinde accounts (Kinde has no bulk listing, so a sweep reconciles each account); default 2/-kinde-rate, half of the budget, so webhook work goes first")
+	fs.DurationVar(&c.KindeSweepPace, "kinde-sweep-pace", 0, "how far apart a sweep or import queues Kinde customers (Kinde lists no customer's state, so the workers reconcile each customer found); default 2/-kinde-rate, half of the budget, so webhook work goes first")
 }
 
 // envFloat reads a number from an environment variable; 0 when unset.

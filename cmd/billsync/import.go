@@ -19,9 +19,12 @@ Imports each configured provider's customers now (serve does it by itself
 at start for a provider never imported; see docs/import.md). Stripe: lists
 every customer with their current subscriptions in bulk (100 customers a
 request) and writes each account through the same decision as a
-reconcile, recorded as imported (trigger import), not as drift. Kinde has
-no bulk listing yet: its import does what its sweep does, queueing every
-known Kinde account for serve's workers. An import takes the sweep's
+reconcile, recorded as imported (trigger import), not as drift. Kinde
+lists no customer's state: its import finds every Kinde customer (users
+with billing, 100 a request; organisations, one request each) and queues
+each, known to billsync or not, for serve's workers (trigger import,
+spaced by -kinde-sweep-pace), then every known account not found. An
+import takes the sweep's
 lease: one sweep or import of a provider runs at a time across replicas
 (when one runs elsewhere it says so and exits non-zero), and a run
 stopped or killed resumes from its cursor. Progress is logged every few

@@ -256,11 +256,11 @@ func TestSupportCommandsForKinde(t *testing.T) {
 	require.NoError(t, err)
 	out, err = billsync("sweep", "-kinde-sweep-pace", "1h")
 	require.NoError(t, err, out)
-	// Never imported: this first sweep is Kinde's import, which queues
-	// every known account as its sweep does.
+	// Never imported: this first sweep is Kinde's import, which finds
+	// the customers through Kinde's users list.
 	require.Contains(t, out, "kinde never imported: this sweep ran as its import")
 	require.Contains(t, out, "kinde import 1 succeeded")
-	require.Contains(t, out, "queued 2 not listed")
+	require.Contains(t, out, "found 2 customers")
 	var due []time.Time
 	for _, q := range storetest.Queue(t, st) {
 		if q.Provider == "kinde" && q.Trigger == reconcile.TriggerImport {

@@ -29,9 +29,11 @@ Runs one sweep of each configured provider now. Stripe: lists every
 customer with their current subscriptions in bulk (100 customers a
 request), applies each customer's state where billsync's account differs
 (a dropped or failed webhook), and queues the accounts the listing did not
-cover. Kinde has no bulk listing: every Kinde account is queued for serve's
-workers, spaced by -kinde-sweep-pace so the sweep keeps to half of
--kinde-rate. One sweep of a provider runs at a time across replicas; a run
+cover. Kinde lists no customer's state: the sweep finds every Kinde
+customer (users with billing, then organisations), known to billsync or
+not, and queues each for serve's workers, then every known account not
+found, spaced by -kinde-sweep-pace so the workers' fetches for it keep to
+half of -kinde-rate. One sweep of a provider runs at a time across replicas; a run
 a crashed sweeper left resumes from its cursor. Uses serve's configuration
 (DATABASE_URL, STRIPE_API_KEY, STRIPE_API_URL, KINDE_DOMAIN,
 KINDE_CLIENT_ID, KINDE_CLIENT_SECRET, BILLSYNC_PLANS). A provider never
@@ -142,8 +144,14 @@ func printSweepReport(w io.Writer, provider string, rep reconcile.SweepReport, e
 	}
 	kind := cmp.Or(r.Kind, reconcile.RunSweep)
 	fmt.Fprintf(w, "%s %s %d%s %s\n", provider, kind, r.ID, resumed, status)
-	fmt.Fprintf(w, "  seen %d, %s %d, failed %d, queued %d not listed, %d list calls, %s\n",
-		r.Seen, changedWord(kind), r.Healed, r.Failed, rep.Enqueued, rep.Calls, rep.Took.Round(time.Millisecond))
+	if rep.Finding {
+		// Found, not listed: serve's workers fetch and apply each.
+		fmt.Fprintf(w, "  found %d customers in %d pages; queued %d for serve's workers (the found, then the known accounts not found), %s\n",
+			r.Seen, rep.Calls, rep.Enqueued, rep.Took.Round(time.Millisecond))
+	} else {
+		fmt.Fprintf(w, "  seen %d, %s %d, failed %d, queued %d not listed, %d list calls, %s\n",
+			r.Seen, changedWord(kind), r.Healed, r.Failed, rep.Enqueued, rep.Calls, rep.Took.Round(time.Millisecond))
+	}
 	if kind == reconcile.RunImport && rep.Calls == 0 {
 		fmt.Fprintln(w, "  no bulk listing: every known account was queued for serve's workers, as a sweep does")
 	}

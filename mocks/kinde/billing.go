@@ -134,7 +134,12 @@ func apiError(code, msg string) map[string]any {
 }
 
 // SetAgreements replaces a customer's agreements; missing ids and creation
-// times are filled in. It returns them as stored.
+// times are filled in. It returns them as stored. A customer no user or
+// organisation pays as gets a user of its own (OwnerPrefix + customer,
+// see Users), as every Kinde billing customer belongs to one, so that the
+// users list finds it; AddUser or AddOrganization for the customer
+// replaces that user. The fake's webhooks still name no user unless the
+// Event's Data does.
 func (s *Server) SetAgreements(customer string, agreements []Agreement) []Agreement {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -153,6 +158,7 @@ func (s *Server) SetAgreements(customer string, agreements []Agreement) []Agreem
 	slices.SortFunc(stored, func(a, b Agreement) int { return cmp.Compare(a.ID, b.ID) })
 	s.changed(customer)
 	s.agreements[customer] = stored
+	s.own(customer)
 	return slices.Clone(stored)
 }
 

@@ -46,9 +46,10 @@ type Options struct {
 }
 
 // Server is a fake Kinde business: its webhook key set, an OAuth token
-// endpoint for M2M applications, the billing endpoints of the Management
-// API, and a control API under /_mock/ that sets agreements and sends
-// signed webhooks. Its zero value is not usable: build it with New.
+// endpoint for M2M applications, the billing, users and organisations
+// endpoints of the Management API, and a control API under /_mock/ that
+// sets agreements, adds users and organisations and sends signed
+// webhooks. Its zero value is not usable: build it with New.
 type Server struct {
 	opts Options
 	keys *Keys
@@ -57,6 +58,8 @@ type Server struct {
 
 	mu         sync.Mutex
 	agreements map[string][]Agreement        // by customer id
+	users      []User                        // in the order Kinde lists them
+	orgs       []Organization                // in the order Kinde lists them
 	history    map[string][]agreementsChange // recent changes per customer, for StaleReads
 	tokens     map[string]time.Time          // access token → expiry
 	endpoints  []string
@@ -115,8 +118,13 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /oauth2/token", s.token)
 	s.mux.HandleFunc("GET /api/v1/billing/agreements", s.api(s.listAgreements))
 	s.mux.HandleFunc("GET /api/v1/billing/entitlements", s.api(s.listEntitlements))
+	s.mux.HandleFunc("GET /api/v1/users", s.api(s.listUsers))
+	s.mux.HandleFunc("GET /api/v1/organizations", s.api(s.listOrganizations))
+	s.mux.HandleFunc("GET /api/v1/organization", s.api(s.getOrganization))
 
 	s.mux.HandleFunc("PUT /_mock/customers/{id}/agreements", s.controlSetAgreements)
+	s.mux.HandleFunc("POST /_mock/users", s.controlAddUser)
+	s.mux.HandleFunc("POST /_mock/organizations", s.controlAddOrganization)
 	s.mux.HandleFunc("POST /_mock/webhooks", s.controlAddEndpoint)
 	s.mux.HandleFunc("POST /_mock/events", s.controlSendEvent)
 	s.mux.HandleFunc("GET /_mock/faults", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, s.Faults()) })

@@ -125,7 +125,8 @@ type SweepStore struct {
 	SweepPageFn      func(ctx context.Context, run reconcile.SweepRun, customers []string) (int, error)
 	FinishSweepFn    func(ctx context.Context, run reconcile.SweepRun, failure error) error
 	ApplySweptPageFn func(ctx context.Context, jobs []reconcile.Job, observedAt time.Time, deciders []reconcile.Decider) ([]reconcile.SweptOutcome, error)
-	EnqueueUnsweptFn func(ctx context.Context, runID int64, provider string, pace time.Duration) (int, error)
+	EnqueueUnsweptFn func(ctx context.Context, runID int64, provider string, from time.Time, pace time.Duration) (int, error)
+	EnqueueFoundFn   func(ctx context.Context, provider, trigger string, found []reconcile.Found, from time.Time, pace time.Duration) (int, time.Time, error)
 	SweptAccountsFn  func(ctx context.Context, provider string, customers []string) (map[string]reconcile.Account, error)
 	GrantedFn        func(ctx context.Context, accountIDs []int64, grants []reconcile.Grant) ([]int64, error)
 }
@@ -156,8 +157,13 @@ func (s *SweepStore) ApplySweptPage(ctx context.Context, jobs []reconcile.Job, o
 	return s.ApplySweptPageFn(ctx, jobs, observedAt, deciders)
 }
 
-func (s *SweepStore) EnqueueUnswept(ctx context.Context, runID int64, provider string, pace time.Duration) (int, error) {
-	return s.EnqueueUnsweptFn(ctx, runID, provider, pace)
+func (s *SweepStore) EnqueueUnswept(ctx context.Context, runID int64, provider string, from time.Time, pace time.Duration) (int, error) {
+	return s.EnqueueUnsweptFn(ctx, runID, provider, from, pace)
+}
+
+func (s *SweepStore) EnqueueFound(ctx context.Context, provider, trigger string, found []reconcile.Found, from time.Time,
+	pace time.Duration) (int, time.Time, error) {
+	return s.EnqueueFoundFn(ctx, provider, trigger, found, from, pace)
 }
 
 func (s *SweepStore) SweptAccounts(ctx context.Context, provider string, customers []string) (map[string]reconcile.Account, error) {

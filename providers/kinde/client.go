@@ -28,7 +28,9 @@ type Config struct {
 	// required. The token endpoint, the API and its audience hang off it.
 	Domain string
 	// ClientID and ClientSecret are a machine-to-machine application's,
-	// with the read:billing_agreements scope; required, never logged.
+	// with the read:billing_agreements scope (and read:users,
+	// read:organizations for FindPage: sweeps and imports); required,
+	// never logged.
 	ClientID, ClientSecret string
 	// RateLimit is requests per second shared by every call, retries
 	// included; default 10. Burst defaults to 1.
@@ -41,8 +43,8 @@ type Config struct {
 	Timeout                    time.Duration
 	RetryMax                   int
 	RetryWaitMin, RetryWaitMax time.Duration
-	// PageSize is agreements (and entitlements) per page; default 100
-	// (Kinde allows 500).
+	// PageSize is agreements (and entitlements, users, organisations)
+	// per page; default 100 (Kinde allows 500 agreements).
 	PageSize int
 	// Entitlements: Fetch also reads the customer's billing entitlements
 	// (GET /api/v1/billing/entitlements, scope read:billing_entitlements),
@@ -108,10 +110,18 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)).With("provider", Provider)
 	rc := retryablehttp.NewClient()
 	limiter := rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.Burst)
+	// Finding customers (FindPage) takes at most half of the rate: the
+	// worker's fetches keep the rest.
+	finding := rate.NewLimiter(rate.Limit(cfg.RateLimit/2), 1)
 	c := &Client{domain: domain, cfg: cfg, log: log, now: cfg.Now, pageSize: cmp.Or(cfg.PageSize, 100)}
 	rc.HTTPClient = &http.Client{Transport: &attempt.Transport{
-		Base:      base,
-		Limits:    func(*http.Request) []attempt.Limit { return []attempt.Limit{{Name: "kinde", Limiter: limiter}} },
+		Base: base,
+		Limits: func(req *http.Request) []attempt.Limit {
+			if findPaths[req.URL.Path] {
+				return []attempt.Limit{{Name: "kinde-find", Limiter: finding}, {Name: "kinde", Limiter: limiter}}
+			}
+			return []attempt.Limit{{Name: "kinde", Limiter: limiter}}
+		},
 		Timeout:   cfg.Timeout,
 		OnAttempt: cfg.OnAttempt,
 	}}
@@ -125,6 +135,10 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 	}
 	return c, nil
 }
+
+// findPaths are the requests of FindPage, which wait for the finding's
+// share of the rate too.
+var findPaths = map[string]bool{"/api/v1/users": true, "/api/v1/organizations": true, "/api/v1/organization": true}
 
 // Name returns "kinde".
 func (c *Client) Name() string { return Provider }
@@ -184,6 +198,10 @@ func (c *Client) accessToken(ctx context.Context, renew bool) (string, error) {
 	return c.token, nil
 }
 
+// errNotFound is a 404: transient to every caller but the finder, for
+// which it means an organisation deleted since it was listed.
+var errNotFound = errors.New("answer 404")
+
 // get requests path under the API with the bearer token, renewing it once
 // on a 401, and decodes a 200's JSON into v.
 func (c *Client) get(ctx context.Context, path string, query url.Values, v any) error {
@@ -209,6 +227,8 @@ func (c *Client) get(ctx context.Context, path string, query url.Values, v any) 
 			continue
 		case status == http.StatusBadRequest:
 			return reconcile.Permanent("kinde GET %s: 400: the request was refused", path)
+		case status == http.StatusNotFound:
+			return fmt.Errorf("kinde GET %s: %w", path, errNotFound)
 		}
 		return fmt.Errorf("kinde GET %s: answer %d", path, status)
 	}
