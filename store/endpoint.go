@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -84,17 +85,34 @@ const fanOutSQL = `
 		FROM last WHERE a.endpoint = last.endpoint)
 	SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM page GROUP BY endpoint) p`
 
+// defaultAnalyzeEvery is how many changes fanned out make FanOut analyze
+// app_deliveries.
+const defaultAnalyzeEvery = 10_000
+
 // FanOut creates the deliveries of up to limit changes per endpoint past
 // each endpoint's cursor (registered by RegisterEndpoints; an endpoint
 // with none gets nothing). Changes of an import (why.trigger import) get
 // deliveries claimed after the live ones, or none unless imports. more
 // says some endpoint's page was full: more changes may be waiting.
+//
+// Every defaultAnalyzeEvery changes it fans out it analyzes
+// app_deliveries: an import fills the table faster than autovacuum's
+// first look (up to a minute), and until then the planner, counting the
+// table as the few rows it last saw, claims by sorting every pending
+// delivery (25 ms a claim at 20,000 pending, instead of 0.03 ms).
 func (s *Store) FanOut(ctx context.Context, endpoints []string, limit int, imports bool) (more bool, err error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var n int
 	if err := s.pool.QueryRow(ctx, fanOutSQL, endpoints, limit, imports, reconcile.TriggerImport).Scan(&n); err != nil {
 		return false, fmt.Errorf("fan out changes: %w", classify(err))
+	}
+	if s.fannedOut.Add(int64(n)) >= cmp.Or(s.analyzeEvery, defaultAnalyzeEvery) {
+		s.fannedOut.Store(0)
+		// A role that does not own the table gets a warning, not an error.
+		if _, err := s.pool.Exec(ctx, "ANALYZE app_deliveries"); err != nil {
+			return n >= limit, fmt.Errorf("fanned out %d changes; analyze app_deliveries: %w", n, classify(err))
+		}
 	}
 	return n >= limit, nil
 }

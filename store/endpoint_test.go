@@ -226,3 +226,29 @@ func TestClaimLiveFirstAndAtMostImports(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rest, 1)
 }
+
+// TestFanOutAnalyzesTheDeliveries: once it has fanned out analyzeEvery
+// changes, the fan-out brings the planner's count of app_deliveries up
+// to date, so claims during an import do not sort every pending delivery.
+func TestFanOutAnalyzesTheDeliveries(t *testing.T) {
+	ctx := context.Background()
+	ep := "http://app/hook"
+	st := storetest.OpenStoreWithEndpoints(t, storetest.URL(t), store.Options{}, ep)
+	st.SetAnalyzeEvery(3)
+	storetest.FanOut(t, st, ep)
+	reltuples := func() float64 {
+		var n float64
+		require.NoError(t, st.Pool().QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'app_deliveries'::regclass`).Scan(&n))
+		return n
+	}
+	require.LessOrEqual(t, reltuples(), 0.0, "never analyzed")
+	at := dbNow(t, st)
+	var p sweptPage
+	for _, c := range []string{"cus_i1", "cus_i2", "cus_i3"} {
+		p.add(liveSnap(c, "price_pro"), testenv.Plans(), at)
+	}
+	_, err := st.ApplySweptPage(ctx, p.jobs, at, p.deciders)
+	require.NoError(t, err)
+	storetest.FanOut(t, st, ep)
+	require.Equal(t, 3.0, reltuples(), "analyzed once three changes were fanned out")
+}

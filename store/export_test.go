@@ -22,6 +22,10 @@ func (s *Store) SetAfterChangeWrite(fn func() error) { s.faults.SetAfterChangeWr
 // table's rows (above it, the planner's estimate).
 func (s *Store) SetExactRowsUnder(bytes int64) { s.exactRowsUnder = bytes }
 
+// SetAnalyzeEvery sets how many changes fanned out make FanOut analyze
+// app_deliveries.
+func (s *Store) SetAnalyzeEvery(changes int64) { s.analyzeEvery = changes }
+
 // OpenTraced opens a store on url (with the defaults) whose connections
 // hand every statement to tracer: the store's own tests count what a call
 // sends.

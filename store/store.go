@@ -51,6 +51,11 @@ type Store struct {
 	listenCfg *pgx.ConnConfig
 	// exactRowsUnder replaces defaultExactRowsUnder when set (tests).
 	exactRowsUnder int64
+	// fannedOut counts the changes fanned out since the last ANALYZE of
+	// app_deliveries; analyzeEvery replaces defaultAnalyzeEvery when set
+	// (tests).
+	fannedOut    atomic.Int64
+	analyzeEvery int64
 }
 
 func init() {
