@@ -197,7 +197,17 @@ func (l *Lister) ListPage(ctx context.Context, cursor string) ([]reconcile.Snaps
 	return l.ListPageFn(ctx, cursor)
 }
 
+// Finder is a reconcile.Finder.
+type Finder struct {
+	FindPageFn func(ctx context.Context, cursor string) ([]reconcile.Found, string, bool, error)
+}
+
+func (f *Finder) FindPage(ctx context.Context, cursor string) ([]reconcile.Found, string, bool, error) {
+	return f.FindPageFn(ctx, cursor)
+}
+
 var (
+	_ reconcile.Finder   = (*Finder)(nil)
 	_ reconcile.Lister   = (*Splitter)(nil)
 	_ reconcile.Splitter = (*Splitter)(nil)
 )
