@@ -581,3 +581,40 @@ func TestStripeThinEvents(t *testing.T) {
 	require.Equal(t, "team", s.Plan)
 	require.EqualValues(t, 2000, s.Balance)
 }
+
+// TestStripeEventGenerationFailureResolved: Stripe fails to create the
+// event of a plan change (no webhook, nothing in the events list), then
+// sends v2.core.health.event_generation_failure.resolved. The intake
+// stores it under the event, asking Stripe nothing; the worker reads the
+// event's impact, the subscription's customer, and applies the change.
+func TestStripeEventGenerationFailureResolved(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.Stripe, testenv.Options{Stripe: testenv.StripeOptions{
+		Fake: stripemock.Options{Clock: stripemock.NewStoppedClock(caseStart)},
+		ThinEvents: []string{"v1.customer.subscription.created", "v1.customer.subscription.updated", "v1.invoice.paid",
+			stripemock.HealthEventResolved},
+	}})
+	w := h.Worker(reconcile.WorkerConfig{})
+	cus := h.Customer("u_lost_event")
+	sub := h.Subscribe(cus, "price_free")
+	h.settle(w)
+	require.Equal(t, "free", h.state(cus).Plan)
+
+	h.Stripe.Fake.FailEventGeneration(true)
+	h.ChangePrice(sub, "price_pro")
+	h.settle(w)
+	require.Equal(t, "free", h.state(cus).Plan, "no event was created: billsync cannot know yet")
+
+	ids := h.Stripe.Fake.ResolveEventGenerationFailure()
+	require.NotEmpty(t, ids)
+	h.settle(w)
+	require.Equal(t, "pro", h.state(cus).Plan, "the health event's object read again")
+	health := 0
+	for _, e := range storetest.CustomerEvents(t, h.Store, stripe.Provider, cus) {
+		if e.Type == stripe.HealthEventResolved {
+			health++
+			require.Equal(t, string(reconcile.EventApplied), string(e.Status), "answered by the customer's reconcile")
+		}
+	}
+	require.Len(t, ids, health, "each health event handed to the customer")
+}

@@ -44,7 +44,12 @@ func (ep *endpoint) wants(typ string) bool {
 	if ep.Disabled {
 		return false
 	}
-	if ep.Thin {
+	switch {
+	case strings.HasPrefix(typ, "v2."): // a v2 event: thin payloads only
+		if !ep.Thin {
+			return false
+		}
+	case ep.Thin:
 		typ = "v1." + typ
 	}
 	for _, pattern := range ep.EnabledEvents {

@@ -18,6 +18,7 @@ type event struct {
 	IdempotencyKey  string
 	Object          any // *subscription, *invoice
 	Previous        any // same type as Object, or nil
+	V2Data          obj // a v2 event's data (Type v2.*), else nil
 	PendingWebhooks int // endpoints that have not accepted it yet
 	delivered       map[string]bool
 	listedAt        time.Time // when it appears in the events list, by the fake's clock (list lag)
@@ -55,6 +56,10 @@ func (s *Server) renderEvent(e *event, version string) obj {
 // emit records an event and schedules its webhook deliveries. c is nil for
 // events the fake makes by itself (renewals): their request id is null.
 func (s *Server) emit(c *call, created int64, typ string, object, previous any) {
+	if s.healthFailing {
+		s.notGenerated = append(s.notGenerated, notGenerated{typ: typ, object: object})
+		return
+	}
 	e := &event{ID: newID("evt"), Type: typ, Created: created, Object: object, Previous: previous, delivered: map[string]bool{},
 		listedAt: s.clock.Now().Add(s.listLag)}
 	if c != nil {

@@ -97,7 +97,11 @@ type Server struct {
 	events         table[*event]
 	endpoints      table[*endpoint]
 	listLag        time.Duration // see SetEventListLag
-	eventsKept     time.Duration // see Options.EventsKept; < 0: forever
+	// healthFailing and notGenerated: see FailEventGeneration.
+	healthFailing bool
+	notGenerated  []notGenerated
+	v2Events      map[string]*event // thin v2 events, by id (GET /v2/core/events/{id})
+	eventsKept    time.Duration     // see Options.EventsKept; < 0: forever
 	// features and productFeatures are Stripe Entitlements; entitled is
 	// each customer's active entitlement ids as last announced by
 	// entitlements.active_entitlement_summary.updated.
@@ -205,6 +209,7 @@ func (s *Server) routes() {
 		"POST /v1/invoices/{id}/pay":                  s.payInvoice,
 		"GET /v1/events":                              s.listEvents,
 		"GET /v1/events/{id}":                         s.getEvent,
+		"GET /v2/core/events/{id}":                    s.getV2Event,
 		"POST /v1/webhook_endpoints":                  s.createEndpoint,
 		"GET /v1/webhook_endpoints":                   s.listEndpoints,
 		"GET /v1/webhook_endpoints/{id}":              s.getEndpoint,

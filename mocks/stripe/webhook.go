@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/stripe/stripe-go/v82/webhook"
@@ -16,12 +17,25 @@ import (
 // renderThin is the thin event Stripe sends an event destination: no
 // snapshot and no API version, only the related object to fetch.
 func renderThin(e *event) obj {
+	typ := "v1." + e.Type
+	if strings.HasPrefix(e.Type, "v2.") {
+		typ = e.Type
+	}
 	o := obj{
-		"id": e.ID, "object": "v2.core.event", "type": "v1." + e.Type, "livemode": false, "context": nil,
+		"id": e.ID, "object": "v2.core.event", "type": typ, "livemode": false, "context": nil,
 		"created": time.Unix(e.Created, 0).UTC().Format("2006-01-02T15:04:05.000Z"),
 	}
+	if related := relatedObject(e.Object); related != nil {
+		o["related_object"] = related
+	}
+	return o
+}
+
+// relatedObject is a v2 event's reference to a v1 object: id, type and
+// URL; nil for an object of no such reference.
+func relatedObject(v any) obj {
 	var id, typ, path string
-	switch v := e.Object.(type) {
+	switch v := v.(type) {
 	case *subscription:
 		id, typ, path = v.ID, "subscription", "/v1/subscriptions/"
 	case *invoice:
@@ -29,10 +43,10 @@ func renderThin(e *event) obj {
 	case *customer:
 		id, typ, path = v.ID, "customer", "/v1/customers/"
 	}
-	if id != "" {
-		o["related_object"] = obj{"id": id, "type": typ, "url": path + id}
+	if id == "" {
+		return nil
 	}
-	return o
+	return obj{"id": id, "type": typ, "url": path + id}
 }
 
 // LiveRetrySchedule is shaped like Stripe's live-mode webhook retries:

@@ -605,6 +605,8 @@ func (d debugLogger) Warn(msg string, kv ...any)  { d.l.Debug("stripe http: "+ms
 func (c *Client) CustomerOf(ctx context.Context, obj reconcile.Related) (string, error) {
 	var path string
 	switch obj.Type {
+	case thinEvent:
+		return c.customerOfLostEvent(ctx, obj.ID)
 	case "subscription":
 		path = "/v1/subscriptions/"
 	case "invoice":
@@ -628,4 +630,48 @@ func (c *Client) CustomerOf(ctx context.Context, obj reconcile.Related) (string,
 		return "", fmt.Errorf("stripe %s: %w", op, err)
 	}
 	return o.Customer.id.s, nil
+}
+
+// customerOfLostEvent reads the customer of the object whose event Stripe
+// failed to create, from the health event that says so
+// (HealthEventResolved): its data's impact names the object, which is
+// read as a thin event's related object is. An impact on a connected
+// account, or on an object that names no customer billsync reads, is a
+// *reconcile.PermanentError.
+func (c *Client) customerOfLostEvent(ctx context.Context, eventID string) (string, error) {
+	op := "retrieve event " + eventID
+	body, err := c.get(ctx, "/v2/core/events/"+url.PathEscape(eventID), nil)
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae) && ae.Code == codeResourceMissing:
+		return "", reconcile.Permanent("stripe %s: %s", op, ae)
+	case err != nil:
+		return "", fail(op, err)
+	}
+	var e struct {
+		Data struct {
+			Impact struct {
+				Context       string `json:"context"`
+				EventType     string `json:"event_type"`
+				RelatedObject struct {
+					ID   string `json:"id"`
+					Type string `json:"type"`
+				} `json:"related_object"`
+			} `json:"impact"`
+		} `json:"data"`
+	}
+	if err := readAnswer(body, &e); err != nil {
+		return "", fmt.Errorf("stripe %s: %w", op, err)
+	}
+	impact := e.Data.Impact
+	lost := impact.RelatedObject
+	switch {
+	case impact.Context != "":
+		return "", reconcile.Permanent("stripe event %s: the lost %s was a connected account's (%s): %s", eventID, impact.EventType, impact.Context, ReasonConnect)
+	case lost.Type == "customer":
+		return lost.ID, nil
+	case lost.Type == "subscription" || lost.Type == "invoice":
+		return c.CustomerOf(ctx, reconcile.Related{Type: lost.Type, ID: lost.ID})
+	}
+	return "", reconcile.Permanent("stripe event %s: the lost %s was about a %q, which names no customer billsync reads", eventID, impact.EventType, lost.Type)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -116,4 +117,60 @@ func TestCustomerOf(t *testing.T) {
 	require.Error(t, err)
 	require.False(t, reconcile.IsPermanent(err), "Stripe down is retried: %v", err)
 	require.Equal(t, int32(3), attempts.Load(), "retried within the client's policy")
+}
+
+// TestHealthEventResolvedAtTheIntake: the health event that says Stripe
+// failed to create an event names no object (its impact is in the data a
+// retrieve gives): the intake stores it under the event itself, for the
+// worker; one from a connected account is ignored as any Connect event.
+func TestHealthEventResolvedAtTheIntake(t *testing.T) {
+	t.Parallel()
+	const secret = "whsec_health"
+	v, err := stripe.NewVerifier([]string{secret}, 0)
+	require.NoError(t, err)
+	body := []byte(`{"id":"evt_health_1","object":"v2.core.event","type":"v2.core.health.event_generation_failure.resolved",` +
+		`"livemode":false,"created":"2025-12-01T10:15:30Z","context":null}`)
+	d, err := v.Verify(context.Background(), signed(body, secret), body)
+	require.NoError(t, err)
+	require.Empty(t, d.Event.IgnoreReason)
+	require.Equal(t, "related:v2.core.event:evt_health_1", d.Event.CustomerID)
+
+	connect := []byte(`{"id":"evt_health_2","object":"v2.core.event","type":"v2.core.health.event_generation_failure.resolved",` +
+		`"livemode":false,"created":"2025-12-01T10:15:30Z","context":"acct_1Rconnected"}`)
+	d, err = v.Verify(context.Background(), signed(connect, secret), connect)
+	require.NoError(t, err)
+	require.Equal(t, stripe.ReasonConnect, d.Event.IgnoreReason)
+}
+
+// TestCustomerOfALostEvent: the worker reads the lost event's object from
+// the health event's impact; a connected account's, or an object that
+// names no customer, is permanent.
+func TestCustomerOfALostEvent(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, impact, customer, problem string
+	}{
+		{"Customer", `{"event_type":"customer.updated","related_object":{"id":"cus_9","type":"customer"}}`, "cus_9", ""},
+		{"Connect", `{"context":"acct_1R","event_type":"invoice.paid","related_object":{"id":"in_9","type":"invoice"}}`, "", "connected account"},
+		{"Product", `{"event_type":"product.updated","related_object":{"id":"prod_9","type":"product"}}`, "", `"product"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				require.Equal(t, "/v2/core/events/evt_h", r.URL.Path)
+				w.Header().Set("Content-Type", "application/json")
+				fmt.Fprintf(w, `{"id":"evt_h","object":"v2.core.event","type":%q,"data":{"impact":%s}}`, stripe.HealthEventResolved, tt.impact)
+			}))
+			t.Cleanup(hs.Close)
+			customer, err := newTestClient(t, testConfig(hs.URL)).CustomerOf(context.Background(),
+				reconcile.Related{Type: "v2.core.event", ID: "evt_h"})
+			if tt.problem == "" {
+				require.NoError(t, err)
+				require.Equal(t, tt.customer, customer)
+				return
+			}
+			require.True(t, reconcile.IsPermanent(err), "%v", err)
+			require.ErrorContains(t, err, tt.problem)
+		})
+	}
 }

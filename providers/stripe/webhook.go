@@ -120,6 +120,14 @@ type eventJSON struct {
 // thinEvent is the object of a thin event's envelope.
 const thinEvent = "v2.core.event"
 
+// HealthEventResolved is the thin event by which Stripe says it failed to
+// create an event, and has recovered: the event never reached webhooks
+// nor GET /v1/events, and the object it was about is to be read again
+// (docs.stripe.com/webhooks/handle-irrecoverable-events). It is stored
+// under the event itself (reconcile.Related of type thinEvent), whose data
+// the worker reads for the object.
+const HealthEventResolved = "v2.core.health.event_generation_failure.resolved"
+
 // objectJSON is the event's data.object, read only for the customer it names.
 type objectJSON struct {
 	ID       string          `json:"id"`
@@ -192,6 +200,17 @@ func parseEvent(body []byte) (ev reconcile.Event, connect bool) {
 	if connectedAccount(raw) {
 		ev.IgnoreReason = ReasonConnect
 		return ev, true
+	}
+	if raw.Object == thinEvent && raw.Type == HealthEventResolved {
+		// The object whose event Stripe failed to create is in the event's
+		// data, which only a retrieve gives: the worker's (CustomerOf).
+		key, problem := reconcile.Storable(reconcile.Related{Type: thinEvent, ID: ev.EventID}.Key())
+		if problem != "" {
+			ev.IgnoreReason = "event id " + problem
+		} else {
+			ev.CustomerID = key
+		}
+		return ev, false
 	}
 	typ := raw.Type
 	if raw.Object == thinEvent {
