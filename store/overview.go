@@ -95,6 +95,11 @@ func (s *Store) Overview(ctx context.Context) (reconcile.Overview, error) {
 		return o, fmt.Errorf("overview: %w", err)
 	}
 	o.Signals = reconcile.HealthSignals(o.Now, feeds, app)
+	windows, err := s.SampleWindows(ctx, reconcile.SampleWindows)
+	if err != nil {
+		return o, fmt.Errorf("overview: %w", err)
+	}
+	o.Signals = append(o.Signals, reconcile.CorrectnessSignals(windows, reconcile.CorrectnessObjective)...)
 	if o.Drifted, err = s.DriftedSamples(ctx, reconcile.OverviewDrifted); err != nil {
 		return o, fmt.Errorf("overview: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -168,6 +169,40 @@ func (s *Store) DriftedSamples(ctx context.Context, limit int) ([]reconcile.Drif
 	})
 	if err != nil {
 		return nil, fmt.Errorf("drifted samples: %w", classify(err))
+	}
+	return out, nil
+}
+
+// SampleWindows counts the samples of each window (reconcile.SampleWindows)
+// back from now, and the drifted among them, in one scan of the longest.
+func (s *Store) SampleWindows(ctx context.Context, windows []time.Duration) ([]reconcile.SampleWindow, error) {
+	if len(windows) == 0 {
+		return nil, nil
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	secs := make([]float64, len(windows))
+	for i, w := range windows {
+		secs[i] = w.Seconds()
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT w, count(sm.id) FILTER (WHERE sm.sampled_at > now() - make_interval(secs => w)),
+			count(sm.id) FILTER (WHERE sm.drifted AND sm.sampled_at > now() - make_interval(secs => w))
+		FROM unnest($1::float8[]) w
+		LEFT JOIN samples sm ON sm.sampled_at > now() - make_interval(secs => (SELECT max(x) FROM unnest($1::float8[]) x))
+		GROUP BY w ORDER BY w`, secs)
+	if err != nil {
+		return nil, fmt.Errorf("sample windows: %w", classify(err))
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (reconcile.SampleWindow, error) {
+		var w reconcile.SampleWindow
+		var sec float64
+		err := r.Scan(&sec, &w.Sampled, &w.Drifted)
+		w.Window = time.Duration(sec * float64(time.Second))
+		return w, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sample windows: %w", classify(err))
 	}
 	return out, nil
 }

@@ -126,6 +126,48 @@ func TestRecordSamplesQueuesTheDrifted(t *testing.T) {
 	require.Equal(t, 1, storetest.Counts(t, st)["samples"])
 }
 
+// TestSampleWindows: each window counts the samples since its start and
+// the drifted among them; the overview shows them as signals.
+func TestSampleWindows(t *testing.T) {
+	t.Parallel()
+	st := storetest.NewStore(t)
+	addAccounts(t, st, "stripe", 4)
+	accs := storetest.Accounts(t, st)
+	ctx := context.Background()
+	var samples []reconcile.Sample
+	for i, a := range accs {
+		s := reconcile.Sample{Provider: "stripe", CustomerID: a.CustomerID, AccountID: a.ID}
+		if i%2 == 1 {
+			s.Drifted, s.Class = true, reconcile.SampleClassPlan
+		}
+		samples = append(samples, s)
+	}
+	require.NoError(t, st.RecordSamples(ctx, samples))
+	// One equal and one drifted sample three hours ago; one equal 40 days ago.
+	_, err := st.Pool().Exec(ctx, `UPDATE samples SET sampled_at = now() - interval '3 hours' WHERE account_id = ANY($1)`,
+		[]int64{accs[0].ID, accs[1].ID})
+	require.NoError(t, err)
+	require.NoError(t, st.RecordSamples(ctx, []reconcile.Sample{{Provider: "stripe", CustomerID: accs[0].CustomerID, AccountID: accs[0].ID}}))
+	_, err = st.Pool().Exec(ctx, `UPDATE samples SET sampled_at = now() - interval '40 days'
+		WHERE id = (SELECT max(id) FROM samples)`)
+	require.NoError(t, err)
+
+	w, err := st.SampleWindows(ctx, reconcile.SampleWindows)
+	require.NoError(t, err)
+	require.Equal(t, []reconcile.SampleWindow{
+		{Window: time.Hour, Sampled: 2, Drifted: 1},
+		{Window: 6 * time.Hour, Sampled: 4, Drifted: 2},
+		{Window: 30 * 24 * time.Hour, Sampled: 4, Drifted: 2},
+	}, w)
+	o, err := st.Overview(ctx)
+	require.NoError(t, err)
+	var names []string
+	for _, s := range o.Signals {
+		names = append(names, s.Name)
+	}
+	require.Contains(t, names, "correctness error budget, 30d")
+}
+
 // TestPickSampleCheapOn100k measures the pick on 100,000 accounts (with
 // 100,000 changes, a third of the ids gaps); BILLSYNC_SAMPLE_BENCH=1 runs
 // it.
