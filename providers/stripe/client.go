@@ -614,22 +614,31 @@ func (c *Client) CustomerOf(ctx context.Context, obj reconcile.Related) (string,
 	default:
 		return "", reconcile.Permanent("stripe: cannot read the customer of a %q", obj.Type)
 	}
-	op := "retrieve " + obj.String()
-	body, err := c.get(ctx, path+url.PathEscape(obj.ID), nil)
-	var ae *apiError
-	switch {
-	case errors.As(err, &ae) && ae.Code == codeResourceMissing:
-		return "", reconcile.Permanent("stripe %s: %s", op, ae)
-	case err != nil:
-		return "", fail(op, err)
-	}
 	var o struct {
 		Customer ref `json:"customer"` // an id, or the expanded customer
 	}
-	if err := readAnswer(body, &o); err != nil {
-		return "", fmt.Errorf("stripe %s: %w", op, err)
+	if err := c.retrieve(ctx, "retrieve "+obj.String(), path+url.PathEscape(obj.ID), &o); err != nil {
+		return "", err
 	}
 	return o.Customer.id.s, nil
+}
+
+// retrieve reads the object at path into v: one Stripe does not know is a
+// *reconcile.PermanentError, any other failure transient (fail); op names
+// the request in errors.
+func (c *Client) retrieve(ctx context.Context, op, path string, v any) error {
+	body, err := c.get(ctx, path, nil)
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae) && ae.Code == codeResourceMissing:
+		return reconcile.Permanent("stripe %s: %s", op, ae)
+	case err != nil:
+		return fail(op, err)
+	}
+	if err := readAnswer(body, v); err != nil {
+		return fmt.Errorf("stripe %s: %w", op, err)
+	}
+	return nil
 }
 
 // customerOfLostEvent reads the customer of the object whose event Stripe
@@ -639,15 +648,6 @@ func (c *Client) CustomerOf(ctx context.Context, obj reconcile.Related) (string,
 // account, or on an object that names no customer billsync reads, is a
 // *reconcile.PermanentError.
 func (c *Client) customerOfLostEvent(ctx context.Context, eventID string) (string, error) {
-	op := "retrieve event " + eventID
-	body, err := c.get(ctx, "/v2/core/events/"+url.PathEscape(eventID), nil)
-	var ae *apiError
-	switch {
-	case errors.As(err, &ae) && ae.Code == codeResourceMissing:
-		return "", reconcile.Permanent("stripe %s: %s", op, ae)
-	case err != nil:
-		return "", fail(op, err)
-	}
 	var e struct {
 		Data struct {
 			Impact struct {
@@ -660,8 +660,8 @@ func (c *Client) customerOfLostEvent(ctx context.Context, eventID string) (strin
 			} `json:"impact"`
 		} `json:"data"`
 	}
-	if err := readAnswer(body, &e); err != nil {
-		return "", fmt.Errorf("stripe %s: %w", op, err)
+	if err := c.retrieve(ctx, "retrieve event "+eventID, "/v2/core/events/"+url.PathEscape(eventID), &e); err != nil {
+		return "", err
 	}
 	impact := e.Data.Impact
 	lost := impact.RelatedObject
