@@ -1,6 +1,14 @@
 package reconcile
 
-import "strings"
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
 
 // Stripe Connect: a platform's connected accounts each bill their own
 // customers, and two accounts may hold the same customer id. So a
@@ -42,4 +50,100 @@ func SplitConnected(key string) (account, id string) {
 func IsConnectedAccount(s string) bool {
 	rest, ok := strings.CutPrefix(s, connectedPrefix)
 	return ok && rest != "" && !strings.ContainsAny(rest, "/ \t\r\n")
+}
+
+// ConnectedAccount is a connected account as billsync knows it.
+type ConnectedAccount struct {
+	Provider string `json:"provider"`
+	Account  string `json:"account"`
+	// Authorized is what the newest word about the account said: it
+	// authorises the platform (billsync may read its objects) or not.
+	Authorized bool `json:"authorized"`
+	// ChangedAt is that word's own time (its event's, or its listing's).
+	ChangedAt time.Time `json:"changed_at"`
+	FirstSeen time.Time `json:"first_seen"`
+}
+
+// Authorization is one word about a connected account: an
+// account.application.authorized or .deauthorized event, or the
+// provider's list of accounts naming it (or, listed whole, not naming
+// it). The store keeps the newest by At, so a copy or an older word
+// arriving late changes nothing.
+type Authorization struct {
+	Account    string
+	Authorized bool
+	At         time.Time
+}
+
+// ConnectedAccountStore keeps the connected accounts.
+type ConnectedAccountStore interface {
+	// SaveAuthorizations records each word newer than the one kept for
+	// its account (a new account is recorded whatever its time).
+	SaveAuthorizations(ctx context.Context, provider string, words []Authorization) error
+	// ConnectedAccounts lists the provider's connected accounts, by id.
+	ConnectedAccounts(ctx context.Context, provider string) ([]ConnectedAccount, error)
+}
+
+// Connect modes (-stripe-connect): which connected accounts billsync serves.
+const (
+	ConnectOff    = "off"    // none: their events are stored as ignored
+	ConnectAll    = "all"    // every account that authorises the platform
+	ConnectListed = "listed" // only the accounts listed, while they authorise it
+)
+
+// ConnectPolicy says which connected accounts billsync serves.
+type ConnectPolicy struct {
+	Mode   string   // ConnectOff ("" too), ConnectAll or ConnectListed
+	Listed []string // the accounts ConnectListed serves
+}
+
+// Reasons a connected account's event is stored as ignored.
+const (
+	ReasonConnectOff      = "connected accounts are not served (-stripe-connect off)"
+	ReasonConnectUnlisted = "connected account not in the served list (-stripe-connect listed)"
+)
+
+// Serves reports whether billsync serves account's customers under the
+// policy, and if not, why (the reason its events are stored with). It
+// reads the policy alone: an account that deauthorised the platform is
+// told by the store (ConnectedAccount.Authorized), not here.
+func (p ConnectPolicy) Serves(account string) (ok bool, why string) {
+	switch {
+	case account == "":
+		return true, ""
+	case p.Mode == ConnectAll:
+		return true, ""
+	case p.Mode == ConnectListed && slices.Contains(p.Listed, account):
+		return true, ""
+	case p.Mode == ConnectListed:
+		return false, ReasonConnectUnlisted
+	}
+	return false, ReasonConnectOff
+}
+
+// Enabled reports whether any connected account may be served.
+func (p ConnectPolicy) Enabled() bool { return p.Mode == ConnectAll || p.Mode == ConnectListed }
+
+// ParseConnectPolicy reads -stripe-connect's mode and the listed accounts
+// (comma-separated acct_ ids, for ConnectListed).
+func ParseConnectPolicy(mode, listed string) (ConnectPolicy, error) {
+	p := ConnectPolicy{Mode: cmp.Or(mode, ConnectOff)}
+	for a := range strings.SplitSeq(listed, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		if !IsConnectedAccount(a) {
+			return ConnectPolicy{}, fmt.Errorf("connected account %q: not an acct_ id", a)
+		}
+		p.Listed = append(p.Listed, a)
+	}
+	switch {
+	case p.Mode != ConnectOff && p.Mode != ConnectAll && p.Mode != ConnectListed:
+		return ConnectPolicy{}, fmt.Errorf("stripe connect %q: want off, all or listed", p.Mode)
+	case p.Mode == ConnectListed && len(p.Listed) == 0:
+		return ConnectPolicy{}, errors.New("stripe connect listed: no accounts listed (BILLSYNC_STRIPE_CONNECT_ACCOUNTS)")
+	case p.Mode != ConnectListed && len(p.Listed) > 0:
+		return ConnectPolicy{}, fmt.Errorf("stripe connect %s: accounts are listed only with listed", p.Mode)
+	}
+	return p, nil
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/billsync/billsync/reconcile"
 )
@@ -40,4 +41,33 @@ func FuzzSplitConnected(f *testing.F) {
 			t.Fatalf("%q splits into %q, %q, which do not join back", key, account, id)
 		}
 	})
+}
+
+func TestConnectPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		mode, listed string
+		err          bool
+		serves       map[string]bool
+	}{
+		{mode: "", serves: map[string]bool{"": true, "acct_1": false}},
+		{mode: "off", serves: map[string]bool{"": true, "acct_1": false}},
+		{mode: "all", serves: map[string]bool{"": true, "acct_1": true}},
+		{mode: "listed", listed: "acct_1, acct_2", serves: map[string]bool{"": true, "acct_1": true, "acct_2": true, "acct_3": false}},
+		{mode: "listed", err: true},
+		{mode: "all", listed: "acct_1", err: true},
+		{mode: "listed", listed: "cus_1", err: true},
+		{mode: "some", err: true},
+	} {
+		p, err := reconcile.ParseConnectPolicy(tc.mode, tc.listed)
+		if tc.err {
+			assert.Error(t, err, "%q %q", tc.mode, tc.listed)
+			continue
+		}
+		require.NoError(t, err)
+		for account, want := range tc.serves {
+			ok, why := p.Serves(account)
+			assert.Equal(t, want, ok, "%s serves %q", tc.mode, account)
+			assert.Equal(t, ok, why == "", "a refusal says why")
+		}
+	}
 }

@@ -34,6 +34,11 @@ type Event struct {
 	// IgnoreReason, when set, stores the event as ignored with this reason
 	// and queues nothing.
 	IgnoreReason string
+	// Authorization, when set, is the event's word about a connected
+	// account (Stripe's account.application.authorized or .deauthorized):
+	// the store records it with the event, in its transaction (see
+	// ConnectedAccountStore). Such an event names no customer.
+	Authorization *Authorization
 	// Transaction: the event records a payment (a transaction, for a
 	// provider that allocates reads per transaction); the store counts
 	// each stored once, by the day it arrived.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -29,6 +30,12 @@ func (s *Store) StoreReceipt(ctx context.Context, d reconcile.Receipt) (reconcil
 	}
 	var st reconcile.Stored
 	var inserted bool
+	var authAccounts []string
+	var authAuthorized []bool
+	var authAt []time.Time
+	if a := ev.Authorization; a != nil {
+		authAccounts, authAuthorized, authAt = []string{a.Account}, []bool{a.Authorized}, []time.Time{a.At}
+	}
 	// xmax = 0 only on a freshly inserted row: it tells a new event from a
 	// copy. The queue upsert is enqueueSQL, for a new pending event with a
 	// customer only: it settles the event's hints onto the row.
@@ -60,6 +67,10 @@ func (s *Store) StoreReceipt(ctx context.Context, d reconcile.Receipt) (reconcil
 			-- counted with the event, so the count never lags its account.
 			UPDATE events_feed SET caught = caught + 1
 			WHERE provider = $1 AND $15 = 'feed' AND (SELECT inserted FROM ev)
+		), authorized AS (
+			-- A connected account's authorisation event is recorded with
+			-- the event (a copy or an older event changes nothing).
+			`+saveAuthorizationsSQL("$1", "$17", "$18", "$19")+`
 		), txn AS (
 			-- A payment counts toward the read allocation once, by the day
 			-- it first arrived (see ReportSpend).
@@ -71,6 +82,7 @@ func (s *Store) StoreReceipt(ctx context.Context, d reconcile.Receipt) (reconcil
 		ev.Provider, ev.DedupeKey, ev.EventID, ev.Type, ev.CustomerID, nullTime(ev.Time),
 		ev.APIVersion, ev.Payload, status, outcome, d.DeliveryID, d.RemoteAddr, expectDoc(ev.Expect), ev.UserRef,
 		cmp.Or(d.Source, reconcile.SourceWebhook), ev.Transaction,
+		authAccounts, authAuthorized, authAt,
 	).Scan(&st.InboxID, &inserted, &st.SeenCount, &st.Status)
 	if err != nil {
 		return reconcile.Stored{}, fmt.Errorf("store %s event %s: %w", ev.Provider, ev.DedupeKey, classify(err))
