@@ -18,8 +18,11 @@ import (
 // its leases, backoff and dead rows serve the object exactly as they serve
 // a customer, and the guarded writes are the customer's reconcile's own.
 type Related struct {
-	Type string // the provider's object type: "subscription", "invoice"
-	ID   string
+	// Account is the connected account holding the object (see
+	// Connected), "" for the platform's own.
+	Account string
+	Type    string // the provider's object type: "subscription", "invoice"
+	ID      string
 }
 
 // relatedPrefix starts a queue key that names a related object. No
@@ -27,18 +30,21 @@ type Related struct {
 // and underscores).
 const relatedPrefix = "related:"
 
-// Key is the object's queue key: "related:<type>:<id>".
-func (r Related) Key() string { return relatedPrefix + r.Type + ":" + r.ID }
+// Key is the object's queue key: "related:<type>:<id>", under its
+// connected account's prefix when it has one.
+func (r Related) Key() string { return Connected(r.Account, relatedPrefix+r.Type+":"+r.ID) }
 
-func (r Related) String() string { return r.Type + " " + r.ID }
+func (r Related) String() string { return Connected(r.Account, r.Type+" "+r.ID) }
 
 // RelatedOf reads the object a queue key names; ok is false for a
 // customer id.
 func RelatedOf(key string) (r Related, ok bool) {
+	account, key := SplitConnected(key)
 	rest, ok := strings.CutPrefix(key, relatedPrefix)
 	if !ok {
 		return Related{}, false
 	}
+	r.Account = account
 	r.Type, r.ID, ok = strings.Cut(rest, ":")
 	return r, ok && r.Type != "" && r.ID != ""
 }

@@ -281,7 +281,8 @@ func (c *Client) Fetch(ctx context.Context, customerID string) (snap reconcile.S
 	return snap, err
 }
 
-func (c *Client) fetch(ctx context.Context, customerID string) (reconcile.Snapshot, error) {
+func (c *Client) fetch(ctx context.Context, key string) (reconcile.Snapshot, error) {
+	ctx, customerID := onBehalfOfKey(ctx, key)
 	if customerID == "" {
 		return reconcile.Snapshot{}, reconcile.Permanent("stripe: empty customer id")
 	}
@@ -332,7 +333,7 @@ func (c *Client) resolve(ctx context.Context, cust customerJSON) (reconcile.Snap
 	// A listing reads no entitlements: with them on, the account keeps
 	// those last fetched (Fetch reads them); with them off, there are
 	// none to keep.
-	snap := reconcile.Snapshot{Provider: Provider, CustomerID: cust.id, KeepEntitlements: c.entitlements}
+	snap := reconcile.Snapshot{Provider: Provider, CustomerID: connectedKey(ctx, cust.id), KeepEntitlements: c.entitlements}
 	if cust.deleted {
 		snap.Deleted = true
 		return snap, nil
@@ -422,6 +423,9 @@ func (c *Client) do(req *http.Request) ([]byte, error) {
 	req.Header.Set("Authorization", "Bearer "+c.apiKey)
 	req.Header.Set("Stripe-Version", APIVersion)
 	req.Header.Set("User-Agent", userAgent)
+	if account := accountOf(req.Context()); account != "" {
+		req.Header.Set("Stripe-Account", account)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, err
@@ -603,6 +607,7 @@ func (d debugLogger) Warn(msg string, kv ...any)  { d.l.Debug("stripe http: "+ms
 // Stripe does not know, or a type it cannot read, is a
 // *reconcile.PermanentError.
 func (c *Client) CustomerOf(ctx context.Context, obj reconcile.Related) (string, error) {
+	ctx = OnBehalfOf(ctx, obj.Account)
 	var path string
 	switch obj.Type {
 	case thinEvent:
@@ -620,7 +625,7 @@ func (c *Client) CustomerOf(ctx context.Context, obj reconcile.Related) (string,
 	if err := c.retrieve(ctx, "retrieve "+obj.String(), path+url.PathEscape(obj.ID), &o); err != nil {
 		return "", err
 	}
-	return o.Customer.id.s, nil
+	return connectedKey(ctx, o.Customer.id.s), nil
 }
 
 // retrieve reads the object at path into v: one Stripe does not know is a

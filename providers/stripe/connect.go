@@ -1,0 +1,47 @@
+package stripe
+
+import (
+	"context"
+
+	"github.com/billsync/billsync/reconcile"
+)
+
+// A read on behalf of a connected account (Stripe Connect) carries the
+// platform's key and the account's Stripe-Account header: without it
+// Stripe answers the platform's "No such customer". The account travels in
+// the request's context, so every read a fetch makes (the customer, its
+// subscriptions' lists, items, entitlements, a related object) carries it
+// whichever helper sends it.
+
+type accountKey struct{}
+
+// OnBehalfOf returns ctx for requests on behalf of the connected account
+// ("" for the platform's own account).
+func OnBehalfOf(ctx context.Context, account string) context.Context {
+	if account == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, accountKey{}, account)
+}
+
+// accountOf is the connected account ctx reads on behalf of, "" for the
+// platform's own.
+func accountOf(ctx context.Context) string {
+	a, _ := ctx.Value(accountKey{}).(string)
+	return a
+}
+
+// onBehalfOfKey splits a connected key ("acct_X/cus_Y") into ctx on behalf
+// of its account and the id Stripe knows.
+func onBehalfOfKey(ctx context.Context, key string) (context.Context, string) {
+	account, id := reconcile.SplitConnected(key)
+	return OnBehalfOf(ctx, account), id
+}
+
+// connectedKey is an id Stripe gave in ctx's account, as billsync keys it.
+func connectedKey(ctx context.Context, id string) string {
+	if id == "" {
+		return ""
+	}
+	return reconcile.Connected(accountOf(ctx), id)
+}
