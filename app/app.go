@@ -271,6 +271,7 @@ func newVerifiers(ctx context.Context, cfg Config, provs Providers, metrics *ser
 			return nil, err
 		}
 		stripeVerifier.SetOnConnect(func() { metrics.ObserveConnectEvent(stripe.Provider) })
+		stripeVerifier.ServeConnect(stripe.Connect{Secrets: cfg.StripeConnectSecrets, Policy: cfg.StripeConnect, Live: stripe.LiveKey(cfg.StripeAPIKey)})
 		verifiers = append(verifiers, stripeVerifier)
 	}
 	if cfg.KindeOn() {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/reconcile"
 )
 
 // Config is billsync's parsed and validated configuration: cmd builds it
@@ -19,7 +20,14 @@ type Config struct {
 	StripeAPIKey         string
 	StripeAPIURL         string
 	StripeWebhookSecrets []string
-	StripeTolerance      time.Duration
+	// StripeConnectSecrets verify the Connect webhook endpoint's
+	// deliveries (STRIPE_CONNECT_WEBHOOK_SECRET); a delivery to either
+	// URL verifies against either endpoint's secrets.
+	StripeConnectSecrets []string
+	// StripeConnect says which connected accounts billsync serves
+	// (-stripe-connect, BILLSYNC_STRIPE_CONNECT_ACCOUNTS): docs/connect.md.
+	StripeConnect   reconcile.ConnectPolicy
+	StripeTolerance time.Duration
 	StripeRateLimit      float64
 	StripeOperationRate  float64
 	StripeReadAllocation float64

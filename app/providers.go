@@ -112,7 +112,7 @@ func NewStripeClient(cfg Config, logger *slog.Logger, metrics *server.Metrics) (
 	c := stripe.Config{
 		APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIURL, UserRefKey: cfg.UserRefKey,
 		RateLimit: cfg.StripeRateLimit, OperationRateLimit: cfg.StripeOperationRate, ReadAllocation: cfg.StripeReadAllocation,
-		Logger: logger, Entitlements: cfg.StripeEntitlements,
+		Logger: logger, Entitlements: cfg.StripeEntitlements, Connect: cfg.StripeConnect,
 	}
 	if metrics != nil {
 		c.OnAttempt = func(status string) { metrics.ObserveProviderRequest(stripe.Provider, status) }

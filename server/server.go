@@ -113,6 +113,15 @@ func New(cfg Config) *Server {
 		s.verifiers[v.Provider()] = v
 	}
 	s.mux.HandleFunc("POST /webhooks/{provider}", s.handleWebhook)
+	// Stripe's Connect endpoint may have a URL of its own; a delivery to
+	// either verifies against either endpoint's secrets.
+	s.mux.HandleFunc("POST /webhooks/{provider}/connect", func(w http.ResponseWriter, r *http.Request) {
+		if r.PathValue("provider") != "stripe" {
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "only Stripe has a Connect endpoint"})
+			return
+		}
+		s.handleWebhook(w, r)
+	})
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

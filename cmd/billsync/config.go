@@ -48,6 +48,9 @@ type config struct {
 	NoMigrate  bool
 
 	readAllocationErr error
+	// connectMode is -stripe-connect (BILLSYNC_STRIPE_CONNECT), read with
+	// BILLSYNC_STRIPE_CONNECT_ACCOUNTS into StripeConnect by validateStripe.
+	connectMode, connectAccounts string
 	PlansPath         string
 	eventsPollErr     error // a bad BILLSYNC_EVENTS_POLL, reported by validateServe
 	sampleShareErr    error // a bad BILLSYNC_SAMPLE_SHARE, reported by validateServe
@@ -219,6 +222,9 @@ func (c *config) bindReconcile(fs *flag.FlagSet, getenv func(string) string) {
 	fs.Float64Var(&c.KindeRateLimit, "kinde-rate", 10, "Kinde Management API requests per second of this process (token requests, fetches and retries of every worker count; Kinde publishes no number, it answers 429 with RateLimit-Reset)")
 	fs.BoolVar(&c.StripeEntitlements, "stripe-entitlements", envBool(getenv, "BILLSYNC_STRIPE_ENTITLEMENTS"),
 		"read each customer's Stripe active entitlements with every fetch (one more request a reconcile), a source of features (env BILLSYNC_STRIPE_ENTITLEMENTS=true; the key needs read access to entitlements)")
+	c.connectAccounts = getenv("BILLSYNC_STRIPE_CONNECT_ACCOUNTS")
+	fs.StringVar(&c.connectMode, "stripe-connect", cmp.Or(getenv("BILLSYNC_STRIPE_CONNECT"), reconcile.ConnectOff),
+		"which Stripe Connect accounts billsync serves: off (their events are stored as ignored), all (every account that authorises the platform), listed (the acct_ ids in BILLSYNC_STRIPE_CONNECT_ACCOUNTS, comma-separated); env BILLSYNC_STRIPE_CONNECT; see docs/connect.md")
 	fs.BoolVar(&c.KindeEntitlements, "kinde-entitlements", envBool(getenv, "BILLSYNC_KINDE_ENTITLEMENTS"),
 		"read each customer's Kinde billing entitlements with every fetch, a source of features (env BILLSYNC_KINDE_ENTITLEMENTS=true; scope read:billing_entitlements)")
 	fs.StringVar(&c.PlansPath, "plans", getenv("BILLSYNC_PLANS"), "plans file (YAML; env BILLSYNC_PLANS; default: the built-in plans.example.yaml)")
@@ -283,11 +289,10 @@ func (c *config) loadSecrets(getenv func(string) string) error {
 	errs = append(errs, err)
 	whsec, err := secret(getenv, "STRIPE_WEBHOOK_SECRET")
 	errs = append(errs, err)
-	for _, s := range strings.Split(whsec, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			c.StripeWebhookSecrets = append(c.StripeWebhookSecrets, s)
-		}
-	}
+	c.StripeWebhookSecrets = commaList(whsec)
+	connect, err := secret(getenv, "STRIPE_CONNECT_WEBHOOK_SECRET")
+	errs = append(errs, err)
+	c.StripeConnectSecrets = commaList(connect)
 	return errors.Join(errs...)
 }
 
@@ -381,11 +386,17 @@ func (c *config) validateStripe() []error {
 	if len(c.StripeWebhookSecrets) == 0 && !c.FeedOn() {
 		errs = append(errs, errors.New("STRIPE_WEBHOOK_SECRET is not set: billsync cannot verify Stripe webhooks without it (comma-separate several to rotate; or set STRIPE_WEBHOOK_SECRET_FILE); or run on the events feed alone: STRIPE_API_KEY set and -events-poll not off"))
 	}
-	for _, s := range c.StripeWebhookSecrets {
-		if !strings.HasPrefix(s, "whsec_") {
-			errs = append(errs, errors.New("STRIPE_WEBHOOK_SECRET: each secret should start with whsec_ (copy it from the endpoint's page in the Stripe dashboard)"))
-			break
+	for name, secrets := range map[string][]string{"STRIPE_WEBHOOK_SECRET": c.StripeWebhookSecrets, "STRIPE_CONNECT_WEBHOOK_SECRET": c.StripeConnectSecrets} {
+		if slices.ContainsFunc(secrets, func(s string) bool { return !strings.HasPrefix(s, "whsec_") }) {
+			errs = append(errs, fmt.Errorf("%s: each secret should start with whsec_ (copy it from the endpoint's page in the Stripe dashboard)", name))
 		}
+	}
+	var err error
+	if c.StripeConnect, err = reconcile.ParseConnectPolicy(c.connectMode, c.connectAccounts); err != nil {
+		errs = append(errs, fmt.Errorf("-stripe-connect: %w", err))
+	}
+	if len(c.StripeConnectSecrets) > 0 && !c.StripeConnect.Enabled() {
+		errs = append(errs, errors.New("STRIPE_CONNECT_WEBHOOK_SECRET is set but -stripe-connect is off: set -stripe-connect all or listed (BILLSYNC_STRIPE_CONNECT) to serve connected accounts"))
 	}
 	if c.StripeAPIURL != "" {
 		if u, err := url.Parse(c.StripeAPIURL); err != nil || u.Scheme == "" || u.Host == "" {

@@ -40,10 +40,16 @@ const AllocationWindow = 30 * 24 * time.Hour
 // live deployment has the live budget without a flag and a test key never
 // spends more than a sandbox allows.
 func DefaultRate(apiKey string) float64 {
-	if strings.HasPrefix(apiKey, "sk_live_") || strings.HasPrefix(apiKey, "rk_live_") {
+	if LiveKey(apiKey) {
 		return LiveRate
 	}
 	return SandboxRate
+}
+
+// LiveKey reports whether apiKey is a live-mode key (secret or restricted):
+// it reads live-mode objects only.
+func LiveKey(apiKey string) bool {
+	return strings.HasPrefix(apiKey, "sk_live_") || strings.HasPrefix(apiKey, "rk_live_")
 }
 
 // ReadAllocation is the account's monthly read allocation: configured

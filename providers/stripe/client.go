@@ -45,6 +45,11 @@ type Config struct {
 	// them (one request per customer): accounts keep those last fetched.
 	Entitlements bool
 
+	// Connect says which connected accounts (Stripe Connect) may be read
+	// on behalf of; a key of any other account is a
+	// *reconcile.PermanentError. Zero: none, the platform's own only.
+	Connect reconcile.ConnectPolicy
+
 	// RateLimit is the account's global rate, requests per second, shared
 	// by every call of this client, retries included; default
 	// DefaultRate(APIKey): 100 for a live key, 25 for a test key. With
@@ -160,6 +165,7 @@ type Client struct {
 	baseURL    string
 	apiKey     string // never logged
 	userRefKey string
+	connect    reconcile.ConnectPolicy
 	// entitlements: Fetch reads active entitlements (Config.Entitlements).
 	entitlements   bool
 	log            *slog.Logger
@@ -198,6 +204,7 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 		apiKey:         cfg.APIKey,
 		userRefKey:     cfg.UserRefKey,
 		entitlements:   cfg.Entitlements,
+		connect:        cfg.Connect,
 		log:            cfg.Logger.With("provider", Provider),
 		listLimiter:    rate.NewLimiter(rate.Limit(cfg.ListRateLimit), 1),
 		budget:         newBudget(cfg.RateLimit, cfg.OperationRateLimit, cfg.Burst),
@@ -282,7 +289,10 @@ func (c *Client) Fetch(ctx context.Context, customerID string) (snap reconcile.S
 }
 
 func (c *Client) fetch(ctx context.Context, key string) (reconcile.Snapshot, error) {
-	ctx, customerID := onBehalfOfKey(ctx, key)
+	ctx, customerID, err := c.onBehalfOfKey(ctx, key)
+	if err != nil {
+		return reconcile.Snapshot{}, err
+	}
 	if customerID == "" {
 		return reconcile.Snapshot{}, reconcile.Permanent("stripe: empty customer id")
 	}
@@ -424,7 +434,12 @@ func (c *Client) do(req *http.Request) ([]byte, error) {
 	req.Header.Set("Stripe-Version", APIVersion)
 	req.Header.Set("User-Agent", userAgent)
 	if account := accountOf(req.Context()); account != "" {
-		req.Header.Set("Stripe-Account", account)
+		// API v2 names the account a request acts in its Stripe-Context.
+		header := "Stripe-Account"
+		if strings.HasPrefix(req.URL.Path, "/v2/") {
+			header = "Stripe-Context"
+		}
+		req.Header.Set(header, account)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -441,6 +456,7 @@ func (c *Client) do(req *http.Request) ([]byte, error) {
 	}
 	if resp.StatusCode != http.StatusOK {
 		apiErr := apiErrorOf(resp, body)
+		apiErr.Account = accountOf(req.Context())
 		if ctxErr := req.Context().Err(); ctxErr != nil {
 			// The caller's deadline ended the retries: say so, whatever
 			// the last attempt's answer was (it may have come after it).
@@ -501,6 +517,7 @@ const listPageSize = 100
 type apiError struct {
 	Status    int    `json:"-"`
 	RequestID string `json:"-"`
+	Account   string `json:"-"` // the connected account the request acted in, "" for the platform
 	Type      string `json:"type"`
 	Code      string `json:"code"`
 	Message   string `json:"message"`
@@ -560,9 +577,25 @@ func fail(op string, err error) error {
 		return fmt.Errorf("stripe %s: %w", op, err)
 	case ae.Status == http.StatusBadRequest:
 		return reconcile.Permanent("stripe %s: %s", op, ae)
+	case ae.accountLost():
+		return reconcile.Permanent("stripe %s: connected account %s does not authorise the platform: %s", op, ae.Account, ae)
 	}
 	return fmt.Errorf("stripe %s: %s", op, ae)
 }
+
+// accountLost reports whether a refusal says the platform may no longer
+// act in the connected account it asked for (it deauthorised the
+// platform, or never existed): every read in it would be refused alike,
+// so its events end ignored with the reason. A refusal of the platform's
+// own key stays transient (an outage to alert on).
+func (ae *apiError) accountLost() bool {
+	return ae.Account != "" && (ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden) &&
+		(ae.Code == codeAccountInvalid || strings.Contains(ae.Message, "does not have access to account"))
+}
+
+// codeAccountInvalid is Stripe's error code for a Stripe-Account the key
+// cannot act in.
+const codeAccountInvalid = "account_invalid"
 
 // checkRetry is retryablehttp's default policy (network errors, timeouts,
 // 429, 5xx except 501) overridden by Stripe's own Stripe-Should-Retry header
@@ -607,7 +640,10 @@ func (d debugLogger) Warn(msg string, kv ...any)  { d.l.Debug("stripe http: "+ms
 // Stripe does not know, or a type it cannot read, is a
 // *reconcile.PermanentError.
 func (c *Client) CustomerOf(ctx context.Context, obj reconcile.Related) (string, error) {
-	ctx = OnBehalfOf(ctx, obj.Account)
+	ctx, err := c.onBehalfOf(ctx, obj.Account)
+	if err != nil {
+		return "", err
+	}
 	var path string
 	switch obj.Type {
 	case thinEvent:
@@ -670,13 +706,14 @@ func (c *Client) customerOfLostEvent(ctx context.Context, eventID string) (strin
 	}
 	impact := e.Data.Impact
 	lost := impact.RelatedObject
+	account := cmp.Or(impact.Context, accountOf(ctx))
 	switch {
-	case impact.Context != "":
-		return "", reconcile.Permanent("stripe event %s: the lost %s was a connected account's (%s): %s", eventID, impact.EventType, impact.Context, ReasonConnect)
+	case account != "" && !reconcile.IsConnectedAccount(account):
+		return "", reconcile.Permanent("stripe event %s: the lost %s was in %q, not a connected account billsync can read", eventID, impact.EventType, account)
 	case lost.Type == "customer":
-		return lost.ID, nil
+		return reconcile.Connected(account, lost.ID), nil
 	case lost.Type == "subscription" || lost.Type == "invoice":
-		return c.CustomerOf(ctx, reconcile.Related{Type: lost.Type, ID: lost.ID})
+		return c.CustomerOf(ctx, reconcile.Related{Account: account, Type: lost.Type, ID: lost.ID})
 	}
 	return "", reconcile.Permanent("stripe event %s: the lost %s was about a %q, which names no customer billsync reads", eventID, impact.EventType, lost.Type)
 }

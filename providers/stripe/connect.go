@@ -32,10 +32,21 @@ func accountOf(ctx context.Context) string {
 }
 
 // onBehalfOfKey splits a connected key ("acct_X/cus_Y") into ctx on behalf
-// of its account and the id Stripe knows.
-func onBehalfOfKey(ctx context.Context, key string) (context.Context, string) {
+// of its account and the id Stripe knows. An account billsync does not
+// serve (Config.Connect) is a *reconcile.PermanentError: nothing of it is
+// read.
+func (c *Client) onBehalfOfKey(ctx context.Context, key string) (context.Context, string, error) {
 	account, id := reconcile.SplitConnected(key)
-	return OnBehalfOf(ctx, account), id
+	ctx, err := c.onBehalfOf(ctx, account)
+	return ctx, id, err
+}
+
+// onBehalfOf is OnBehalfOf for an account billsync serves.
+func (c *Client) onBehalfOf(ctx context.Context, account string) (context.Context, error) {
+	if ok, why := c.connect.Serves(account); !ok {
+		return ctx, reconcile.Permanent("stripe: connected account %s: %s", account, why)
+	}
+	return OnBehalfOf(ctx, account), nil
 }
 
 // connectedKey is an id Stripe gave in ctx's account, as billsync keys it.

@@ -64,15 +64,16 @@ func TestThinEventsAtTheIntake(t *testing.T) {
 		require.ErrorIs(t, err, reconcile.ErrBadSignature)
 	})
 
-	t.Run("ConnectIgnoredAndCounted", func(t *testing.T) {
+	t.Run("ConnectOffIgnoredAndCounted", func(t *testing.T) {
 		thin := thinBody("evt_acct_thin", "v1.customer.subscription.updated", "subscription", "sub_1", `"acct_1Rconnected"`)
 		v1 := []byte(`{"id":"evt_acct_v1","object":"event","account":"acct_1Rconnected","api_version":"2025-08-27.basil",` +
 			`"created":1764584400,"type":"invoice.paid","data":{"object":{"id":"in_1","object":"invoice","customer":"cus_1"}}}`)
 		for _, body := range [][]byte{thin, v1} {
 			d, err := v.Verify(context.Background(), signed(body, secret), body)
 			require.NoError(t, err)
-			require.Equal(t, stripe.ReasonConnect, d.Event.IgnoreReason)
-			require.Empty(t, d.Event.CustomerID)
+			require.Equal(t, reconcile.ReasonConnectOff, d.Event.IgnoreReason)
+			account, _ := reconcile.SplitConnected(d.Event.CustomerID)
+			require.Equal(t, "acct_1Rconnected", account, "stored under its account")
 		}
 		require.Equal(t, int32(2), connects.Load())
 	})
@@ -139,7 +140,13 @@ func TestHealthEventResolvedAtTheIntake(t *testing.T) {
 		`"livemode":false,"created":"2025-12-01T10:15:30Z","context":"acct_1Rconnected"}`)
 	d, err = v.Verify(context.Background(), signed(connect, secret), connect)
 	require.NoError(t, err)
-	require.Equal(t, stripe.ReasonConnect, d.Event.IgnoreReason)
+	require.Equal(t, reconcile.ReasonConnectOff, d.Event.IgnoreReason)
+
+	v.ServeConnect(stripe.Connect{Policy: reconcile.ConnectPolicy{Mode: reconcile.ConnectAll}})
+	d, err = v.Verify(context.Background(), signed(connect, secret), connect)
+	require.NoError(t, err)
+	require.Empty(t, d.Event.IgnoreReason)
+	require.Equal(t, "acct_1Rconnected/related:v2.core.event:evt_health_2", d.Event.CustomerID)
 }
 
 // TestCustomerOfALostEvent: the worker reads the lost event's object from
@@ -151,7 +158,8 @@ func TestCustomerOfALostEvent(t *testing.T) {
 		name, impact, customer, problem string
 	}{
 		{"Customer", `{"event_type":"customer.updated","related_object":{"id":"cus_9","type":"customer"}}`, "cus_9", ""},
-		{"Connect", `{"context":"acct_1R","event_type":"invoice.paid","related_object":{"id":"in_9","type":"invoice"}}`, "", "connected account"},
+		{"ConnectCustomer", `{"context":"acct_1R","event_type":"customer.updated","related_object":{"id":"cus_9","type":"customer"}}`, "acct_1R/cus_9", ""},
+		{"NotAnAccount", `{"context":"org_1R","event_type":"customer.updated","related_object":{"id":"cus_9","type":"customer"}}`, "", "not a connected account"},
 		{"Product", `{"event_type":"product.updated","related_object":{"id":"prod_9","type":"product"}}`, "", `"product"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

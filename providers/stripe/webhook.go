@@ -27,27 +27,46 @@ const DefaultTolerance = 300 * time.Second
 type Verifier struct {
 	secrets   []string
 	tolerance time.Duration
+	connect   Connect
 	onConnect func() // nil: connect events are not counted
 }
 
 // SetOnConnect sets a function called for every verified event of a
-// connected account (metrics). Call it before the verifier is used.
+// connected account stored as ignored because billsync does not serve the
+// account (metrics). Call it before the verifier is used.
 func (v *Verifier) SetOnConnect(f func()) { v.onConnect = f }
 
-// ReasonConnect is why events of connected accounts (Stripe Connect) are
-// stored as ignored: billsync reads only the platform account, and reading
-// a connected account's customers would need its Stripe-Account header.
-const ReasonConnect = "connected accounts are not configured"
+// Connect is how the intake takes Stripe Connect events (docs/connect.md).
+type Connect struct {
+	// Secrets are the Connect webhook endpoint's signing secrets: a
+	// delivery verifies against these or the platform endpoint's, on
+	// either URL.
+	Secrets []string
+	// Policy says which connected accounts are served; the events of the
+	// others are stored as ignored with the reason.
+	Policy reconcile.ConnectPolicy
+	// Live: billsync reads live-mode data (a live key). A live Connect
+	// endpoint also receives the test-mode events of accounts linked in
+	// live mode, which a live key cannot read: stored as ignored.
+	Live bool
+}
+
+// ServeConnect sets how the verifier takes Connect events. Call it before
+// the verifier is used; without it every connected account's event is
+// stored as ignored (reconcile.ReasonConnectOff).
+func (v *Verifier) ServeConnect(c Connect) {
+	v.connect = c
+	v.secrets = append(v.secrets, cleanSecrets(c.Secrets)...)
+}
+
+// ReasonTestMode is why a connected account's test-mode event reaching a
+// live deployment is stored as ignored.
+const ReasonTestMode = "a test-mode event on a live deployment (a live key cannot read test-mode objects)"
 
 // NewVerifier returns a Verifier accepting a signature made with any of
 // secrets: during a rotation Stripe signs with the old and the new secret.
 func NewVerifier(secrets []string, tolerance time.Duration) (*Verifier, error) {
-	var clean []string
-	for _, s := range secrets {
-		if s = strings.TrimSpace(s); s != "" {
-			clean = append(clean, s)
-		}
-	}
+	clean := cleanSecrets(secrets)
 	if len(clean) == 0 {
 		return nil, errors.New("stripe: no webhook secret configured")
 	}
@@ -55,6 +74,16 @@ func NewVerifier(secrets []string, tolerance time.Duration) (*Verifier, error) {
 		tolerance = DefaultTolerance
 	}
 	return &Verifier{secrets: clean, tolerance: tolerance}, nil
+}
+
+func cleanSecrets(secrets []string) []string {
+	var clean []string
+	for _, s := range secrets {
+		if s = strings.TrimSpace(s); s != "" {
+			clean = append(clean, s)
+		}
+	}
+	return clean
 }
 
 // Provider returns "stripe".
@@ -70,9 +99,16 @@ func (v *Verifier) Verify(_ context.Context, header http.Header, body []byte) (r
 	if err := v.verify(header, body); err != nil {
 		return reconcile.Receipt{}, err
 	}
-	ev, connect := parseEvent(body)
-	if connect && v.onConnect != nil {
-		v.onConnect()
+	ev, conn := parseEvent(body)
+	if conn.account != "" && ev.IgnoreReason == "" {
+		if ok, why := v.connect.Policy.Serves(conn.account); !ok {
+			ev.IgnoreReason = why
+			if v.onConnect != nil {
+				v.onConnect()
+			}
+		} else if v.connect.Live && conn.testMode {
+			ev.IgnoreReason = ReasonTestMode
+		}
 	}
 	return reconcile.Receipt{Event: ev}, nil
 }
@@ -108,6 +144,7 @@ type eventJSON struct {
 	APIVersion string          `json:"api_version"`
 	Account    string          `json:"account"`
 	Context    json.RawMessage `json:"context"`
+	Livemode   *bool           `json:"livemode"`
 	Data       struct {
 		Object objectJSON `json:"object"`
 	} `json:"data"`
@@ -142,6 +179,19 @@ type objectJSON struct {
 	PaymentStatus string          `json:"payment_status"`
 }
 
+// Stripe Connect's events of a connected account's authorisation: the
+// account (the event's "account") authorised the platform, or withdrew.
+const (
+	eventAuthorized   = "account.application.authorized"
+	eventDeauthorized = "account.application.deauthorized"
+)
+
+// connectOf is what parseEvent read of an event's connected account.
+type connectOf struct {
+	account  string // "" for the platform's own event
+	testMode bool   // the event says livemode false
+}
+
 // ParseEvent reads a verified event body. It never fails: an event billsync
 // cannot use comes back with IgnoreReason set, so it is stored (and answered
 // 200) instead of being retried by Stripe forever. Every event it returns
@@ -151,14 +201,18 @@ type objectJSON struct {
 // A thin event whose related object is a subscription or an invoice names
 // its customer only through a retrieve, which is the worker's: its
 // CustomerID is the object's key (reconcile.Related).
+//
+// A connected account's event (Stripe Connect: "account", or a thin
+// event's "context") is keyed under its account (reconcile.Connected):
+// its dedupe key, its customer, its related object. Which accounts are
+// served is the Verifier's (ServeConnect), not the parse's.
 func ParseEvent(body []byte) reconcile.Event {
 	ev, _ := parseEvent(body)
 	return ev
 }
 
-// parseEvent is ParseEvent, saying also whether the event is a connected
-// account's (connect).
-func parseEvent(body []byte) (ev reconcile.Event, connect bool) {
+// parseEvent is ParseEvent, saying also whose event it is.
+func parseEvent(body []byte) (ev reconcile.Event, conn connectOf) {
 	ev = reconcile.Event{Provider: Provider, Payload: body}
 	// One pass over the body. A field of the wrong JSON type (a number for
 	// an id, say) leaves that field empty and the rest decoded, so only
@@ -178,7 +232,7 @@ func parseEvent(body []byte) (ev reconcile.Event, connect bool) {
 		if err != nil {
 			ev.IgnoreReason, _ = reconcile.Storable("unreadable event: " + err.Error())
 		}
-		return ev, false
+		return ev, conn
 	}
 	// Fields PostgreSQL's text cannot hold (NUL) or index (huge) are stored
 	// escaped and cut, and the event is ignored with the first such reason.
@@ -193,13 +247,40 @@ func parseEvent(body []byte) (ev reconcile.Event, connect bool) {
 	} else {
 		ev.Time = t
 	}
+	account, accountProblem := connectedAccount(raw)
+	if fields.Problem == "" {
+		fields.Problem = accountProblem
+	}
 	if fields.Problem != "" {
 		ev.IgnoreReason = fields.Problem
-		return ev, false
+		return ev, conn
 	}
-	if connectedAccount(raw) {
-		ev.IgnoreReason = ReasonConnect
-		return ev, true
+	conn = connectOf{account: account, testMode: raw.Livemode != nil && !*raw.Livemode}
+	if account == "" {
+		return eventOf(ev, raw, account), conn
+	}
+	// Keyed under the account, and still storable: an id that makes the
+	// key too long is deduplicated by its hash, and a customer's ignored.
+	if ev.DedupeKey = reconcile.Connected(account, ev.DedupeKey); len(ev.DedupeKey) > reconcile.MaxFieldBytes {
+		ev.DedupeKey = reconcile.Connected(account, "sha256:"+reconcile.SHA256Hex([]byte(raw.ID)))
+	}
+	if ev = eventOf(ev, raw, account); ev.CustomerID != "" {
+		var problem string
+		if ev.CustomerID, problem = reconcile.Storable(reconcile.Connected(account, ev.CustomerID)); problem != "" && ev.IgnoreReason == "" {
+			ev.IgnoreReason = "customer id " + problem
+		}
+	}
+	return ev, conn
+}
+
+// eventOf reads what an event (its id, type and time read) names: its
+// customer or related object, by the id Stripe knows it by in account
+// (parseEvent keys it under the account), or why it is ignored.
+func eventOf(ev reconcile.Event, raw eventJSON, account string) reconcile.Event {
+	if account != "" && (raw.Type == eventAuthorized || raw.Type == eventDeauthorized) {
+		ev.Authorization = &reconcile.Authorization{Account: account, Authorized: raw.Type == eventAuthorized, At: ev.Time}
+		ev.IgnoreReason = "recorded: the connected account's authorisation (no customer to reconcile)"
+		return ev
 	}
 	if raw.Object == thinEvent && raw.Type == HealthEventResolved {
 		// The object whose event Stripe failed to create is in the event's
@@ -210,7 +291,7 @@ func parseEvent(body []byte) (ev reconcile.Event, connect bool) {
 		} else {
 			ev.CustomerID = key
 		}
-		return ev, false
+		return ev
 	}
 	typ := raw.Type
 	if raw.Object == thinEvent {
@@ -222,10 +303,10 @@ func parseEvent(body []byte) (ev reconcile.Event, connect bool) {
 	}
 	if !relevant(typ) {
 		ev.IgnoreReason = fmt.Sprintf("event type %q does not affect billing state", raw.Type)
-		return ev, false
+		return ev
 	}
 	if raw.Object == thinEvent {
-		return thinCustomer(ev, raw), false
+		return thinCustomer(ev, raw)
 	}
 	customer, problem := reconcile.Storable(customerOf(raw.Data.Object))
 	switch {
@@ -238,7 +319,7 @@ func parseEvent(body []byte) (ev reconcile.Event, connect bool) {
 		ev.Expect = expectationOf(raw.Data.Object)
 	}
 	ev.Transaction = transactionOf(raw.Type, raw.Data.Object)
-	return ev, false
+	return ev
 }
 
 // transactionOf reports whether an event records a transaction, a payment
@@ -316,25 +397,32 @@ func thinCustomer(ev reconcile.Event, raw eventJSON) reconcile.Event {
 
 var jsonNull = []byte("null")
 
-// connectedAccount reports whether the event is about a connected account
-// (Stripe Connect): "account" on snapshot events, "context" on thin events
-// (a string naming the account; an object carrying "account" is read too).
-func connectedAccount(raw eventJSON) bool {
-	if raw.Account != "" {
-		return true
+// maxAccountBytes bounds a connected account's id (Stripe's are about 21
+// bytes), so keys under it stay storable.
+const maxAccountBytes = 64
+
+// connectedAccount reads the connected account an event is about (Stripe
+// Connect): "account" on snapshot events, "context" on thin events (a
+// string naming the account; an object carrying "account" is read too);
+// "" for the platform's own. One billsync cannot key by is a problem.
+func connectedAccount(raw eventJSON) (account, problem string) {
+	account = raw.Account
+	if ctx := bytes.TrimSpace(raw.Context); account == "" && len(ctx) > 0 && !bytes.Equal(ctx, jsonNull) {
+		var o struct {
+			Account string `json:"account"`
+		}
+		if json.Unmarshal(ctx, &account) != nil && json.Unmarshal(ctx, &o) == nil {
+			account = o.Account
+		}
 	}
-	ctx := bytes.TrimSpace(raw.Context)
-	if len(ctx) == 0 || bytes.Equal(ctx, jsonNull) {
-		return false
+	switch {
+	case account == "":
+	case len(account) > maxAccountBytes:
+		return "", fmt.Sprintf("connected account id longer than %d bytes", maxAccountBytes)
+	case !reconcile.IsConnectedAccount(account):
+		return "", fmt.Sprintf("connected account %q is not an acct_ id", account)
 	}
-	var s string
-	if json.Unmarshal(ctx, &s) == nil {
-		return s != ""
-	}
-	var o struct {
-		Account string `json:"account"`
-	}
-	return json.Unmarshal(ctx, &o) == nil && o.Account != ""
+	return account, ""
 }
 
 // eventTimeOf reads an event's creation time: Unix seconds on snapshot

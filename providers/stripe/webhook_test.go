@@ -99,8 +99,10 @@ func TestParseEvent(t *testing.T) {
 		// The worker reads their customers: stored under the object.
 		{"thin_subscription_updated.json", "related:subscription:sub_1RbasilPro0001", ""},
 		{"thin_invoice_payment_failed.json", "related:invoice:in_1RfailedInv0002", ""},
-		{"thin_connect.json", "", ReasonConnect},
-		{"connect_subscription_updated.json", "", ReasonConnect},
+		// A connected account's: keyed under the account (the verifier
+		// decides whether it is served).
+		{"thin_connect.json", "acct_1Rconnected0004/related:subscription:sub_1Rconnected0004", ""},
+		{"connect_subscription_updated.json", "acct_1Rconnected0005/cus_Tconnected0005", ""},
 		{"thin_v2_account.json", "", `event type "v2.core.account.updated" does not affect billing state`},
 		// Recorded by supabase/stripe-sync-engine: a trigger like any, its
 		// embedded list (which stops at 10) never read.
@@ -116,24 +118,28 @@ func TestParseEvent(t *testing.T) {
 		})
 	}
 	t.Run("ThinEnvelope", func(t *testing.T) {
-		ev, connect := parseEvent(readFixture(t, "thin_subscription_updated.json"))
+		ev, conn := parseEvent(readFixture(t, "thin_subscription_updated.json"))
 		rel, ok := reconcile.RelatedOf(ev.CustomerID)
 		require.True(t, ok)
 		require.Equal(t, reconcile.Related{Type: "subscription", ID: "sub_1RbasilPro0001"}, rel)
-		require.False(t, connect)
+		require.Empty(t, conn.account)
 		require.Equal(t, "evt_test_65thinSub0001", ev.DedupeKey)
 		require.Equal(t, "v1.customer.subscription.updated", ev.Type)
 		require.Equal(t, time.Date(2025, 12, 1, 10, 15, 30, 123e6, time.UTC), ev.Time, "v2 created is an RFC 3339 string")
 		require.Empty(t, ev.APIVersion, "thin events are unversioned")
 
-		ev, connect = parseEvent(readFixture(t, "thin_connect.json"))
-		require.True(t, connect)
-		require.Empty(t, ev.CustomerID, "a connect event is never resolved")
+		ev, conn = parseEvent(readFixture(t, "thin_connect.json"))
+		require.Equal(t, "acct_1Rconnected0004", conn.account)
+		require.True(t, conn.testMode)
+		require.Equal(t, "acct_1Rconnected0004/evt_test_65thinAcct0004", ev.DedupeKey)
+		rel, ok = reconcile.RelatedOf(ev.CustomerID)
+		require.True(t, ok)
+		require.Equal(t, reconcile.Related{Account: "acct_1Rconnected0004", Type: "subscription", ID: "sub_1Rconnected0004"}, rel)
 		for body, reason := range map[string]string{
 			`{"id":"evt_a","object":"v2.core.event","type":"v1.invoice.paid","created":"yesterday","related_object":{"id":"in_1","type":"invoice"}}`:          `event time (created "yesterday") is not an RFC 3339 time within the years 2000-2200`,
 			`{"id":"evt_b","object":"v2.core.event","type":"v1.invoice.paid","related_object":null}`:                                                          "thin event has no related object",
 			`{"id":"evt_c","object":"v2.core.event","type":"v1.invoice.paid","related_object":{"id":"pi_1","type":"payment_intent"}}`:                         `thin event's related object is a "payment_intent", which names no customer billsync reads`,
-			`{"id":"evt_d","object":"v2.core.event","type":"v1.invoice.paid","context":{"account":"acct_1"},"related_object":{"id":"in_1","type":"invoice"}}`: ReasonConnect,
+			`{"id":"evt_d","object":"v2.core.event","type":"v1.invoice.paid","context":{"account":"org_1"},"related_object":{"id":"in_1","type":"invoice"}}`: `connected account "org_1" is not an acct_ id`,
 			`{"id":"evt_e","object":"v2.core.event","type":"customer.updated","related_object":{"id":"cus_1","type":"customer"}}`:                             `event type "customer.updated" does not affect billing state`,
 		} {
 			ev, _ := parseEvent([]byte(body))
@@ -273,9 +279,12 @@ func FuzzParseEvent(f *testing.F) {
 		if ev.IgnoreReason != "" && ev.CustomerID != "" && !relevant(ev.Type) {
 			t.Fatalf("ignored event kept a customer: %+v", ev)
 		}
-		full, connect := parseEvent(body)
-		if connect && (full.IgnoreReason != ReasonConnect || full.CustomerID != "") {
-			t.Fatalf("a connect event must be ignored with its reason and never resolved: %+v", full)
+		full, conn := parseEvent(body)
+		if account, _ := reconcile.SplitConnected(full.CustomerID); full.CustomerID != "" && account != conn.account {
+			t.Fatalf("a connected account's event keyed under another account: %q, %+v", conn.account, full)
+		}
+		if account, _ := reconcile.SplitConnected(full.DedupeKey); account != conn.account {
+			t.Fatalf("a connected account's event deduplicated under another account: %q, %+v", conn.account, full)
 		}
 		if rel, ok := reconcile.RelatedOf(full.CustomerID); ok && (rel.Type != "subscription" && rel.Type != "invoice" ||
 			full.IgnoreReason != "" || rel.Key() != full.CustomerID) {
