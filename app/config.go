@@ -26,8 +26,8 @@ type Config struct {
 	StripeConnectSecrets []string
 	// StripeConnect says which connected accounts billsync serves
 	// (-stripe-connect, BILLSYNC_STRIPE_CONNECT_ACCOUNTS): docs/connect.md.
-	StripeConnect   reconcile.ConnectPolicy
-	StripeTolerance time.Duration
+	StripeConnect        reconcile.ConnectPolicy
+	StripeTolerance      time.Duration
 	StripeRateLimit      float64
 	StripeOperationRate  float64
 	StripeReadAllocation float64

@@ -74,7 +74,10 @@ type AccountChange struct {
 	Seq       int64  `json:"seq"`
 	AccountID int64  `json:"account_id"`
 	Provider  string `json:"provider"`
-	UserRef   string `json:"user_ref"`
+	// ConnectedAccount is the Stripe Connect account holding the
+	// customer (see Connected); "" (absent) for the platform's own.
+	ConnectedAccount string `json:"connected_account,omitempty"`
+	UserRef          string `json:"user_ref"`
 	// Created: the account is new (Before is null).
 	Created bool          `json:"created"`
 	Changed []string      `json:"changed"` // JSON names of the fields of After that differ from Before
@@ -106,6 +109,7 @@ func AccountChangeOf(before *AccountState, after AccountState, moves []LedgerMov
 	after = utcState(after)
 	ch := AccountChange{Type: AccountChangeType, Version: AppChangeVersion, AccountID: after.ID, Provider: after.Provider,
 		UserRef: after.UserRef, Created: before == nil, After: after, Why: why}
+	ch.ConnectedAccount, _ = SplitConnected(after.CustomerID)
 	moves = slices.Clone(moves)
 	for i := range moves {
 		moves[i].PeriodStart = moves[i].PeriodStart.UTC()

@@ -52,6 +52,20 @@ func IsConnectedAccount(s string) bool {
 	return ok && rest != "" && !strings.ContainsAny(rest, "/ \t\r\n")
 }
 
+// PlatformAccount names the platform's own account where a connected
+// account may be named (the app API's ?account=): its customers are the
+// ones with no connected account.
+const PlatformAccount = "platform"
+
+// CheckAccountParam reports why account cannot name an account to choose
+// among (wrapping ErrInvalid): "" (any), PlatformAccount, or an acct_ id.
+func CheckAccountParam(account string) error {
+	if account == "" || account == PlatformAccount || IsConnectedAccount(account) {
+		return nil
+	}
+	return fmt.Errorf("%w: account must be a connected account's acct_ id or %q", ErrInvalid, PlatformAccount)
+}
+
 // ConnectedAccount is a connected account as billsync knows it.
 type ConnectedAccount struct {
 	Provider string `json:"provider"`

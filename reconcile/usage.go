@@ -58,8 +58,10 @@ func MeterOf(meters []MeterBalance, key string) MeterBalance {
 // reference is UserRef, once per Key.
 type Debit struct {
 	UserRef string
-	// Provider, when set, picks among several accounts with UserRef.
+	// Provider, when set, picks among several accounts with UserRef;
+	// Account too (a connected account's acct_ id, or PlatformAccount).
 	Provider string
+	Account  string
 	// Feature names the metered feature to debit; "" is the default
 	// meter (the plan's allowance).
 	Feature string
@@ -70,6 +72,9 @@ type Debit struct {
 // Validate reports why d cannot be a debit (wrapping ErrInvalid), or nil.
 func (d Debit) Validate() error {
 	if err := CheckUserRef(d.UserRef, d.Provider); err != nil {
+		return err
+	}
+	if err := CheckAccountParam(d.Account); err != nil {
 		return err
 	}
 	switch {
@@ -215,7 +220,7 @@ func (e *AmbiguousError) Error() string {
 	for i, a := range e.Accounts {
 		names[i] = a.Provider + "/" + a.CustomerID
 	}
-	return fmt.Sprintf("%s %q (%s): add ?provider= to choose one", ErrAmbiguous, e.UserRef, strings.Join(names, ", "))
+	return fmt.Sprintf("%s %q (%s): add ?provider= or ?account= to choose one", ErrAmbiguous, e.UserRef, strings.Join(names, ", "))
 }
 
 func (e *AmbiguousError) Is(target error) bool { return target == ErrAmbiguous }

@@ -21,7 +21,10 @@ import (
 
 // AppStore is what the app API reads and writes (store.Store implements it).
 type AppStore interface {
-	UserAccount(ctx context.Context, userRef, provider string) (reconcile.UserAccount, error)
+	// UserAccount answers the user userRef, of provider and of account
+	// (a connected account's acct_ id, or reconcile.PlatformAccount) when
+	// not empty.
+	UserAccount(ctx context.Context, userRef, provider, account string) (reconcile.UserAccount, error)
 	// Debit writes what decide (reconcile.DecideDebit) makes of d under
 	// the account's row lock.
 	Debit(ctx context.Context, d reconcile.Debit, decide func(reconcile.Debit, reconcile.DebitState) (reconcile.DebitResult, error)) (reconcile.DebitResult, error)
@@ -96,11 +99,11 @@ func (s *Server) routeApp(a App) {
 		})
 	}
 	handle("GET /api/users/{user_ref}", func(w http.ResponseWriter, r *http.Request) error {
-		ref, provider := r.PathValue("user_ref"), r.URL.Query().Get("provider")
-		if err := reconcile.CheckUserRef(ref, provider); err != nil {
+		ref, provider, account := userOf(r)
+		if err := checkUser(ref, provider, account); err != nil {
 			return err
 		}
-		u, err := a.Store.UserAccount(r.Context(), ref, provider)
+		u, err := a.Store.UserAccount(r.Context(), ref, provider, account)
 		if err != nil {
 			return imports.absent(r.Context(), err, provider)
 		}
@@ -108,15 +111,15 @@ func (s *Server) routeApp(a App) {
 		return nil
 	})
 	handle("GET /api/users/{user_ref}/features/{key}", func(w http.ResponseWriter, r *http.Request) error {
-		ref, provider := r.PathValue("user_ref"), r.URL.Query().Get("provider")
-		if err := reconcile.CheckUserRef(ref, provider); err != nil {
+		ref, provider, account := userOf(r)
+		if err := checkUser(ref, provider, account); err != nil {
 			return err
 		}
 		key := r.PathValue("key")
 		if _, ok := a.Plans.FeatureDef(key); !ok {
 			return a.Plans.Unknown(key) // before the database: the names are the plans file's
 		}
-		u, err := a.Store.UserAccount(r.Context(), ref, provider)
+		u, err := a.Store.UserAccount(r.Context(), ref, provider, account)
 		if err != nil {
 			return imports.absent(r.Context(), err, provider)
 		}
@@ -128,10 +131,12 @@ func (s *Server) routeApp(a App) {
 		return nil
 	})
 	handle("POST /api/users/{user_ref}/usage", func(w http.ResponseWriter, r *http.Request) error {
-		d, err := parseUsage(http.MaxBytesReader(w, r.Body, MaxUsageBodyBytes), r.PathValue("user_ref"), r.URL.Query().Get("provider"))
+		ref, provider, account := userOf(r)
+		d, err := parseUsage(http.MaxBytesReader(w, r.Body, MaxUsageBodyBytes), ref, provider)
 		if err != nil {
 			return err
 		}
+		d.Account = account // checked with the rest by Store.Debit
 		if err := a.Plans.CheckDebit(d); err != nil {
 			return err
 		}
@@ -148,6 +153,22 @@ func (s *Server) routeApp(a App) {
 	if a.ChangeFeed != nil {
 		handle("GET /api/changes", func(w http.ResponseWriter, r *http.Request) error { return a.serveChanges(w, r) })
 	}
+}
+
+// userOf reads the user a /api/users/{user_ref} route names: the ref, and
+// the provider and account (?provider=, ?account=) that pick among
+// several accounts holding it.
+func userOf(r *http.Request) (ref, provider, account string) {
+	q := r.URL.Query()
+	return r.PathValue("user_ref"), q.Get("provider"), q.Get("account")
+}
+
+// checkUser reports why a user cannot be looked up (ErrInvalid).
+func checkUser(ref, provider, account string) error {
+	if err := reconcile.CheckUserRef(ref, provider); err != nil {
+		return err
+	}
+	return reconcile.CheckAccountParam(account)
 }
 
 // feedQuery is GET /api/changes's query: after (a cursor the feed handed
@@ -256,15 +277,18 @@ const statusNone = "none"
 // an account never reconciled; Status is the provider's subscription
 // status, or statusNone.
 type userAnswer struct {
-	AccountID   int64      `json:"account_id"`
-	Provider    string     `json:"provider"`
-	CustomerID  string     `json:"customer_id"`
-	UserRef     string     `json:"user_ref"`
-	Plan        string     `json:"plan"`
-	Status      string     `json:"status"`
-	PeriodStart *time.Time `json:"period_start"`
-	PeriodEnd   *time.Time `json:"period_end"`
-	Balance     int64      `json:"balance"`
+	AccountID  int64  `json:"account_id"`
+	Provider   string `json:"provider"`
+	CustomerID string `json:"customer_id"`
+	// ConnectedAccount is the Stripe Connect account holding the customer
+	// ("" for the platform's own: absent).
+	ConnectedAccount string     `json:"connected_account,omitempty"`
+	UserRef          string     `json:"user_ref"`
+	Plan             string     `json:"plan"`
+	Status           string     `json:"status"`
+	PeriodStart      *time.Time `json:"period_start"`
+	PeriodEnd        *time.Time `json:"period_end"`
+	Balance          int64      `json:"balance"`
 	// Features answers every feature the plans file declares, by key
 	// (absent when it declares none: the answer is then as before features).
 	Features map[string]reconcile.FeatureCheck `json:"features,omitempty"`
@@ -278,7 +302,8 @@ func userJSON(u reconcile.UserAccount, plans *reconcile.Plans) userAnswer {
 		}
 		return &t
 	}
-	return userAnswer{a.ID, a.Provider, a.CustomerID, a.UserRef, a.Plan, cmp.Or(a.Status, statusNone), opt(a.PeriodStart), opt(a.PeriodEnd), u.Balance,
+	connected, _ := reconcile.SplitConnected(a.CustomerID)
+	return userAnswer{a.ID, a.Provider, a.CustomerID, connected, a.UserRef, a.Plan, cmp.Or(a.Status, statusNone), opt(a.PeriodStart), opt(a.PeriodEnd), u.Balance,
 		plans.Checks(u)}
 }
 

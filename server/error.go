@@ -187,6 +187,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, sf surface, 
 		accounts := make([]map[string]any, len(amb.Accounts))
 		for i, a := range amb.Accounts {
 			accounts[i] = map[string]any{"account_id": a.ID, "provider": a.Provider, "customer_id": a.CustomerID}
+			if connected, _ := reconcile.SplitConnected(a.CustomerID); connected != "" {
+				accounts[i]["connected_account"] = connected
+			}
 		}
 		body["accounts"] = accounts
 	}

@@ -88,7 +88,7 @@ func NewMetrics(depth QueueDepthFunc, logger *slog.Logger) *Metrics {
 		}, []string{"provider", "status"}),
 		connect: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "billsync_webhook_connect_events_total",
-			Help: "Verified webhook deliveries about a connected account (Stripe Connect), by provider: stored as ignored, because connected accounts are not configured. A rise means a Connect setup sends events billsync drops.",
+			Help: "Verified webhook deliveries about a connected account (Stripe Connect) that billsync does not serve (-stripe-connect off, or an account not listed), by provider: stored as ignored. A rise means a Connect setup sends events billsync drops.",
 		}, []string{"provider"}),
 		unmapped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "billsync_unmapped_prices_total",

@@ -128,7 +128,7 @@ func TestIntakeThinAndConnectEvents(t *testing.T) {
 			a := deliver(t, srv.URL, body, sign(body, secretA, time.Now()))
 			require.Equal(t, http.StatusOK, a.code)
 			require.Equal(t, "ignored", a.body["status"])
-			require.Equal(t, "connected accounts are not configured", a.body["reason"])
+			require.Equal(t, reconcile.ReasonConnectOff, a.body["reason"])
 		}
 		resp, err := http.Get(srv.URL + "/metrics")
 		require.NoError(t, err)

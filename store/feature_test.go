@@ -93,7 +93,7 @@ func TestUsageOnOneMeter(t *testing.T) {
 	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Feature: "sso_minutes", Key: "x", Amount: 1}, reconcile.DecideDebit)
 	require.ErrorIs(t, err, reconcile.ErrInsufficient, "a meter never granted has nothing")
 
-	u, err := st.UserAccount(ctx, "u1", "")
+	u, err := st.UserAccount(ctx, "u1", "", "")
 	require.NoError(t, err)
 	require.EqualValues(t, 400, u.Balance)
 	require.Equal(t, []reconcile.MeterBalance{{Meter: "ai_credits", Granted: 1000, Used: 300, Balance: 700}}, u.Meters)

@@ -13,8 +13,16 @@ import (
 
 // usersAccounts selects the accounts with an app reference ($1), of one
 // provider when $2 is not empty.
-const usersAccounts = `SELECT ` + accountColumns + ` FROM accounts
-	WHERE user_ref = $1 AND ($2 = '' OR provider = $2) ORDER BY id`
+var usersAccounts = `SELECT ` + accountColumns + ` FROM accounts
+	WHERE user_ref = $1 AND ($2 = '' OR provider = $2) AND ` + ofAccount("customer_id", "$3") + ` ORDER BY id`
+
+// ofAccount is the condition that the customer key in column is of the
+// account in placeholder param: any for ”, the platform's own for
+// reconcile.PlatformAccount, else a connected account's (reconcile.Connected).
+func ofAccount(column, param string) string {
+	return `(` + param + ` = '' OR (` + param + ` = '` + reconcile.PlatformAccount + `' AND ` + column + ` !~ '^acct_[^/]+/')
+		OR starts_with(` + column + `, ` + param + ` || '/'))`
+}
 
 // oneUser returns the one account rows hold: none is ErrNotFound, several
 // an *AmbiguousError.
@@ -56,15 +64,15 @@ func meterBalances(ctx context.Context, q pgx.Tx, accountID int64) ([]reconcile.
 }
 
 // UserAccount returns the account whose app reference is userRef (of
-// provider, when not empty) with its balance, read in one snapshot. None
+// provider and of account, when not empty: see ofAccount) with its balance, read in one snapshot. None
 // is reconcile.ErrNotFound; several (one per provider) is a
 // *reconcile.AmbiguousError.
-func (s *Store) UserAccount(ctx context.Context, userRef, provider string) (reconcile.UserAccount, error) {
+func (s *Store) UserAccount(ctx context.Context, userRef, provider, account string) (reconcile.UserAccount, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var u reconcile.UserAccount
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		rows, _ := tx.Query(ctx, usersAccounts, userRef, provider)
+		rows, _ := tx.Query(ctx, usersAccounts, userRef, provider, account)
 		var err error
 		if u.Account, err = oneUser(rows, userRef); err != nil {
 			return err
@@ -96,7 +104,7 @@ func (s *Store) Debit(ctx context.Context, d reconcile.Debit, decide func(reconc
 	var res reconcile.DebitResult
 	var refused error
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, _ := tx.Query(ctx, usersAccounts+` FOR UPDATE`, d.UserRef, d.Provider)
+		rows, _ := tx.Query(ctx, usersAccounts+` FOR UPDATE`, d.UserRef, d.Provider, d.Account)
 		a, err := oneUser(rows, d.UserRef)
 		if err != nil {
 			return err

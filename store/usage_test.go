@@ -36,7 +36,7 @@ func TestDebit(t *testing.T) {
 	st := storetest.NewStore(t)
 	id := grantedAccount(t, st, "cus_1", "u1", "price_free") // 10
 
-	u, err := st.UserAccount(ctx, "u1", "")
+	u, err := st.UserAccount(ctx, "u1", "", "")
 	require.NoError(t, err)
 	require.Equal(t, id, u.Account.ID)
 	require.Equal(t, "free", u.Account.Plan)
@@ -146,13 +146,13 @@ func TestUserAccountOfTwoProviders(t *testing.T) {
 	a := grantedAccount(t, st, "cus_1", "u1", "price_pro")
 	_, err := st.Pool().Exec(ctx, `INSERT INTO accounts (provider, customer_id, user_ref) VALUES ('kinde', 'k_1', 'u1')`)
 	require.NoError(t, err)
-	_, err = st.UserAccount(ctx, "u1", "")
+	_, err = st.UserAccount(ctx, "u1", "", "")
 	var amb *reconcile.AmbiguousError
 	require.ErrorAs(t, err, &amb)
 	require.Len(t, amb.Accounts, 2)
 	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Key: "k", Amount: 1}, reconcile.DecideDebit)
 	require.True(t, errors.Is(err, reconcile.ErrAmbiguous), "%v", err)
-	u, err := st.UserAccount(ctx, "u1", "stripe")
+	u, err := st.UserAccount(ctx, "u1", "stripe", "")
 	require.NoError(t, err)
 	require.Equal(t, a, u.Account.ID)
 }

@@ -51,10 +51,10 @@ type config struct {
 	// connectMode is -stripe-connect (BILLSYNC_STRIPE_CONNECT), read with
 	// BILLSYNC_STRIPE_CONNECT_ACCOUNTS into StripeConnect by validateStripe.
 	connectMode, connectAccounts string
-	PlansPath         string
-	eventsPollErr     error // a bad BILLSYNC_EVENTS_POLL, reported by validateServe
-	sampleShareErr    error // a bad BILLSYNC_SAMPLE_SHARE, reported by validateServe
-	importNotifyErr   error // a bad BILLSYNC_IMPORT_NOTIFY or -import-notify, reported by validateServe
+	PlansPath                    string
+	eventsPollErr                error // a bad BILLSYNC_EVENTS_POLL, reported by validateServe
+	sampleShareErr               error // a bad BILLSYNC_SAMPLE_SHARE, reported by validateServe
+	importNotifyErr              error // a bad BILLSYNC_IMPORT_NOTIFY or -import-notify, reported by validateServe
 	// PruneOlderThan is -prune-older-than (app.Config.PruneAge once valid).
 	PruneOlderThan retentionFlag
 	// AppWebhookAllowHosts, when set, are the only hosts the endpoints may

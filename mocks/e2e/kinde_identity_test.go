@@ -64,7 +64,7 @@ func TestKindeUserRefSurvivesAnIgnoredReconcile(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, "pro", a.Plan)
 			require.Equal(t, "kp_a", a.UserRef, "the reference of the ignored event, the newest naming one")
-			u, err := k.st.UserAccount(ctx, "kp_a", kinde.Provider)
+			u, err := k.st.UserAccount(ctx, "kp_a", kinde.Provider, "")
 			require.NoError(t, err, "the app API finds the user")
 			require.Equal(t, a.ID, u.Account.ID)
 			require.EqualValues(t, 500, u.Balance)

@@ -136,11 +136,11 @@ func TestParseEvent(t *testing.T) {
 		require.True(t, ok)
 		require.Equal(t, reconcile.Related{Account: "acct_1Rconnected0004", Type: "subscription", ID: "sub_1Rconnected0004"}, rel)
 		for body, reason := range map[string]string{
-			`{"id":"evt_a","object":"v2.core.event","type":"v1.invoice.paid","created":"yesterday","related_object":{"id":"in_1","type":"invoice"}}`:          `event time (created "yesterday") is not an RFC 3339 time within the years 2000-2200`,
-			`{"id":"evt_b","object":"v2.core.event","type":"v1.invoice.paid","related_object":null}`:                                                          "thin event has no related object",
-			`{"id":"evt_c","object":"v2.core.event","type":"v1.invoice.paid","related_object":{"id":"pi_1","type":"payment_intent"}}`:                         `thin event's related object is a "payment_intent", which names no customer billsync reads`,
+			`{"id":"evt_a","object":"v2.core.event","type":"v1.invoice.paid","created":"yesterday","related_object":{"id":"in_1","type":"invoice"}}`:         `event time (created "yesterday") is not an RFC 3339 time within the years 2000-2200`,
+			`{"id":"evt_b","object":"v2.core.event","type":"v1.invoice.paid","related_object":null}`:                                                         "thin event has no related object",
+			`{"id":"evt_c","object":"v2.core.event","type":"v1.invoice.paid","related_object":{"id":"pi_1","type":"payment_intent"}}`:                        `thin event's related object is a "payment_intent", which names no customer billsync reads`,
 			`{"id":"evt_d","object":"v2.core.event","type":"v1.invoice.paid","context":{"account":"org_1"},"related_object":{"id":"in_1","type":"invoice"}}`: `connected account "org_1" is not an acct_ id`,
-			`{"id":"evt_e","object":"v2.core.event","type":"customer.updated","related_object":{"id":"cus_1","type":"customer"}}`:                             `event type "customer.updated" does not affect billing state`,
+			`{"id":"evt_e","object":"v2.core.event","type":"customer.updated","related_object":{"id":"cus_1","type":"customer"}}`:                            `event type "customer.updated" does not affect billing state`,
 		} {
 			ev, _ := parseEvent([]byte(body))
 			require.Equal(t, reason, ev.IgnoreReason, body)
