@@ -121,3 +121,14 @@ func FuzzParseChangeCursor(f *testing.F) {
 		}
 	})
 }
+
+// TestAccountChangeNamesTheConnectedAccount: the app is told which Stripe
+// Connect account a change is of; the platform's own name none.
+func TestAccountChangeNamesTheConnectedAccount(t *testing.T) {
+	t.Parallel()
+	for key, want := range map[string]string{"cus_1": "", Connected("acct_a", "cus_1"): "acct_a"} {
+		ch, told := AccountChangeOf(nil, AccountState{Account: Account{ID: 1, Provider: "stripe", CustomerID: key, Plan: "free"}}, nil, Why{})
+		require.True(t, told)
+		require.Equal(t, want, ch.ConnectedAccount, key)
+	}
+}

@@ -275,6 +275,41 @@ func TestAppUserOfTwoProviders(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, e.do("GET", "/api/users/u1?provider=paddle", appToken, "").code)
 }
 
+// TestAppUserOfConnectedAccounts: Stripe Connect accounts may each hold a
+// customer with the app's user reference (even the same customer id):
+// 409 names them with their connected account, ?account= picks one (or
+// the platform's own), and a malformed account is 400.
+func TestAppUserOfConnectedAccounts(t *testing.T) {
+	e := newAppEnv(t, appToken)
+	platform := e.account("stripe", "cus_1", "u1", "price_pro")
+	connected := e.account("stripe", reconcile.Connected("acct_a", "cus_1"), "u1", "price_free")
+
+	a := e.do("GET", "/api/users/u1", appToken, "")
+	require.Equal(t, http.StatusConflict, a.code, a.body)
+	require.Contains(t, a.json(t)["error"], "?account=")
+	require.Equal(t, []any{
+		map[string]any{"account_id": float64(platform), "provider": "stripe", "customer_id": "cus_1"},
+		map[string]any{"account_id": float64(connected), "provider": "stripe", "customer_id": "acct_a/cus_1", "connected_account": "acct_a"},
+	}, a.json(t)["accounts"])
+
+	a = e.do("GET", "/api/users/u1?account=acct_a", appToken, "")
+	require.Equal(t, http.StatusOK, a.code, a.body)
+	require.Equal(t, float64(connected), a.json(t)["account_id"])
+	require.Equal(t, "acct_a", a.json(t)["connected_account"])
+	a = e.do("GET", "/api/users/u1?account=platform", appToken, "")
+	require.Equal(t, http.StatusOK, a.code, a.body)
+	require.Equal(t, float64(platform), a.json(t)["account_id"])
+	require.NotContains(t, a.json(t), "connected_account")
+
+	a = e.do("POST", "/api/users/u1/usage?account=acct_a", appToken, `{"idempotency_key": "k1", "amount": 1}`)
+	require.Equal(t, http.StatusOK, a.code, a.body)
+	require.Equal(t, int64(9), e.balance(connected))
+	require.Equal(t, int64(500), e.balance(platform))
+
+	require.Equal(t, http.StatusBadRequest, e.do("GET", "/api/users/u1?account=cus_1", appToken, "").code)
+	require.Equal(t, http.StatusNotFound, e.do("GET", "/api/users/u1?account=acct_b", appToken, "").code)
+}
+
 // TestAppConcurrentDebits: 50 debits with distinct keys at once never take
 // the balance below zero: exactly floor(500/30) = 16 succeed, the others
 // are refused with the balance, and the ledger agrees with the answers.

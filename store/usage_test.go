@@ -197,3 +197,32 @@ func TestDebitWritesWhatDecideSays(t *testing.T) {
 	require.ErrorIs(t, err, errNo)
 	require.Equal(t, before, storetest.Tables(t, st), "a refusal writes nothing")
 }
+
+// TestUserAccountOfConnectedAccounts: one user reference held by the
+// platform's customer and by two connected accounts' customers (with the
+// same customer id) is ambiguous until ?account= names one; each debit
+// spends its own account's allowance.
+func TestUserAccountOfConnectedAccounts(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	platform := grantedAccount(t, st, "cus_1", "u1", "price_pro")
+	a := grantedAccount(t, st, reconcile.Connected("acct_a", "cus_1"), "u1", "price_pro")
+	b := grantedAccount(t, st, reconcile.Connected("acct_b", "cus_1"), "u1", "price_free")
+	_, err := st.UserAccount(ctx, "u1", "", "")
+	var amb *reconcile.AmbiguousError
+	require.ErrorAs(t, err, &amb)
+	require.Len(t, amb.Accounts, 3)
+	for account, want := range map[string]int64{"acct_a": a, "acct_b": b, reconcile.PlatformAccount: platform} {
+		u, err := st.UserAccount(ctx, "u1", "stripe", account)
+		require.NoError(t, err, account)
+		require.Equal(t, want, u.Account.ID, account)
+	}
+	_, err = st.UserAccount(ctx, "u1", "", "acct_c")
+	require.ErrorIs(t, err, reconcile.ErrNotFound)
+
+	res, err := st.Debit(ctx, reconcile.Debit{UserRef: "u1", Account: "acct_b", Key: "k", Amount: 1}, reconcile.DecideDebit)
+	require.NoError(t, err)
+	require.Equal(t, b, res.AccountID)
+	_, err = st.Debit(ctx, reconcile.Debit{UserRef: "u1", Account: "cus_1", Key: "k", Amount: 1}, reconcile.DecideDebit)
+	require.ErrorIs(t, err, reconcile.ErrInvalid)
+}
