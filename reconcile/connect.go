@@ -78,6 +78,13 @@ type ConnectedAccount struct {
 	FirstSeen time.Time `json:"first_seen"`
 }
 
+// ConnectedAccountView is a connected account as the console lists it:
+// with how many of its customers billsync keeps.
+type ConnectedAccountView struct {
+	ConnectedAccount
+	Customers int64 `json:"customers"`
+}
+
 // Authorization is one word about a connected account: an
 // account.application.authorized or .deauthorized event, or the
 // provider's list of accounts naming it (or, listed whole, not naming

@@ -22,6 +22,8 @@ type AdminStore interface {
 	Events(ctx context.Context, status reconcile.EventStatus, limit int) ([]reconcile.StoredEvent, error)
 	SweepRuns(ctx context.Context, limit int) ([]reconcile.SweepRecord, error)
 	EventsFeedStates(ctx context.Context) ([]reconcile.EventsFeedState, error)
+	// ConnectedAccountViews lists Stripe Connect's accounts (at most limit).
+	ConnectedAccountViews(ctx context.Context, limit int) ([]reconcile.ConnectedAccountView, error)
 	EventPayload(ctx context.Context, id int64) ([]byte, error)
 	Retries(ctx context.Context, limit int) ([]reconcile.Retry, error)
 	// Overview is the console's first page (store.Store.Overview).

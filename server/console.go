@@ -37,7 +37,7 @@ const sessionCookie = "billsync_session"
 // maxFormBytes bounds a console form's body.
 const maxFormBytes = 16 << 10
 
-var consoleTemplates = parseConsole("signin", "overview", "search", "account", "event", "outcome", "events", "sweeps", "error", "deliveries")
+var consoleTemplates = parseConsole("signin", "overview", "search", "account", "event", "outcome", "events", "sweeps", "error", "deliveries", "connected")
 
 func parseConsole(pages ...string) map[string]*template.Template {
 	funcs := template.FuncMap{
@@ -102,6 +102,7 @@ func (s *Server) routeConsole(token string) {
 	c.handle("POST /admin/events/{id}/replay", c.replay)
 	c.handle("GET /admin/sweeps", c.sweeps)
 	c.handle("POST /admin/sweeps", c.startSweep)
+	c.handle("GET /admin/connected", c.connected)
 	c.routeChanges()
 }
 
@@ -469,6 +470,28 @@ func (c *console) sweeps(w http.ResponseWriter, r *http.Request, session string)
 		d.Runs = append(d.Runs, run)
 	}
 	c.show(w, session, "sweeps", "Sweeps", d)
+	return nil
+}
+
+// connectedLimit bounds the connected accounts page.
+const connectedLimit = 1000
+
+// connectedData is the connected accounts page.
+type connectedData struct {
+	Accounts []reconcile.ConnectedAccountView
+	More     bool // more than connectedLimit: the page shows the first
+}
+
+func (c *console) connected(w http.ResponseWriter, r *http.Request, session string) error {
+	views, err := c.s.admin.Store.ConnectedAccountViews(r.Context(), connectedLimit+1)
+	if err != nil {
+		return err
+	}
+	d := connectedData{Accounts: views, More: len(views) > connectedLimit}
+	if d.More {
+		d.Accounts = views[:connectedLimit]
+	}
+	c.show(w, session, "connected", "Connected accounts", d)
 	return nil
 }
 

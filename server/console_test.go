@@ -387,3 +387,32 @@ func TestSweepDuringShutdownIsNotAnOutage(t *testing.T) {
 
 	require.Empty(t, logs.atLeast(slog.LevelError), "a shutdown is not billsync's failure")
 }
+
+// TestConsoleConnectedAccounts: the console lists Stripe Connect's
+// accounts with their state and how many customers billsync keeps of
+// each, and a search by an account id finds its customers.
+func TestConsoleConnectedAccounts(t *testing.T) {
+	e := newAdminEnv(t, adminToken)
+	b := e.browser()
+	b.signIn(adminToken)
+	code, body := b.get("/admin/connected")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "No connected account is known")
+
+	ctx := context.Background()
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	require.NoError(t, e.st.SaveAuthorizations(ctx, "stripe", []reconcile.Authorization{
+		{Account: "acct_live", Authorized: true, At: at}, {Account: "acct_gone", At: at}}))
+	storetest.BareAccount(t, e.st, "stripe", reconcile.Connected("acct_live", "cus_1"))
+	storetest.BareAccount(t, e.st, "stripe", reconcile.Connected("acct_live", "cus_2"))
+	storetest.BareAccount(t, e.st, "stripe", "cus_9") // the platform's own
+
+	_, body = b.get("/admin/connected")
+	require.Regexp(t, `acct_gone</a>.*\s*.*deauthorized</span>[\s\S]*?>0</td>`, body)
+	require.Regexp(t, `acct_live</a>.*\s*.*authorized</span>[\s\S]*?>2</td>`, body)
+	code, body = b.get("/admin/?q=acct_live")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "acct_live/cus_1")
+	require.Contains(t, body, "acct_live/cus_2")
+	require.NotContains(t, body, "cus_9")
+}

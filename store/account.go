@@ -488,7 +488,8 @@ func writeLogs(ctx context.Context, tx pgx.Tx, observedAt time.Time, entries []l
 
 // FindAccounts returns the accounts q names, oldest first (at most 50): by
 // account id (digits), provider customer id, app user reference, or email
-// (case-insensitive). None is reconcile.ErrNotFound.
+// (case-insensitive), or a Stripe Connect account id (its customers). None
+// is reconcile.ErrNotFound.
 func (s *Store) FindAccounts(ctx context.Context, q string) ([]reconcile.Account, error) {
 	q = strings.TrimSpace(q)
 	if q == "" {
@@ -505,7 +506,8 @@ func (s *Store) FindAccounts(ctx context.Context, q string) ([]reconcile.Account
 	defer cancel()
 	rows, err := s.pool.Query(ctx, `SELECT `+accountColumns+` FROM accounts
 		WHERE id = $1 OR customer_id = $2 OR user_ref = $2 OR lower(email) = lower($2)
-		ORDER BY id LIMIT 50`, id, q)
+			OR ($3 AND customer_id >= $2 || '/' AND customer_id < $2 || '0')
+		ORDER BY id LIMIT 50`, id, q, reconcile.IsConnectedAccount(q))
 	if err != nil {
 		return nil, fmt.Errorf("find accounts %q: %w", q, classify(err))
 	}

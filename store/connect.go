@@ -64,3 +64,25 @@ func (s *Store) ConnectedAccounts(ctx context.Context, provider string) ([]recon
 	}
 	return accounts, nil
 }
+
+// ConnectedAccountViews lists the connected accounts of every provider
+// (at most limit, by provider and id) with how many customers billsync
+// keeps of each: the console's page. The count reads the accounts index
+// by its key's range ("acct_X/" up to "acct_X0", '0' following '/').
+func (s *Store) ConnectedAccountViews(ctx context.Context, limit int) ([]reconcile.ConnectedAccountView, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	rows, _ := s.pool.Query(ctx, `
+		SELECT c.provider, c.account, c.authorized, c.changed_at, c.first_seen,
+			(SELECT count(*) FROM accounts a WHERE a.provider = c.provider
+				AND a.customer_id >= c.account || '/' AND a.customer_id < c.account || '0')
+		FROM connected_accounts c ORDER BY c.provider, c.account LIMIT $1`, limit)
+	views, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (v reconcile.ConnectedAccountView, err error) {
+		err = row.Scan(&v.Provider, &v.Account, &v.Authorized, &v.ChangedAt, &v.FirstSeen, &v.Customers)
+		return v, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list connected accounts: %w", classify(err))
+	}
+	return views, nil
+}
