@@ -156,7 +156,8 @@ func (s *Store) FinishSweep(ctx context.Context, run reconcile.SweepRun, failure
 	return nil
 }
 
-// EnqueueUnswept makes every account of provider that the run did not
+// EnqueueUnswept makes every account of provider (the platform's own: a
+// Stripe Connect account's customers are its own sweep's) that the run did not
 // resolve due (trigger sweep: customers with no subscription, deleted or
 // unreadable ones, or every account of a provider swept without a bulk
 // listing), the first at the later of now and from (zero: now) and each
@@ -180,7 +181,7 @@ func (s *Store) EnqueueUnswept(ctx context.Context, runID int64, provider string
 			SELECT a.provider, a.customer_id, (SELECT kind FROM sweep_runs WHERE id = $2), now(),
 				greatest(now(), $4::timestamptz) + (row_number() OVER (ORDER BY a.id) - 1) * make_interval(secs => $3), `+noHints+`
 			FROM accounts a
-			WHERE a.provider = $1
+			WHERE a.provider = $1 AND `+ofAccount("a.customer_id", "'"+reconcile.PlatformAccount+"'")+`
 			  AND NOT EXISTS (SELECT 1 FROM sweep_seen w WHERE w.run_id = $2 AND w.customer_id = a.customer_id)`),
 			provider, runID, pace.Seconds(), nullTime(from))
 		if err != nil {

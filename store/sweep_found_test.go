@@ -97,3 +97,20 @@ func TestEnqueueUnsweptFollowsFrom(t *testing.T) {
 	require.Equal(t, 1, n)
 	require.Equal(t, from, storetest.QueueRowOf(t, st, "kinde", "customer_1").DueAt.UTC())
 }
+
+// TestEnqueueUnsweptLeavesConnectedAccounts: the platform's sweep queues
+// the platform's own customers it did not list, never a Stripe Connect
+// account's (their account's own sweep lists them).
+func TestEnqueueUnsweptLeavesConnectedAccounts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	storetest.BareAccount(t, st, "stripe", "cus_1")
+	storetest.BareAccount(t, st, "stripe", reconcile.Connected("acct_a", "cus_1"))
+	run, err := st.StartSweep(ctx, "stripe", reconcile.RunSweep)
+	require.NoError(t, err)
+	n, err := st.EnqueueUnswept(ctx, run.ID, "stripe", time.Time{}, 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	storetest.QueueRowOf(t, st, "stripe", "cus_1")
+}
