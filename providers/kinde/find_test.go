@@ -221,3 +221,30 @@ func FuzzReadFindPages(f *testing.F) {
 		}
 	})
 }
+
+// TestFindsWhatTheControlRoutesAdd: users and organisations added from
+// outside the process (the fake's POST /_mock/users and
+// /_mock/organizations, as black-box scenarios drive it) are found like
+// those added in Go; a body without an id or code is 400 and adds nothing.
+func TestFindsWhatTheControlRoutesAdd(t *testing.T) {
+	t.Parallel()
+	f := newFakeKinde(t, kindemock.Options{})
+	post := func(path, body string) int {
+		t.Helper()
+		resp, err := http.Post(f.URL+path, "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, post("/_mock/users", `{"id":"kp_ctl","email":"c@example.com","customer_id":"customer_ctl"}`))
+	require.Equal(t, http.StatusOK, post("/_mock/organizations", `{"code":"org_ctl","name":"Ctl","customer_id":"customer_org_ctl"}`))
+	require.Equal(t, http.StatusBadRequest, post("/_mock/users", `{"email":"no-id@example.com","customer_id":"customer_x"}`))
+	require.Equal(t, http.StatusBadRequest, post("/_mock/organizations", `{"name":"no code","customer_id":"customer_y"}`))
+	require.Equal(t, http.StatusBadRequest, post("/_mock/users", `not json`))
+
+	found, _ := findAll(t, testClient(t, f, Config{}), "")
+	require.ElementsMatch(t, []reconcile.Found{
+		{CustomerID: "customer_ctl", UserRef: "kp_ctl"},
+		{CustomerID: "customer_org_ctl", UserRef: "org_ctl"},
+	}, found)
+}
