@@ -14,14 +14,14 @@ func TestParsePlans(t *testing.T) {
 	require.Equal(t, "free", plans.Default().Name)
 	require.EqualValues(t, 10, plans.Default().Allowance)
 	for _, refs := range [][]string{{"pro"}, {"nope", "price_pro"}} {
-		p, ok := plans.ForPrice("stripe", refs)
+		p, ok := plans.ForPrice("stripe", "", refs)
 		require.True(t, ok, refs)
 		require.Equal(t, "pro", p.Name)
 	}
-	p, ok := plans.ForPrice("kinde", []string{"customer_team_plan"})
+	p, ok := plans.ForPrice("kinde", "", []string{"customer_team_plan"})
 	require.True(t, ok)
 	require.EqualValues(t, 2000, p.Allowance)
-	_, ok = plans.ForPrice("stripe", []string{"customer_team_plan"})
+	_, ok = plans.ForPrice("stripe", "", []string{"customer_team_plan"})
 	require.False(t, ok, "a Kinde code must not match a Stripe price")
 }
 
@@ -140,7 +140,7 @@ func TestPlansList(t *testing.T) {
 	list[1].Name = "changed"
 	require.Equal(t, "price_team", plans.List()[0].StripePrices[0], "List hands out a copy")
 	require.Equal(t, "free", plans.List()[1].Name)
-	p, ok := plans.ForPrice("stripe", []string{"price_team"})
+	p, ok := plans.ForPrice("stripe", "", []string{"price_team"})
 	require.True(t, ok)
 	require.Equal(t, "price_team", p.StripePrices[0])
 }

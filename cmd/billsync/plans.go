@@ -107,7 +107,7 @@ func checkPlans(plans *reconcile.Plans, prices []stripe.Price) plansReport {
 	rep := plansReport{active: len(prices)}
 	known := map[string]bool{}
 	for _, p := range prices {
-		if _, ok := plans.ForPrice(stripe.Provider, p.Refs()); !ok {
+		if _, ok := plans.ForPrice(stripe.Provider, "", p.Refs()); !ok {
 			rep.unmapped = append(rep.unmapped, p)
 		}
 		for _, r := range p.Refs() {
