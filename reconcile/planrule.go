@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // Stripe Connect: each connected account sells its own prices, with ids
@@ -19,8 +21,9 @@ import (
 type AccountRule struct {
 	// Accounts are the accounts the rule holds for: connected accounts'
 	// acct_ ids, AccountsPlatform (the platform's own customers) or
-	// AccountsAll (the platform and every connected account), alone.
-	Accounts []string `yaml:"accounts"`
+	// AccountsAll (the platform and every connected account), alone. The
+	// file may give one as a plain word (accounts: all).
+	Accounts Accounts `yaml:"accounts"`
 	// Prices are price lookup keys or price ids (or legacy plan ids), as
 	// stripe_prices. A price id is one account's: a rule of another
 	// account never maps it.
@@ -31,6 +34,22 @@ type AccountRule struct {
 	// now and then (see providers/stripe), so only a file that has one
 	// makes billsync read products.
 	Products []string `yaml:"products"`
+}
+
+// Accounts are a rule's accounts: a YAML list, or one word.
+type Accounts []string
+
+// UnmarshalYAML reads a list, or one word as a list of it.
+func (a *Accounts) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		var one string
+		if err := n.Decode(&one); err != nil {
+			return err
+		}
+		*a = Accounts{one}
+		return nil
+	}
+	return n.Decode((*[]string)(a))
 }
 
 // Words of AccountRule.Accounts besides connected accounts' ids.
