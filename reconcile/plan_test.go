@@ -104,6 +104,7 @@ func FuzzParsePlans(f *testing.F) {
 	f.Add([]byte("default: a\nplans:\n  - {name: a, allowance: 5, stripe_prices: [x, y]}\n"))
 	f.Add([]byte("default: a\nplans: [{name: a}, {name: a}]\n"))
 	f.Add([]byte("{"))
+	f.Add([]byte(connectPlans))
 	f.Add([]byte("default: a\npolicy: {keep_plan: [active, unpaid], grant_waits_for_payment: false}\n" +
 		"plans:\n  - {name: a, rank: 1, trial_allowance: 0, seat_allowance: 3}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -118,6 +119,22 @@ func FuzzParsePlans(f *testing.F) {
 			require.GreaterOrEqual(t, *def.TrialAllowance, int64(0))
 		}
 		require.GreaterOrEqual(t, def.SeatAllowance, int64(0))
+		// Every plan a rule maps to is defined, whichever account asks.
+		for _, pl := range plans.List() {
+			for _, r := range pl.StripeAccounts {
+				for _, ref := range r.Prices {
+					for _, account := range r.Accounts {
+						if account == reconcile.AccountsAll || account == reconcile.AccountsPlatform {
+							account = ""
+						}
+						got, ok := plans.ForPrice("stripe", account, []string{ref})
+						require.True(t, ok, "%s maps for %s", ref, account)
+						_, defined := plans.Named(got.Name)
+						require.True(t, defined)
+					}
+				}
+			}
+		}
 	})
 }
 

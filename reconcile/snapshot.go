@@ -68,13 +68,11 @@ type Item struct {
 	// one of them to a plan.
 	PriceRefs []string
 	// Product is the provider's id of the price's product (Stripe's
-	// prod_…), "" when it has none.
-	Product string
-	// ProductPlan is the value of the product's metadata ProductPlanKey
-	// (billsync_plan), "" when it has none or it was not read: a Stripe
-	// client reads it only when the plans file maps products
-	// (Plans.ReadsProductPlans).
-	ProductPlan string
+	// prod_…) and ProductPlan the value of its metadata ProductPlanKey
+	// (billsync_plan), "" when it has none. A Stripe client reads them
+	// only when the plans file maps products (Plans.ReadsProductPlans):
+	// otherwise both are "".
+	Product, ProductPlan string
 	// Quantity is the number of units (seats) bought; 1 when the provider
 	// says none (Decide reads anything below 1 as 1). It matters only to a
 	// plan with a seat_allowance.

@@ -77,7 +77,7 @@ STRIPE_API_KEY_FILE), STRIPE_API_URL and BILLSYNC_PLANS.`)
 	if err != nil {
 		return err
 	}
-	client, err := app.NewStripeClient(cfg.Config, logger, nil)
+	client, err := app.NewStripeClient(cfg.Config, nil, logger, nil)
 	if err != nil {
 		return err
 	}

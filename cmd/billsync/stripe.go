@@ -59,7 +59,7 @@ BILLSYNC_PLANS and DATABASE_URL.`
 	if err := cfg.requireStripeKey(os.Getenv, ""); err != nil {
 		return err
 	}
-	client, err := app.NewStripeClient(cfg.Config, logger, nil)
+	client, err := app.NewStripeClient(cfg.Config, nil, logger, nil)
 	if err != nil {
 		return err
 	}
