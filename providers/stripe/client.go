@@ -49,8 +49,8 @@ type Config struct {
 	// plan its metadata names (reconcile.Item.ProductPlan), for a plans
 	// file that maps products (reconcile.Plans.ReadsProductPlans). It
 	// costs a product read (GET /v1/products/{id}) per product and
-	// account each hour, kept in a cache (product.go). Off: no product
-	// is read.
+	// account a day (an hour for one that names no plan), kept in a
+	// cache (product.go). Off: no product is read.
 	ProductPlans bool
 
 	// Connect says which connected accounts (Stripe Connect) may be read
@@ -223,7 +223,7 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 		listRate:       cfg.ListRateLimit,
 	}
 	if cfg.ProductPlans {
-		c.products = newProductCache(time.Now, productTTL, productCacheSize)
+		c.products = newProductCache(time.Now, productTTL, productMissTTL, productCacheSize)
 	}
 	rc.HTTPClient = &http.Client{Transport: &attempt.Transport{
 		Base: base,

@@ -19,19 +19,22 @@ import (
 // retrieved customer (data.subscriptions.… of a listed one, and
 // data.items.data.price.product of the subscription list is refused too).
 // So the product is retrieved (GET /v1/products/{id}, in the item's
-// account) and its plan kept in a cache per (account, product), for
-// productTTL: one read per product and account every productTTL, whatever
-// the number of reconciles. Only a client told to (Config.ProductPlans,
-// set when the plans file maps products) reads products: otherwise a
-// reconcile reads what it always did.
+// account) and its plan kept in a cache per (account, product): at most
+// one read per product and account a day (an hour for a product that
+// names no plan), whatever the number of reconciles. Only a client told
+// to (Config.ProductPlans, set when the plans file maps products) reads
+// products: otherwise a reconcile reads what it always did.
 
-// Product cache bounds: a product's metadata is read again after
-// productTTL (a platform that re-marks a product is followed within it),
-// and at most productCacheSize products are kept (a Connect platform's
-// accounts times their products; past it, expired entries go first, then
-// any).
+// Product cache bounds. A product's plan is read again after productTTL:
+// platforms mark a product when they create it and rarely change it. A
+// product that names no plan (an add-on, or one marked late) is read
+// again after productMissTTL, so a subscriber left unmapped gets its plan
+// within the hour of the platform marking it. At most productCacheSize
+// products are kept (a Connect platform's accounts times their products;
+// past it, expired entries go first, then any).
 const (
-	productTTL       = time.Hour
+	productTTL       = 24 * time.Hour
+	productMissTTL   = time.Hour
 	productCacheSize = 10_000
 )
 
@@ -42,11 +45,13 @@ const opRetrieveProduct = "GET /v1/products/{id}"
 // key (reconcile.Connected(account, product id)); "" for a product
 // without one. Safe for concurrent use.
 type productCache struct {
-	mu      sync.Mutex
-	now     func() time.Time
-	ttl     time.Duration
-	size    int
-	entries map[string]productEntry
+	mu  sync.Mutex
+	now func() time.Time
+	// ttl is how long a product's plan is kept, missTTL how long a
+	// product without one is.
+	ttl, missTTL time.Duration
+	size         int
+	entries      map[string]productEntry
 }
 
 type productEntry struct {
@@ -54,16 +59,25 @@ type productEntry struct {
 	read time.Time
 }
 
-func newProductCache(now func() time.Time, ttl time.Duration, size int) *productCache {
-	return &productCache{now: now, ttl: ttl, size: size, entries: map[string]productEntry{}}
+func newProductCache(now func() time.Time, ttl, missTTL time.Duration, size int) *productCache {
+	return &productCache{now: now, ttl: ttl, missTTL: missTTL, size: size, entries: map[string]productEntry{}}
 }
 
-// get returns the product's plan if it was read less than ttl ago.
+// expired reports whether e is to be read again at now.
+func (pc *productCache) expired(e productEntry, now time.Time) bool {
+	ttl := pc.ttl
+	if e.plan == "" {
+		ttl = pc.missTTL
+	}
+	return now.Sub(e.read) >= ttl
+}
+
+// get returns the product's plan unless it is to be read again.
 func (pc *productCache) get(key string) (plan string, ok bool) {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	e, ok := pc.entries[key]
-	if !ok || pc.now().Sub(e.read) >= pc.ttl {
+	if !ok || pc.expired(e, pc.now()) {
 		return "", false
 	}
 	return e.plan, true
@@ -78,7 +92,7 @@ func (pc *productCache) put(key, plan string) {
 	now := pc.now()
 	if _, kept := pc.entries[key]; !kept && len(pc.entries) >= pc.size {
 		for k, e := range pc.entries {
-			if now.Sub(e.read) >= pc.ttl {
+			if pc.expired(e, now) {
 				delete(pc.entries, k)
 			}
 		}

@@ -8,12 +8,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestProductCache: a product's plan is kept for the TTL, then read
-// again; the cache never holds more than its size, dropping expired
-// entries first.
+// TestProductCache: a product's plan is kept for the TTL (one without a
+// plan for the shorter miss TTL), then read again; the cache never holds
+// more than its size, dropping expired entries first.
 func TestProductCache(t *testing.T) {
 	now := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
-	pc := newProductCache(func() time.Time { return now }, time.Hour, 3)
+	pc := newProductCache(func() time.Time { return now }, 24*time.Hour, time.Hour, 3)
 
 	pc.put("acct_A/prod_1", "pro")
 	pc.put("prod_1", "")
@@ -27,6 +27,11 @@ func TestProductCache(t *testing.T) {
 	require.False(t, ok, "another account's product of the same id is not this one")
 
 	now = now.Add(time.Hour)
+	_, ok = pc.get("prod_1")
+	require.False(t, ok, "a product with no plan is read again after the miss TTL")
+	_, ok = pc.get("acct_A/prod_1")
+	require.True(t, ok, "a product's plan is kept longer")
+	now = now.Add(23 * time.Hour)
 	_, ok = pc.get("acct_A/prod_1")
 	require.False(t, ok, "read again once the TTL has passed")
 
