@@ -1,6 +1,7 @@
 package reconcile_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -276,4 +277,36 @@ func TestParsePlansAccountRules(t *testing.T) {
 			require.ErrorContains(t, err, tt.want)
 		})
 	}
+}
+
+// TestExamplePlansConnectBlock: the stripe_accounts example commented out
+// in plans.example.yaml parses once uncommented under pro, and maps what
+// it says it maps.
+func TestExamplePlansConnectBlock(t *testing.T) {
+	ex := string(reconcile.ExamplePlans)
+	start := strings.Index(ex, "#     stripe_accounts:\n")
+	end := strings.Index(ex, "# (end of the stripe_accounts example)\n")
+	require.True(t, start > 0 && end > start, "the example has its stripe_accounts block")
+	var block strings.Builder
+	for line := range strings.Lines(ex[start:end]) {
+		block.WriteString(strings.TrimPrefix(strings.TrimPrefix(line, "#"), " "))
+	}
+	const pro = "    kinde_plans: [customer_pro_plan]\n"
+	plans, err := reconcile.ParsePlans([]byte(strings.Replace(ex, pro, pro+block.String(), 1)))
+	require.NoError(t, err)
+	require.True(t, plans.ReadsProductPlans())
+	for _, tt := range []struct {
+		account string
+		item    reconcile.Item
+	}{
+		{"acct_1Nv0FGQ9RKHgCVdK", reconcile.Item{PriceRefs: []string{"price_1PqRsTAbCdEf"}}},
+		{"acct_other", reconcile.Item{PriceRefs: []string{"pro", "price_1x"}}},
+		{"acct_other", reconcile.Item{PriceRefs: []string{"price_1x"}, ProductPlan: "pro"}},
+	} {
+		p, ok := plans.ForItem("stripe", tt.account, tt.item)
+		require.True(t, ok, "%s %v", tt.account, tt.item)
+		require.Equal(t, "pro", p.Name)
+	}
+	_, ok := plans.ForItem("stripe", "acct_other", reconcile.Item{PriceRefs: []string{"price_1PqRsTAbCdEf"}})
+	require.False(t, ok, "one account's price id maps no other account's price")
 }
