@@ -38,9 +38,6 @@ const (
 	productCacheSize = 10_000
 )
 
-// opRetrieveProduct is the operation a product is read with.
-const opRetrieveProduct = "GET /v1/products/{id}"
-
 // productCache keeps the plan each product's metadata says, by connected
 // key (reconcile.Connected(account, product id)); "" for a product
 // without one. Safe for concurrent use.
