@@ -157,7 +157,7 @@ func stripeCheck(ctx context.Context, client *stripe.Client, cfg config, endpoin
 		return err
 	}
 	if access["customers"] == nil {
-		prices, err := client.ActivePrices(ctx)
+		prices, err := client.ActivePrices(ctx, plans.ReadsProductPlans())
 		if err != nil {
 			report(false, "list active prices: %v", err)
 		} else {

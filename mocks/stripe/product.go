@@ -33,7 +33,16 @@ func (s *Server) SetProductMetadata(id string, metadata map[string]string) {
 // getProduct answers GET /v1/products/{id}: a product whose metadata was
 // set, or one a price names (with no metadata).
 func (s *Server) getProduct(c *call) (obj, error) {
-	id := c.r.PathValue("id")
+	o, ok := s.productObj(c.r.PathValue("id"))
+	if !ok {
+		return nil, noSuch("product", c.r.PathValue("id"), "id")
+	}
+	return o, nil
+}
+
+// productObj renders the product id, if it exists: created with the
+// first price that names it.
+func (s *Server) productObj(id string) (obj, bool) {
 	var created int64
 	for _, p := range s.prices.rows {
 		if p.Product == id && (created == 0 || p.Created < created) {
@@ -43,9 +52,22 @@ func (s *Server) getProduct(c *call) (obj, error) {
 	p, ok := s.products.get(id)
 	switch {
 	case !ok && created == 0:
-		return nil, noSuch("product", id, "id")
+		return nil, false
 	case !ok:
 		p = &product{ID: id}
 	}
-	return renderProduct(p, max(created, 1)), nil
+	return renderProduct(p, max(created, 1)), true
+}
+
+// renderPriceExpanded is renderPrice with its product expanded when the
+// request asks (expand[]=data.product on the price list).
+func (s *Server) renderPriceExpanded(c *call) func(*price) obj {
+	expand := c.expand.inList()["product"]
+	return func(p *price) obj {
+		o := renderPrice(p)
+		if prod, ok := s.productObj(p.Product); ok && expand {
+			o["product"] = prod
+		}
+		return o
+	}
 }
