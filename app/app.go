@@ -136,7 +136,7 @@ func (a *App) providers(ctx context.Context, parts Parts) (Providers, error) {
 	provs := Providers{Stripe: parts.Stripe, Kinde: parts.Kinde}
 	if provs.Stripe == nil && provs.Kinde == nil {
 		var err error
-		if provs, err = NewProviders(a.cfg, a.logger, a.metrics); err != nil {
+		if provs, err = NewProviders(a.cfg, a.plans, a.logger, a.metrics); err != nil {
 			return provs, err
 		}
 	}

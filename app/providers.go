@@ -22,8 +22,9 @@ type Providers struct {
 
 // NewProviders builds the client of every configured provider: Stripe
 // when cfg has its API key, Kinde when its domain and M2M credentials are
-// set. metrics (may be nil) sees every API attempt and every 429.
-func NewProviders(cfg Config, logger *slog.Logger, metrics *server.Metrics) (Providers, error) {
+// set. plans (may be nil) says what the Stripe client reads (see
+// NewStripeClient); metrics (may be nil) sees every API attempt and every 429.
+func NewProviders(cfg Config, plans *reconcile.Plans, logger *slog.Logger, metrics *server.Metrics) (Providers, error) {
 	var p Providers
 	observe := func(provider string) func(string) {
 		if metrics == nil {
@@ -33,7 +34,7 @@ func NewProviders(cfg Config, logger *slog.Logger, metrics *server.Metrics) (Pro
 	}
 	var err error
 	if cfg.StripeAPIKey != "" {
-		if p.Stripe, err = NewStripeClient(cfg, logger, metrics); err != nil {
+		if p.Stripe, err = NewStripeClient(cfg, plans, logger, metrics); err != nil {
 			return p, err
 		}
 	}
@@ -106,11 +107,13 @@ func (p Providers) Sweepers(st *store.Store, plans *reconcile.Plans, logger *slo
 	return out, nil
 }
 
-// NewStripeClient is the Stripe client serve and the commands share;
-// metrics (may be nil) sees its attempts and 429s.
-func NewStripeClient(cfg Config, logger *slog.Logger, metrics *server.Metrics) (*stripe.Client, error) {
+// NewStripeClient is the Stripe client serve and the commands share. It
+// reads products' plans when plans (nil for a command that reconciles
+// nothing) maps products; metrics (may be nil) sees its attempts and 429s.
+func NewStripeClient(cfg Config, plans *reconcile.Plans, logger *slog.Logger, metrics *server.Metrics) (*stripe.Client, error) {
 	c := stripe.Config{
-		APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIURL, UserRefKey: cfg.UserRefKey,
+		ProductPlans: plans != nil && plans.ReadsProductPlans(),
+		APIKey:       cfg.StripeAPIKey, BaseURL: cfg.StripeAPIURL, UserRefKey: cfg.UserRefKey,
 		RateLimit: cfg.StripeRateLimit, OperationRateLimit: cfg.StripeOperationRate, ReadAllocation: cfg.StripeReadAllocation,
 		Logger: logger, Entitlements: cfg.StripeEntitlements, Connect: cfg.StripeConnect,
 	}

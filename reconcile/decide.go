@@ -53,8 +53,9 @@ type Decision struct {
 	Meters []Grant
 	// Outcome says in words what happened (the grant is added by Describe).
 	Outcome string
-	// Unmapped names the prices (the first ref of each item) of the
-	// subscriptions that keep their plan when none of them maps to a plan:
+	// Unmapped names the prices (the first ref of each item, keyed by the
+	// customer's connected account as Connected keys ids: acct_X/price_Y)
+	// of the subscriptions that keep their plan when none of them maps to a plan:
 	// the account is frozen (ignored) until the plans file maps one, so the
 	// caller alerts and counts them. Empty otherwise.
 	Unmapped []string
@@ -173,7 +174,8 @@ func choose(snap Snapshot, plans *Plans) choice {
 	}
 	var best *candidate
 	var mapped []string
-	var unmapped unmappedPrices
+	account, _ := SplitConnected(snap.CustomerID)
+	unmapped := unmappedPrices{account: account}
 	keeping := false
 	for _, sub := range snap.Subscriptions {
 		if !plans.Keeps(sub) {
@@ -181,9 +183,9 @@ func choose(snap Snapshot, plans *Plans) choice {
 		}
 		keeping = true
 		for _, item := range sub.Items {
-			pl, ok := plans.ForPrice(snap.Provider, item.PriceRefs)
+			pl, ok := plans.ForItem(snap.Provider, account, item)
 			if !ok {
-				unmapped.add(item.PriceRefs)
+				unmapped.add(item)
 				continue
 			}
 			mapped = append(mapped, pl.Name)
@@ -302,25 +304,36 @@ func describeUnpaid(sub Subscription) string {
 
 // unmappedPrices collects the items that map to no plan.
 type unmappedPrices struct {
-	refs  []string // the first ref of each item that has one
-	names []string // each item's refs, for the outcome
+	// account is the customer's connected account, "" for the
+	// platform's own: a price id means something only in its account.
+	account string
+	refs    []string // the first ref of each item that has one, keyed by account (Connected)
+	names   []string // each item's refs (and product's plan), for the outcome
 }
 
-func (u *unmappedPrices) add(refs []string) {
-	if len(refs) > 0 {
-		u.refs = append(u.refs, refs[0])
+func (u *unmappedPrices) add(it Item) {
+	if len(it.PriceRefs) > 0 {
+		u.refs = append(u.refs, Connected(u.account, it.PriceRefs[0]))
 	}
-	u.names = append(u.names, describeRefs(refs))
+	name := describeRefs(it.PriceRefs)
+	if it.ProductPlan != "" {
+		name += fmt.Sprintf(" (product %s: %s %s)", it.Product, ProductPlanKey, it.ProductPlan)
+	}
+	u.names = append(u.names, name)
 }
 
 func (u *unmappedPrices) describe() string {
+	of := ""
+	if u.account != "" {
+		of = " of connected account " + u.account
+	}
 	switch len(u.names) {
 	case 0:
 		return "ignored: the current subscription has no priced item"
 	case 1:
-		return fmt.Sprintf("ignored: price %s maps to no plan", u.names[0])
+		return fmt.Sprintf("ignored: price %s%s maps to no plan", u.names[0], of)
 	}
-	return fmt.Sprintf("ignored: prices %s map to no plan", strings.Join(u.names, ", "))
+	return fmt.Sprintf("ignored: prices %s%s map to no plan", strings.Join(u.names, ", "), of)
 }
 
 // Writes reports whether the change writes the account and may grant:

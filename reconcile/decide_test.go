@@ -564,3 +564,59 @@ plans:
 		require.NotEqual(t, fifty.Grant.Key(1), sixty.Grant.Key(1), "one key would drop the top-up as a repeat")
 	})
 }
+
+// TestDecideConnectedAccounts: a connected account's customer
+// (acct_X/cus_Y) is put on the plan its own account's rules (then the
+// rules for all) map its price to; a price none maps leaves the account
+// as it was and names the account.
+func TestDecideConnectedAccounts(t *testing.T) {
+	plans := parsePlans(t, connectPlans)
+	customer := func(key string, it reconcile.Item) reconcile.Snapshot {
+		s := snapOf(sub("sub_1", "active", t0, it))
+		s.CustomerID = key
+		return s
+	}
+	priced := func(refs ...string) reconcile.Item { return item(periodStart, periodEnd, refs...) }
+	product := func(plan string, refs ...string) reconcile.Item {
+		it := priced(refs...)
+		it.Product, it.ProductPlan = "prod_1", plan
+		return it
+	}
+	tests := []struct {
+		name     string
+		snap     reconcile.Snapshot
+		plan     string // "" when unmapped
+		unmapped []string
+		outcome  string
+	}{
+		{"SamePriceIDAccountA", customer("acct_A/cus_1", priced("price_same")), "pro", nil, ""},
+		{"SamePriceIDAccountB", customer("acct_B/cus_1", priced("price_same")), "team", nil, ""},
+		{"LookupKeyForAllAccounts", customer("acct_Z/cus_1", priced("pro", "price_z")), "pro", nil, ""},
+		{"LookupKeyOnThePlatform", customer("cus_1", priced("pro", "price_z")), "pro", nil, ""},
+		{"ProductMetadataForAll", customer("acct_Z/cus_1", product("pro", "price_z")), "pro", nil, ""},
+		{"ProductMetadataOfAccount", customer("acct_C/cus_1", product("team-v2", "price_c")), "team", nil, ""},
+		{"UnmappedNamesTheAccount", customer("acct_Z/cus_1", priced("price_same")), "", []string{"acct_Z/price_same"},
+			"ignored: price price_same of connected account acct_Z maps to no plan"},
+		{"UnmappedProductNamesIt", customer("acct_Z/cus_1", product("team-v2", "price_z")), "", []string{"acct_Z/price_z"},
+			"ignored: price price_z (product prod_1: billsync_plan team-v2) of connected account acct_Z maps to no plan"},
+		{"UnmappedOnThePlatformAsBefore", customer("cus_1", priced("price_x")), "", []string{"price_x"},
+			"ignored: price price_x maps to no plan"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cur := reconcile.Account{ID: 7, Provider: "stripe", CustomerID: tt.snap.CustomerID, Plan: "free", ObservedAt: t0}
+			ch := reconcile.Decide(cur, tt.snap, plans, t0.Add(time.Minute))
+			require.Equal(t, tt.unmapped, ch.Unmapped)
+			if tt.plan == "" {
+				require.Equal(t, reconcile.ResultIgnored, ch.Result)
+				require.Equal(t, cur, ch.Next, "the account is left as it was")
+				require.Equal(t, tt.outcome, ch.Outcome)
+				require.Equal(t, tt.unmapped, ch.Done(cur).Unmapped, "the alert and the metric name the account")
+				return
+			}
+			require.Equal(t, reconcile.ResultApplied, ch.Result)
+			require.Equal(t, tt.plan, ch.Next.Plan)
+			require.Equal(t, tt.snap.CustomerID, ch.Next.CustomerID)
+		})
+	}
+}

@@ -24,8 +24,11 @@ type Plan struct {
 	Name      string `yaml:"name"`
 	Allowance int64  `yaml:"allowance"`
 	// StripePrices are Stripe price lookup keys or price ids (or legacy
-	// plan ids) that mean this plan.
+	// plan ids) that mean this plan for the platform's own customers.
 	StripePrices []string `yaml:"stripe_prices"`
+	// StripeAccounts map more Stripe prices to this plan, for connected
+	// accounts (Stripe Connect), the platform, or all of them.
+	StripeAccounts []AccountRule `yaml:"stripe_accounts"`
 	// KindePlans are Kinde plan codes that mean this plan.
 	KindePlans []string `yaml:"kinde_plans"`
 	// Rank orders plans when a customer's subscriptions map to several:
@@ -63,10 +66,13 @@ func (pl Plan) grantFor(quantity int64, trial bool) int64 {
 // Plans maps provider prices to plans. The zero value is not usable: build
 // it with ParsePlans.
 type Plans struct {
-	list    []Plan
-	def     string
-	byPrice map[string]map[string]string // provider → price ref → plan name
-	policy  policy
+	list []Plan
+	def  string
+	// kinde maps a Kinde plan code to a plan name; stripe maps a Stripe
+	// account scope (see scopeOf) to its rules.
+	kinde  map[string]string
+	stripe map[string]*scopeRules
+	policy policy
 	// features are the declared features by key (none without a
 	// features: block: then accounts have no features, as before).
 	features map[string]FeatureDef
@@ -149,7 +155,7 @@ func ParsePlans(data []byte) (*Plans, error) {
 	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("plans: %w", err)
 	}
-	p := &Plans{list: f.Plans, def: f.Default, byPrice: map[string]map[string]string{ProviderStripe: {}, ProviderKinde: {}}}
+	p := &Plans{list: f.Plans, def: f.Default, kinde: map[string]string{}, stripe: map[string]*scopeRules{}}
 	var errs []error
 	p.policy, errs = f.Policy.resolve()
 	names := map[string]bool{}
@@ -170,14 +176,13 @@ func ParsePlans(data []byte) (*Plans, error) {
 		if pl.SeatAllowance < 0 {
 			errs = append(errs, fmt.Errorf("plan %q: seat_allowance %d is negative", pl.Name, pl.SeatAllowance))
 		}
-		for provider, refs := range map[string][]string{ProviderStripe: pl.StripePrices, ProviderKinde: pl.KindePlans} {
-			for _, ref := range refs {
-				if other, dup := p.byPrice[provider][ref]; dup {
-					errs = append(errs, fmt.Errorf("plan %q: %s price %q already maps to plan %q", pl.Name, provider, ref, other))
-				}
-				p.byPrice[provider][ref] = pl.Name
+		for _, ref := range pl.KindePlans {
+			if other, dup := p.kinde[ref]; dup {
+				errs = append(errs, fmt.Errorf("plan %q: %s price %q already maps to plan %q", pl.Name, ProviderKinde, ref, other))
 			}
+			p.kinde[ref] = pl.Name
 		}
+		errs = append(errs, p.addStripe(pl)...)
 	}
 	var ferrs []error
 	p.features, ferrs = parseFeatures(f.Features, f.Plans)
@@ -225,6 +230,11 @@ func (p *Plans) List() []Plan {
 	list := make([]Plan, len(p.list))
 	for i, pl := range p.list {
 		pl.StripePrices, pl.KindePlans = slices.Clone(pl.StripePrices), slices.Clone(pl.KindePlans)
+		pl.StripeAccounts = slices.Clone(pl.StripeAccounts)
+		for j, r := range pl.StripeAccounts {
+			pl.StripeAccounts[j] = AccountRule{Accounts: slices.Clone(r.Accounts), Prices: slices.Clone(r.Prices),
+				Products: slices.Clone(r.Products)}
+		}
 		pl.Features = maps.Clone(pl.Features)
 		list[i] = pl
 	}
@@ -241,12 +251,10 @@ func (p *Plans) Named(name string) (Plan, bool) {
 	return Plan{}, false
 }
 
-// ForPrice returns the plan the first mapped ref means for provider.
-func (p *Plans) ForPrice(provider string, refs []string) (Plan, bool) {
-	for _, ref := range refs {
-		if name, ok := p.byPrice[provider][ref]; ok {
-			return p.Named(name)
-		}
-	}
-	return Plan{}, false
+// ForPrice returns the plan the first mapped ref means for provider, to
+// a customer of account (a connected account's acct_ id, "" for the
+// platform's own: see SplitConnected). It is ForItem for a price known by
+// its refs alone (no product read).
+func (p *Plans) ForPrice(provider, account string, refs []string) (Plan, bool) {
+	return p.ForItem(provider, account, Item{PriceRefs: refs})
 }

@@ -67,6 +67,12 @@ type Item struct {
 	// lookup key, price id, legacy plan id; Kinde: plan code). Plans map
 	// one of them to a plan.
 	PriceRefs []string
+	// Product is the provider's id of the price's product (Stripe's
+	// prod_…) and ProductPlan the value of its metadata ProductPlanKey
+	// (billsync_plan), "" when it has none. A Stripe client reads them
+	// only when the plans file maps products (Plans.ReadsProductPlans):
+	// otherwise both are "".
+	Product, ProductPlan string
 	// Quantity is the number of units (seats) bought; 1 when the provider
 	// says none (Decide reads anything below 1 as 1). It matters only to a
 	// plan with a seat_allowance.

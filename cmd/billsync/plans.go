@@ -77,11 +77,11 @@ STRIPE_API_KEY_FILE), STRIPE_API_URL and BILLSYNC_PLANS.`)
 	if err != nil {
 		return err
 	}
-	client, err := app.NewStripeClient(cfg.Config, logger, nil)
+	client, err := app.NewStripeClient(cfg.Config, nil, logger, nil)
 	if err != nil {
 		return err
 	}
-	prices, err := client.ActivePrices(ctx)
+	prices, err := client.ActivePrices(ctx, plans.ReadsProductPlans())
 	if err != nil {
 		return err
 	}
@@ -107,7 +107,7 @@ func checkPlans(plans *reconcile.Plans, prices []stripe.Price) plansReport {
 	rep := plansReport{active: len(prices)}
 	known := map[string]bool{}
 	for _, p := range prices {
-		if _, ok := plans.ForPrice(stripe.Provider, p.Refs()); !ok {
+		if _, ok := plans.ForItem(stripe.Provider, "", p.Item()); !ok {
 			rep.unmapped = append(rep.unmapped, p)
 		}
 		for _, r := range p.Refs() {

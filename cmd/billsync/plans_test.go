@@ -87,6 +87,28 @@ func TestPlansCheck(t *testing.T) {
 		require.Equal(t, "active Stripe prices: 155\nevery active price maps to a plan\n", out.String())
 	})
 
+	// A price mapped by its product's metadata (billsync_plan), not by
+	// its lookup key or id: the list expands the products.
+	t.Run("MappedByProduct", func(t *testing.T) {
+		p, err := h.Stripe.API.V1Prices.Retrieve(ctx, newSeats, nil)
+		require.NoError(t, err)
+		h.Stripe.Fake.SetProductMetadata(p.Product.ID, map[string]string{"billsync_plan": "seats"})
+		yaml.Reset()
+		yaml.WriteString("default: free\nplans:\n  - {name: free, allowance: 10, stripe_prices: [free]}\n")
+		yaml.WriteString("  - {name: seats, stripe_accounts: [{accounts: all, products: [seats]}]}\n")
+		fmt.Fprintf(&yaml, "  - {name: pro, allowance: 500, stripe_prices: [pro, team, legacy_gold")
+		for i := range 150 {
+			fmt.Fprintf(&yaml, ", team_v%d", i)
+		}
+		yaml.WriteString("]}\n")
+		require.NoError(t, os.WriteFile(plansFile, yaml.Bytes(), 0o600))
+		out.Reset()
+		lists := priceLists.Load()
+		require.NoError(t, run(ctx, []string{"plans", "check"}, &out, &out))
+		require.Equal(t, "active Stripe prices: 155\nevery active price maps to a plan\n", out.String())
+		require.Equal(t, lists+2, priceLists.Load(), "the products come with the prices: no request more")
+	})
+
 	t.Run("Usage", func(t *testing.T) {
 		out.Reset()
 		require.ErrorIs(t, run(ctx, []string{"plans"}, &out, &out), errUsage)

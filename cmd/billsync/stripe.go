@@ -59,7 +59,7 @@ BILLSYNC_PLANS and DATABASE_URL.`
 	if err := cfg.requireStripeKey(os.Getenv, ""); err != nil {
 		return err
 	}
-	client, err := app.NewStripeClient(cfg.Config, logger, nil)
+	client, err := app.NewStripeClient(cfg.Config, nil, logger, nil)
 	if err != nil {
 		return err
 	}
@@ -157,7 +157,7 @@ func stripeCheck(ctx context.Context, client *stripe.Client, cfg config, endpoin
 		return err
 	}
 	if access["customers"] == nil {
-		prices, err := client.ActivePrices(ctx)
+		prices, err := client.ActivePrices(ctx, plans.ReadsProductPlans())
 		if err != nil {
 			report(false, "list active prices: %v", err)
 		} else {

@@ -46,7 +46,7 @@ func openSupport(ctx context.Context, cfg config, logger *slog.Logger) (*support
 	if err != nil {
 		return nil, nil, err
 	}
-	provs, err := app.NewProviders(cfg.Config, logger, nil)
+	provs, err := app.NewProviders(cfg.Config, plans, logger, nil)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -110,7 +110,7 @@ func kindeExpectedPlan(h *kindeHarness, customer string) string {
 	best := h.Plans.Default()
 	found := false
 	for _, a := range h.Kinde.Fake.Agreements(customer) {
-		if p, ok := h.Plans.ForPrice(kinde.Provider, []string{a.PlanCode}); ok && (!found || p.Allowance > best.Allowance) {
+		if p, ok := h.Plans.ForPrice(kinde.Provider, "", []string{a.PlanCode}); ok && (!found || p.Allowance > best.Allowance) {
 			best, found = p, true
 		}
 	}

@@ -262,7 +262,7 @@ func expectedState(t testingT, h *harness, customerID string) modelState {
 		}
 		keeping = true
 		for _, it := range sub.Items.Data {
-			p, ok := h.Plans.ForPrice("stripe", []string{it.Price.LookupKey, it.Price.ID})
+			p, ok := h.Plans.ForPrice("stripe", "", []string{it.Price.LookupKey, it.Price.ID})
 			if !ok {
 				continue
 			}

@@ -97,6 +97,17 @@ func TestResponsesMatchStripesOpenAPISpec(t *testing.T) {
 	for _, p := range get("/v1/products/prod_price_pro/features", nil)["data"].([]any) {
 		check("product_feature", "product feature", p)
 	}
+	check("product", "product", get("/v1/products/prod_price_team", nil))
+	f.SetProductMetadata("prod_price_pro", map[string]string{"billsync_plan": "pro"})
+	marked := get("/v1/products/prod_price_pro", nil)
+	check("product", "product with metadata", marked)
+	require.Equal(t, map[string]any{"billsync_plan": "pro"}, marked["metadata"])
+	for _, p := range get("/v1/prices", url.Values{"limit": {"100"}, "expand[]": {"data.product"}})["data"].([]any) {
+		check("price", "price with its product expanded", p)
+		require.IsType(t, map[string]any{}, p.(map[string]any)["product"], "expanded")
+	}
+	resp, _ = f.do(t, http.MethodGet, "/v1/products/prod_nobody", nil, nil)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "a product no price names and none set")
 	active := get("/v1/entitlements/active_entitlements", url.Values{"customer": {cust.ID}})["data"].([]any)
 	require.NotEmpty(t, active)
 	for _, a := range active {

@@ -188,7 +188,7 @@ func (s *Server) listPrices(c *call) (obj, error) {
 		return (len(keys) == 0 || contains(keys, p.LookupKey) && p.LookupKey != "") &&
 			(!byActive || p.Active == active) && (product == "" || p.Product == product)
 	})
-	return listPage(c, rows, s.prices.get, "price", renderPrice)
+	return listPage(c, rows, s.prices.get, "price", s.renderPriceExpanded(c))
 }
 
 // periodEnd is the end of a subscription period that started n-1 intervals

@@ -107,6 +107,7 @@ type Server struct {
 	// entitlements.active_entitlement_summary.updated.
 	features        table[*feature]
 	productFeatures table[*productFeature]
+	products        table[*product] // products whose metadata was set (product.go)
 	entitled        map[string][]string
 	idempotent      map[string]savedResponse
 	idempotentKeys  []string // in the order saved, for forgetting the oldest
@@ -220,6 +221,7 @@ func (s *Server) routes() {
 		"GET /v1/entitlements/features/{id}":          s.getFeature,
 		"POST /v1/products/{product}/features":        s.attachFeature,
 		"GET /v1/products/{product}/features":         s.listProductFeatures,
+		"GET /v1/products/{id}":                       s.getProduct,
 		"DELETE /v1/products/{product}/features/{id}": s.detachFeature,
 		"GET /v1/entitlements/active_entitlements":    s.listActiveEntitlements,
 		"/": s.unknownRoute,

@@ -85,8 +85,8 @@ func TestPricesAreTheExamplePlans(t *testing.T) {
 	got := map[string][]string{}
 	var unmapped []string
 	for _, p := range testenv.Prices() {
-		byID, okID := plans.ForPrice("stripe", []string{p.ID})
-		byKey, okKey := plans.ForPrice("stripe", []string{p.LookupKey})
+		byID, okID := plans.ForPrice("stripe", "", []string{p.ID})
+		byKey, okKey := plans.ForPrice("stripe", "", []string{p.LookupKey})
 		require.Equal(t, okID, okKey, "%s: its id and lookup key must agree", p.ID)
 		if !okID {
 			unmapped = append(unmapped, p.ID)
@@ -103,7 +103,7 @@ func TestPricesAreTheExamplePlans(t *testing.T) {
 // plans of the same name.
 func TestPlanCodesAreTheExamplePlans(t *testing.T) {
 	for code, name := range map[string]string{testenv.FreePlan: "free", testenv.ProPlan: "pro", testenv.TeamPlan: "team"} {
-		p, ok := testenv.Plans().ForPrice(testenv.Kinde, []string{code})
+		p, ok := testenv.Plans().ForPrice(testenv.Kinde, "", []string{code})
 		require.True(t, ok, code)
 		require.Equal(t, name, p.Name, code)
 	}

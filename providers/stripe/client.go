@@ -45,6 +45,14 @@ type Config struct {
 	// them (one request per customer): accounts keep those last fetched.
 	Entitlements bool
 
+	// ProductPlans: every read also gives each item's product and the
+	// plan its metadata names (reconcile.Item.ProductPlan), for a plans
+	// file that maps products (reconcile.Plans.ReadsProductPlans). It
+	// costs a product read (GET /v1/products/{id}) per product and
+	// account a day (an hour for one that names no plan), kept in a
+	// cache (product.go). Off: no product is read.
+	ProductPlans bool
+
 	// Connect says which connected accounts (Stripe Connect) may be read
 	// on behalf of; a key of any other account is a
 	// *reconcile.PermanentError. Zero: none, the platform's own only.
@@ -167,7 +175,10 @@ type Client struct {
 	userRefKey string
 	connect    reconcile.ConnectPolicy
 	// entitlements: Fetch reads active entitlements (Config.Entitlements).
-	entitlements   bool
+	entitlements bool
+	// products caches the plans of products' metadata; nil unless
+	// Config.ProductPlans (then no product is read).
+	products       *productCache
 	log            *slog.Logger
 	listLimiter    *rate.Limiter
 	budget         *budget
@@ -210,6 +221,9 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 		budget:         newBudget(cfg.RateLimit, cfg.OperationRateLimit, cfg.Burst),
 		readAllocation: cfg.ReadAllocation,
 		listRate:       cfg.ListRateLimit,
+	}
+	if cfg.ProductPlans {
+		c.products = newProductCache(time.Now, productTTL, productMissTTL, productCacheSize)
 	}
 	rc.HTTPClient = &http.Client{Transport: &attempt.Transport{
 		Base: base,
@@ -373,6 +387,9 @@ func (c *Client) resolve(ctx context.Context, cust customerJSON) (reconcile.Snap
 	}
 	if snap.Subscriptions, err = subscriptionsWithItems(subs, items); err != nil {
 		return reconcile.Snapshot{}, fmt.Errorf("stripe customer %s: %w", cust.id, err)
+	}
+	if err = c.readProductPlans(ctx, &snap, subs, items); err != nil {
+		return reconcile.Snapshot{}, err
 	}
 	return snap, nil
 }

@@ -738,7 +738,7 @@ func TestOperationRateLimit(t *testing.T) {
 		synctest.Wait() // the first retrieve is answered; the second waits for the operation's budget
 		require.Equal(t, 1, f.count())
 		pricesBegin := time.Now()
-		prices, err := c.ActivePrices(context.Background())
+		prices, err := c.ActivePrices(context.Background(), false)
 		pricesTook := time.Since(pricesBegin)
 		require.NoError(t, err)
 		require.NotEmpty(t, prices)

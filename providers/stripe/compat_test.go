@@ -224,7 +224,7 @@ func TestCompatStripeMock(t *testing.T) {
 	})
 
 	t.Run("PricesAndThinEventLookups", func(t *testing.T) {
-		prices, err := c.ActivePrices(context.Background())
+		prices, err := c.ActivePrices(context.Background(), false)
 		require.NoError(t, err)
 		require.NotEmpty(t, prices)
 		for _, typ := range []string{"subscription", "invoice"} {

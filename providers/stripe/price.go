@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+
+	"github.com/billsync/billsync/reconcile"
 )
 
 // Price is one of the account's prices, as `billsync plans check` compares
@@ -11,19 +13,28 @@ import (
 type Price struct {
 	ID        string
 	LookupKey string // empty when the price has none
+	// ProductPlan is the plan the price's product's metadata names
+	// (reconcile.ProductPlanKey), read only when asked for.
+	ProductPlan string
 }
 
 // ActivePrices lists every active price of the account
 // (GET /v1/prices?active=true, 100 a page, so one request per 100 prices).
-func (c *Client) ActivePrices(ctx context.Context) ([]Price, error) {
-	// A price is read as a ref is: its id and lookup_key.
-	refs, err := listAll(ctx, c, "/v1/prices", url.Values{"active": {"true"}}, func(r ref) (string, bool) { return r.id.s, r.id.ok })
+// With products, each page expands the prices' products
+// (expand[]=data.product, no request more) for their ProductPlan.
+func (c *Client) ActivePrices(ctx context.Context, products bool) ([]Price, error) {
+	q := url.Values{"active": {"true"}}
+	if products {
+		q.Set("expand[0]", "data.product")
+	}
+	// A price is read as a ref is: its id, lookup_key and product.
+	refs, err := listAll(ctx, c, "/v1/prices", q, func(r ref) (string, bool) { return r.id.s, r.id.ok })
 	if err != nil {
 		return nil, fail("list active prices", err)
 	}
 	prices := make([]Price, 0, len(refs))
 	for _, r := range refs {
-		prices = append(prices, Price{ID: r.id.s, LookupKey: r.lookupKey.s})
+		prices = append(prices, Price{ID: r.id.s, LookupKey: r.lookupKey.s, ProductPlan: r.product.plan.s})
 	}
 	return prices, nil
 }
@@ -35,6 +46,12 @@ func (p Price) Refs() []string {
 		return []string{p.ID}
 	}
 	return []string{p.LookupKey, p.ID}
+}
+
+// Item is the price as a subscription item of the platform's own would
+// carry it, for the plans file to map (reconcile.Plans.ForItem).
+func (p Price) Item() reconcile.Item {
+	return reconcile.Item{PriceRefs: p.Refs(), ProductPlan: p.ProductPlan}
 }
 
 // String renders the price as support staff search for it.

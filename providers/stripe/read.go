@@ -125,12 +125,7 @@ func subscriptionWithItems(o object, items []object) (reconcile.Subscription, er
 	sub := reconcile.Subscription{ID: id, Status: status, CollectionPaused: collectionPausedOf(o),
 		Created: o.Created.t, TrialEnd: o.TrialEnd.t}
 
-	if len(items) == 0 && o.Plan.id.ok {
-		// A single-plan subscription of an old API version: the plan
-		// and quantity are on the subscription itself.
-		items = []object{o}
-	}
-	for _, item := range items {
+	for _, item := range linesOf(o, items) {
 		it := reconcile.Item{PriceRefs: priceRefsOf(item), Quantity: quantityOf(item)}
 		start, end, ok := periodOf(o, item)
 		switch {
@@ -153,6 +148,16 @@ func subscriptionWithItems(o object, items []object) (reconcile.Subscription, er
 		sub.CancelAtPeriodEnd = true
 	}
 	return sub, nil
+}
+
+// linesOf is a subscription's items, given (see subscriptionWithItems):
+// the subscription itself for a single-plan subscription of an old API
+// version, whose plan and quantity are on the subscription.
+func linesOf(sub object, items []object) []object {
+	if len(items) == 0 && sub.Plan.id.ok {
+		return []object{sub}
+	}
+	return items
 }
 
 func earliestEnd(items []reconcile.Item) time.Time {
@@ -520,6 +525,7 @@ func (p *paused) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 type ref struct {
 	id        text
 	lookupKey text
+	product   productRef // a price's or a plan's product
 }
 
 func (r *ref) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
@@ -528,12 +534,48 @@ func (r *ref) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 		return r.id.UnmarshalJSONFrom(dec)
 	}
 	var o struct {
-		ID        text `json:"id"`
-		LookupKey text `json:"lookup_key"`
+		ID        text       `json:"id"`
+		LookupKey text       `json:"lookup_key"`
+		Product   productRef `json:"product"`
 	}
 	if err := json.UnmarshalDecode(dec, &o); err != nil {
 		return err
 	}
-	r.id, r.lookupKey = o.ID, o.LookupKey
+	r.id, r.lookupKey, r.product = o.ID, o.LookupKey, o.Product
 	return nil
+}
+
+// productRef is a price's product: its id, or the expanded product, whose
+// metadata then gives its plan (reconcile.ProductPlanKey).
+type productRef struct {
+	id       text
+	plan     text
+	expanded bool // the product's metadata was there to read
+}
+
+func (p *productRef) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	*p = productRef{}
+	if dec.PeekKind() != '{' {
+		return p.id.UnmarshalJSONFrom(dec)
+	}
+	var o product
+	if err := json.UnmarshalDecode(dec, &o); err != nil {
+		return err
+	}
+	*p = productRef{id: o.ID, plan: o.Metadata[reconcile.ProductPlanKey], expanded: true}
+	return nil
+}
+
+// product is a Stripe product as billsync reads it: its id and metadata.
+type product struct {
+	ID       text     `json:"id"`
+	Metadata metadata `json:"metadata"`
+}
+
+// productOf is an item's product: its price's, or its legacy plan's.
+func productOf(item object) productRef {
+	if item.Price.product.id.ok {
+		return item.Price.product
+	}
+	return item.Plan.product
 }

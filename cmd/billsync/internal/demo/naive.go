@@ -27,7 +27,7 @@ func (n *naiveApp) handle(provider, kind, planRef string, crash bool) Side {
 	switch kind {
 	case naiveChange:
 		old, _ := n.plans.Named(n.plan)
-		if p, ok := n.plans.ForPrice(provider, []string{planRef}); ok {
+		if p, ok := n.plans.ForPrice(provider, "", []string{planRef}); ok {
 			n.plan = p.Name // write 1
 			if crash {
 				answer = "500 (killed)"
