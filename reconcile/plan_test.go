@@ -291,8 +291,9 @@ func TestExamplePlansConnectBlock(t *testing.T) {
 	for line := range strings.Lines(ex[start:end]) {
 		block.WriteString(strings.TrimPrefix(strings.TrimPrefix(line, "#"), " "))
 	}
-	const pro = "    kinde_plans: [customer_pro_plan]\n"
-	plans, err := reconcile.ParsePlans([]byte(strings.Replace(ex, pro, pro+block.String(), 1)))
+	const pro = "    stripe_accounts: [{accounts: all, prices: [pro]}]   # Stripe Connect: every account's pro lookup key\n"
+	require.Contains(t, ex, pro)
+	plans, err := reconcile.ParsePlans([]byte(strings.Replace(ex, pro, block.String(), 1)))
 	require.NoError(t, err)
 	require.True(t, plans.ReadsProductPlans())
 	for _, tt := range []struct {

@@ -282,7 +282,7 @@ func TestAppUserOfTwoProviders(t *testing.T) {
 func TestAppUserOfConnectedAccounts(t *testing.T) {
 	e := newAppEnv(t, appToken)
 	platform := e.account("stripe", "cus_1", "u1", "price_pro")
-	connected := e.account("stripe", reconcile.Connected("acct_a", "cus_1"), "u1", "price_free")
+	connected := e.account("stripe", reconcile.Connected("acct_a", "cus_1"), "u1", "free")
 
 	a := e.do("GET", "/api/users/u1", appToken, "")
 	require.Equal(t, http.StatusConflict, a.code, a.body)

@@ -206,8 +206,10 @@ func TestUserAccountOfConnectedAccounts(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.NewStore(t)
 	platform := grantedAccount(t, st, "cus_1", "u1", "price_pro")
-	a := grantedAccount(t, st, reconcile.Connected("acct_a", "cus_1"), "u1", "price_pro")
-	b := grantedAccount(t, st, reconcile.Connected("acct_b", "cus_1"), "u1", "price_free")
+	// A connected account's prices map by the lookup keys every account
+	// shares (the fixture's stripe_accounts rules).
+	a := grantedAccount(t, st, reconcile.Connected("acct_a", "cus_1"), "u1", "pro")
+	b := grantedAccount(t, st, reconcile.Connected("acct_b", "cus_1"), "u1", "free")
 	_, err := st.UserAccount(ctx, "u1", "", "")
 	var amb *reconcile.AmbiguousError
 	require.ErrorAs(t, err, &amb)
