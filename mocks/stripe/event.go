@@ -16,12 +16,12 @@ type event struct {
 	Created         int64
 	RequestID       string
 	IdempotencyKey  string
-	Object          any // *subscription, *invoice
-	Previous        any // same type as Object, or nil
-	V2Data          obj // a v2 event's data (Type v2.*), else nil
+	Object          any    // *subscription, *invoice
+	Previous        any    // same type as Object, or nil
+	V2Data          obj    // a v2 event's data (Type v2.*), else nil
 	Account         string // the connected account it happened in; "" for the platform
 	Livemode        bool   // see Account.SetLivemode
-	PendingWebhooks int // endpoints that have not accepted it yet
+	PendingWebhooks int    // endpoints that have not accepted it yet
 	delivered       map[string]bool
 	listedAt        time.Time // when it appears in the events list, by the fake's clock (list lag)
 }

@@ -101,10 +101,10 @@ type Server struct {
 	endpoints     table[*endpoint]
 	listLag       time.Duration // see SetEventListLag
 	// healthFailing and notGenerated: see FailEventGeneration.
-	healthFailing bool
-	notGenerated  []notGenerated
-	v2Events      map[string]*event // thin v2 events, by id (GET /v2/core/events/{id})
-	eventsKept    time.Duration     // see Options.EventsKept; < 0: forever
+	healthFailing  bool
+	notGenerated   []notGenerated
+	v2Events       map[string]*event // thin v2 events, by id (GET /v2/core/events/{id})
+	eventsKept     time.Duration     // see Options.EventsKept; < 0: forever
 	idempotent     map[string]savedResponse
 	idempotentKeys []string // in the order saved, for forgetting the oldest
 	// lastBodySize is the size of the last answer: the next one's buffer
@@ -138,19 +138,19 @@ type handler func(c *call) (obj, error)
 // New returns a running fake; Close it to stop webhook deliveries.
 func New(opts Options) *Server {
 	s := &Server{
-		apiKey:         cmp.Or(opts.APIKey, DefaultAPIKey),
-		clock:          opts.Clock,
-		log:            opts.Logger,
-		idempotent:     map[string]savedResponse{},
-		platform:       newSpace(nil),
-		application:    newID("ca"),
-		accountFaults:  map[string]*fault.State{},
-		outcomes:       map[deliveryKey]string{},
-		dunning:        opts.Dunning.withDefaults(),
-		eventsKept:     cmp.Or(opts.EventsKept, EventsKept),
-		api:            http.NewServeMux(),
-		control:        http.NewServeMux(),
-		gate:           newGate(),
+		apiKey:        cmp.Or(opts.APIKey, DefaultAPIKey),
+		clock:         opts.Clock,
+		log:           opts.Logger,
+		idempotent:    map[string]savedResponse{},
+		platform:      newSpace(nil),
+		application:   newID("ca"),
+		accountFaults: map[string]*fault.State{},
+		outcomes:      map[deliveryKey]string{},
+		dunning:       opts.Dunning.withDefaults(),
+		eventsKept:    cmp.Or(opts.EventsKept, EventsKept),
+		api:           http.NewServeMux(),
+		control:       http.NewServeMux(),
+		gate:          newGate(),
 	}
 	if s.clock == nil {
 		s.clock = NewClock(time.Now())
@@ -226,7 +226,7 @@ func (s *Server) routes() {
 		"POST /v1/accounts":                           s.createAccount,
 		"GET /v1/accounts":                            s.listAccounts,
 		"GET /v1/accounts/{id}":                       s.getAccount,
-		"/": s.unknownRoute,
+		"/":                                           s.unknownRoute,
 	}
 	for pattern, h := range routes {
 		s.patterns = append(s.patterns, pattern)
