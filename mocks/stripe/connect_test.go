@@ -2,9 +2,11 @@ package stripe_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -362,4 +364,128 @@ func TestConnectTestModeEvents(t *testing.T) {
 		require.NotNil(t, e.Context)
 		require.Equal(t, "acct_live", *e.Context, "a thin event names its account in context")
 	}
+}
+
+// TestConnectAccountRenewsAndKeysIdempotency: the fake clock renews a
+// connected account's subscriptions in that account (its events, not the
+// platform's), and an Idempotency-Key is kept per account, as by Stripe.
+func TestConnectAccountRenewsAndKeysIdempotency(t *testing.T) {
+	t.Parallel()
+	f := stoppedFake(t, stripemock.Options{})
+	ctx := context.Background()
+	a := addAccount(t, f, stripemock.AccountOptions{ID: "acct_renews", PlatformPrices: true})
+	require.NoError(t, a.AddCustomer("cus_renews", "r@example.com", nil))
+	params := &stripe.SubscriptionCreateParams{Customer: stripe.String("cus_renews"),
+		Items: []*stripe.SubscriptionCreateItemParams{{Price: stripe.String("price_pro")}}}
+	params.SetStripeAccount("acct_renews")
+	_, err := f.sc.V1Subscriptions.Create(ctx, params)
+	require.NoError(t, err)
+	platformBefore, _ := eventsIn(t, f, "")
+
+	f.Clock().Advance(32 * 24 * time.Hour)
+	types, _ := eventsIn(t, f, "acct_renews")
+	require.Equal(t, []string{"invoice.paid", "customer.subscription.updated"}, types[:2], "renewed in the account")
+	platformAfter, _ := eventsIn(t, f, "")
+	require.Equal(t, platformBefore, platformAfter, "nothing of it in the platform")
+
+	key := map[string]string{"Idempotency-Key": "same-key"}
+	var made []string
+	for _, account := range []string{"acct_renews", ""} {
+		header := in(account)
+		if account == "" {
+			header = map[string]string{"Authorization": driverKey["Authorization"]}
+		}
+		header["Idempotency-Key"] = key["Idempotency-Key"]
+		for range 2 {
+			resp, body := f.do(t, http.MethodPost, "/v1/customers", url.Values{"email": {"i@example.com"}}, header)
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			made = append(made, body["id"].(string))
+		}
+	}
+	require.Equal(t, made[0], made[1], "replayed in the account")
+	require.Equal(t, made[2], made[3], "replayed in the platform")
+	require.NotEqual(t, made[0], made[2], "one key, two accounts: two customers")
+}
+
+// TestConnectControlRoutes: /_mock/accounts and its routes drive
+// connected accounts from outside: connect one, add a customer with a
+// chosen id, aim faults at it, read its usage, deauthorise and authorise.
+func TestConnectControlRoutes(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, stripemock.Options{})
+	post := func(p, body string) (int, map[string]any) {
+		t.Helper()
+		resp, err := http.Post(f.URL+p, "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var out map[string]any
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+		return resp.StatusCode, out
+	}
+	status, out := post("/_mock/accounts", `{"id":"acct_ctl","platform_prices":true,"livemode":true}`)
+	require.Equal(t, http.StatusOK, status, out)
+	require.Equal(t, "acct_ctl", out["id"])
+	status, _ = post("/_mock/accounts", `{"id":"acct_ctl"}`)
+	require.Equal(t, http.StatusBadRequest, status, "taken")
+	status, _ = post("/_mock/accounts", `{"id":"cus_ctl"}`)
+	require.Equal(t, http.StatusBadRequest, status, "not an account id")
+
+	status, _ = post("/_mock/accounts/acct_ctl/customers", `{"id":"cus_ctl","email":"ctl@example.com"}`)
+	require.Equal(t, http.StatusOK, status)
+	resp, body := f.do(t, http.MethodGet, "/v1/customers/cus_ctl", nil, in("acct_ctl"))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "ctl@example.com", body["email"])
+	_, body = f.do(t, http.MethodGet, "/v1/prices/price_pro", nil, in("acct_ctl"))
+	require.Equal(t, "price_pro", body["id"], "platform_prices copied the platform's prices")
+
+	status, _ = post("/_mock/accounts/acct_ctl/faults", `{"error_5xx_rate":1}`)
+	require.Equal(t, http.StatusOK, status)
+	resp, _ = f.do(t, http.MethodGet, "/v1/customers", nil, in("acct_ctl"))
+	require.Equal(t, http.StatusInternalServerError, resp.StatusCode)
+	status, _ = post("/_mock/accounts/acct_ctl/faults", `{}`)
+	require.Equal(t, http.StatusOK, status)
+	resp, _ = f.do(t, http.MethodGet, "/v1/customers", nil, in("acct_ctl"))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	usage := getUsage(t, f.URL+"/_mock/usage?account=acct_ctl")
+	require.Equal(t, int64(4), usage.Reads, "the account's four reads, the faulted one too")
+
+	status, _ = post("/_mock/accounts/acct_ctl/livemode", `{"livemode":false}`)
+	require.Equal(t, http.StatusOK, status)
+	status, _ = post("/_mock/accounts/acct_ctl/deauthorize", ``)
+	require.Equal(t, http.StatusOK, status)
+	resp, _ = f.do(t, http.MethodGet, "/v1/customers", nil, in("acct_ctl"))
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	status, _ = post("/_mock/accounts/acct_ctl/authorize", ``)
+	require.Equal(t, http.StatusOK, status)
+	resp, _ = f.do(t, http.MethodGet, "/v1/customers", nil, in("acct_ctl"))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	status, _ = post("/_mock/accounts/acct_none/deauthorize", ``)
+	require.Equal(t, http.StatusNotFound, status)
+
+	resp2, err := http.Get(f.URL + "/_mock/accounts")
+	require.NoError(t, err)
+	defer resp2.Body.Close()
+	var listed struct {
+		Accounts []struct {
+			ID         string `json:"id"`
+			Authorized bool   `json:"authorized"`
+			Livemode   bool   `json:"livemode"`
+		} `json:"accounts"`
+	}
+	require.NoError(t, json.NewDecoder(resp2.Body).Decode(&listed))
+	require.Len(t, listed.Accounts, 1)
+	require.Equal(t, "acct_ctl", listed.Accounts[0].ID)
+	require.True(t, listed.Accounts[0].Authorized)
+	require.False(t, listed.Accounts[0].Livemode)
+}
+
+func getUsage(t *testing.T, u string) stripemock.Usage {
+	t.Helper()
+	resp, err := http.Get(u)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var usage stripemock.Usage
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&usage))
+	return usage
 }
