@@ -13,6 +13,22 @@
 // counted by operation (Usage). Its responses are checked against the
 // OpenAPI spec that stripe-mock ships (see openapi_test.go).
 //
+// It knows Stripe Connect (connect.go): connected accounts (AddAccount,
+// POST/GET /v1/accounts), each with its own customers, prices,
+// subscriptions, invoices, entitlements and events, which a request picks
+// with the Stripe-Account header (Stripe-Context on API v2); without it, a
+// request acts in the platform's own objects, and in an account that does
+// not exist or deauthorised the platform it is Stripe's 403
+// account_invalid. A connected account's events go only to Connect
+// endpoints (connect=true, AddConnectWebhookEndpoint), with "account" (a
+// thin event, "context"), and are listed by GET /v1/events only with its
+// header. account.application.authorized and .deauthorized announce an
+// account (DeauthorizeAccount, AuthorizeAccount). Account(id) holds the Go
+// helpers of one account's objects, its faults (Account.SetFaults), the
+// livemode of its events (Account.SetLivemode) and its usage
+// (Account.Usage); Limits.PerAccount and Limits.Accounts limit each
+// account's requests.
+//
 // It is a test double only: it keeps nothing on disk, knows no real money
 // movement (a customer's card pays every invoice unless a test makes it
 // fail), and must never hold real keys.
