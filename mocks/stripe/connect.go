@@ -409,7 +409,7 @@ func (a Account) SetLivemode(live bool) error {
 		return errors.New("the platform's events are test mode")
 	}
 	return a.s.in(a.id, func() error {
-		a.s.space.acct.Livemode = live
+		a.s.acct.Livemode = live // the account acted in
 		return nil
 	})
 }

@@ -85,7 +85,7 @@ func (s *Server) emit(c *call, created int64, typ string, object, previous any) 
 	if c != nil {
 		e.RequestID, e.IdempotencyKey = c.requestID, c.idemKey
 	}
-	if a := s.space.acct; a != nil {
+	if a := s.acct; a != nil { // the connected account acted in
 		e.Livemode = a.Livemode
 	}
 	targets := s.targets(e)
