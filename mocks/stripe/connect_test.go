@@ -489,3 +489,40 @@ func getUsage(t *testing.T, u string) stripemock.Usage {
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&usage))
 	return usage
 }
+
+// TestConnectHealthEventNamesTheAccount: a lost event of a connected
+// account is announced, when resolved, to the Connect event destinations
+// with the account in context, and is read with its Stripe-Context.
+func TestConnectHealthEventNamesTheAccount(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, stripemock.Options{})
+	platform, connect := newRawReceiver(t, true), newRawReceiver(t, true)
+	f.AddEventDestination(platform.srv.URL, stripemock.HealthEventResolved)
+	secret := f.AddConnectEventDestination(connect.srv.URL, stripemock.HealthEventResolved)
+	a := addAccount(t, f, stripemock.AccountOptions{ID: "acct_lost"})
+
+	f.FailEventGeneration(true)
+	require.NoError(t, a.AddCustomer("cus_lost", "l@example.com", nil))
+	ids := f.ResolveEventGenerationFailure()
+	require.Len(t, ids, 1)
+	f.waitIdle(t)
+
+	platform.mu.Lock()
+	require.Empty(t, platform.bodies, "not the platform's")
+	platform.mu.Unlock()
+	connect.mu.Lock()
+	require.Len(t, connect.bodies, 1)
+	e, err := stripe.NewClient("sk_test_unused").ParseThinEvent(connect.bodies[0], connect.heads[0].Get("Stripe-Signature"), secret)
+	connect.mu.Unlock()
+	require.NoError(t, err)
+	require.Equal(t, ids[0], e.ID)
+	require.NotNil(t, e.Context)
+	require.Equal(t, "acct_lost", *e.Context)
+
+	resp, body := f.do(t, http.MethodGet, "/v2/core/events/"+ids[0], nil,
+		map[string]string{"Authorization": driverKey["Authorization"], "Stripe-Context": "acct_lost"})
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "cus_lost", path(body, "data", "impact", "related_object", "id"))
+	resp, _ = f.do(t, http.MethodGet, "/v2/core/events/"+ids[0], nil, driverKey)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "not the platform's event")
+}
