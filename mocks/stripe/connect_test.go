@@ -15,6 +15,8 @@ import (
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/mocks/testenv"
+	billstripe "github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/reconcile"
 )
 
 // in is a Stripe-Account header (with the driver's key) for f.do.
@@ -525,4 +527,43 @@ func TestConnectHealthEventNamesTheAccount(t *testing.T) {
 	require.Equal(t, "cus_lost", path(body, "data", "impact", "related_object", "id"))
 	resp, _ = f.do(t, http.MethodGet, "/v2/core/events/"+ids[0], nil, driverKey)
 	require.Equal(t, http.StatusNotFound, resp.StatusCode, "not the platform's event")
+}
+
+// TestConnectBillsyncReadsOnBehalf: billsync's own Stripe client reads a
+// connected account's customer on its behalf from the fake, each account
+// its own cus_same, and takes the fake's refusal after deauthorisation as
+// the account lost (permanent), as it takes Stripe's.
+func TestConnectBillsyncReadsOnBehalf(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, stripemock.Options{})
+	a := addAccount(t, f, stripemock.AccountOptions{ID: "acct_readA", PlatformPrices: true})
+	b := addAccount(t, f, stripemock.AccountOptions{ID: "acct_readB"})
+	require.NoError(t, a.AddCustomer("cus_same", "a@example.com", map[string]string{"user_id": "ua"}))
+	require.NoError(t, b.AddCustomer("cus_same", "b@example.com", map[string]string{"user_id": "ub"}))
+	params := &stripe.SubscriptionCreateParams{Customer: stripe.String("cus_same"),
+		Items: []*stripe.SubscriptionCreateItemParams{{Price: stripe.String("price_pro")}}}
+	params.SetStripeAccount("acct_readA")
+	_, err := f.sc.V1Subscriptions.Create(context.Background(), params)
+	require.NoError(t, err)
+
+	client, err := billstripe.NewClient(billstripe.Config{APIKey: stripemock.DefaultAPIKey, BaseURL: f.URL,
+		Connect: reconcile.ConnectPolicy{Mode: reconcile.ConnectAll}})
+	require.NoError(t, err)
+	ctx := context.Background()
+	snap, err := client.Fetch(ctx, "acct_readA/cus_same")
+	require.NoError(t, err)
+	require.Equal(t, "ua", snap.UserRef)
+	require.Len(t, snap.Subscriptions, 1)
+	snap, err = client.Fetch(ctx, "acct_readB/cus_same")
+	require.NoError(t, err)
+	require.Equal(t, "ub", snap.UserRef)
+	require.Empty(t, snap.Subscriptions)
+	_, err = client.Fetch(ctx, "cus_same")
+	require.ErrorIs(t, err, reconcile.ErrCustomerUnknown, "the platform has no cus_same")
+
+	require.NoError(t, f.DeauthorizeAccount("acct_readA"))
+	_, err = client.Fetch(ctx, "acct_readA/cus_same")
+	require.True(t, reconcile.IsPermanent(err), "%v", err)
+	require.ErrorContains(t, err, "does not authorise the platform")
+	require.Positive(t, f.Account("acct_readB").Usage().Reads, "B was read in B")
 }
