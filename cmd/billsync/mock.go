@@ -69,6 +69,15 @@ Control endpoints (no key): /_mock/faults, /_mock/limits, /_mock/usage
 /v1/events lists the last 30 days; /v1/webhook_endpoints creates, lists,
 retrieves and updates endpoints.
 
+Stripe Connect: POST /_mock/accounts (or /v1/accounts) connects an
+account; a Stripe-Account: acct_… header then acts in it (its own
+customers, prices, subscriptions and events). Its events go to the
+Connect endpoint (-connect-webhook, signed with
+STRIPE_CONNECT_WEBHOOK_SECRET), the platform's to -webhook.
+/_mock/accounts/{id}/deauthorize, /authorize, /livemode, /customers and
+/faults drive one account; /_mock/usage?account=acct_… counts its
+requests.
+
 Next to it, a fake Kinde (-kinde-addr): its webhook key set at
 /.well-known/jwks, M2M tokens at /oauth2/token, the billing agreements
 endpoint, and control endpoints PUT /_mock/customers/{id}/agreements,
@@ -82,6 +91,7 @@ fault flags apply to both.`)
 	driverKey := fs.String("driver-key", testenv.DriverAPIKey, `a second accepted key, left alone by -stripe-limits and the fault flags, for seeding data ("": none)`)
 	stripeLimits := fs.Bool("stripe-limits", true, "enforce Stripe's documented rate limits on -api-key (25/s per operation; 25/s in all for sk_test_ keys, 100/s for sk_live_); false: none")
 	webhookURL := fs.String("webhook", "", "webhook endpoint URL to register at start; its secret is printed as STRIPE_WEBHOOK_SECRET")
+	connectURL := fs.String("connect-webhook", "", "Connect webhook endpoint URL to register at start (connected accounts' events); its secret is printed as STRIPE_CONNECT_WEBHOOK_SECRET (default: -webhook's URL + /connect)")
 	kindeAddr := fs.String("kinde-addr", "127.0.0.1:12113", `the fake Kinde's listen address ("off": none)`)
 	kindeWebhook := fs.String("kinde-webhook", "", "Kinde webhook URL to register at start (e.g. http://127.0.0.1:8080/webhooks/kinde)")
 	var prices mockPrices
@@ -139,6 +149,13 @@ fault flags apply to both.`)
 	if *webhookURL != "" {
 		fmt.Fprintf(stdout, "STRIPE_WEBHOOK_SECRET=%s\n", fake.AddWebhookEndpoint(*webhookURL))
 	}
+	if *connectURL == "" && *webhookURL != "" {
+		*connectURL = strings.TrimSuffix(*webhookURL, "/") + "/connect"
+	}
+	if *connectURL != "" {
+		fmt.Fprintf(stdout, "# the Connect endpoint %s is sent the connected accounts' events\n", *connectURL)
+		fmt.Fprintf(stdout, "STRIPE_CONNECT_WEBHOOK_SECRET=%s\n", fake.AddConnectWebhookEndpoint(*connectURL))
+	}
 	fmt.Fprintf(stdout, `# try:
 #   curl -u %[2]s: %[1]s/v1/customers -d email=ada@example.com -d "metadata[user_id]=u1"
 #   curl -u %[2]s: %[1]s/v1/subscriptions -d customer=cus_… -d "items[0][price]=price_pro"
@@ -147,6 +164,8 @@ fault flags apply to both.`)
 #   curl %[1]s/_mock/clock/advance -d '{"seconds":2678400}'
 #   curl %[1]s/_mock/usage
 #   curl %[1]s/_mock/limits -d '{"documented":true,"operations":{"GET /v1/events":5},"target_key":"%[2]s"}'
+#   curl %[1]s/_mock/accounts -d '{"id":"acct_demo","platform_prices":true}'
+#   curl -u %[2]s: -H "Stripe-Account: acct_demo" %[1]s/v1/customers -d email=ada@example.com
 `, base, *apiKey)
 	logger.Info("fake stripe started", "addr", base, "faults", f, "limits", limits)
 	servers := []*http.Server{{Handler: fake, ReadHeaderTimeout: 10 * time.Second}}

@@ -5,13 +5,17 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v82/webhook"
 
 	kindemock "github.com/billsync/billsync/mocks/kinde"
 	stripemock "github.com/billsync/billsync/mocks/stripe"
@@ -107,4 +111,50 @@ func getJSON[T any](t *testing.T, url string) T {
 	var v T
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&v))
 	return v
+}
+
+// TestMockServesConnect: with -webhook, `billsync mock` also registers a
+// Connect endpoint at the URL + /connect and prints its secret as
+// STRIPE_CONNECT_WEBHOOK_SECRET; an account connected through
+// /_mock/accounts announces itself there, signed with that secret alone,
+// and the platform endpoint is sent none of it.
+func TestMockServesConnect(t *testing.T) {
+	got := make(chan *http.Request, 16)
+	bodies := make(chan []byte, 16)
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		got <- r
+		bodies <- body
+	}))
+	t.Cleanup(receiver.Close)
+	setting := startMock(t, "-kinde-addr", "off", "-webhook", receiver.URL+"/webhooks/stripe")
+	stripeURL, platformSecret, connectSecret := setting("STRIPE_API_URL"), setting("STRIPE_WEBHOOK_SECRET"), setting("STRIPE_CONNECT_WEBHOOK_SECRET")
+	require.NotEqual(t, platformSecret, connectSecret)
+
+	resp, err := http.Post(stripeURL+"/_mock/accounts", "application/json", strings.NewReader(`{"id":"acct_mock"}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	var r *http.Request
+	select {
+	case r = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery came")
+	}
+	body := <-bodies
+	require.Equal(t, "/webhooks/stripe/connect", r.URL.Path)
+	ev, err := webhook.ConstructEventWithOptions(body, r.Header.Get("Stripe-Signature"), connectSecret,
+		webhook.ConstructEventOptions{IgnoreAPIVersionMismatch: true})
+	require.NoError(t, err)
+	require.Equal(t, "account.application.authorized", string(ev.Type))
+	require.Equal(t, "acct_mock", ev.Account)
+	_, err = webhook.ConstructEventWithOptions(body, r.Header.Get("Stripe-Signature"), platformSecret,
+		webhook.ConstructEventOptions{IgnoreAPIVersionMismatch: true})
+	require.Error(t, err, "signed with the Connect endpoint's secret only")
+	select {
+	case r := <-got:
+		t.Fatalf("a second delivery, to %s", r.URL.Path)
+	default:
+	}
 }

@@ -66,18 +66,20 @@ const incompleteExpiry = 23 * 3600
 // tick does, in time order, everything on every subscription that fell due
 // by now on the fake clock: paused collection resuming, payment retries,
 // cancellations, trial reminders, renewals (with their invoices) and
-// incomplete expiry.
+// incomplete expiry, in the platform and in each connected account.
 func (s *Server) tick(now time.Time) {
-	for _, sub := range s.subs.rows {
-		for {
-			at, do := s.nextAction(sub)
-			if do == nil || at > now.Unix() {
-				break
+	s.eachSpace(func() {
+		for _, sub := range s.subs.rows {
+			for {
+				at, do := s.nextAction(sub)
+				if do == nil || at > now.Unix() {
+					break
+				}
+				do(at)
 			}
-			do(at)
 		}
-	}
-	s.syncEntitlements(nil, now.Unix())
+		s.syncEntitlements(nil, now.Unix())
+	})
 }
 
 // nextAction is the earliest thing due on sub and when; nil when nothing is

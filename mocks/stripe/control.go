@@ -17,6 +17,8 @@ import (
 //	GET  /_mock/limits                     current Limits
 //	POST /_mock/limits                     replace Limits: {"documented":true,"operations":{"GET /v1/events":5},…}
 //	GET  /_mock/usage[?key=sk_…]           requests by operation, every key's or one key's: Usage
+//	GET  /_mock/usage?account=acct_…       the requests made in one connected account (platform:
+//	                                       the platform's own, without Stripe-Account)
 //	POST /_mock/usage/reset                start counting again
 //	GET  /_mock/clock                      {"now":…}
 //	POST /_mock/clock/advance              {"seconds":N}: advance the clock, renewing subscriptions
@@ -24,9 +26,20 @@ import (
 //	GET  /_mock/deliveries/settled         {"delivered":N,"gave_up":N,"dropped":N}
 //	POST /_mock/subscriptions/{id}/status  {"status":"past_due"}: force a status, emitting its event
 //	POST /_mock/customers/{id}/card        {"fails":true}: the customer's payments are declined (or not)
+//	                                       (both act in the connected account a Stripe-Account header names)
 //	POST /_mock/dunning                    {"retries":["72h","120h"],"final":"unpaid"}: failed-payment setting
-//	POST /_mock/event_destinations         {"url":…,"types":["v1.customer.subscription.updated"]}:
-//	                                       a thin-event destination; answers its secret
+//	POST /_mock/event_destinations         {"url":…,"types":["v1.customer.subscription.updated"],"connect":false}:
+//	                                       a thin-event destination (connect: of the connected
+//	                                       accounts' events); answers its secret
+//	GET  /_mock/accounts                   the connected accounts: [{"id":…,"authorized":true,"livemode":false}]
+//	POST /_mock/accounts                   {"id":"acct_…","type":"standard","email":…,"metadata":{},"livemode":false,
+//	                                       "platform_prices":true}: connect an account (every field optional)
+//	POST /_mock/accounts/{id}/deauthorize  the account revokes the platform's access
+//	POST /_mock/accounts/{id}/authorize    … and grants it again
+//	POST /_mock/accounts/{id}/livemode     {"livemode":true}: the livemode of its events from now on
+//	POST /_mock/accounts/{id}/customers    {"id":"cus_…","email":…,"metadata":{}}: a customer with that id
+//	GET  /_mock/accounts/{id}/faults       the faults aimed at the account
+//	POST /_mock/accounts/{id}/faults       replace them (the /_mock/faults shape; {} removes them)
 //	POST /_mock/events/list_lag            {"seconds":N}: events appear in GET /v1/events N s after creation
 //	POST /_mock/webhook_endpoints/{id}/disable
 //	                                       Stripe disables the endpoint (as after days of failures)
@@ -83,6 +96,13 @@ func (s *Server) controlRoutes() {
 		controlJSON(w, http.StatusOK, s.Limits())
 	})
 	m.HandleFunc("GET /_mock/usage", func(w http.ResponseWriter, r *http.Request) {
+		if account := r.URL.Query().Get("account"); account != "" {
+			if account == "platform" {
+				account = ""
+			}
+			controlJSON(w, http.StatusOK, s.Account(account).Usage())
+			return
+		}
 		if key := r.URL.Query().Get("key"); key != "" {
 			controlJSON(w, http.StatusOK, s.KeyUsage(key))
 			return
@@ -115,7 +135,7 @@ func (s *Server) controlRoutes() {
 			controlError(w, err)
 			return
 		}
-		if err := s.SetSubscriptionStatus(r.PathValue("id"), req.Status); err != nil {
+		if err := s.Account(r.Header.Get("Stripe-Account")).SetSubscriptionStatus(r.PathValue("id"), req.Status); err != nil {
 			controlError(w, err)
 			return
 		}
@@ -132,7 +152,7 @@ func (s *Server) controlRoutes() {
 			controlError(w, err)
 			return
 		}
-		if err := s.SetCardFails(r.PathValue("id"), req.Fails); err != nil {
+		if err := s.Account(r.Header.Get("Stripe-Account")).SetCardFails(r.PathValue("id"), req.Fails); err != nil {
 			controlError(w, err)
 			return
 		}
@@ -159,8 +179,9 @@ func (s *Server) controlRoutes() {
 	})
 	m.HandleFunc("POST /_mock/event_destinations", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
-			URL   string   `json:"url"`
-			Types []string `json:"types"`
+			URL     string   `json:"url"`
+			Types   []string `json:"types"`
+			Connect bool     `json:"connect"`
 		}
 		if err := decodeBody(r, &req); err != nil {
 			controlError(w, err)
@@ -170,8 +191,9 @@ func (s *Server) controlRoutes() {
 			controlError(w, errors.New("url must be an http(s) URL"))
 			return
 		}
-		controlJSON(w, http.StatusOK, map[string]string{"url": req.URL, "secret": s.AddEventDestination(req.URL, req.Types...)})
+		controlJSON(w, http.StatusOK, map[string]string{"url": req.URL, "secret": s.addDestination(req.URL, req.Connect, req.Types)})
 	})
+	s.accountRoutes()
 	m.HandleFunc("POST /_mock/reset", func(w http.ResponseWriter, r *http.Request) {
 		s.Reset()
 		controlJSON(w, http.StatusOK, map[string]bool{"reset": true})
@@ -179,22 +201,19 @@ func (s *Server) controlRoutes() {
 }
 
 // Reset forgets customers, subscriptions, invoices, events, idempotency keys,
-// delivery records and usage. Prices, webhook endpoints, faults and limits
-// stay.
+// delivery records and usage, the platform's and every connected
+// account's. Prices, connected accounts, webhook endpoints, faults and
+// limits stay.
 func (s *Server) Reset() {
 	s.ResetUsage()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.customers = table[*customer]{}
-	s.subs = table[*subscription]{}
-	s.subsByCustomer = map[string][]*subscription{}
-	s.invoices = table[*invoice]{}
-	s.events = table[*event]{}
-	s.entitled = nil
+	for _, sp := range s.spaces() {
+		sp.reset()
+	}
 	s.idempotent = map[string]savedResponse{}
 	s.deliveries = nil
 	s.outcomes = map[deliveryKey]string{}
-	s.history = map[string][]change{}
 }
 
 func clockJSON(now time.Time) map[string]any {
@@ -234,4 +253,95 @@ func decodeSeconds(r *http.Request) (time.Duration, error) {
 		return 0, errors.New("seconds must not be negative")
 	}
 	return time.Duration(req.Seconds * float64(time.Second)), nil
+}
+
+// accountRoutes are the control endpoints of connected accounts (see
+// controlRoutes).
+func (s *Server) accountRoutes() {
+	m := s.control
+	m.HandleFunc("GET /_mock/accounts", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		states := make([]map[string]any, 0, len(s.accounts.rows))
+		for _, a := range s.accounts.rows {
+			states = append(states, map[string]any{"id": a.ID, "authorized": a.Authorized, "livemode": a.Livemode})
+		}
+		s.mu.Unlock()
+		controlJSON(w, http.StatusOK, map[string]any{"accounts": states})
+	})
+	m.HandleFunc("POST /_mock/accounts", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			ID             string            `json:"id"`
+			Type           string            `json:"type"`
+			Email          string            `json:"email"`
+			Metadata       map[string]string `json:"metadata"`
+			Livemode       bool              `json:"livemode"`
+			PlatformPrices bool              `json:"platform_prices"`
+		}
+		if err := decodeBody(r, &req); err != nil {
+			controlError(w, err)
+			return
+		}
+		a, err := s.AddAccount(AccountOptions{ID: req.ID, Type: req.Type, Email: req.Email, Metadata: req.Metadata,
+			Livemode: req.Livemode, PlatformPrices: req.PlatformPrices})
+		if err != nil {
+			controlError(w, err)
+			return
+		}
+		controlJSON(w, http.StatusOK, map[string]any{"id": a.ID(), "authorized": true, "livemode": req.Livemode})
+	})
+	for verb, do := range map[string]func(string) error{"deauthorize": s.DeauthorizeAccount, "authorize": s.AuthorizeAccount} {
+		m.HandleFunc("POST /_mock/accounts/{id}/"+verb, func(w http.ResponseWriter, r *http.Request) {
+			if err := do(r.PathValue("id")); err != nil {
+				controlJSON(w, http.StatusNotFound, map[string]any{"error": map[string]string{"message": err.Error()}})
+				return
+			}
+			controlJSON(w, http.StatusOK, map[string]any{"id": r.PathValue("id"), "authorized": verb == "authorize"})
+		})
+	}
+	m.HandleFunc("POST /_mock/accounts/{id}/livemode", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Livemode bool `json:"livemode"`
+		}
+		if err := decodeBody(r, &req); err != nil {
+			controlError(w, err)
+			return
+		}
+		if err := s.Account(r.PathValue("id")).SetLivemode(req.Livemode); err != nil {
+			controlError(w, err)
+			return
+		}
+		controlJSON(w, http.StatusOK, map[string]any{"id": r.PathValue("id"), "livemode": req.Livemode})
+	})
+	m.HandleFunc("POST /_mock/accounts/{id}/customers", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			ID       string            `json:"id"`
+			Email    string            `json:"email"`
+			Metadata map[string]string `json:"metadata"`
+		}
+		if err := decodeBody(r, &req); err != nil {
+			controlError(w, err)
+			return
+		}
+		if err := s.Account(r.PathValue("id")).AddCustomer(req.ID, req.Email, req.Metadata); err != nil {
+			controlError(w, err)
+			return
+		}
+		controlJSON(w, http.StatusOK, map[string]string{"account": r.PathValue("id"), "id": req.ID})
+	})
+	m.HandleFunc("GET /_mock/accounts/{id}/faults", func(w http.ResponseWriter, r *http.Request) {
+		controlJSON(w, http.StatusOK, s.Account(r.PathValue("id")).Faults())
+	})
+	m.HandleFunc("POST /_mock/accounts/{id}/faults", func(w http.ResponseWriter, r *http.Request) {
+		var f Faults
+		if err := decodeBody(r, &f); err != nil {
+			controlError(w, err)
+			return
+		}
+		a := s.Account(r.PathValue("id"))
+		if err := a.SetFaults(f); err != nil {
+			controlError(w, err)
+			return
+		}
+		controlJSON(w, http.StatusOK, a.Faults())
+	})
 }

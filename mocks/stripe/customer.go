@@ -63,16 +63,27 @@ func (s *Server) createCustomer(c *call) (obj, error) {
 	if err := c.form.allow(customerParams...); err != nil {
 		return nil, err
 	}
-	id := newID("cus")
-	cust := &customer{ID: id, Created: c.now.Unix(), InvoicePrefix: strings.ToUpper(id[4:12]),
-		Metadata: c.form.hash("metadata")}
+	cust := &customer{ID: newID("cus"), Metadata: c.form.hash("metadata")}
 	cust.Email, _ = c.form.str("email")
 	cust.Name, _ = c.form.str("name")
 	cust.Description, _ = c.form.str("description")
+	s.putCustomer(c, cust)
+	return renderCustomer(cust), nil
+}
+
+// putCustomer stores a new customer, created now, and emits
+// customer.created (c is nil for a helper's).
+func (s *Server) putCustomer(c *call, cust *customer) {
+	now := s.clock.Now()
+	if c != nil {
+		now = c.now
+	}
+	cust.Created = now.Unix()
+	cust.InvoicePrefix = strings.ToUpper(strings.TrimPrefix(cust.ID, "cus_"))
+	cust.InvoicePrefix = cust.InvoicePrefix[:min(len(cust.InvoicePrefix), 8)]
 	s.changed(cust.ID, nil)
 	s.customers.put(cust)
-	s.emit(c, c.now.Unix(), "customer.created", cust.clone(), nil)
-	return renderCustomer(cust), nil
+	s.emit(c, cust.Created, "customer.created", cust.clone(), nil)
 }
 
 // liveCustomer finds a customer that was not deleted: writes to a deleted
@@ -213,8 +224,10 @@ func (s *Server) deleteCustomer(c *call) (obj, error) {
 // succeed again (false), like swapping the default card for a declining test
 // card. Renewals then go past_due; see Dunning.
 func (s *Server) SetCardFails(customerID string, fails bool) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	return s.Account("").SetCardFails(customerID, fails)
+}
+
+func (s *Server) setCardFails(customerID string, fails bool) error {
 	cust, err := s.liveCustomer(customerID, "id")
 	if err != nil {
 		return err

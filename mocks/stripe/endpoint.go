@@ -27,6 +27,9 @@ type endpoint struct {
 	// Disabled: status "disabled", sent nothing (by the owner's update or
 	// by Stripe after failures).
 	Disabled bool
+	// Connect: a Connect endpoint (connect=true), sent the events of the
+	// connected accounts and none of the platform's.
+	Connect bool
 }
 
 func (ep *endpoint) id() string { return ep.ID }
@@ -92,6 +95,18 @@ func (s *Server) AddWebhookEndpoint(url string) (secret string) {
 	return s.addEndpoint(url, "", []string{"*"}, "", nil).Secret
 }
 
+// AddConnectWebhookEndpoint registers url as a Connect endpoint for every
+// event type, in the default API version: it is sent the events of every
+// connected account that authorises the platform (with "account"), signed
+// with its own secret, which it returns, and none of the platform's.
+func (s *Server) AddConnectWebhookEndpoint(url string) (secret string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ep := s.addEndpoint(url, "", []string{"*"}, "", nil)
+	ep.Connect = true
+	return ep.Secret
+}
+
 func (s *Server) addEndpoint(url, version string, events []string, description string, metadata map[string]string) *endpoint {
 	ep := &endpoint{ID: newID("we"), URL: url, Secret: "whsec_" + newID("x")[2:] + newID("x")[2:], APIVersion: version,
 		EnabledEvents: events, Description: description, Created: s.clock.Now().Unix(), Metadata: metadata}
@@ -100,7 +115,9 @@ func (s *Server) addEndpoint(url, version string, events []string, description s
 }
 
 // createEndpoint is POST /v1/webhook_endpoints. enabled_events defaults to
-// ["*"] (Stripe requires it).
+// ["*"] (Stripe requires it); connect=true makes a Connect endpoint (its
+// object does not say so, as Stripe's does not). Endpoints are the
+// platform's, whatever Stripe-Account says.
 func (s *Server) createEndpoint(c *call) (obj, error) {
 	f := c.form
 	if err := f.allow("url", "enabled_events", "api_version", "description", "metadata", "connect"); err != nil {
@@ -125,7 +142,12 @@ func (s *Server) createEndpoint(c *call) (obj, error) {
 		return nil, invalidParam("api_version", "Invalid API version: "+version)
 	}
 	description, _ := f.str("description")
+	connect, _, err := f.boolean("connect")
+	if err != nil {
+		return nil, err
+	}
 	ep := s.addEndpoint(raw, version, events, description, f.hash("metadata"))
+	ep.Connect = connect
 	o := renderEndpoint(ep)
 	o["secret"] = ep.Secret // only answered on creation, as by Stripe
 	return o, nil
@@ -239,12 +261,23 @@ func (s *Server) deleteEndpoint(c *call) (obj, error) {
 // thin events (types as v1.<event type>; none given = all) signed like
 // webhooks, and returns its signing secret.
 func (s *Server) AddEventDestination(url string, types ...string) (secret string) {
+	return s.addDestination(url, false, types)
+}
+
+// AddConnectEventDestination is AddEventDestination for the connected
+// accounts' events (Stripe's events_from other_accounts): each thin event
+// names its account in context.
+func (s *Server) AddConnectEventDestination(url string, types ...string) (secret string) {
+	return s.addDestination(url, true, types)
+}
+
+func (s *Server) addDestination(url string, connect bool, types []string) (secret string) {
 	if len(types) == 0 {
 		types = []string{"*"}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ep := s.addEndpoint(url, "", types, "", nil)
-	ep.Thin = true
+	ep.Thin, ep.Connect = true, connect
 	return ep.Secret
 }

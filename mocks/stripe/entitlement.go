@@ -226,8 +226,10 @@ func (s *Server) syncEntitlements(c *call, at int64) {
 // Entitled returns the lookup keys of a customer's active entitlements
 // (tests).
 func (s *Server) Entitled(customerID string) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	return s.Account("").Entitled(customerID)
+}
+
+func (s *Server) entitledKeys(customerID string) []string {
 	var keys []string
 	for _, a := range s.activeEntitlementsOf(customerID) {
 		keys = append(keys, a.Feature.LookupKey)

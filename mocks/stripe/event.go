@@ -16,10 +16,12 @@ type event struct {
 	Created         int64
 	RequestID       string
 	IdempotencyKey  string
-	Object          any // *subscription, *invoice
-	Previous        any // same type as Object, or nil
-	V2Data          obj // a v2 event's data (Type v2.*), else nil
-	PendingWebhooks int // endpoints that have not accepted it yet
+	Object          any    // *subscription, *invoice
+	Previous        any    // same type as Object, or nil
+	V2Data          obj    // a v2 event's data (Type v2.*), else nil
+	Account         string // the connected account it happened in; "" for the platform
+	Livemode        bool   // see Account.SetLivemode
+	PendingWebhooks int    // endpoints that have not accepted it yet
 	delivered       map[string]bool
 	listedAt        time.Time // when it appears in the events list, by the fake's clock (list lag)
 }
@@ -36,6 +38,8 @@ func (s *Server) renderObject(v any, version string) obj {
 		return renderCustomer(v)
 	case *entitlementSummary:
 		return renderSummary(v)
+	case *application:
+		return renderApplication(v)
 	}
 	return nil
 }
@@ -46,37 +50,68 @@ func (s *Server) renderEvent(e *event, version string) obj {
 	if e.Previous != nil {
 		data["previous_attributes"] = diffTop(s.renderObject(e.Previous, version), current)
 	}
-	return obj{
+	o := obj{
 		"id": e.ID, "object": "event", "api_version": version, "created": e.Created, "data": data,
-		"livemode": false, "pending_webhooks": e.PendingWebhooks, "type": e.Type,
+		"livemode": e.Livemode, "pending_webhooks": e.PendingWebhooks, "type": e.Type,
 		"request": obj{"id": nullable(e.RequestID), "idempotency_key": nullable(e.IdempotencyKey)},
 	}
+	if e.Account != "" {
+		// A connected account's event names it; the platform's has no
+		// "account" at all.
+		o["account"] = e.Account
+		if version[:10] >= contextVersion {
+			o["context"] = e.Account
+		}
+	}
+	return o
 }
 
-// emit records an event and schedules its webhook deliveries. c is nil for
-// events the fake makes by itself (renewals): their request id is null.
+// contextVersion is the release from which a snapshot event carries
+// context beside account.
+const contextVersion = "2025-04-30"
+
+// emit records an event in the account the code acts in and schedules
+// its webhook deliveries: a connected account's go to the Connect
+// endpoints (none while it does not authorise the platform), the
+// platform's to the others. c is nil for events the fake makes by itself
+// (renewals): their request id is null.
 func (s *Server) emit(c *call, created int64, typ string, object, previous any) {
 	if s.healthFailing {
-		s.notGenerated = append(s.notGenerated, notGenerated{typ: typ, object: object})
+		s.notGenerated = append(s.notGenerated, notGenerated{typ: typ, object: object, account: s.accountID()})
 		return
 	}
 	e := &event{ID: newID("evt"), Type: typ, Created: created, Object: object, Previous: previous, delivered: map[string]bool{},
-		listedAt: s.clock.Now().Add(s.listLag)}
+		listedAt: s.clock.Now().Add(s.listLag), Account: s.accountID()}
 	if c != nil {
 		e.RequestID, e.IdempotencyKey = c.requestID, c.idemKey
 	}
-	var targets []*endpoint
-	for _, ep := range s.endpoints.rows {
-		if ep.wants(typ) {
-			targets = append(targets, ep)
-		}
+	if a := s.acct; a != nil { // the connected account acted in
+		e.Livemode = a.Livemode
 	}
+	targets := s.targets(e)
 	e.PendingWebhooks = len(targets)
 	s.events.put(e)
 	s.log.Debug("stripemock event", "event_id", e.ID, "type", typ, "endpoints", len(targets))
 	for _, ep := range targets {
 		s.scheduleDelivery(e, ep)
 	}
+}
+
+// targets are the endpoints an event is sent to: those that want its
+// type, of its side (Connect endpoints for a connected account's event),
+// none for an account that does not authorise the platform (but its
+// deauthorisation itself).
+func (s *Server) targets(e *event) []*endpoint {
+	if a, ok := s.accounts.get(e.Account); ok && !a.Authorized {
+		return nil
+	}
+	var targets []*endpoint
+	for _, ep := range s.endpoints.rows {
+		if ep.wants(e.Type) && ep.Connect == (e.Account != "") {
+			targets = append(targets, ep)
+		}
+	}
+	return targets
 }
 
 // emitIfChanged emits customer.subscription.updated when the subscription

@@ -17,13 +17,14 @@ func (s *Server) SetFaults(f Faults) { s.faults.Set(f) }
 // Faults returns the current fault knobs.
 func (s *Server) Faults() Faults { return s.faults.Get() }
 
-// injectFault decides, before a request made with key is handled, whether it
-// fails. A failed request changes nothing, so a client's retry is always safe.
-func (s *Server) injectFault(key string) *stripeError {
-	if !s.faults.Get().Targets(key) {
+// injectFault decides, before a request made with key is handled, whether
+// it fails by the faults st holds (the server's, or an account's). A
+// failed request changes nothing, so a client's retry is always safe.
+func injectFault(st *fault.State, key string) *stripeError {
+	if !st.Get().Targets(key) {
 		return nil
 	}
-	switch failure, f := s.faults.Request(); failure {
+	switch failure, f := st.Request(); failure {
 	case fault.RateLimited:
 		// Stripe's 429 body, without Stripe-Rate-Limited-Reason: the old
 		// single bucket (RequestsPerSecond) and the dice are not Stripe's

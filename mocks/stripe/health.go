@@ -10,8 +10,9 @@ const HealthEventResolved = "v2.core.health.event_generation_failure.resolved"
 
 // notGenerated is an event the fake failed to create (FailEventGeneration).
 type notGenerated struct {
-	typ    string
-	object any
+	typ     string
+	object  any
+	account string // the connected account it happened in, "" for the platform's
 }
 
 // FailEventGeneration makes the fake, while on, fail to create the events
@@ -42,6 +43,7 @@ func (s *Server) ResolveEventGenerationFailure() []string {
 			continue
 		}
 		e := &event{ID: newID("evt"), Type: HealthEventResolved, Created: now.Unix(), delivered: map[string]bool{},
+			Account: lost.account,
 			V2Data: obj{
 				"alert_id": newID("alert"), "grouping_key": "event_generation_failure",
 				"summary":     "Some events were not generated",
@@ -53,11 +55,9 @@ func (s *Server) ResolveEventGenerationFailure() []string {
 		}
 		s.v2Events[e.ID] = e
 		ids = append(ids, e.ID)
-		for _, ep := range s.endpoints.rows {
-			if ep.wants(e.Type) {
-				e.PendingWebhooks++
-				s.scheduleDelivery(e, ep)
-			}
+		for _, ep := range s.targets(e) {
+			e.PendingWebhooks++
+			s.scheduleDelivery(e, ep)
 		}
 	}
 	s.notGenerated = nil
@@ -68,7 +68,7 @@ func (s *Server) ResolveEventGenerationFailure() []string {
 // data. Called with s.mu held, as every API handler.
 func (s *Server) getV2Event(c *call) (obj, error) {
 	e, ok := s.v2Events[c.r.PathValue("id")]
-	if !ok {
+	if !ok || e.Account != s.accountID() {
 		return nil, noSuch("event", c.r.PathValue("id"), "id")
 	}
 	o := renderThin(e)

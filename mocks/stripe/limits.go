@@ -48,6 +48,17 @@ type Limits struct {
 	// concurrency limiter, so DocumentedLimits sets none.
 	Concurrency          int
 	OperationConcurrency int
+	// PerAccount is each connected account's own limit, in requests per
+	// second, on the requests made in it (its Stripe-Account header), with
+	// Stripe-Rate-Limited-Reason global-rate: Stripe limits each account.
+	// They count against Global and PerOperation too (whether Stripe
+	// counts a platform's requests in a connected account against the
+	// platform's limits as well is not documented; the fake does, the
+	// stricter). 0: none.
+	PerAccount float64
+	// Accounts overrides PerAccount for some accounts, by id (acct_…);
+	// 0 there: that account has no limit of its own.
+	Accounts map[string]float64
 	// TargetKey, as Faults.TargetKey: when set, only requests made with
 	// this key are limited, and a test driver on another key seeds data
 	// as fast as it likes. Every key's requests are counted (Usage).
@@ -78,6 +89,8 @@ type limitsJSON struct {
 	Operations           map[string]float64 `json:"operations,omitempty"`
 	Concurrency          int                `json:"concurrency"`
 	OperationConcurrency int                `json:"operation_concurrency"`
+	PerAccount           float64            `json:"per_account,omitempty"`
+	Accounts             map[string]float64 `json:"accounts,omitempty"`
 	TargetKey            string             `json:"target_key,omitempty"`
 }
 
@@ -85,7 +98,7 @@ type limitsJSON struct {
 func (l Limits) MarshalJSON() ([]byte, error) {
 	return json.Marshal(limitsJSON{Global: l.Global, LiveGlobal: l.LiveGlobal, PerOperation: l.PerOperation,
 		Operations: l.Operations, Concurrency: l.Concurrency, OperationConcurrency: l.OperationConcurrency,
-		TargetKey: l.TargetKey})
+		PerAccount: l.PerAccount, Accounts: l.Accounts, TargetKey: l.TargetKey})
 }
 
 // UnmarshalJSON reads the /_mock/limits shape; absent fields are zero, and
@@ -98,7 +111,8 @@ func (l *Limits) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*l = Limits{Global: j.Global, LiveGlobal: j.LiveGlobal, PerOperation: j.PerOperation, Operations: j.Operations,
-		Concurrency: j.Concurrency, OperationConcurrency: j.OperationConcurrency, TargetKey: j.TargetKey}
+		Concurrency: j.Concurrency, OperationConcurrency: j.OperationConcurrency, PerAccount: j.PerAccount,
+		Accounts: j.Accounts, TargetKey: j.TargetKey}
 	if j.Documented {
 		d := DocumentedLimits()
 		l.Global = cmp.Or(l.Global, d.Global)
@@ -111,8 +125,14 @@ func (l *Limits) UnmarshalJSON(b []byte) error {
 // Validate reports every knob outside its range.
 func (l Limits) Validate() error {
 	var errs []error
-	if l.Global < 0 || l.LiveGlobal < 0 || l.PerOperation < 0 || l.Concurrency < 0 || l.OperationConcurrency < 0 {
+	if l.Global < 0 || l.LiveGlobal < 0 || l.PerOperation < 0 || l.Concurrency < 0 || l.OperationConcurrency < 0 ||
+		l.PerAccount < 0 {
 		errs = append(errs, errors.New("limits must not be negative"))
+	}
+	for _, a := range slices.Sorted(maps.Keys(l.Accounts)) {
+		if l.Accounts[a] < 0 || !strings.HasPrefix(a, "acct_") {
+			errs = append(errs, fmt.Errorf("account %q: want an acct_ id and a limit not negative", a))
+		}
 	}
 	for _, op := range slices.Sorted(maps.Keys(l.Operations)) {
 		if l.Operations[op] < 0 {
@@ -134,13 +154,17 @@ func live(key string) bool {
 type gate struct {
 	mu       sync.Mutex
 	limits   Limits
-	buckets  map[string]*rate.Limiter // by mode ("live", "test") and by mode + " " + operation
+	buckets  map[string]*rate.Limiter // by mode ("live", "test"), mode + " " + operation, and "account " + id
 	inflight map[string]int           // keyed as buckets
-	usage    map[string]*Usage        // by API key
+	usage    map[usageKey]*Usage      // by API key and account
 }
 
+// usageKey is whose requests a Usage counts: a key's, in one account ("":
+// the platform).
+type usageKey struct{ key, account string }
+
 func newGate() *gate {
-	return &gate{buckets: map[string]*rate.Limiter{}, inflight: map[string]int{}, usage: map[string]*Usage{}}
+	return &gate{buckets: map[string]*rate.Limiter{}, inflight: map[string]int{}, usage: map[usageKey]*Usage{}}
 }
 
 // set replaces the limits; the buckets start again full.
@@ -148,6 +172,7 @@ func (g *gate) set(l Limits) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	l.Operations = maps.Clone(l.Operations)
+	l.Accounts = maps.Clone(l.Accounts)
 	g.limits = l
 	g.buckets = map[string]*rate.Limiter{}
 }
@@ -157,14 +182,16 @@ func (g *gate) get() Limits {
 	defer g.mu.Unlock()
 	l := g.limits
 	l.Operations = maps.Clone(l.Operations)
+	l.Accounts = maps.Clone(l.Accounts)
 	return l
 }
 
 // admit decides, as the request arrives (now by the fake's clock), whether
-// the limits let a request for op made with key through, and counts it.
-// Admitted, it is in flight until done is called; refused, it returns the
-// reason (a Stripe-Rate-Limited-Reason) and has changed nothing.
-func (g *gate) admit(key, method, op string, now time.Time) (done func(), reason string) {
+// the limits let a request for op made with key in account ("" for the
+// platform) through, and counts it. Admitted, it is in flight until done
+// is called; refused, it returns the reason (a Stripe-Rate-Limited-Reason)
+// and has changed nothing.
+func (g *gate) admit(key, account, method, op string, now time.Time) (done func(), reason string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	mode := "test"
@@ -183,8 +210,18 @@ func (g *gate) admit(key, method, op string, now time.Time) (done func(), reason
 	}
 	opKey := mode + " " + op
 	global, perOp := g.bucket(mode, globalRate), g.bucket(opKey, opRate)
+	var own *rate.Limiter // the connected account's own limit
+	if account != "" {
+		accountRate, ok := l.Accounts[account]
+		if !ok {
+			accountRate = l.PerAccount
+		}
+		own = g.bucket("account "+account, accountRate)
+	}
 	if limited {
 		switch {
+		case own != nil && own.TokensAt(now) < 1:
+			reason = ReasonGlobalRate
 		case global != nil && global.TokensAt(now) < 1:
 			reason = ReasonGlobalRate
 		case l.Concurrency > 0 && g.inflight[mode] >= l.Concurrency:
@@ -195,12 +232,12 @@ func (g *gate) admit(key, method, op string, now time.Time) (done func(), reason
 			reason = ReasonEndpointConcurrency
 		}
 	}
-	g.count(key, method, op, reason)
+	g.count(usageKey{key, account}, method, op, reason)
 	if reason != "" {
 		return nil, reason
 	}
 	if limited {
-		for _, b := range []*rate.Limiter{global, perOp} {
+		for _, b := range []*rate.Limiter{global, perOp, own} {
 			if b != nil {
 				b.AllowN(now, 1)
 			}

@@ -183,3 +183,54 @@ func toBasil(t *testing.T, spec *openapi.Spec) {
 	require.NoError(t, spec.Unrequire("invoice", "amount_paid_off_stripe")) // added after basil
 	require.NoError(t, spec.Unrequire("line_item", "subtotal"))             // invoice line items: added after basil
 }
+
+// TestConnectResponsesMatchStripesOpenAPISpec: the Connect answers (an
+// account created, retrieved and listed; a Connect endpoint; a connected
+// account's events, with account and context, and the application of its
+// authorisation) match the spec too.
+func TestConnectResponsesMatchStripesOpenAPISpec(t *testing.T) {
+	t.Parallel()
+	spec, err := openapi.LoadSpec()
+	if err != nil {
+		t.Skipf("stripe-mock's spec is not available (offline?): %v", err)
+	}
+	toBasil(t, spec)
+	f := newFake(t, stripemock.Options{})
+	check := func(schema, what string, v any) {
+		t.Helper()
+		assert.Empty(t, spec.Check(schema, v), "%s (%s) differs from the spec", what, schema)
+	}
+	resp, ep := f.do(t, http.MethodPost, "/v1/webhook_endpoints", url.Values{"url": {"https://example.com/connect"}, "connect": {"true"}}, driverKey)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	check("webhook_endpoint", "Connect endpoint", ep)
+
+	for _, typ := range []string{"standard", "express", "custom"} {
+		resp, acct := f.do(t, http.MethodPost, "/v1/accounts", url.Values{"type": {typ}, "email": {"owner@example.com"}}, driverKey)
+		require.Equal(t, http.StatusOK, resp.StatusCode, acct)
+		check("account", "created "+typ+" account", acct)
+		_, got := f.do(t, http.MethodGet, "/v1/accounts/"+acct["id"].(string), nil, driverKey)
+		check("account", "retrieved account", got)
+	}
+	_, list := f.do(t, http.MethodGet, "/v1/accounts", nil, driverKey)
+	require.Len(t, list["data"], 3)
+	for _, a := range list["data"].([]any) {
+		check("account", "listed account", a)
+	}
+
+	account := path(list, "data", 0, "id").(string)
+	f.create(t, "/v1/customers", nil) // a platform event beside the account's
+	resp, _ = f.do(t, http.MethodPost, "/v1/customers", url.Values{"email": {"c@example.com"}}, in(account))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	_, events := f.do(t, http.MethodGet, "/v1/events", nil, in(account))
+	seen := map[string]bool{}
+	for _, e := range events["data"].([]any) {
+		ev := e.(map[string]any)
+		require.Equal(t, account, ev["account"])
+		require.Equal(t, account, ev["context"])
+		check("event", "event "+ev["type"].(string)+" of a connected account", ev)
+		object := path(ev, "data", "object").(map[string]any)
+		check(object["object"].(string), "data.object of "+ev["type"].(string), object)
+		seen[ev["type"].(string)] = true
+	}
+	require.Equal(t, map[string]bool{"customer.created": true, stripemock.EventAccountAuthorized: true}, seen)
+}

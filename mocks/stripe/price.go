@@ -66,8 +66,10 @@ func renderPlan(p *price) obj {
 // AddPrice preloads a monthly USD price. An existing price with that id is
 // overwritten in place; the lookup key moves to it from any other price.
 func (s *Server) AddPrice(id, lookupKey string, unitAmount int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	_ = s.Account("").AddPrice(id, lookupKey, unitAmount)
+}
+
+func (s *Server) addPrice(id, lookupKey string, unitAmount int64) {
 	p, ok := s.prices.get(id)
 	if !ok {
 		p = &price{ID: id, Created: s.clock.Now().Unix(), Product: "prod_" + id}

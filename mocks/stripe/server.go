@@ -13,6 +13,22 @@
 // counted by operation (Usage). Its responses are checked against the
 // OpenAPI spec that stripe-mock ships (see openapi_test.go).
 //
+// It knows Stripe Connect (connect.go): connected accounts (AddAccount,
+// POST/GET /v1/accounts), each with its own customers, prices,
+// subscriptions, invoices, entitlements and events, which a request picks
+// with the Stripe-Account header (Stripe-Context on API v2); without it, a
+// request acts in the platform's own objects, and in an account that does
+// not exist or deauthorised the platform it is Stripe's 403
+// account_invalid. A connected account's events go only to Connect
+// endpoints (connect=true, AddConnectWebhookEndpoint), with "account" (a
+// thin event, "context"), and are listed by GET /v1/events only with its
+// header. account.application.authorized and .deauthorized announce an
+// account (DeauthorizeAccount, AuthorizeAccount). Account(id) holds the Go
+// helpers of one account's objects, its faults (Account.SetFaults), the
+// livemode of its events (Account.SetLivemode) and its usage
+// (Account.Usage); Limits.PerAccount and Limits.Accounts limit each
+// account's requests.
+//
 // It is a test double only: it keeps nothing on disk, knows no real money
 // movement (a customer's card pays every invoice unless a test makes it
 // fail), and must never hold real keys.
@@ -82,35 +98,31 @@ type Server struct {
 
 	deliverer *fault.Deliverer // sends the webhooks
 
-	mu        sync.Mutex
-	closed    bool
-	faults    fault.State
-	dunning   Dunning
-	history   map[string][]change // recent changes per object id, for StaleReads
-	customers table[*customer]
-	prices    table[*price]
-	subs      table[*subscription]
-	// subsByCustomer holds each customer's subscriptions in creation
-	// order (a subscription never changes customer).
-	subsByCustomer map[string][]*subscription
-	invoices       table[*invoice]
-	events         table[*event]
-	endpoints      table[*endpoint]
-	listLag        time.Duration // see SetEventListLag
+	mu      sync.Mutex
+	closed  bool
+	faults  fault.State
+	dunning Dunning
+	// *space holds the objects of the account the code under the lock
+	// acts in: platform's, except while a request with a Stripe-Account
+	// header (or a helper of Account) acts in a connected account's (see
+	// in and handle). Between holders of the lock it is always platform.
+	*space
+	platform *space
+	// accounts are the connected accounts (Stripe Connect), each with its
+	// own space; accountFaults are faults aimed at one of them.
+	accounts      table[*account]
+	application   string // the platform's Connect application id, ca_…
+	faultsMu      sync.Mutex
+	accountFaults map[string]*fault.State
+	endpoints     table[*endpoint]
+	listLag       time.Duration // see SetEventListLag
 	// healthFailing and notGenerated: see FailEventGeneration.
-	healthFailing bool
-	notGenerated  []notGenerated
-	v2Events      map[string]*event // thin v2 events, by id (GET /v2/core/events/{id})
-	eventsKept    time.Duration     // see Options.EventsKept; < 0: forever
-	// features and productFeatures are Stripe Entitlements; entitled is
-	// each customer's active entitlement ids as last announced by
-	// entitlements.active_entitlement_summary.updated.
-	features        table[*feature]
-	productFeatures table[*productFeature]
-	products        table[*product] // products whose metadata was set (product.go)
-	entitled        map[string][]string
-	idempotent      map[string]savedResponse
-	idempotentKeys  []string // in the order saved, for forgetting the oldest
+	healthFailing  bool
+	notGenerated   []notGenerated
+	v2Events       map[string]*event // thin v2 events, by id (GET /v2/core/events/{id})
+	eventsKept     time.Duration     // see Options.EventsKept; < 0: forever
+	idempotent     map[string]savedResponse
+	idempotentKeys []string // in the order saved, for forgetting the oldest
 	// lastBodySize is the size of the last answer: the next one's buffer
 	// starts that large (a sweep asks for page after like page).
 	lastBodySize int
@@ -126,6 +138,8 @@ type savedResponse struct {
 // call is one API request as a handler sees it.
 type call struct {
 	r         *http.Request
+	key       string // the API key it was made with
+	account   string // the connected account it acts in (Stripe-Account); "" for the platform
 	form      form
 	version   string
 	expand    expansion
@@ -140,22 +154,24 @@ type handler func(c *call) (obj, error)
 // New returns a running fake; Close it to stop webhook deliveries.
 func New(opts Options) *Server {
 	s := &Server{
-		apiKey:         cmp.Or(opts.APIKey, DefaultAPIKey),
-		clock:          opts.Clock,
-		log:            opts.Logger,
-		idempotent:     map[string]savedResponse{},
-		history:        map[string][]change{},
-		subsByCustomer: map[string][]*subscription{},
-		outcomes:       map[deliveryKey]string{},
-		dunning:        opts.Dunning.withDefaults(),
-		eventsKept:     cmp.Or(opts.EventsKept, EventsKept),
-		api:            http.NewServeMux(),
-		control:        http.NewServeMux(),
-		gate:           newGate(),
+		apiKey:        cmp.Or(opts.APIKey, DefaultAPIKey),
+		clock:         opts.Clock,
+		log:           opts.Logger,
+		idempotent:    map[string]savedResponse{},
+		platform:      newSpace(nil),
+		application:   newID("ca"),
+		accountFaults: map[string]*fault.State{},
+		outcomes:      map[deliveryKey]string{},
+		dunning:       opts.Dunning.withDefaults(),
+		eventsKept:    cmp.Or(opts.EventsKept, EventsKept),
+		api:           http.NewServeMux(),
+		control:       http.NewServeMux(),
+		gate:          newGate(),
 	}
 	if s.clock == nil {
 		s.clock = NewClock(time.Now())
 	}
+	s.space = s.platform
 	s.apiKeys = append([]string{s.apiKey}, opts.ExtraAPIKeys...)
 	var schedule []time.Duration // real waits before each delivery retry
 	if len(opts.RetrySchedule) > 0 {
@@ -224,7 +240,10 @@ func (s *Server) routes() {
 		"GET /v1/products/{id}":                       s.getProduct,
 		"DELETE /v1/products/{product}/features/{id}": s.detachFeature,
 		"GET /v1/entitlements/active_entitlements":    s.listActiveEntitlements,
-		"/": s.unknownRoute,
+		"POST /v1/accounts":                           s.createAccount,
+		"GET /v1/accounts":                            s.listAccounts,
+		"GET /v1/accounts/{id}":                       s.getAccount,
+		"/":                                           s.unknownRoute,
 	}
 	for pattern, h := range routes {
 		s.patterns = append(s.patterns, pattern)
@@ -281,29 +300,38 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, op string, h h
 		w.Header().Set("Stripe-Version", v)
 	}
 	key, authErr := s.authenticate(r)
+	c.key, c.account = key, requestAccount(r)
 	if authErr == nil {
-		done, reason := s.gate.admit(key, r.Method, op, s.clock.Now())
+		done, reason := s.gate.admit(key, c.account, r.Method, op, s.clock.Now())
 		if reason != "" {
 			rateLimited(reason, 0).write(w)
 			return
 		}
 		defer done()
 	}
-	if f := s.Faults(); f.Targets(key) {
-		if f.Latency > 0 && !fault.Sleep(r.Context(), f.Latency) {
-			return
-		}
-		if r.Method == http.MethodGet {
-			c.stale = f.StaleReads
+	states := []*fault.State{&s.faults}
+	if af := s.faultsOf(c.account); af != nil {
+		states = append(states, af) // faults aimed at the account, after the server's
+	}
+	for _, st := range states {
+		if f := st.Get(); f.Targets(key) {
+			if f.Latency > 0 && !fault.Sleep(r.Context(), f.Latency) {
+				return
+			}
+			if r.Method == http.MethodGet && f.StaleReads > 0 {
+				c.stale = f.StaleReads
+			}
 		}
 	}
 	if authErr != nil {
 		authErr.write(w)
 		return
 	}
-	if err := s.injectFault(key); err != nil {
-		err.write(w)
-		return
+	for _, st := range states {
+		if err := injectFault(st, key); err != nil {
+			err.write(w)
+			return
+		}
 	}
 	if err := r.ParseForm(); err != nil {
 		badRequest("Invalid request body: " + err.Error()).write(w)
@@ -340,14 +368,26 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, op string, h h
 	writeJSON(w, http.StatusOK, body)
 }
 
-// handle runs h under the lock, or replays the saved answer of a POST whose
-// Idempotency-Key was seen before (successful answers are saved).
+// handle runs h under the lock, acting in the request's account, or
+// replays the saved answer of a POST whose Idempotency-Key was seen before
+// in that account (successful answers are saved). A request in an account
+// that does not authorise the platform is refused.
 func (s *Server) handle(c *call, h handler) (body []byte, replayed bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	idemKey := c.idemKey
+	if c.account != "" {
+		a, ok := s.accounts.get(c.account)
+		if !ok || !a.Authorized {
+			return nil, false, accountInvalid(c.key, c.account)
+		}
+		s.space = a.space
+		defer func() { s.space = s.platform }()
+		idemKey = c.account + "/" + idemKey // Stripe keeps keys per account
+	}
 	route := c.r.Method + " " + c.r.URL.Path
 	keyed := c.idemKey != "" && c.r.Method == http.MethodPost
-	if saved, ok := s.idempotent[c.idemKey]; ok && keyed {
+	if saved, ok := s.idempotent[idemKey]; ok && keyed {
 		if saved.route != route {
 			return nil, false, badRequest("Keys for idempotent requests can only be used for the same endpoint they were first used for.")
 		}
@@ -370,7 +410,7 @@ func (s *Server) handle(c *call, h handler) (body []byte, replayed bool, err err
 	}
 	s.lastBodySize = len(body)
 	if keyed {
-		s.saveIdempotent(c.idemKey, savedResponse{route: route, body: body})
+		s.saveIdempotent(idemKey, savedResponse{route: route, body: body})
 	}
 	return body, false, nil
 }
@@ -403,14 +443,18 @@ func (s *Server) authenticate(r *http.Request) (string, *stripeError) {
 		return key, &stripeError{status: http.StatusUnauthorized, Type: typeInvalidRequest,
 			Message: "You did not provide an API key. You need to provide your API key in the Authorization header, using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY')."}
 	case !contains(s.apiKeys, key):
-		shown := key
-		if len(shown) > 4 {
-			shown = strings.Repeat("*", len(shown)-4) + shown[len(shown)-4:]
-		}
 		return key, &stripeError{status: http.StatusUnauthorized, Type: typeInvalidRequest, Code: "api_key_invalid",
-			Message: "Invalid API Key provided: " + shown}
+			Message: "Invalid API Key provided: " + maskKey(key)}
 	}
 	return key, nil
+}
+
+// maskKey shows only a key's last four characters, as Stripe's errors do.
+func maskKey(key string) string {
+	if len(key) <= 4 {
+		return key
+	}
+	return strings.Repeat("*", len(key)-4) + key[len(key)-4:]
 }
 
 func (s *Server) unknownRoute(c *call) (obj, error) {

@@ -568,8 +568,10 @@ func statusMatches(filter, status string) bool {
 // unpaid, which the fake never reaches by itself) and emits the event Stripe
 // would: customer.subscription.deleted for canceled, else .updated.
 func (s *Server) SetSubscriptionStatus(id, status string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	return s.Account("").SetSubscriptionStatus(id, status)
+}
+
+func (s *Server) setSubscriptionStatus(id, status string) error {
 	sub, ok := s.subs.get(id)
 	if !ok {
 		return noSuch("subscription", id, "id")

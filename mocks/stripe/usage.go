@@ -47,9 +47,10 @@ func (u *Usage) add(o Usage) {
 	u.RateLimited += o.RateLimited
 }
 
-// count records a request made with key for op: let through when reason
-// is "", else refused for reason. Called with g.mu held.
-func (g *gate) count(key, method, op, reason string) {
+// count records a request made with key (in its account) for op: let
+// through when reason is "", else refused for reason. Called with g.mu
+// held.
+func (g *gate) count(key usageKey, method, op, reason string) {
 	u := g.usage[key]
 	if u == nil {
 		u = &Usage{Operations: map[string]OperationUsage{}}
@@ -77,13 +78,22 @@ func (g *gate) count(key, method, op, reason string) {
 	u.Operations[op] = ou
 }
 
-// usageOf sums the usage of keys; no keys: of every key.
+// usageOf sums the usage of keys, in every account; no keys: of every key.
 func (g *gate) usageOf(keys ...string) Usage {
+	return g.usageWhere(func(k usageKey) bool { return len(keys) == 0 || contains(keys, k.key) })
+}
+
+// accountUsage sums every key's usage in account ("": the platform).
+func (g *gate) accountUsage(account string) Usage {
+	return g.usageWhere(func(k usageKey) bool { return k.account == account })
+}
+
+func (g *gate) usageWhere(keep func(usageKey) bool) Usage {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	sum := Usage{Operations: map[string]OperationUsage{}}
 	for key, u := range g.usage {
-		if len(keys) == 0 || contains(keys, key) {
+		if keep(key) {
 			sum.add(*u)
 		}
 	}
@@ -93,7 +103,7 @@ func (g *gate) usageOf(keys ...string) Usage {
 func (g *gate) resetUsage() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.usage = map[string]*Usage{}
+	g.usage = map[usageKey]*Usage{}
 }
 
 // Usage returns the API requests counted since the fake started or was

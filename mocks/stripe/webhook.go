@@ -22,7 +22,7 @@ func renderThin(e *event) obj {
 		typ = e.Type
 	}
 	o := obj{
-		"id": e.ID, "object": "v2.core.event", "type": typ, "livemode": false, "context": nil,
+		"id": e.ID, "object": "v2.core.event", "type": typ, "livemode": e.Livemode, "context": nullable(e.Account),
 		"created": time.Unix(e.Created, 0).UTC().Format("2006-01-02T15:04:05.000Z"),
 	}
 	if related := relatedObject(e.Object); related != nil {
@@ -62,6 +62,7 @@ type DeliveryRecord struct {
 	EventID    string    `json:"event_id"`
 	EventType  string    `json:"event_type"`
 	EndpointID string    `json:"endpoint_id"`
+	Account    string    `json:"account,omitempty"` // the connected account whose event it is
 	URL        string    `json:"url"`
 	Copy       int       `json:"copy"`              // 0 = the original, 1..N = duplicate copies
 	Attempt    int       `json:"attempt"`           // 1-based; 0 when dropped
@@ -129,13 +130,17 @@ func (s *Server) scheduleDelivery(e *event, ep *endpoint) {
 		s.log.Error("stripemock: encode event", "event_id", e.ID, "error", err)
 		return
 	}
-	dropped := s.deliverer.Send(&s.faults, fault.Webhook{
+	st := &s.faults
+	if af := s.faultsOf(e.Account); af != nil {
+		st = af // the faults aimed at the event's account
+	}
+	dropped := s.deliverer.Send(st, fault.Webhook{
 		Request: func(ctx context.Context) (*http.Request, error) { return signed(ctx, ep, payload) },
 		Record:  func(a fault.Attempt) { s.recordAttempt(e, ep, a) },
 	})
 	if dropped {
 		s.deliveries = append(s.deliveries, DeliveryRecord{EventID: e.ID, EventType: e.Type, EndpointID: ep.ID,
-			URL: ep.URL, Dropped: true, Thin: ep.Thin, At: time.Now()})
+			Account: e.Account, URL: ep.URL, Dropped: true, Thin: ep.Thin, At: time.Now()})
 		s.outcomes[deliveryKey{e.ID, ep.ID, 0}] = "dropped"
 		s.log.Info("webhook delivery dropped", "event_id", e.ID, "endpoint", ep.URL)
 	}
@@ -144,7 +149,7 @@ func (s *Server) scheduleDelivery(e *event, ep *endpoint) {
 // recordAttempt records one attempt to send a copy of e to ep; the first
 // copy delivered lowers the event's pending_webhooks.
 func (s *Server) recordAttempt(e *event, ep *endpoint, a fault.Attempt) {
-	rec := DeliveryRecord{EventID: e.ID, EventType: e.Type, EndpointID: ep.ID, URL: ep.URL,
+	rec := DeliveryRecord{EventID: e.ID, EventType: e.Type, EndpointID: ep.ID, Account: e.Account, URL: ep.URL,
 		Copy: a.Copy, Attempt: a.Attempt, StatusCode: a.Status, Thin: ep.Thin, At: a.At, GaveUp: a.GaveUp}
 	if a.Err != nil {
 		rec.Error = a.Err.Error()
