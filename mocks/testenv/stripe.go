@@ -12,6 +12,7 @@ import (
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/server"
 )
 
@@ -51,6 +52,11 @@ type StripeOptions struct {
 	// for these thin event types (v1.customer.subscription.updated…)
 	// instead of as a snapshot webhook endpoint.
 	ThinEvents []string
+	// Connect, when enabled, serves the fake's connected accounts as
+	// serve's -stripe-connect does: the intake is also the fake's Connect
+	// endpoint (/webhooks/stripe/connect, its own secret), and billsync's
+	// client reads the accounts it serves on their behalf.
+	Connect reconcile.ConnectPolicy
 }
 
 // StripeSide is the Stripe side of an Env.
@@ -59,7 +65,10 @@ type StripeSide struct {
 	API      *stripeapi.Client // stripe-go on the fake, as the app or the dashboard
 	Client   *stripe.Client    // billsync's client on the fake (the Env's Client)
 	Secret   string            // the intake's signing secret; empty without an intake
-	Verifier *stripe.Verifier  // the intake's verifier for Secret
+	// ConnectSecret is the Connect endpoint's signing secret (with
+	// StripeOptions.Connect enabled and an intake).
+	ConnectSecret string
+	Verifier      *stripe.Verifier // the intake's verifier for Secret (and ConnectSecret)
 
 	opts    StripeOptions
 	apiKey  string
@@ -70,6 +79,9 @@ type StripeSide struct {
 func newStripeSide(opts StripeOptions, logger *slog.Logger) *StripeSide {
 	opts.Fake.ExtraAPIKeys = append(opts.Fake.ExtraAPIKeys, DriverAPIKey)
 	opts.Client.Logger = cmp.Or(opts.Client.Logger, logger)
+	if !opts.Client.Connect.Enabled() {
+		opts.Client.Connect = opts.Connect
+	}
 	s := &StripeSide{Fake: stripemock.New(opts.Fake), opts: opts, apiKey: cmp.Or(opts.Fake.APIKey, stripemock.DefaultAPIKey)}
 	for _, p := range Prices() {
 		s.Fake.AddPrice(p.ID, p.LookupKey, p.Amount)
@@ -103,7 +115,66 @@ func (s *StripeSide) register(e *Env, endpoint string) (server.Verifier, error) 
 	if s.Verifier, err = stripe.NewVerifier([]string{s.Secret}, 0); err != nil {
 		return nil, err
 	}
+	if s.opts.Connect.Enabled() {
+		s.ConnectSecret = s.Fake.AddConnectWebhookEndpoint(endpoint + "/webhooks/stripe/connect")
+		s.Verifier.ServeConnect(stripe.Connect{Secrets: []string{s.ConnectSecret}, Policy: s.opts.Connect})
+	}
 	return s.Verifier, nil
+}
+
+// AddAccount connects an account to the fake (authorised at once: its
+// account.application.authorized reaches the Connect endpoint) holding a
+// copy of the Env's prices under the same ids and lookup keys, and
+// returns its driver: stripe-go acting in it.
+func (s *StripeSide) AddAccount(id string) (*ConnectedSide, error) {
+	a, err := s.Fake.AddAccount(stripemock.AccountOptions{ID: id, PlatformPrices: true})
+	if err != nil {
+		return nil, err
+	}
+	return &ConnectedSide{Fake: a, side: s}, nil
+}
+
+// ConnectedSide drives one connected account of the fake Stripe: its
+// calls carry the account's Stripe-Account header.
+type ConnectedSide struct {
+	Fake stripemock.Account
+	side *StripeSide
+}
+
+// ID is the account's acct_ id.
+func (c *ConnectedSide) ID() string { return c.Fake.ID() }
+
+// Key is billsync's key of the account's customer (reconcile.Connected).
+func (c *ConnectedSide) Key(customer string) string { return reconcile.Connected(c.ID(), customer) }
+
+// Customer creates a customer with the chosen id (several accounts may
+// hold one id) and the app's user reference in metadata[user_id].
+func (c *ConnectedSide) Customer(id, userRef string) error {
+	return c.Fake.AddCustomer(id, "", map[string]string{"user_id": userRef})
+}
+
+// Subscribe subscribes customer to price in the account through stripe-go.
+func (c *ConnectedSide) Subscribe(ctx context.Context, customer, price string) (*stripeapi.Subscription, error) {
+	params := &stripeapi.SubscriptionCreateParams{
+		Customer: stripeapi.String(customer),
+		Items:    []*stripeapi.SubscriptionCreateItemParams{{Price: stripeapi.String(price)}},
+	}
+	params.SetStripeAccount(c.ID())
+	sub, err := c.side.API.V1Subscriptions.Create(ctx, params)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s of %s to %s: %w", customer, c.ID(), price, err)
+	}
+	return sub, nil
+}
+
+// Cancel cancels sub at once in the account through stripe-go.
+func (c *ConnectedSide) Cancel(ctx context.Context, sub *stripeapi.Subscription) error {
+	params := &stripeapi.SubscriptionCancelParams{}
+	params.SetStripeAccount(c.ID())
+	if _, err := c.side.API.V1Subscriptions.Cancel(ctx, sub.ID, params); err != nil {
+		return fmt.Errorf("cancel %s of %s: %w", sub.ID, c.ID(), err)
+	}
+	return nil
 }
 
 func (s *StripeSide) close() {
