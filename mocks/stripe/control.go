@@ -44,8 +44,8 @@ import (
 //	POST /_mock/webhook_endpoints/{id}/disable
 //	                                       Stripe disables the endpoint (as after days of failures)
 //	POST /_mock/reset                      forget customers, subscriptions, invoices, events,
-//	                                       deliveries and usage; prices, webhook endpoints, faults
-//	                                       and limits stay
+//	                                       deliveries and usage (every account's); prices, connected
+//	                                       accounts, webhook endpoints, faults and limits stay
 func (s *Server) controlRoutes() {
 	m := s.control
 	m.HandleFunc("POST /_mock/events/list_lag", func(w http.ResponseWriter, r *http.Request) {

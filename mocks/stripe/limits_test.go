@@ -345,10 +345,11 @@ func TestControlLimitsRoundTrip(t *testing.T) {
 		return resp.StatusCode
 	}
 	require.Equal(t, http.StatusOK, post(`{"documented":true,"operations":{"GET /v1/events":5,"GET /v1/customers":0},
-		"concurrency":4,"target_key":"sk_test_billsync"}`))
+		"concurrency":4,"per_account":10,"accounts":{"acct_slow":2},"target_key":"sk_test_billsync"}`))
 	want := stripemock.DocumentedLimits()
 	want.Operations = map[string]float64{"GET /v1/events": 5, "GET /v1/customers": 0}
 	want.Concurrency, want.TargetKey = 4, stripemock.DefaultAPIKey
+	want.PerAccount, want.Accounts = 10, map[string]float64{"acct_slow": 2}
 	require.Equal(t, want, f.Limits())
 
 	resp, err := http.Get(f.URL + "/_mock/limits")
@@ -358,7 +359,8 @@ func TestControlLimitsRoundTrip(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, want, got)
 
-	for _, bad := range []string{`{"global":-1}`, `{"operations":{"GET /v1/customers/:id":5}}`, `{"per_op":5}`} {
+	for _, bad := range []string{`{"global":-1}`, `{"operations":{"GET /v1/customers/:id":5}}`, `{"per_op":5}`,
+		`{"per_account":-1}`, `{"accounts":{"cus_1":5}}`} {
 		require.Equal(t, http.StatusBadRequest, post(bad), bad)
 	}
 	require.Equal(t, want, f.Limits(), "an invalid update changes nothing")
