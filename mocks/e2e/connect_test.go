@@ -31,24 +31,19 @@ func TestConnectSeedScenarioOnTwoAccounts(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, testenv.Stripe, testenv.Options{Stripe: testenv.StripeOptions{
 		Connect: reconcile.ConnectPolicy{Mode: reconcile.ConnectAll}}})
-	var accounts []*testenv.ConnectedSide
-	for _, id := range []string{"acct_seed_a", "acct_seed_b"} {
-		a, err := h.Stripe.AddAccount(id)
-		require.NoError(t, err)
-		require.NoError(t, a.Customer("cus_same", "u_same"))
-		accounts = append(accounts, a)
-	}
+	accounts := []string{"acct_seed_a", "acct_seed_b"}
+	keys := make([]string, len(accounts))
 	free := make([]*stripeapi.Subscription, len(accounts))
 	for i, a := range accounts {
-		var err error
-		free[i], err = a.Subscribe(ctx, "cus_same", "price_free")
-		require.NoError(t, err)
+		h.ConnectedAccount(a)
+		keys[i] = h.ConnectedCustomer(a, "cus_same", "u_same")
+		free[i] = h.ConnectedSubscribe(a, "cus_same", "price_free")
 	}
 	h.Delivered()
 	w := h.Worker(reconcile.WorkerConfig{Name: "w", Concurrency: 4, Backoff: []time.Duration{time.Millisecond}})
 	h.Drain(w)
-	for _, a := range accounts {
-		require.Equal(t, "free", h.state(a.Key("cus_same")).Plan)
+	for _, key := range keys {
+		require.Equal(t, "free", h.state(key).Plan)
 	}
 
 	// The scenario: copies, reordering, and a crash in the first apply.
@@ -63,14 +58,16 @@ func TestConnectSeedScenarioOnTwoAccounts(t *testing.T) {
 	t.Cleanup(func() { scratch.CrashAfterAccountWrite(h.Store, nil) })
 	h.Stripe.Fake.ResetUsage()
 	var wg sync.WaitGroup
+	errs := make([]error, len(accounts))
 	for i, a := range accounts {
 		wg.Go(func() {
-			require.NoError(t, a.Cancel(ctx, free[i]))
-			_, err := a.Subscribe(ctx, "cus_same", "price_pro")
-			require.NoError(t, err)
+			if errs[i] = h.Stripe.ConnectedCancel(ctx, a, free[i]); errs[i] == nil {
+				_, errs[i] = h.Stripe.ConnectedSubscribe(ctx, a, "cus_same", "price_pro")
+			}
 		})
 	}
 	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
 	h.Delivered()
 	storetest.WaitFor(t, "both accounts' customers reconciled", func() bool {
 		h.Drain(w)
@@ -82,15 +79,14 @@ func TestConnectSeedScenarioOnTwoAccounts(t *testing.T) {
 
 	rows := storetest.Accounts(t, h.Store)
 	require.Len(t, rows, 2, "one account per (connected account, customer)")
-	for _, a := range accounts {
-		key := a.Key("cus_same")
+	for i, key := range keys {
 		s := h.state(key)
 		require.Equal(t, "pro", s.Plan, key)
 		require.Equal(t, int64(500), s.Balance, "%s: one Pro grant, never two", key)
 		require.Equal(t, h.largestGrant(key), s.Balance, key)
 		require.Len(t, s.Events, 1, "%s: every event applied: %v", key, s.Events)
 		require.Positive(t, s.Events["applied"], key)
-		require.Positive(t, a.Fake.Usage().Reads, "%s read on its own account's behalf", a.ID())
+		require.Positive(t, h.Stripe.Fake.Account(accounts[i]).Usage().Reads, "%s read on its own account's behalf", accounts[i])
 	}
 	platform := h.Stripe.Fake.Account("").Usage()
 	for op, u := range platform.Operations {

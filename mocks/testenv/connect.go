@@ -56,6 +56,23 @@ func (s *StripeSide) ConnectedChangePrice(ctx context.Context, account string, s
 	return nil
 }
 
+// ConnectedCancel cancels a connected account's sub at once through
+// stripe-go, on the account's behalf.
+func (s *StripeSide) ConnectedCancel(ctx context.Context, account string, sub *stripeapi.Subscription) error {
+	params := &stripeapi.SubscriptionCancelParams{}
+	params.SetStripeAccount(account)
+	if _, err := s.API.V1Subscriptions.Cancel(ctx, sub.ID, params); err != nil {
+		return fmt.Errorf("cancel %s/%s: %w", account, sub.ID, err)
+	}
+	return nil
+}
+
+// ConnectedCancel cancels a connected account's sub at the fake Stripe.
+func (h *Test) ConnectedCancel(account string, sub *stripeapi.Subscription) {
+	h.t.Helper()
+	h.check(h.stripe().ConnectedCancel(context.Background(), account, sub))
+}
+
 // ConnectedAccount connects an account to the fake Stripe (see
 // StripeSide.ConnectedAccount).
 func (h *Test) ConnectedAccount(id string) stripemock.Account {

@@ -61,10 +61,10 @@ type StripeOptions struct {
 
 // StripeSide is the Stripe side of an Env.
 type StripeSide struct {
-	Fake     *stripemock.Server
-	API      *stripeapi.Client // stripe-go on the fake, as the app or the dashboard
-	Client   *stripe.Client    // billsync's client on the fake (the Env's Client)
-	Secret   string            // the intake's signing secret; empty without an intake
+	Fake   *stripemock.Server
+	API    *stripeapi.Client // stripe-go on the fake, as the app or the dashboard
+	Client *stripe.Client    // billsync's client on the fake (the Env's Client)
+	Secret string            // the intake's signing secret; empty without an intake
 	// ConnectSecret is the Connect endpoint's signing secret (with
 	// StripeOptions.Connect enabled and an intake).
 	ConnectSecret string
@@ -120,61 +120,6 @@ func (s *StripeSide) register(e *Env, endpoint string) (server.Verifier, error) 
 		s.Verifier.ServeConnect(stripe.Connect{Secrets: []string{s.ConnectSecret}, Policy: s.opts.Connect})
 	}
 	return s.Verifier, nil
-}
-
-// AddAccount connects an account to the fake (authorised at once: its
-// account.application.authorized reaches the Connect endpoint) holding a
-// copy of the Env's prices under the same ids and lookup keys, and
-// returns its driver: stripe-go acting in it.
-func (s *StripeSide) AddAccount(id string) (*ConnectedSide, error) {
-	a, err := s.Fake.AddAccount(stripemock.AccountOptions{ID: id, PlatformPrices: true})
-	if err != nil {
-		return nil, err
-	}
-	return &ConnectedSide{Fake: a, side: s}, nil
-}
-
-// ConnectedSide drives one connected account of the fake Stripe: its
-// calls carry the account's Stripe-Account header.
-type ConnectedSide struct {
-	Fake stripemock.Account
-	side *StripeSide
-}
-
-// ID is the account's acct_ id.
-func (c *ConnectedSide) ID() string { return c.Fake.ID() }
-
-// Key is billsync's key of the account's customer (reconcile.Connected).
-func (c *ConnectedSide) Key(customer string) string { return reconcile.Connected(c.ID(), customer) }
-
-// Customer creates a customer with the chosen id (several accounts may
-// hold one id) and the app's user reference in metadata[user_id].
-func (c *ConnectedSide) Customer(id, userRef string) error {
-	return c.Fake.AddCustomer(id, "", map[string]string{"user_id": userRef})
-}
-
-// Subscribe subscribes customer to price in the account through stripe-go.
-func (c *ConnectedSide) Subscribe(ctx context.Context, customer, price string) (*stripeapi.Subscription, error) {
-	params := &stripeapi.SubscriptionCreateParams{
-		Customer: stripeapi.String(customer),
-		Items:    []*stripeapi.SubscriptionCreateItemParams{{Price: stripeapi.String(price)}},
-	}
-	params.SetStripeAccount(c.ID())
-	sub, err := c.side.API.V1Subscriptions.Create(ctx, params)
-	if err != nil {
-		return nil, fmt.Errorf("subscribe %s of %s to %s: %w", customer, c.ID(), price, err)
-	}
-	return sub, nil
-}
-
-// Cancel cancels sub at once in the account through stripe-go.
-func (c *ConnectedSide) Cancel(ctx context.Context, sub *stripeapi.Subscription) error {
-	params := &stripeapi.SubscriptionCancelParams{}
-	params.SetStripeAccount(c.ID())
-	if _, err := c.side.API.V1Subscriptions.Cancel(ctx, sub.ID, params); err != nil {
-		return fmt.Errorf("cancel %s of %s: %w", sub.ID, c.ID(), err)
-	}
-	return nil
 }
 
 func (s *StripeSide) close() {
