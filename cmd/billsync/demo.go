@@ -19,7 +19,7 @@ import (
 func runDemo(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: billsync demo [--provider stripe|kinde] [flags]
+		fmt.Fprintln(fs.Output(), `usage: billsync demo [--provider stripe|kinde] [--connect] [flags]
 
 Plays the seed scenario with no setup: nine deliveries of three events
 (the Pro plan change three times, the payment five times, an older
@@ -29,13 +29,16 @@ handler that applies each message as it arrives (the foil). billsync uses
 the embedded PostgreSQL (a fresh database of its own) and an in-process fake
 provider: Stripe (its events) or, with --provider kinde, Kinde (its signed
 JWT webhooks customer.plan_changed, customer.payment_succeeded and
-customer.agreement_cancelled). Without -once it then keeps serving and
-prints where to look.`)
+customer.agreement_cancelled). With --connect the Stripe scenario is
+played on a Stripe Connect account: its events reach billsync through the
+Connect endpoint, and billsync reads the customer on the account's behalf.
+Without -once it then keeps serving and prints where to look.`)
 		fs.PrintDefaults()
 	}
 	var cfg config
 	cfg.bindCommon(fs, os.Getenv)
 	provider := fs.String("provider", "stripe", "whose events the scenario plays: stripe or kinde")
+	connect := fs.Bool("connect", false, "play the Stripe scenario on a connected account (Stripe Connect)")
 	once := fs.Bool("once", false, "exit after the scenario: status 0 only if billsync ended right")
 	asJSON := fs.Bool("json", false, "print the final state as JSON instead of tables")
 	addr := fs.String("addr", os.Getenv("BILLSYNC_ADDR"), "where billsync listens for webhooks (default 127.0.0.1:8080; 127.0.0.1:0 with -once)")
@@ -43,7 +46,7 @@ prints where to look.`)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	dcfg := demo.Config{Addr: *addr, ConsoleAddr: cmp.Or(*consoleAddr, "127.0.0.1:8081"), Logger: logger, Provider: *provider}
+	dcfg := demo.Config{Addr: *addr, ConsoleAddr: cmp.Or(*consoleAddr, "127.0.0.1:8081"), Logger: logger, Provider: *provider, Connect: *connect}
 	if *once {
 		dcfg.Addr, dcfg.ConsoleAddr = cmp.Or(*addr, "127.0.0.1:0"), cmp.Or(*consoleAddr, "127.0.0.1:0")
 	}
@@ -57,6 +60,9 @@ prints where to look.`)
 
 	if !*asJSON {
 		fake := "Stripe"
+		if *connect {
+			fake = "Stripe with a connected account"
+		}
 		if *provider == "kinde" {
 			fake = "Kinde"
 		}

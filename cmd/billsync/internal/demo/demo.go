@@ -53,6 +53,9 @@ type Config struct {
 	// ConsoleAddr is where the support console listens; default
 	// 127.0.0.1:0 (a free port).
 	ConsoleAddr string
+	// Connect plays the Stripe scenario on a connected account (Stripe
+	// Connect) instead of the platform's own.
+	Connect bool
 }
 
 // Validate reports what is wrong with cfg.
@@ -61,6 +64,9 @@ func (c Config) Validate() error {
 	case "", stripe.Provider, kinde.Provider:
 	default:
 		return fmt.Errorf("demo provider %q: want stripe or kinde", c.Provider)
+	}
+	if c.Connect && c.Provider == kinde.Provider {
+		return errors.New("demo --connect plays Stripe Connect: not with --provider kinde")
 	}
 	for _, addr := range []string{c.Addr, c.ConsoleAddr} {
 		if addr == "" {
@@ -152,7 +158,7 @@ func Start(ctx context.Context, databaseURL string, cfg Config) (_ *Demo, err er
 	if cfg.Provider == kinde.Provider {
 		d.w, err = newKindeWorld(d.st, addr, network, d.logger)
 	} else {
-		d.w, err = newStripeWorld(d.st, addr, network, d.logger)
+		d.w, err = newStripeWorld(d.st, addr, network, d.logger, cfg.Connect)
 	}
 	if err != nil {
 		return nil, err

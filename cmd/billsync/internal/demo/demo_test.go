@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/billsync/billsync/cmd/billsync/internal/demo"
+	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
 )
@@ -24,15 +25,17 @@ func TestMain(m *testing.M) { os.Exit(storetest.Main(m)) }
 // changed; and the naive foil must show the damage it exists to show.
 func TestDemoSeedScenario(t *testing.T) {
 	for provider, late := range map[string]string{"stripe": "customer.subscription.deleted", "kinde": "customer.agreement_cancelled"} {
-		t.Run(provider, func(t *testing.T) { testDemoSeedScenario(t, provider, late) })
+		t.Run(provider, func(t *testing.T) { testDemoSeedScenario(t, provider, late, false) })
 	}
+	// demo --connect: the scenario on a Stripe Connect account.
+	t.Run("stripe-connect", func(t *testing.T) { testDemoSeedScenario(t, "stripe", "customer.subscription.deleted", true) })
 }
 
-func testDemoSeedScenario(t *testing.T, provider, lateType string) {
+func testDemoSeedScenario(t *testing.T, provider, lateType string, connect bool) {
 	ctx := context.Background()
 	server := storetest.URL(t) // the demo creates a database of its own next to this one
 	probe := storetest.OpenStore(t, server, store.Options{})
-	d, err := demo.Start(ctx, server, demo.Config{Addr: "127.0.0.1:0", Provider: provider})
+	d, err := demo.Start(ctx, server, demo.Config{Addr: "127.0.0.1:0", Provider: provider, Connect: connect})
 	require.NoError(t, err)
 	closed := false
 	defer func() {
@@ -50,6 +53,10 @@ func testDemoSeedScenario(t *testing.T, provider, lateType string) {
 	require.True(t, strings.HasPrefix(name, "billsync_demo_"), name)
 	require.Empty(t, storetest.Databases(t, probe, name), "Close drops the demo's database")
 
+	if connect {
+		account, _ := reconcile.SplitConnected(res.Customer)
+		require.NotEmpty(t, account, "the customer is a connected account's: %s", res.Customer)
+	}
 	b := res.Billsync
 	require.Equal(t, "pro", b.Plan)
 	require.EqualValues(t, 500, b.Balance)

@@ -16,21 +16,37 @@ import (
 	"github.com/billsync/billsync/store"
 )
 
-// stripeWorld plays the scenario at the fake Stripe (testenv).
+// stripeWorld plays the scenario at the fake Stripe (testenv): on the
+// platform's own account, or with account set on a connected account
+// (Stripe Connect), whose events reach billsync through its Connect
+// endpoint and whose customer billsync reads on the account's behalf.
 type stripeWorld struct {
-	h    *testenv.Env
-	free string // the Free subscription's id
+	h       *testenv.Env
+	account string // the connected account playing; "" for the platform
+	free    *stripeapi.Subscription
 }
 
-func newStripeWorld(st *store.Store, addr string, network http.Handler, logger *slog.Logger) (world, error) {
-	h, err := testenv.New(testenv.Stripe, testenv.Options{
-		Store: st, IntakeAddr: addr, Network: network, Logger: logger,
-		Stripe: testenv.StripeOptions{Fake: stripemock.Options{Logger: logger}},
-	})
+// demoAccount is the connected account `billsync demo --connect` plays on.
+const demoAccount = "acct_demo_connected"
+
+func newStripeWorld(st *store.Store, addr string, network http.Handler, logger *slog.Logger, connect bool) (world, error) {
+	opts := testenv.StripeOptions{Fake: stripemock.Options{Logger: logger}}
+	if connect {
+		opts.Connect = reconcile.ConnectPolicy{Mode: reconcile.ConnectAll}
+	}
+	h, err := testenv.New(testenv.Stripe, testenv.Options{Store: st, IntakeAddr: addr, Network: network, Logger: logger, Stripe: opts})
 	if err != nil {
 		return nil, err
 	}
-	return &stripeWorld{h: h}, nil
+	w := &stripeWorld{h: h}
+	if connect {
+		if _, err := h.Stripe.ConnectedAccount(demoAccount); err != nil {
+			h.Close()
+			return nil, err
+		}
+		w.account = demoAccount
+	}
+	return w, nil
 }
 
 func (w *stripeWorld) provider() string           { return stripe.Provider }
@@ -41,9 +57,9 @@ func (w *stripeWorld) close()                     { w.h.Close() }
 func (w *stripeWorld) waitDelivered(ctx context.Context) error { return w.h.WaitDelivered(ctx) }
 
 func (w *stripeWorld) identify(body []byte, _ http.Header) (id, typ string) {
-	var ev struct{ ID, Type string }
+	var ev struct{ ID, Type, Account string }
 	_ = json.Unmarshal(body, &ev)
-	return ev.ID, ev.Type
+	return reconcile.Connected(ev.Account, ev.ID), ev.Type
 }
 
 func (w *stripeWorld) scenarioTypes() (change, payment, cancellation string) {
@@ -84,6 +100,18 @@ func (w *stripeWorld) naive(body []byte) (kind, planRef string) {
 // onFree creates the customer with a Free subscription: created and
 // invoice.paid, two webhooks.
 func (w *stripeWorld) onFree(ctx context.Context) (string, int, error) {
+	if w.account != "" {
+		const cus = "cus_demo_ada" // ids are the account's own: any other account may hold one too
+		if err := w.h.Stripe.ConnectedCustomer(w.account, cus, "user_ada"); err != nil {
+			return "", 0, err
+		}
+		free, err := w.h.Stripe.ConnectedSubscribe(ctx, w.account, cus, "price_free")
+		if err != nil {
+			return "", 0, err
+		}
+		w.free = free
+		return reconcile.Connected(w.account, cus), 2, nil
+	}
 	cus, err := w.h.Stripe.API.V1Customers.Create(ctx, &stripeapi.CustomerCreateParams{
 		Email: stripeapi.String("ada@example.com"), Metadata: map[string]string{"user_id": "user_ada"}})
 	if err != nil {
@@ -93,15 +121,23 @@ func (w *stripeWorld) onFree(ctx context.Context) (string, int, error) {
 	if err != nil {
 		return "", 0, err
 	}
-	w.free = free.ID
+	w.free = free
 	return cus.ID, 2, nil
 }
 
 // toPro cancels the Free subscription, then subscribes to Pro (its first
 // invoice is paid).
 func (w *stripeWorld) toPro(ctx context.Context, customer string) error {
-	if _, err := w.h.Stripe.API.V1Subscriptions.Cancel(ctx, w.free, nil); err != nil {
-		return fmt.Errorf("cancel %s at the fake Stripe: %w", w.free, err)
+	if w.account != "" {
+		_, id := reconcile.SplitConnected(customer)
+		if err := w.h.Stripe.ConnectedCancel(ctx, w.account, w.free); err != nil {
+			return err
+		}
+		_, err := w.h.Stripe.ConnectedSubscribe(ctx, w.account, id, "price_pro")
+		return err
+	}
+	if _, err := w.h.Stripe.API.V1Subscriptions.Cancel(ctx, w.free.ID, nil); err != nil {
+		return fmt.Errorf("cancel %s at the fake Stripe: %w", w.free.ID, err)
 	}
 	_, err := w.h.Stripe.Subscribe(ctx, customer, "price_pro")
 	return err
