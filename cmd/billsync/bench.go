@@ -111,6 +111,16 @@ runs at serve's defaults for that key. drain, latency and sweep run at
           nothing happens, at serve's defaults and the 10,000-read floor;
           compared with the same feed without a read budget
 
+  drift   only with -only drift (minutes of wall time): silent changes
+          (no webhook, no event listed) timed until their accounts show
+          them, by the nightly sweep alone (the sweep over 1,000 and
+          10,000 accounts measured, the wait for it computed) and by the
+          correctness sample at its default share (measured in compressed
+          time at 1,000 accounts with a large read allocation); and the
+          sample's reads at serve's defaults. Each figure says whether it
+          was measured or computed. Run one latency at a time
+          (-latency 50ms, then -latency 300ms) to keep a run near 4 min.
+
 It prints each figure, its target and PASS or MISS, and exits 0 either way.
 
 flags:`)
@@ -136,7 +146,7 @@ flags:`)
 	fs.IntVar(&bc.DrainEvents, "drain-events", 0, "drain: events to store before the workers start")
 	fs.IntVar(&bc.Customers, "customers", 0, "drain: customers the events are spread over")
 	fs.IntVar(&bc.SweepAccounts, "sweep-accounts", 0, "sweep: customers at the fake, imported, then swept with 1% of them drifted (default 20,000; 100,000 with -full)")
-	fs.StringVar(&bc.Only, "only", "", "run one part alone: intake, drain, latency, sweep, heal or idle")
+	fs.StringVar(&bc.Only, "only", "", "run one part alone: intake, drain, latency, sweep, heal, idle or drift")
 	fs.DurationVar(&bc.LoadFor, "load-for", 0, "latency: how long the steady load (half the rate limit) is posted (default 10s, 30s with -full)")
 	fs.StringVar(&bc.CPUProfile, "cpuprofile", "", "write the measured sweep's CPU profile to this file")
 	fs.IntVar(&bc.SweepParallel, "sweep-parallel", 0, "sweep: list requests in flight (0: adapting, serve's default; 1: one page at a time)")

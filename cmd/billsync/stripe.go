@@ -24,15 +24,21 @@ func runStripe(ctx context.Context, args []string, stdout io.Writer, logger *slo
 
 setup creates the Stripe webhook endpoint at the URL (or updates the one
 already there) subscribed to exactly the event types billsync acts on, with
-the API version billsync pins, and prints its signing secret once (Stripe
-answers it on creation only: put it in STRIPE_WEBHOOK_SECRET).
+the API version billsync pins, and a thin event destination at the same URL
+for the event Stripe sends when it failed to create events
+(v2.core.health.event_generation_failure.resolved; one already there is
+reused, the type added if it lacks it). It prints each new signing secret
+once (Stripe answers it on creation only) and the STRIPE_WEBHOOK_SECRET
+that holds both, comma-separated.
 
 check reports, and exits 1 on any problem: whether the key can read
 customers, subscriptions, events and webhook endpoints (a restricted key
 missing a permission is named); whether the endpoint (STRIPE_WEBHOOK_ENDPOINT_ID,
 else the one at --url, else every endpoint whose URL ends in
 /webhooks/stripe) exists, is enabled, subscribes to every needed type and
-pins billsync's API version; the plans check (billsync plans check); and,
+pins billsync's API version; whether a thin event destination (at --url,
+else at a URL ending in /webhooks/stripe) exists, is enabled and subscribes
+to v2.core.health.event_generation_failure.resolved; the plans check (billsync plans check); and,
 with DATABASE_URL set, the read budget: the reads every replica recorded
 over Stripe's rolling 30 days, their pace, and whether it stays within the
 read allocation (-stripe-read-allocation, or derived from the transactions
@@ -94,7 +100,7 @@ func stripeSetup(ctx context.Context, client *stripe.Client, endpointURL string,
 	}
 	if created {
 		fmt.Fprintf(w, "created webhook endpoint %s for %s (API version %s, %d event types)\n", ep.ID, ep.URL, ep.APIVersion, len(ep.EnabledEvents))
-		fmt.Fprintf(w, "signing secret (shown once; set STRIPE_WEBHOOK_SECRET to it): %s\n", ep.Secret)
+		fmt.Fprintf(w, "its signing secret (shown once): %s\n", ep.Secret)
 	} else {
 		fmt.Fprintf(w, "updated webhook endpoint %s for %s: %d event types, enabled; its signing secret is unchanged (Stripe shows it only at creation)\n",
 			ep.ID, ep.URL, len(ep.EnabledEvents))
@@ -102,6 +108,30 @@ func stripeSetup(ctx context.Context, client *stripe.Client, endpointURL string,
 			fmt.Fprintf(w, "note: it was created with API version %s, not billsync's %s, and Stripe cannot change that; billsync reads either, or delete the endpoint and run setup again for a new one\n",
 				ep.APIVersion, stripe.APIVersion)
 		}
+	}
+	// The endpoint's secret is printed before the destination is asked
+	// for: a key that may not manage destinations still leaves it known.
+	dest, destCreated, err := client.SetupDestination(ctx, endpointURL)
+	if err != nil {
+		return fmt.Errorf("the webhook endpoint is set up; the event destination is not: %w", err)
+	}
+	if destCreated {
+		fmt.Fprintf(w, "created event destination %s for %s (thin events: %s)\n", dest.ID, dest.WebhookEndpoint.URL, strings.Join(dest.EnabledEvents, ", "))
+		fmt.Fprintf(w, "its signing secret (shown once): %s\n", dest.WebhookEndpoint.SigningSecret)
+	} else {
+		fmt.Fprintf(w, "event destination %s for %s subscribes to %s, enabled; its signing secret is unchanged\n",
+			dest.ID, dest.WebhookEndpoint.URL, strings.Join(stripe.ThinTypes, ", "))
+	}
+	// Both sign deliveries to the one URL: the intake tries every secret.
+	epSecret, destSecret := "<the endpoint's secret>", "<the destination's secret>"
+	if created {
+		epSecret = ep.Secret
+	}
+	if destCreated {
+		destSecret = dest.WebhookEndpoint.SigningSecret
+	}
+	if created || destCreated {
+		fmt.Fprintf(w, "set STRIPE_WEBHOOK_SECRET=%s,%s (both secrets, comma-separated)\n", epSecret, destSecret)
 	}
 	fmt.Fprintf(w, "set STRIPE_WEBHOOK_ENDPOINT_ID=%s so the events feed reads its status\n", ep.ID)
 	return nil
@@ -152,6 +182,7 @@ func stripeCheck(ctx context.Context, client *stripe.Client, cfg config, endpoin
 				ep.ID, stripe.APIVersion, ep.APIVersion, stripe.APIVersion)
 		}
 	}
+	checkDestination(ctx, client, endpointURL, report)
 	plans, err := loadPlans(cfg.PlansPath)
 	if err != nil {
 		return err
@@ -178,6 +209,38 @@ func stripeCheck(ctx context.Context, client *stripe.Client, cfg config, endpoin
 	}
 	fmt.Fprintln(w, "all checks passed")
 	return nil
+}
+
+// checkDestination reports the thin event destinations at endpointURL
+// (else at every URL ending in /webhooks/stripe): one must exist, be
+// enabled and subscribe to every stripe.ThinTypes.
+func checkDestination(ctx context.Context, client *stripe.Client, endpointURL string, report func(bool, string, ...any)) {
+	all, err := client.EventDestinations(ctx)
+	if err != nil {
+		report(false, "list event destinations: %v", err)
+		return
+	}
+	var mine []stripe.DestinationInfo
+	for _, d := range all {
+		at := d.WebhookEndpoint.URL
+		if d.Thin() && ((endpointURL != "" && at == endpointURL) ||
+			(endpointURL == "" && strings.HasSuffix(strings.TrimRight(at, "/"), "/webhooks/stripe"))) {
+			mine = append(mine, d)
+		}
+	}
+	if len(mine) == 0 {
+		where := "at a URL ending in /webhooks/stripe"
+		if endpointURL != "" {
+			where = "at " + endpointURL
+		}
+		report(false, "no thin event destination %s: billsync never hears of events Stripe failed to create (%s); run billsync stripe setup --url https://<host>/webhooks/stripe",
+			where, stripe.HealthEventResolved)
+	}
+	for _, d := range mine {
+		report(d.Status == "enabled", "event destination %s (%s) is %s", d.ID, d.WebhookEndpoint.URL, d.Status)
+		missing := d.MissingTypes()
+		report(len(missing) == 0, "event destination %s subscribes to %s%s", d.ID, strings.Join(stripe.ThinTypes, ", "), listed(" (missing: ", missing))
+	}
 }
 
 func endpointWanted(id, url string) string {

@@ -48,7 +48,7 @@ func TestStripeSetupAndCheck(t *testing.T) {
 
 	out, err := billsync("stripe", "setup", "--url", url)
 	require.NoError(t, err, out)
-	secret := regexp.MustCompile(`signing secret \(shown once; set STRIPE_WEBHOOK_SECRET to it\): (whsec_\w+)`).FindStringSubmatch(out)
+	secret := regexp.MustCompile(`set STRIPE_WEBHOOK_SECRET=(whsec_\w+),(whsec_\w+) `).FindStringSubmatch(out)
 	require.NotNil(t, secret, out)
 	ids := h.Stripe.Fake.WebhookEndpointIDs()
 	require.Len(t, ids, 1)

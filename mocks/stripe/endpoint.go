@@ -24,6 +24,9 @@ type endpoint struct {
 	// Thin marks an event destination with thin payloads (v2.core.event
 	// notifications naming the related object) instead of snapshot events.
 	Thin bool
+	// Name and Updated are an event destination's (API v2).
+	Name    string
+	Updated int64
 	// Disabled: status "disabled", sent nothing (by the owner's update or
 	// by Stripe after failures).
 	Disabled bool
@@ -157,7 +160,8 @@ func (s *Server) listEndpoints(c *call) (obj, error) {
 	if err := c.form.allow(listParams...); err != nil {
 		return nil, err
 	}
-	return listPage(c, s.endpoints.newestFirst(nil), s.endpoints.get, "webhook endpoint", renderEndpoint)
+	// A thin event destination is no v1 webhook endpoint (API v2's only).
+	return listPage(c, s.endpoints.newestFirst(func(ep *endpoint) bool { return !ep.Thin }), s.endpoints.get, "webhook endpoint", renderEndpoint)
 }
 
 func checkEndpointURL(raw string) error {

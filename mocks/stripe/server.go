@@ -38,6 +38,7 @@ import (
 	"cmp"
 	"errors"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -147,6 +148,7 @@ type call struct {
 	idemKey   string
 	now       time.Time
 	stale     time.Duration // > 0: this read sees objects as they were this long ago
+	body      []byte        // an API v2 POST's JSON body (readJSONBody)
 }
 
 type handler func(c *call) (obj, error)
@@ -245,6 +247,7 @@ func (s *Server) routes() {
 		"GET /v1/accounts/{id}":                       s.getAccount,
 		"/":                                           s.unknownRoute,
 	}
+	maps.Copy(routes, s.destinationRoutes())
 	for pattern, h := range routes {
 		s.patterns = append(s.patterns, pattern)
 		s.api.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) { s.serveAPI(w, r, pattern, h) })
@@ -338,6 +341,11 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, op string, h h
 		return
 	}
 	c.form = form(r.Form)
+	var bodyErr *stripeError
+	if c.body, bodyErr = readJSONBody(r); bodyErr != nil {
+		bodyErr.write(w)
+		return
+	}
 	c.idemKey = r.Header.Get("Idempotency-Key")
 	if c.idemKey != "" && r.Method == http.MethodPost {
 		w.Header().Set("Idempotency-Key", c.idemKey)

@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
-	"strings"
 )
 
 // EndpointInfo is what billsync reads of a Stripe webhook endpoint.
@@ -27,18 +26,7 @@ type EndpointInfo struct {
 
 // MissingTypes returns the FeedTypes the endpoint's enabled_events do not
 // cover ("*" and prefix wildcards like "invoice.*" cover their types).
-func (e EndpointInfo) MissingTypes() []string {
-	var missing []string
-	for _, typ := range FeedTypes {
-		if !slices.ContainsFunc(e.EnabledEvents, func(pattern string) bool {
-			prefix, wild := strings.CutSuffix(pattern, "*")
-			return pattern == typ || (wild && strings.HasPrefix(typ, prefix))
-		}) {
-			missing = append(missing, typ)
-		}
-	}
-	return missing
-}
+func (e EndpointInfo) MissingTypes() []string { return uncovered(e.EnabledEvents, FeedTypes) }
 
 // WebhookEndpoints lists the account's webhook endpoints (one page of
 // 100, Stripe's most; an account has a handful).
@@ -62,8 +50,8 @@ func (c *Client) WebhookEndpoints(ctx context.Context) ([]EndpointInfo, error) {
 // mismatch), else creates one pinned to APIVersion, whose Secret Stripe
 // answers this once.
 func (c *Client) SetupEndpoint(ctx context.Context, endpointURL string) (ep EndpointInfo, created bool, err error) {
-	if u, err := url.Parse(endpointURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return EndpointInfo{}, false, fmt.Errorf("endpoint URL %q: want an absolute http(s) URL like https://billing.example.com/webhooks/stripe", endpointURL)
+	if err := checkEndpointURL(endpointURL); err != nil {
+		return EndpointInfo{}, false, err
 	}
 	eps, err := c.WebhookEndpoints(ctx)
 	if err != nil {

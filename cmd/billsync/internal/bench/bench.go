@@ -113,7 +113,7 @@ type Config struct {
 	// URL (its pool_max_conns, else store.DefaultServePoolSize).
 	PoolConns int
 	// Only, when set (intake, drain, latency, sweep, heal or idle), runs
-	// that part alone.
+	// that part alone; drift runs only when asked for so.
 	Only string
 	// SweepParallel pins how many list requests the sweeps keep in
 	// flight; 0 adapts, as serve's default.
@@ -125,6 +125,14 @@ type Config struct {
 	// HealScale divides the heal part's feed times and multiplies its
 	// allocation; default HealPollScale.
 	HealScale int
+	// DriftSizes are the accounts the drift part sweeps (default 1,000 and
+	// 10,000; the sample is measured at the first), DriftFor how long its
+	// sample runs (default 100 s; its cost is counted over a fifth of
+	// it), DriftScale how many sampler minutes a compressed round stands
+	// for (0: as many as this latency allows, at most 10).
+	DriftSizes []int
+	DriftFor   time.Duration
+	DriftScale int
 	// CPUProfile, when set, is the file the measured sweep's CPU profile
 	// is written to (pprof format): the sweep alone, not its setup.
 	CPUProfile string
@@ -164,6 +172,10 @@ func (c Config) withDefaults() Config {
 	c.BaselineWorkers = cmp.Or(c.BaselineWorkers, 8)            // serve's old fixed loops
 	c.Batch = cmp.Or(c.Batch, reconcile.DefaultBatch)           // as serve runs it
 	c.HealScale = cmp.Or(c.HealScale, HealPollScale)
+	if len(c.DriftSizes) == 0 {
+		c.DriftSizes = driftSweepSizes
+	}
+	c.DriftFor = cmp.Or(c.DriftFor, driftFor)
 	if len(c.Latencies) == 0 {
 		c.Latencies = []time.Duration{50 * time.Millisecond, 300 * time.Millisecond}
 	}
@@ -195,8 +207,8 @@ func (c Config) Validate() error {
 	if c.SweepAccounts < 100 {
 		errs = append(errs, errors.New("-sweep-accounts must be 100 or more"))
 	}
-	if c.Only != "" && !slices.Contains([]string{"intake", "drain", "latency", "sweep", "heal", "idle"}, c.Only) {
-		errs = append(errs, errors.New("-only must be intake, drain, latency, sweep, heal or idle"))
+	if c.Only != "" && !slices.Contains([]string{"intake", "drain", "latency", "sweep", "heal", "idle", "drift"}, c.Only) {
+		errs = append(errs, errors.New("-only must be intake, drain, latency, sweep, heal, idle or drift"))
 	}
 	if c.LoadFor < time.Second {
 		errs = append(errs, errors.New("-load-for must be 1s or more"))
@@ -285,6 +297,25 @@ func Run(ctx context.Context, databaseURL string, cfg Config) (Report, error) {
 				rep.Sweep = append(rep.Sweep, sw)
 				return err
 			}})
+	}
+	if cfg.Only == "drift" {
+		for _, latency := range cfg.Latencies {
+			at := cfg
+			at.Latency = latency
+			res := &DriftResult{}
+			for i, n := range cfg.DriftSizes {
+				parts = append(parts, part{fmt.Sprintf("drift_%s_%d", latency, n), func(st *store.Store) error {
+					if err := runDriftSize(ctx, st, at, n, i == 0, res); err != nil {
+						return err
+					}
+					if i == len(cfg.DriftSizes)-1 {
+						res.finish()
+						rep.Drift = append(rep.Drift, *res)
+					}
+					return nil
+				}})
+			}
+		}
 	}
 	last := cfg
 	last.Latency = cfg.Latencies[len(cfg.Latencies)-1]

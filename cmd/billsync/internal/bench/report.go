@@ -28,8 +28,10 @@ type Report struct {
 	Sweep   []SweepResult   `json:"sweep"`
 	Heal    HealResult      `json:"heal"`
 	Idle    IdleResult      `json:"idle"`
-	Targets []Target        `json:"targets"`
-	Missed  int             `json:"missed"`
+	// Drift is the drift part (-only drift), one for each provider latency.
+	Drift   []DriftResult `json:"drift,omitempty"`
+	Targets []Target      `json:"targets"`
+	Missed  int           `json:"missed"`
 }
 
 // Target is one measured figure against its target.
@@ -275,6 +277,10 @@ func (r Report) Print(w io.Writer) {
 			time.Duration(id.IntervalS*float64(time.Second)), time.Duration(id.EndpointEveryS*float64(time.Second)), id.ReadsPerMonth, id.Share*100)
 		fmt.Fprintf(w, "  baseline, same reads with no budget (a poll every %s): %.0f reads / 30 days\n\n",
 			time.Duration(id.BaselineIntervalS*float64(time.Second)), id.BaselineReadsPerMonth)
+	}
+
+	for _, d := range r.Drift {
+		printDrift(w, d)
 	}
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
