@@ -19,7 +19,7 @@ import (
 var errStripeCheck = errors.New("stripe check found problems")
 
 func runStripe(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger) error {
-	usage := `usage: billsync stripe setup --url https://<host>/webhooks/stripe
+	usage := `usage: billsync stripe setup --url https://<host>/webhooks/stripe [--connect]
        billsync stripe check [--url https://<host>/webhooks/stripe]
 
 setup creates the Stripe webhook endpoint at the URL (or updates the one
@@ -29,7 +29,10 @@ for the event Stripe sends when it failed to create events
 (v2.core.health.event_generation_failure.resolved; one already there is
 reused, the type added if it lacks it). It prints each new signing secret
 once (Stripe answers it on creation only) and the STRIPE_WEBHOOK_SECRET
-that holds both, comma-separated.
+that holds both, comma-separated. With --connect (Stripe Connect,
+docs/connect.md) it also sets up the Connect endpoint at the URL + /connect
+(connect=true: every connected account's events, and their authorisations)
+and prints its STRIPE_CONNECT_WEBHOOK_SECRET.
 
 check reports, and exits 1 on any problem: whether the key can read
 customers, subscriptions, events and webhook endpoints (a restricted key
@@ -59,6 +62,7 @@ BILLSYNC_PLANS and DATABASE_URL.`
 	cfg.bindReconcile(fs, os.Getenv)
 	cfg.bindCommon(fs, os.Getenv)
 	endpointURL := fs.String("url", "", "the webhook endpoint's URL, https://<host>/webhooks/stripe")
+	connect := fs.Bool("connect", false, "setup: also the Stripe Connect endpoint, at the URL + /connect")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -73,7 +77,10 @@ BILLSYNC_PLANS and DATABASE_URL.`
 		if *endpointURL == "" {
 			return fmt.Errorf("%w: stripe setup needs --url https://<host>/webhooks/stripe", errUsage)
 		}
-		return stripeSetup(ctx, client, *endpointURL, stdout)
+		if err := stripeSetup(ctx, client, *endpointURL, stdout); err != nil || !*connect {
+			return err
+		}
+		return stripeSetupConnect(ctx, client, strings.TrimRight(*endpointURL, "/")+"/connect", stdout)
 	}
 	if cfg.DatabaseURL == "" {
 		fmt.Fprintln(stdout, "skip the read budget: DATABASE_URL is unset (billsync records its reads in its database)")
@@ -134,6 +141,21 @@ func stripeSetup(ctx context.Context, client *stripe.Client, endpointURL string,
 		fmt.Fprintf(w, "set STRIPE_WEBHOOK_SECRET=%s,%s (both secrets, comma-separated)\n", epSecret, destSecret)
 	}
 	fmt.Fprintf(w, "set STRIPE_WEBHOOK_ENDPOINT_ID=%s so the events feed reads its status\n", ep.ID)
+	return nil
+}
+
+// stripeSetupConnect sets up the Connect endpoint at endpointURL.
+func stripeSetupConnect(ctx context.Context, client *stripe.Client, endpointURL string, w io.Writer) error {
+	ep, created, err := client.SetupConnectEndpoint(ctx, endpointURL)
+	if err != nil {
+		return fmt.Errorf("the platform's endpoint is set up; the Connect endpoint is not: %w", err)
+	}
+	if !created {
+		fmt.Fprintf(w, "updated Connect endpoint %s for %s: %d event types, enabled; its signing secret is unchanged\n", ep.ID, ep.URL, len(ep.EnabledEvents))
+		return nil
+	}
+	fmt.Fprintf(w, "created Connect endpoint %s for %s (%d event types, the connected accounts' events)\n", ep.ID, ep.URL, len(ep.EnabledEvents))
+	fmt.Fprintf(w, "set STRIPE_CONNECT_WEBHOOK_SECRET=%s (shown once) and -stripe-connect all or listed\n", ep.Secret)
 	return nil
 }
 

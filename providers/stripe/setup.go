@@ -50,6 +50,22 @@ func (c *Client) WebhookEndpoints(ctx context.Context) ([]EndpointInfo, error) {
 // mismatch), else creates one pinned to APIVersion, whose Secret Stripe
 // answers this once.
 func (c *Client) SetupEndpoint(ctx context.Context, endpointURL string) (ep EndpointInfo, created bool, err error) {
+	return c.setupEndpoint(ctx, endpointURL, FeedTypes, false)
+}
+
+// ConnectTypes are the event types a Connect endpoint adds to FeedTypes:
+// a connected account authorising the platform, or withdrawing.
+var ConnectTypes = []string{eventAuthorized, eventDeauthorized}
+
+// SetupConnectEndpoint is SetupEndpoint for the Connect endpoint
+// (connect=true: sent every connected account's events, with their own
+// signing secret) at endpointURL, subscribed to FeedTypes and
+// ConnectTypes (docs/connect.md).
+func (c *Client) SetupConnectEndpoint(ctx context.Context, endpointURL string) (ep EndpointInfo, created bool, err error) {
+	return c.setupEndpoint(ctx, endpointURL, append(slices.Clone(FeedTypes), ConnectTypes...), true)
+}
+
+func (c *Client) setupEndpoint(ctx context.Context, endpointURL string, types []string, connect bool) (ep EndpointInfo, created bool, err error) {
 	if err := checkEndpointURL(endpointURL); err != nil {
 		return EndpointInfo{}, false, err
 	}
@@ -58,7 +74,7 @@ func (c *Client) SetupEndpoint(ctx context.Context, endpointURL string) (ep Endp
 		return EndpointInfo{}, false, err
 	}
 	form := url.Values{}
-	for i, t := range FeedTypes {
+	for i, t := range types {
 		form.Set("enabled_events["+strconv.Itoa(i)+"]", t)
 	}
 	path, op := "/v1/webhook_endpoints", "create webhook endpoint"
@@ -69,6 +85,10 @@ func (c *Client) SetupEndpoint(ctx context.Context, endpointURL string) (ep Endp
 		form.Set("url", endpointURL)
 		form.Set("api_version", APIVersion)
 		form.Set("description", "billsync")
+		if connect {
+			form.Set("connect", "true")
+			form.Set("description", "billsync (Stripe Connect)")
+		}
 		created = true
 	}
 	body, err := c.post(ctx, path, form, idempotencyKey())
