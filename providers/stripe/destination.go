@@ -128,11 +128,11 @@ func (c *Client) SetupDestination(ctx context.Context, endpointURL string) (d De
 		}
 	}
 	if d.Status == "disabled" {
-		url := d.WebhookEndpoint.URL
+		at := d.WebhookEndpoint.URL
 		if d, err = c.postDestination(ctx, path+"/enable", "enable event destination "+d.ID, nil); err != nil {
 			return DestinationInfo{}, false, err
 		}
-		d.WebhookEndpoint.URL = url // the enable answer includes no URL
+		d.WebhookEndpoint.URL = at // the enable answer includes no URL
 	}
 	return d, false, nil
 }
