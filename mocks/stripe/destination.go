@@ -259,6 +259,9 @@ func (s *Server) enableDestination(c *call) (obj, error)  { return s.setDestinat
 func (s *Server) disableDestination(c *call) (obj, error) { return s.setDestinationDisabled(c, true) }
 
 func (s *Server) setDestinationDisabled(c *call, disabled bool) (obj, error) {
+	if len(bytes.TrimSpace(c.body)) > 0 && !bytes.Equal(bytes.TrimSpace(c.body), []byte("{}")) {
+		return nil, badRequest("enable and disable take no parameters")
+	}
 	ep, err := s.destination(c)
 	if err != nil {
 		return nil, err

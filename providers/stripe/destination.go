@@ -128,11 +128,11 @@ func (c *Client) SetupDestination(ctx context.Context, endpointURL string) (d De
 		}
 	}
 	if d.Status == "disabled" {
-		url := d.WebhookEndpoint.URL
+		at := d.WebhookEndpoint.URL
 		if d, err = c.postDestination(ctx, path+"/enable", "enable event destination "+d.ID, nil); err != nil {
 			return DestinationInfo{}, false, err
 		}
-		d.WebhookEndpoint.URL = url // the enable answer includes no URL
+		d.WebhookEndpoint.URL = at // the enable answer includes no URL
 	}
 	return d, false, nil
 }
@@ -140,6 +140,9 @@ func (c *Client) SetupDestination(ctx context.Context, endpointURL string) (d De
 // postDestination sends an API v2 POST (a JSON body, not a form) with an
 // Idempotency-Key and reads the destination it answers.
 func (c *Client) postDestination(ctx context.Context, path, op string, body map[string]any) (DestinationInfo, error) {
+	if body == nil {
+		body = map[string]any{} // "{}", not "null": a request with no parameters
+	}
 	raw, err := json.Marshal(body)
 	if err != nil {
 		return DestinationInfo{}, fmt.Errorf("stripe %s: %w", op, err)
