@@ -58,8 +58,11 @@ type App struct {
 	handler  http.Handler
 	worker   *reconcile.Worker
 	spending *reconcile.Spending // nil without Stripe
-	intakes  []string            // the providers whose webhooks are verified here
-	fetches  []string            // the providers fetched from here (whose import the app API reports)
+	// connectFeed polls the Stripe Connect accounts' feeds; nil when
+	// -stripe-connect is off or the events feed is.
+	connectFeed *reconcile.ConnectFeed
+	intakes     []string // the providers whose webhooks are verified here
+	fetches     []string // the providers fetched from here (whose import the app API reports)
 	// parts are the long-running parts, each running until its context
 	// ends and returning once it has stopped.
 	parts []func(context.Context)
@@ -115,7 +118,7 @@ func New(ctx context.Context, cfg Config, parts Parts) (*App, error) {
 		return nil, err
 	}
 	logger.Info("providers on", "intake", strings.Join(a.intakes, ", "), "fetch", provs.Names(), "workers", cfg.Workers,
-		"events_feed", eventsFeedSetting(cfg))
+		"events_feed", eventsFeedSetting(cfg), "connect_feeds", connectFeedSetting(cfg))
 	var sweeps server.Sweeps // nil without workers: the admin API answers 503
 	if cfg.Workers > 0 {
 		if sweeps, err = a.addWorkers(provs); err != nil {
@@ -194,6 +197,12 @@ func (a *App) addFeed(provs Providers) ([]string, error) {
 	// BillsyncEventsFeedStalled alert.
 	a.metrics.CollectEventsFeeds(a.st.EventsFeedStates, a.logger)
 	a.parts = append(a.parts, feed.Run)
+	if a.cfg.StripeConnect.Enabled() {
+		if a.connectFeed, err = newStripeConnectFeed(a.cfg, a.st, provs.Stripe, a.spending, a.logger); err != nil {
+			return nil, err
+		}
+		a.parts = append(a.parts, a.connectFeed.Run)
+	}
 	return []string{stripe.Provider}, nil
 }
 
@@ -477,6 +486,34 @@ func newStripeFeed(cfg Config, st *store.Store, client *stripe.Client, spending 
 		fc.Endpoint = stripe.Endpoint{Client: client, ID: cfg.StripeEndpointID}
 	}
 	return reconcile.NewEventsFeed(fc)
+}
+
+// newStripeConnectFeed builds the feeds of the Stripe Connect accounts
+// served (-stripe-connect), at most every -events-poll each, within a
+// quarter of the read allocation (docs/connect.md). The allocation is
+// spending's: 500 reads a transaction of every payment the intake counts,
+// the connected accounts' included (Stripe allocates the reads on their
+// behalf 500 a transaction of theirs, apart from the platform's own).
+func newStripeConnectFeed(cfg Config, st *store.Store, client *stripe.Client, spending *reconcile.Spending,
+	logger *slog.Logger) (*reconcile.ConnectFeed, error) {
+	return reconcile.NewConnectFeed(reconcile.ConnectFeedConfig{
+		Provider: stripe.Provider, Source: client, Store: st, Policy: cfg.StripeConnect, Allocation: spending.Allocation,
+		Interval: cfg.EventsPoll, Overlap: cfg.EventsOverlap, Logger: logger,
+	})
+}
+
+// ConnectFeed returns the Stripe Connect accounts' feed scheduler; nil
+// when it does not run here (-stripe-connect off, or the events feed off).
+func (a *App) ConnectFeed() *reconcile.ConnectFeed { return a.connectFeed }
+
+// connectFeedSetting says how the Stripe Connect accounts' feeds run, for
+// the start-up log.
+func connectFeedSetting(cfg Config) string {
+	if !cfg.FeedOn() || !cfg.StripeConnect.Enabled() {
+		return "off"
+	}
+	return fmt.Sprintf("%s accounts, %d polls at once, oldest first, each at most every %s within a quarter of the read allocation",
+		cfg.StripeConnect.Mode, reconcile.DefaultConnectPool, cfg.EventsPoll)
 }
 
 // eventsFeedSetting says how the events feed runs, for the start-up log.

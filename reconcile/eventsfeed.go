@@ -62,9 +62,13 @@ type EndpointChecker interface {
 	WebhookEndpoint(ctx context.Context) (id string, enabled bool, err error)
 }
 
-// EventsFeedState is what the store keeps of a provider's feed.
+// EventsFeedState is what the store keeps of a provider's feed, or of
+// one of its connected accounts' (Stripe Connect).
 type EventsFeedState struct {
 	Provider string `json:"provider"`
+	// Account is the connected account whose feed this is; "" the
+	// platform's own.
+	Account string `json:"account,omitempty"`
 	// Cursor is the newest event time stored; zero before the first poll.
 	Cursor          time.Time  `json:"cursor"`
 	NewestEventAt   *time.Time `json:"newest_event_at,omitempty"`
@@ -78,6 +82,9 @@ type EventsFeedState struct {
 
 // EventsFeedPoll is what one poll did, for the store to record with the cursor.
 type EventsFeedPoll struct {
+	// Account is the connected account whose feed polled; "" the
+	// platform's own.
+	Account       string
 	Cursor        time.Time // the new cursor (the old one when nothing newer was stored)
 	NewestEventAt time.Time // zero: no event listed
 	Undelivered   int       // listed events the provider had not delivered
@@ -95,15 +102,18 @@ type EventsFeedStore interface {
 	// EventsFeedLock takes the provider's feed lease until release (see
 	// SweepStore.SweepLock); ErrLeaseHeld when another poller has it.
 	EventsFeedLock(ctx context.Context, provider string) (held context.Context, release func(), err error)
-	// OpenEventsFeed returns the provider's feed state, recording start as the
-	// cursor of a feed that never polled. The store counts an event the
-	// feed stores first (StoreReceipt with SourceFeed, no webhook before
-	// it) in the state's Caught, in the event's own transaction.
-	OpenEventsFeed(ctx context.Context, provider string, start time.Time) (EventsFeedState, error)
+	// OpenEventsFeed returns the feed state of the provider's account (""
+	// the platform's own, else a connected account), recording start as
+	// the cursor of a feed that never polled. The store counts an event
+	// the feed stores first (StoreReceipt with SourceFeed, no webhook
+	// before it) in the Caught of its account's feed (the account its
+	// dedupe key names), in the event's own transaction.
+	OpenEventsFeed(ctx context.Context, provider, account string, start time.Time) (EventsFeedState, error)
 	// EventsFeedStored returns which of the dedupe keys the feed has stored
 	// already (a receipt from the feed).
 	EventsFeedStored(ctx context.Context, provider string, keys []string) (map[string]bool, error)
-	// SaveEventsFeedPoll records a finished poll: the cursor and the health.
+	// SaveEventsFeedPoll records a finished poll of p.Account's feed: the
+	// cursor and the health; it clears a connected account's backoff.
 	SaveEventsFeedPoll(ctx context.Context, provider string, p EventsFeedPoll) error
 }
 
@@ -421,50 +431,83 @@ func (f *EventsFeed) Poll(ctx context.Context) (PollResult, error) {
 }
 
 func (f *EventsFeed) poll(ctx context.Context) (PollResult, error) {
-	st := f.cfg.Store
-	now, err := st.Now(ctx)
+	p := feedPoller{provider: f.cfg.Provider, source: f.cfg.Source, store: f.cfg.Store,
+		overlap: f.cfg.Overlap, start: f.cfg.Start, log: f.log}
+	res, rec, err := p.list(ctx)
 	if err != nil {
-		return PollResult{}, err
+		return res, err
 	}
-	state, err := st.OpenEventsFeed(ctx, f.cfg.Provider, now.Add(-f.cfg.Start+f.cfg.Overlap))
+	if f.endpointDue(res) {
+		f.checkEndpoint(ctx, &rec)
+	}
+	if err := f.cfg.Store.SaveEventsFeedPoll(ctx, f.cfg.Provider, rec); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// feedPoller lists one account's events since its feed's cursor and
+// stores them: the poll the platform's EventsFeed and each connected
+// account's (ConnectFeed) share.
+type feedPoller struct {
+	provider string
+	account  string // "" the platform's own; else the connected account whose events source lists
+	source   EventSource
+	store    EventsFeedStore
+	overlap  time.Duration
+	start    time.Duration
+	log      *slog.Logger
+}
+
+// list lists and stores the events since the cursor (less the overlap)
+// and returns what it did and what to record; the caller records it
+// (SaveEventsFeedPoll) once it has added its own.
+func (p feedPoller) list(ctx context.Context) (PollResult, EventsFeedPoll, error) {
+	now, err := p.store.Now(ctx)
 	if err != nil {
-		return PollResult{}, err
+		return PollResult{}, EventsFeedPoll{}, err
+	}
+	state, err := p.store.OpenEventsFeed(ctx, p.provider, p.account, now.Add(-p.start+p.overlap))
+	if err != nil {
+		return PollResult{}, EventsFeedPoll{}, err
 	}
 	res := PollResult{Cursor: state.Cursor}
-	var rec EventsFeedPoll
-	since := state.Cursor.Add(-f.cfg.Overlap)
+	rec := EventsFeedPoll{Account: p.account}
+	since := state.Cursor.Add(-p.overlap)
 	// Every page is stored before the next is read, and the cursor is
 	// written once the listing is done: a crash re-reads, never skips.
 	for after := ""; ; {
-		page, err := f.cfg.Source.ListEvents(ctx, since, after)
+		page, err := p.source.ListEvents(ctx, since, after)
 		if err != nil {
-			return res, fmt.Errorf("list %s events since %s: %w", f.cfg.Provider, since.Format(time.RFC3339), err)
+			return res, rec, fmt.Errorf("list %s events since %s: %w", p.name(), since.Format(time.RFC3339), err)
 		}
-		if err := f.store(ctx, page, &res, &rec); err != nil {
-			return res, err
+		if err := p.storePage(ctx, page, &res, &rec); err != nil {
+			return res, rec, err
 		}
 		if after = page.Next; after == "" {
 			break
 		}
 	}
 	rec.Cursor = res.Cursor
-	if f.endpointDue(res) {
-		f.checkEndpoint(ctx, &rec)
-	}
-	if err := st.SaveEventsFeedPoll(ctx, f.cfg.Provider, rec); err != nil {
-		return res, err
-	}
-	return res, nil
+	return res, rec, nil
 }
 
-// store stores a page's events the feed has not stored yet, through the
-// intake's call, and moves res.Cursor to the newest event time stored.
-func (f *EventsFeed) store(ctx context.Context, page EventsFeedPage, res *PollResult, rec *EventsFeedPoll) error {
+// name names the feed in errors: the provider, and the connected account.
+func (p feedPoller) name() string {
+	if p.account == "" {
+		return p.provider
+	}
+	return p.provider + " " + p.account
+}
+
+// storePage stores a page's events the feed has not stored yet, through
+// the intake's call, and moves res.Cursor to the newest event time stored.
+func (p feedPoller) storePage(ctx context.Context, page EventsFeedPage, res *PollResult, rec *EventsFeedPoll) error {
 	keys := make([]string, 0, len(page.Events))
 	for _, e := range page.Events {
 		keys = append(keys, e.Event.DedupeKey)
 	}
-	stored, err := f.cfg.Store.EventsFeedStored(ctx, f.cfg.Provider, keys)
+	stored, err := p.store.EventsFeedStored(ctx, p.provider, keys)
 	if err != nil {
 		return err
 	}
@@ -480,16 +523,16 @@ func (f *EventsFeed) store(ctx context.Context, page EventsFeedPage, res *PollRe
 			rec.NewestEventAt = t
 		}
 		if !stored[e.Event.DedupeKey] {
-			st, err := f.cfg.Store.StoreReceipt(ctx, Receipt{Event: e.Event, Source: SourceFeed})
+			st, err := p.store.StoreReceipt(ctx, Receipt{Event: e.Event, Source: SourceFeed})
 			if err != nil {
-				return fmt.Errorf("store %s event %s from the feed: %w", f.cfg.Provider, e.Event.EventID, err)
+				return fmt.Errorf("store %s event %s from the feed: %w", p.name(), e.Event.EventID, err)
 			}
 			stored[e.Event.DedupeKey] = true
 			res.Stored++
 			if !st.Duplicate {
 				// No webhook brought it before the feed: late or lost.
 				res.Caught++
-				f.log.InfoContext(ctx, "events feed caught an event no webhook had brought",
+				p.log.InfoContext(ctx, "events feed caught an event no webhook had brought",
 					slog.String("event", e.Event.EventID), slog.String("type", e.Event.Type),
 					slog.String("customer", e.Event.CustomerID))
 			}

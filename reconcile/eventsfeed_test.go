@@ -97,7 +97,7 @@ func (p *feedProvider) config(withEndpoint bool) reconcile.EventsFeedConfig {
 			p.mu.Unlock()
 			return held, cancel, nil
 		},
-		OpenEventsFeedFn: func(_ context.Context, provider string, start time.Time) (reconcile.EventsFeedState, error) {
+		OpenEventsFeedFn: func(_ context.Context, provider, _ string, start time.Time) (reconcile.EventsFeedState, error) {
 			return reconcile.EventsFeedState{Provider: provider, Cursor: start}, nil
 		},
 		EventsFeedStoredFn: func(_ context.Context, _ string, keys []string) (map[string]bool, error) {

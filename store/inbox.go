@@ -36,6 +36,7 @@ func (s *Store) StoreReceipt(ctx context.Context, d reconcile.Receipt) (reconcil
 	if a := ev.Authorization; a != nil {
 		authAccounts, authAuthorized, authAt = []string{a.Account}, []bool{a.Authorized}, []time.Time{a.At}
 	}
+	feedAccount, _ := reconcile.SplitConnected(ev.DedupeKey)
 	// xmax = 0 only on a freshly inserted row: it tells a new event from a
 	// copy. The queue upsert is enqueueSQL, for a new pending event with a
 	// customer only: it settles the event's hints onto the row.
@@ -65,8 +66,10 @@ func (s *Store) StoreReceipt(ctx context.Context, d reconcile.Receipt) (reconcil
 		), caught AS (
 			-- An event the feed stores first is a webhook late or lost:
 			-- counted with the event, so the count never lags its account.
+			-- The feed of the event's own account: a connected account's
+			-- event is keyed under it ("acct_…/evt_…"), the platform's is not.
 			UPDATE events_feed SET caught = caught + 1
-			WHERE provider = $1 AND $15 = 'feed' AND (SELECT inserted FROM ev)
+			WHERE provider = $1 AND account = $20 AND $15 = 'feed' AND (SELECT inserted FROM ev)
 		), authorized AS (
 			-- A connected account's authorisation event is recorded with
 			-- the event (a copy or an older event changes nothing).
@@ -82,7 +85,7 @@ func (s *Store) StoreReceipt(ctx context.Context, d reconcile.Receipt) (reconcil
 		ev.Provider, ev.DedupeKey, ev.EventID, ev.Type, ev.CustomerID, nullTime(ev.Time),
 		ev.APIVersion, ev.Payload, status, outcome, d.DeliveryID, d.RemoteAddr, expectDoc(ev.Expect), ev.UserRef,
 		cmp.Or(d.Source, reconcile.SourceWebhook), ev.Transaction,
-		authAccounts, authAuthorized, authAt,
+		authAccounts, authAuthorized, authAt, feedAccount,
 	).Scan(&st.InboxID, &inserted, &st.SeenCount, &st.Status)
 	if err != nil {
 		return reconcile.Stored{}, fmt.Errorf("store %s event %s: %w", ev.Provider, ev.DedupeKey, classify(err))

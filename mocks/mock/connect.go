@@ -2,6 +2,7 @@ package mock
 
 import (
 	"context"
+	"time"
 
 	"github.com/billsync/billsync/reconcile"
 )
@@ -21,3 +22,44 @@ func (s *ConnectedAccountStore) ConnectedAccounts(ctx context.Context, provider 
 }
 
 var _ reconcile.ConnectedAccountStore = (*ConnectedAccountStore)(nil)
+
+var _ reconcile.ConnectFeedStore = (*ConnectFeedStore)(nil)
+
+// ConnectFeedStore is a reconcile.ConnectFeedStore whose methods call the
+// matching function (the embedded fakes' for theirs).
+type ConnectFeedStore struct {
+	EventsFeedStore
+	ConnectedAccountStore
+	ConnectFeedLockFn func(ctx context.Context, provider string) (held context.Context, release func(), err error)
+	DueConnectFeedsFn func(ctx context.Context, provider string, q reconcile.ConnectDueQuery) ([]reconcile.ConnectFeedDue, int, error)
+	FailConnectFeedFn func(ctx context.Context, provider, account string, retry time.Duration) error
+}
+
+func (s *ConnectFeedStore) ConnectFeedLock(ctx context.Context, provider string) (context.Context, func(), error) {
+	return s.ConnectFeedLockFn(ctx, provider)
+}
+
+func (s *ConnectFeedStore) DueConnectFeeds(ctx context.Context, provider string, q reconcile.ConnectDueQuery) ([]reconcile.ConnectFeedDue, int, error) {
+	return s.DueConnectFeedsFn(ctx, provider, q)
+}
+
+func (s *ConnectFeedStore) FailConnectFeed(ctx context.Context, provider, account string, retry time.Duration) error {
+	return s.FailConnectFeedFn(ctx, provider, account, retry)
+}
+
+var _ reconcile.ConnectSource = (*ConnectSource)(nil)
+
+// ConnectSource is a reconcile.ConnectSource whose methods call the
+// matching function.
+type ConnectSource struct {
+	ListAccountsFn        func(ctx context.Context, after string) (accounts []string, next string, err error)
+	ListConnectedEventsFn func(ctx context.Context, account string, since time.Time, after string) (reconcile.EventsFeedPage, error)
+}
+
+func (s *ConnectSource) ListAccounts(ctx context.Context, after string) ([]string, string, error) {
+	return s.ListAccountsFn(ctx, after)
+}
+
+func (s *ConnectSource) ListConnectedEvents(ctx context.Context, account string, since time.Time, after string) (reconcile.EventsFeedPage, error) {
+	return s.ListConnectedEventsFn(ctx, account, since, after)
+}

@@ -15,7 +15,7 @@ type EventsFeedStore struct {
 	Inbox
 	NowFn                func(ctx context.Context) (time.Time, error)
 	EventsFeedLockFn     func(ctx context.Context, provider string) (held context.Context, release func(), err error)
-	OpenEventsFeedFn     func(ctx context.Context, provider string, start time.Time) (reconcile.EventsFeedState, error)
+	OpenEventsFeedFn     func(ctx context.Context, provider, account string, start time.Time) (reconcile.EventsFeedState, error)
 	EventsFeedStoredFn   func(ctx context.Context, provider string, keys []string) (map[string]bool, error)
 	SaveEventsFeedPollFn func(ctx context.Context, provider string, p reconcile.EventsFeedPoll) error
 }
@@ -26,8 +26,8 @@ func (s *EventsFeedStore) EventsFeedLock(ctx context.Context, provider string) (
 	return s.EventsFeedLockFn(ctx, provider)
 }
 
-func (s *EventsFeedStore) OpenEventsFeed(ctx context.Context, provider string, start time.Time) (reconcile.EventsFeedState, error) {
-	return s.OpenEventsFeedFn(ctx, provider, start)
+func (s *EventsFeedStore) OpenEventsFeed(ctx context.Context, provider, account string, start time.Time) (reconcile.EventsFeedState, error) {
+	return s.OpenEventsFeedFn(ctx, provider, account, start)
 }
 
 func (s *EventsFeedStore) EventsFeedStored(ctx context.Context, provider string, keys []string) (map[string]bool, error) {

@@ -137,7 +137,15 @@ type budget struct {
 	share   int             // replicas the rates are shared by; at least 1
 	reads   map[string]*atomic.Int64
 	readsMu sync.Mutex
+	// accounts are the connected accounts' own throttles (Stripe Connect):
+	// a 429 answered on behalf of one slows that account alone.
+	accountsMu sync.Mutex
+	accounts   map[string]*throttle
 }
+
+// maxAccountThrottles bounds the connected accounts' throttles kept: past
+// it, one no 429 has slowed (it is what a new one would be) is dropped.
+const maxAccountThrottles = 10_000
 
 // ledOperations are the operations of duties one replica holds at a time
 // (the sweep's customer list, the events feed): their holder has the whole
@@ -151,7 +159,7 @@ var knownOperations = []string{opRetrieveCustomer, opListSubscriptions, "GET /v1
 func newBudget(global, perOperation float64, burst int) *budget {
 	b := &budget{
 		global: newThrottle(global, burst), rate: global, opRate: perOperation, burst: burst, ops: map[string]*throttle{},
-		led: ledOperations, share: 1, reads: map[string]*atomic.Int64{},
+		led: ledOperations, share: 1, reads: map[string]*atomic.Int64{}, accounts: map[string]*throttle{},
 	}
 	for _, op := range knownOperations {
 		b.of(op)
@@ -219,24 +227,72 @@ func (b *budget) takeReads() map[string]int64 {
 	return out
 }
 
+// ofAccount returns the connected account's throttle, made on first use
+// at an operation's rate (Stripe limits each account on its own; one
+// account's polls and fetches rarely come near it until a 429 slows it);
+// nil for the platform's own requests ("").
+func (b *budget) ofAccount(account string) *throttle {
+	if account == "" {
+		return nil
+	}
+	b.accountsMu.Lock()
+	defer b.accountsMu.Unlock()
+	t, ok := b.accounts[account]
+	if ok {
+		return t
+	}
+	if len(b.accounts) >= maxAccountThrottles {
+		b.dropAccountThrottle()
+	}
+	t = newThrottle(b.opRate, b.burst)
+	b.accounts[account] = t
+	return t
+}
+
+// dropAccountThrottle drops one account's throttle, one no 429 slows
+// where there is one. Called with accountsMu held.
+func (b *budget) dropAccountThrottle() {
+	victim := ""
+	for a, t := range b.accounts {
+		victim = a
+		if t.rate() >= t.base {
+			break
+		}
+	}
+	delete(b.accounts, victim)
+}
+
 // answered reacts to an attempt's answer: a 429 from Stripe's limiters
 // slows what its reason names, any other answer lets the throttles it
-// passed recover. It returns the 429's reason ("" for any other status).
-func (b *budget) answered(op string, resp *http.Response) string {
+// passed recover. A 429 answered on behalf of a connected account
+// (account) slows that account's throttle alone, whatever its reason:
+// Stripe limits each account on its own, and the platform's throttles
+// already keep billsync within the platform's. It returns the 429's
+// reason ("" for any other status).
+func (b *budget) answered(op, account string, resp *http.Response) string {
 	now := time.Now()
+	acct := b.ofAccount(account)
 	if resp.StatusCode != http.StatusTooManyRequests {
 		b.global.recover(now)
 		b.of(op).recover(now)
+		if acct != nil {
+			acct.recover(now)
+		}
 		return ""
 	}
 	reason := resp.Header.Get("Stripe-Rate-Limited-Reason")
+	switch {
+	case reason == "":
+		return reasonNone
+	case acct != nil:
+		acct.slow(now)
+		return reason
+	}
 	switch reason {
 	case reasonGlobalRate, reasonGlobalConcurrency:
 		b.global.slow(now)
 	case reasonEndpointRate, reasonEndpointConcurrency:
 		b.of(op).slow(now)
-	case "":
-		reason = reasonNone
 	}
 	return reason
 }

@@ -227,11 +227,13 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 	}
 	rc.HTTPClient = &http.Client{Transport: &attempt.Transport{
 		Base: base,
-		// the listing's own limiter (a sweep's share), the operation's,
-		// then the account's global one.
+		// the listing's own limiter (a sweep's share), the connected
+		// account's (Stripe Connect: slowed by its own 429s), the
+		// operation's, then the platform's global one.
 		Limits: func(req *http.Request) []attempt.Limit {
 			return []attempt.Limit{
 				{Name: "stripe list", Limiter: listLimiter(req.Context())},
+				{Name: "stripe connected account", Limiter: c.budget.ofAccount(accountOf(req.Context())).limiter()},
 				{Name: "stripe operation", Limiter: c.budget.of(Operation(req.Method, req.URL.Path)).limiter()},
 				{Name: "stripe", Limiter: c.budget.global.limiter()},
 			}
@@ -243,7 +245,7 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 			if req.Method == http.MethodGet {
 				c.budget.count(op)
 			}
-			if reason := c.budget.answered(op, resp); reason != "" && cfg.OnRateLimited != nil {
+			if reason := c.budget.answered(op, accountOf(req.Context()), resp); reason != "" && cfg.OnRateLimited != nil {
 				cfg.OnRateLimited(op, reason)
 			}
 		},

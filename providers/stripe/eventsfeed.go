@@ -51,6 +51,12 @@ var _ reconcile.EventSource = (*Client)(nil)
 // Its requests take the client's shared rate limit only (not the sweep's
 // listing share): one poll is a request or a few.
 func (c *Client) ListEvents(ctx context.Context, since time.Time, after string) (reconcile.EventsFeedPage, error) {
+	return c.listEvents(ctx, since, after, "")
+}
+
+// listEvents is ListEvents in ctx's account; account, when set, is the
+// connected account ctx reads on behalf of (see ListConnectedEvents).
+func (c *Client) listEvents(ctx context.Context, since time.Time, after, account string) (reconcile.EventsFeedPage, error) {
 	q := url.Values{}
 	q.Set("limit", strconv.Itoa(listPageSize))
 	q.Set("created[gte]", strconv.FormatInt(since.Unix(), 10))
@@ -65,7 +71,7 @@ func (c *Client) ListEvents(ctx context.Context, since time.Time, after string) 
 	if err != nil {
 		return reconcile.EventsFeedPage{}, fail(op, err)
 	}
-	page, err := ReadEventsPage(body)
+	page, err := readEventsPage(body, account)
 	if err != nil {
 		return reconcile.EventsFeedPage{}, fmt.Errorf("stripe %s: unreadable page: %w", op, err)
 	}
@@ -78,6 +84,12 @@ func (c *Client) ListEvents(ctx context.Context, since time.Time, after string) 
 // (Undelivered), and the next page's cursor (the last entry's id while
 // has_more). An answer that is not a list page is an error.
 func ReadEventsPage(body []byte) (reconcile.EventsFeedPage, error) {
+	return readEventsPage(body, "")
+}
+
+// readEventsPage is ReadEventsPage of a listing on behalf of account ("":
+// the platform's own): an entry that names no account is read as its.
+func readEventsPage(body []byte, account string) (reconcile.EventsFeedPage, error) {
 	entries, more, err := listPageOf[jsontext.Value](body)
 	if err != nil {
 		return reconcile.EventsFeedPage{}, err
@@ -87,7 +99,7 @@ func ReadEventsPage(body []byte) (reconcile.EventsFeedPage, error) {
 	for _, raw := range entries {
 		// The event keeps its own bytes: the page's buffer is not reused,
 		// but a stored payload must not hold the whole page alive.
-		own := bytes.Clone(raw)
+		own := inAccount(bytes.Clone(raw), account)
 		ev, _ := parseEvent(own)
 		// Each field on its own: a mistyped one reads as absent (a count
 		// as delivered, an id as none).

@@ -17,3 +17,7 @@ func EntitlementsPageOf(body []byte) ([]reconcile.Entitlement, bool, error) {
 	list, more, err := listPageOf[activeEntitlement](body)
 	return entitlementsOf(list), more, err
 }
+
+// AccountRate is the rate in force for requests on behalf of the
+// connected account.
+func (c *Client) AccountRate(account string) float64 { return c.budget.ofAccount(account).rate() }

@@ -109,7 +109,7 @@ func AgeCustomer(t TB, st *store.Store, provider, customerID string, age time.Du
 // the feed had stopped then.
 func AgeFeedPoll(t TB, st *store.Store, provider string, age time.Duration) {
 	t.Helper()
-	change(t, st, 1, `UPDATE events_feed SET polled_at = now() - make_interval(secs => $2) WHERE provider = $1`,
+	change(t, st, 1, `UPDATE events_feed SET polled_at = now() - make_interval(secs => $2) WHERE provider = $1 AND account = ''`,
 		provider, age.Seconds())
 }
 
@@ -117,7 +117,7 @@ func AgeFeedPoll(t TB, st *store.Store, provider string, age time.Duration) {
 // that many had been stored by the feed before any webhook.
 func SetFeedCaught(t TB, st *store.Store, provider string, n int64) {
 	t.Helper()
-	change(t, st, 1, `UPDATE events_feed SET caught = $2 WHERE provider = $1`, provider, n)
+	change(t, st, 1, `UPDATE events_feed SET caught = $2 WHERE provider = $1 AND account = ''`, provider, n)
 }
 
 // AgeAppDeliveries moves every change and delivery to the app age into
@@ -136,4 +136,20 @@ func AgeAccountChanges(t TB, st *store.Store, provider, customerID string, age t
 	change(t, st, someRows, `
 		UPDATE account_changes c SET created_at = now() - make_interval(secs => $3)
 		FROM accounts a WHERE a.id = c.account_id AND a.provider = $1 AND a.customer_id = $2`, provider, customerID, age.Seconds())
+}
+
+// AgeConnectedFeedPoll moves the last poll of a connected account's feed
+// age into the past.
+func AgeConnectedFeedPoll(t TB, st *store.Store, provider, account string, age time.Duration) {
+	t.Helper()
+	change(t, st, 1, `UPDATE events_feed SET polled_at = now() - make_interval(secs => $3) WHERE provider = $1 AND account = $2`,
+		provider, account, age.Seconds())
+}
+
+// EndConnectBackoff ends the backoff of a connected account's feed now,
+// as if its wait had run out.
+func EndConnectBackoff(t TB, st *store.Store, provider, account string) {
+	t.Helper()
+	change(t, st, 1, `UPDATE events_feed SET retry_at = now() WHERE provider = $1 AND account = $2 AND retry_at IS NOT NULL`,
+		provider, account)
 }
