@@ -40,11 +40,7 @@ func newStripeWorld(st *store.Store, addr string, network http.Handler, logger *
 	}
 	w := &stripeWorld{h: h}
 	if connect {
-		if _, err := h.Stripe.ConnectedAccount(demoAccount); err != nil {
-			h.Close()
-			return nil, err
-		}
-		w.account = demoAccount
+		w.account = demoAccount // connected in onFree: its authorisation is a delivery the demo captures
 	}
 	return w, nil
 }
@@ -102,6 +98,9 @@ func (w *stripeWorld) naive(body []byte) (kind, planRef string) {
 func (w *stripeWorld) onFree(ctx context.Context) (string, int, error) {
 	if w.account != "" {
 		const cus = "cus_demo_ada" // ids are the account's own: any other account may hold one too
+		if _, err := w.h.Stripe.ConnectedAccount(w.account); err != nil {
+			return "", 0, err
+		}
 		if err := w.h.Stripe.ConnectedCustomer(w.account, cus, "user_ada"); err != nil {
 			return "", 0, err
 		}
