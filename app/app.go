@@ -317,7 +317,7 @@ func (a *App) addWorkers(provs Providers) (*reconcile.SweepRunner, error) {
 	// queueing every Kinde account within its own pace. The runner stops
 	// the sweeps the admin API, the console and the schedule start with
 	// the workers, within -shutdown-timeout.
-	sweepers, err := provs.Sweepers(a.st, a.plans, a.logger, cfg, "", nil)
+	sweepers, err := provs.Sweepers(a.st, a.plans, a.logger, cfg, "", SweepHooks{OnAnswered: a.metrics.ObserveAnswered})
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/billsync/billsync/providers/kinde"
 	"github.com/billsync/billsync/providers/stripe"
@@ -79,10 +80,10 @@ func (p Providers) Names() string {
 // reports on its own: one provider's failure, or its sweep running
 // elsewhere, never keeps another from sweeping.
 func (p Providers) Sweepers(st *store.Store, plans *reconcile.Plans, logger *slog.Logger, cfg Config, only string,
-	onPage func(reconcile.SweepRun)) ([]*reconcile.Sweeper, error) {
+	hooks SweepHooks) ([]*reconcile.Sweeper, error) {
 	var out []*reconcile.Sweeper
 	if p.Stripe != nil && (only == "" || only == stripe.Provider) {
-		s, err := NewSweeper(st, p.Stripe, plans, logger, cfg.SweepParallel, onPage)
+		s, err := NewSweeper(st, p.Stripe, plans, logger, cfg.SweepParallel, hooks)
 		if err != nil {
 			return nil, err
 		}
@@ -91,7 +92,7 @@ func (p Providers) Sweepers(st *store.Store, plans *reconcile.Plans, logger *slo
 	if p.Kinde != nil && (only == "" || only == kinde.Provider) {
 		s, err := reconcile.NewSweeper(reconcile.SweeperConfig{
 			Store: st, Provider: kinde.Provider, Finder: p.Kinde, Pace: cfg.KindeSweepInterval(), Plans: plans, Logger: logger,
-			OnPage: onPage,
+			OnPage: hooks.OnPage, OnAnswered: hooks.OnAnswered,
 		})
 		if err != nil {
 			return nil, err
@@ -124,11 +125,19 @@ func NewStripeClient(cfg Config, plans *reconcile.Plans, logger *slog.Logger, me
 	return stripe.NewClient(c)
 }
 
+// SweepHooks see a sweep's pages (progress output) and the events they
+// answer (the freshness SLI); either may be nil.
+type SweepHooks struct {
+	OnPage     func(reconcile.SweepRun)
+	OnAnswered func(provider string, answered []reconcile.Answered, at time.Time)
+}
+
 // NewSweeper is the Stripe sweeper: client's bulk listing, parallel parts
 // of it at once (0 adapts).
 func NewSweeper(st *store.Store, client *stripe.Client, plans *reconcile.Plans, logger *slog.Logger, parallel int,
-	onPage func(reconcile.SweepRun)) (*reconcile.Sweeper, error) {
+	hooks SweepHooks) (*reconcile.Sweeper, error) {
 	return reconcile.NewSweeper(reconcile.SweeperConfig{
-		Store: st, Provider: client.Name(), Lister: client, Parallel: parallel, Plans: plans, Logger: logger, OnPage: onPage,
+		Store: st, Provider: client.Name(), Lister: client, Parallel: parallel, Plans: plans, Logger: logger,
+		OnPage: hooks.OnPage, OnAnswered: hooks.OnAnswered,
 	})
 }

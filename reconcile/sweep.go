@@ -187,6 +187,10 @@ type SweeperConfig struct {
 	Logger   *slog.Logger
 	// OnPage, when set, sees the run after each page (progress output).
 	OnPage func(SweepRun)
+	// OnAnswered, when set, sees the stored events a page's apply
+	// answered and the database's time just after its commit (the
+	// freshness SLI: an event a sweep answers waited that long).
+	OnAnswered func(provider string, answered []Answered, at time.Time)
 	// ProgressEvery is how often an import logs its progress at INFO
 	// (accounts, pages, rate, ETA when known); default
 	// DefaultProgressEvery. A sweep logs no progress: it logs each account
@@ -576,6 +580,7 @@ func (s *Sweeper) page(ctx context.Context, rep *SweepReport, snaps []Snapshot, 
 	if err != nil {
 		return nil, err
 	}
+	s.observeAnswered(ctx, outs)
 	for i, job := range jobs {
 		id, out := job.CustomerID, outs[i].Outcome
 		switch out.Result {
@@ -705,4 +710,25 @@ func (r SweepRecord) Left(now time.Time) (time.Duration, bool) {
 	}
 	p := *r.Progress
 	return time.Duration(float64(now.Sub(r.StartedAt)) * (1 - p) / p), true
+}
+
+// observeAnswered hands the events a page's apply answered to OnAnswered,
+// with the database's time after the commit (none when it cannot be read:
+// the events are then not observed, never observed with a wrong age).
+func (s *Sweeper) observeAnswered(ctx context.Context, outs []SweptOutcome) {
+	if s.cfg.OnAnswered == nil {
+		return
+	}
+	var answered []Answered
+	for _, o := range outs {
+		answered = append(answered, o.Answered...)
+	}
+	if len(answered) == 0 {
+		return
+	}
+	at, err := s.cfg.Store.Now(ctx)
+	if err != nil {
+		return
+	}
+	s.cfg.OnAnswered(s.cfg.Provider, answered, at)
 }

@@ -141,6 +141,15 @@ func (m *Metrics) ObserveConnectEvent(provider string) {
 	m.connect.WithLabelValues(provider).Inc()
 }
 
+// ObserveAnswered observes the freshness of stored events answered at at
+// (the commit's database time): by a reconcile, or by a sweep's page
+// (wire it to the sweeper's OnAnswered).
+func (m *Metrics) ObserveAnswered(provider string, answered []reconcile.Answered, at time.Time) {
+	for _, a := range answered {
+		m.freshness.WithLabelValues(provider, a.Source).Observe(max(at.Sub(a.ReceivedAt), 0).Seconds())
+	}
+}
+
 // ObserveReconcile counts one reconcile's result (wire it to the worker's
 // OnOutcome), and observes, once each, the freshness of the events it
 // answered when the worker had the commit's time.
@@ -148,9 +157,7 @@ func (m *Metrics) ObserveReconcile(job reconcile.Job, out reconcile.Outcome) {
 	m.reconciles.WithLabelValues(job.Provider, string(out.Result)).Inc()
 	m.latency.WithLabelValues(job.Provider, string(out.Result)).Observe(out.Took.Seconds())
 	if !out.AnsweredAt.IsZero() {
-		for _, a := range out.Answered {
-			m.freshness.WithLabelValues(job.Provider, a.Source).Observe(max(out.AnsweredAt.Sub(a.ReceivedAt), 0).Seconds())
-		}
+		m.ObserveAnswered(job.Provider, out.Answered, out.AnsweredAt)
 	}
 	for _, price := range out.Unmapped {
 		m.unmapped.WithLabelValues(job.Provider, price).Inc()

@@ -360,6 +360,7 @@ func (s *Store) applySweptPage(ctx context.Context, tx pgx.Tx, jobs []reconcile.
 	as := make([]announcement, len(ds))
 	for k, d := range ds {
 		outs[at[k]].Events, outs[at[k]].WebhookSince = marks[k].n, since[k]
+		outs[at[k]].Answered = marks[k].answered
 		if marks[k].n > 0 {
 			answered = append(answered, d.job.CustomerID)
 		}

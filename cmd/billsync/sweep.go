@@ -63,7 +63,7 @@ func runListing(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.
 	}
 	defer closeSupport()
 	p := newProgress(stdout)
-	sweepers, err := sup.providers.Sweepers(sup.st, sup.plans, logger, sup.cfg.Config, *only, p.page)
+	sweepers, err := sup.providers.Sweepers(sup.st, sup.plans, logger, sup.cfg.Config, *only, app.SweepHooks{OnPage: p.page})
 	if err != nil {
 		return err
 	}

@@ -615,3 +615,32 @@ func TestSweepWithoutAListerQueuesEveryAccountPaced(t *testing.T) {
 	}
 	require.Equal(t, []string{"kinde_a sweep +0m", "kinde_b sweep +1m", "kinde_c sweep +2m"}, got)
 }
+
+// TestSweepObservesTheFreshnessOfWhatItAnswers: webhooks no worker
+// reconciled are answered by the sweep's page; the sweeper hands each to
+// OnAnswered (the freshness SLI) with its source and receipt time, and the
+// commit's database time, no earlier than any receipt.
+func TestSweepObservesTheFreshnessOfWhatItAnswers(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, testenv.Stripe, testenv.Options{})
+	cus := h.Customer("u_fresh")
+	h.Subscribe(cus, "price_pro")
+	h.Delivered() // stored, never reconciled: no worker runs
+	var got []reconcile.Answered
+	var at time.Time
+	s, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: h.Store, Provider: stripe.Provider, Lister: h.Stripe.Client,
+		Parallel: 1, Plans: h.Plans, OnAnswered: func(provider string, answered []reconcile.Answered, when time.Time) {
+			require.Equal(t, stripe.Provider, provider)
+			got, at = append(got, answered...), when
+		}})
+	require.NoError(t, err)
+	_, err = s.Run(context.Background())
+	require.NoError(t, err)
+	events := storetest.Events(t, h.Store)
+	require.NotEmpty(t, events)
+	require.Len(t, got, len(events), "each stored event observed once")
+	for _, a := range got {
+		require.Equal(t, reconcile.SourceWebhook, a.Source)
+		require.False(t, at.Before(a.ReceivedAt), "answered after it was received")
+	}
+}
