@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -61,8 +62,11 @@ type App struct {
 	// connectFeed polls the Stripe Connect accounts' feeds; nil when
 	// -stripe-connect is off or the events feed is.
 	connectFeed *reconcile.ConnectFeed
-	intakes     []string // the providers whose webhooks are verified here
-	fetches     []string // the providers fetched from here (whose import the app API reports)
+	// connectSweeps sweeps the Stripe Connect accounts; nil when
+	// -stripe-connect is off or the sweeps are.
+	connectSweeps *reconcile.ConnectSweeps
+	intakes       []string // the providers whose webhooks are verified here
+	fetches       []string // the providers fetched from here (whose import the app API reports)
 	// parts are the long-running parts, each running until its context
 	// ends and returning once it has stopped.
 	parts []func(context.Context)
@@ -118,7 +122,7 @@ func New(ctx context.Context, cfg Config, parts Parts) (*App, error) {
 		return nil, err
 	}
 	logger.Info("providers on", "intake", strings.Join(a.intakes, ", "), "fetch", provs.Names(), "workers", cfg.Workers,
-		"events_feed", eventsFeedSetting(cfg), "connect_feeds", connectFeedSetting(cfg))
+		"events_feed", eventsFeedSetting(cfg), "connect_feeds", connectFeedSetting(cfg), "connect_sweeps", connectSweepSetting(cfg))
 	var sweeps server.Sweeps // nil without workers: the admin API answers 503
 	if cfg.Workers > 0 {
 		if sweeps, err = a.addWorkers(provs); err != nil {
@@ -338,9 +342,35 @@ func (a *App) addWorkers(provs Providers) (*reconcile.SweepRunner, error) {
 		return nil, fmt.Errorf("BILLSYNC_SWEEP_SCHEDULE %q: %w", cfg.SweepSchedule, err)
 	} else if sched != nil {
 		a.parts = append(a.parts, Schedule{What: "sweep", When: sched, Job: startSweeps(runner, a.logger), Logger: a.logger}.Run)
+		if err := a.addConnectSweeps(provs, sweepers); err != nil {
+			return nil, err
+		}
 	}
 	return runner, nil
 }
+
+// addConnectSweeps adds the sweeps of the Stripe Connect accounts served
+// (-stripe-connect), each swept on its own once a day, spread over the
+// day, when the sweeps are on (-sweep-schedule not off).
+func (a *App) addConnectSweeps(provs Providers, sweepers []*reconcile.Sweeper) error {
+	if !a.cfg.StripeConnect.Enabled() || provs.Stripe == nil {
+		return nil
+	}
+	i := slices.IndexFunc(sweepers, func(s *reconcile.Sweeper) bool { return s.Provider() == stripe.Provider })
+	sweeps, err := reconcile.NewConnectSweeps(reconcile.ConnectSweepsConfig{
+		Sweeper: sweepers[i], ListerOf: provs.Stripe.AccountLister, Store: a.st, Policy: a.cfg.StripeConnect, Logger: a.logger,
+	})
+	if err != nil {
+		return err
+	}
+	a.connectSweeps = sweeps
+	a.parts = append(a.parts, sweeps.Run)
+	return nil
+}
+
+// ConnectSweeps returns the Stripe Connect accounts' sweep scheduler; nil
+// when it does not run here (-stripe-connect off, or the sweeps off).
+func (a *App) ConnectSweeps() *reconcile.ConnectSweeps { return a.connectSweeps }
 
 // addSamplers adds each fetched provider's correctness sample when
 // -sample-share is set: one replica samples a provider at a time (a
@@ -514,6 +544,16 @@ func connectFeedSetting(cfg Config) string {
 	}
 	return fmt.Sprintf("%s accounts, %d polls at once, oldest first, each at most every %s within a quarter of the read allocation",
 		cfg.StripeConnect.Mode, reconcile.DefaultConnectPool, cfg.EventsPoll)
+}
+
+// connectSweepSetting says how the Stripe Connect accounts' sweeps run,
+// for the start-up log.
+func connectSweepSetting(cfg Config) string {
+	if !cfg.StripeConnect.Enabled() || cfg.SweepSchedule == "off" || cfg.SweepSchedule == "" {
+		return "off"
+	}
+	return fmt.Sprintf("%s accounts, each once every %s, %d at once, oldest first",
+		cfg.StripeConnect.Mode, reconcile.DefaultConnectSweepEvery, reconcile.DefaultConnectSweepPool)
 }
 
 // eventsFeedSetting says how the events feed runs, for the start-up log.

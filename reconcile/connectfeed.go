@@ -251,25 +251,9 @@ func (f *ConnectFeed) View() ConnectFeedView {
 // Run leads the Connect feed whenever this replica holds its lease, until
 // ctx ends (see EventsFeed.Run).
 func (f *ConnectFeed) Run(ctx context.Context) {
-	for ctx.Err() == nil {
-		held, release, err := f.cfg.Store.ConnectFeedLock(ctx, f.cfg.Provider)
-		switch {
-		case err == nil:
-			f.lead(ctx, held)
-			release()
-			continue
-		case ctx.Err() != nil:
-			return
-		case errors.Is(err, ErrLeaseHeld):
-			f.log.DebugContext(ctx, "connect feed: another replica leads")
-		default:
-			f.log.WarnContext(ctx, "connect feed: lease not taken; trying again", slog.Any("error", err))
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(feedTakeover):
-		}
-	}
+	leadership{lock: func(ctx context.Context) (context.Context, func(), error) {
+		return f.cfg.Store.ConnectFeedLock(ctx, f.cfg.Provider)
+	}, retry: feedTakeover, log: f.log, what: "connect feed", standby: "connect feed: another replica leads"}.run(ctx, f.lead)
 }
 
 // lead discovers the accounts and polls their feeds until ctx ends or the
@@ -277,9 +261,8 @@ func (f *ConnectFeed) Run(ctx context.Context) {
 func (f *ConnectFeed) lead(ctx, held context.Context) {
 	ctx, cancel := whileHeld(ctx, held)
 	defer cancel()
-	d := &dispatcher{f: f, slots: make(chan struct{}, f.cfg.Pool), ended: make(chan struct{}, 1),
-		inflight: map[string]bool{}}
-	defer d.wg.Wait()
+	pool := newAccountPool(f.cfg.Pool)
+	defer pool.wait()
 	var discovered time.Time
 	for ctx.Err() == nil {
 		if time.Since(discovered) >= f.cfg.DiscoverEvery {
@@ -290,51 +273,24 @@ func (f *ConnectFeed) lead(ctx, held context.Context) {
 			}
 			discovered = time.Now()
 		}
-		wait := d.dispatch(ctx)
-		if wait <= 0 {
-			continue
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-		case <-d.ended:
-		case <-t.C:
-		}
-		t.Stop()
+		pool.sleep(ctx, f.dispatch(ctx, pool))
 	}
 	if held.Err() != nil {
 		f.log.WarnContext(ctx, "connect feed: lease lost; another replica leads now", slog.Any("error", context.Cause(held)))
 	}
 }
 
-// dispatcher hands due accounts to a pool of polls.
-type dispatcher struct {
-	f     *ConnectFeed
-	slots chan struct{} // one a poll in flight
-	ended chan struct{} // a poll ended: a slot, and maybe an account, is free
-	wg    sync.WaitGroup
-
-	mu       sync.Mutex
-	inflight map[string]bool
-}
-
 // dispatch starts polls of the due accounts, most overdue first, as slots
 // free up, and returns how long to wait before looking again (0: at once,
 // more may be due).
-func (d *dispatcher) dispatch(ctx context.Context) time.Duration {
-	f := d.f
+func (f *ConnectFeed) dispatch(ctx context.Context, pool *accountPool) time.Duration {
 	st := f.cfg.Store
 	now, err := st.Now(ctx)
 	if err != nil {
 		f.log.WarnContext(ctx, "connect feed: no database time", slog.Any("error", err))
 		return connectIdle
 	}
-	d.mu.Lock()
-	skip := make([]string, 0, len(d.inflight))
-	for a := range d.inflight {
-		skip = append(skip, a)
-	}
-	d.mu.Unlock()
+	skip := pool.busy()
 	limit := 2 * f.cfg.Pool
 	feeds, served, err := st.DueConnectFeeds(ctx, f.cfg.Provider,
 		ConnectDueQuery{Policy: f.cfg.Policy, Round: f.Round(), Skip: skip, Limit: limit})
@@ -350,27 +306,9 @@ func (d *dispatcher) dispatch(ctx context.Context) time.Duration {
 		if due := fd.DueAt(round); due.After(now) {
 			return min(due.Sub(now), connectIdle)
 		}
-		select {
-		case d.slots <- struct{}{}:
-		case <-ctx.Done():
+		if !pool.start(ctx, fd.Account, func() { f.pollAccount(ctx, fd, round) }) {
 			return 0
 		}
-		d.mu.Lock()
-		d.inflight[fd.Account] = true
-		d.mu.Unlock()
-		d.wg.Add(1)
-		go func() {
-			defer d.wg.Done()
-			f.pollAccount(ctx, fd, round)
-			d.mu.Lock()
-			delete(d.inflight, fd.Account)
-			d.mu.Unlock()
-			<-d.slots
-			select {
-			case d.ended <- struct{}{}:
-			default:
-			}
-		}()
 	}
 	if len(feeds) == limit {
 		return 0

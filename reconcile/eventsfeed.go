@@ -229,26 +229,10 @@ const feedTakeover = 5 * time.Second
 // poll is logged and tried again after the interval: the cursor has not
 // moved.
 func (f *EventsFeed) Run(ctx context.Context) {
-	retry := min(f.cfg.Interval, feedTakeover)
-	for ctx.Err() == nil {
-		held, release, err := f.cfg.Store.EventsFeedLock(ctx, f.cfg.Provider)
-		switch {
-		case err == nil:
-			f.lead(ctx, held)
-			release()
-			continue
-		case ctx.Err() != nil:
-			return
-		case errors.Is(err, ErrLeaseHeld):
-			f.log.DebugContext(ctx, "events poll skipped: another replica is polling")
-		default:
-			f.log.WarnContext(ctx, "events feed: lease not taken; trying again", slog.Any("error", err))
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(retry):
-		}
-	}
+	leadership{lock: func(ctx context.Context) (context.Context, func(), error) {
+		return f.cfg.Store.EventsFeedLock(ctx, f.cfg.Provider)
+	}, retry: min(f.cfg.Interval, feedTakeover), log: f.log, what: "events feed",
+		standby: "events poll skipped: another replica is polling"}.run(ctx, f.lead)
 }
 
 // lead polls at once and then after each poll's interval until ctx ends

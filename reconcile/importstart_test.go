@@ -29,18 +29,18 @@ func TestStartImportsLooksAgainUnderTheLock(t *testing.T) {
 			var locked, runs atomic.Int32
 			finished := make(chan struct{})
 			st := &mock.SweepStore{
-				SweepLockFn: func(ctx context.Context, _ string) (context.Context, func(), error) {
+				SweepLockFn: func(ctx context.Context, _, _ string) (context.Context, func(), error) {
 					locked.Add(1)
 					return ctx, func() { locked.Add(-1) }, nil
 				},
-				ImportedFn: func(context.Context, string) (bool, error) {
+				ImportedFn: func(context.Context, string, string) (bool, error) {
 					return locked.Load() > 0 && tc.underTheLock, nil
 				},
-				StartSweepFn: func(_ context.Context, provider, kind string) (reconcile.SweepRun, error) {
+				StartSweepFn: func(_ context.Context, provider, _, kind string) (reconcile.SweepRun, error) {
 					runs.Add(1)
 					return reconcile.SweepRun{ID: 1, Provider: provider, Kind: kind, Progress: -1}, nil
 				},
-				EnqueueUnsweptFn: func(context.Context, int64, string, time.Time, time.Duration) (int, error) { return 0, nil },
+				EnqueueUnsweptFn: func(context.Context, int64, string, string, time.Time, time.Duration) (int, error) { return 0, nil },
 				FinishSweepFn: func(context.Context, reconcile.SweepRun, error) error {
 					close(finished)
 					return nil
@@ -82,19 +82,19 @@ func TestSweepOfANeverImportedProviderIsItsImport(t *testing.T) {
 			var locked atomic.Int32
 			var started string
 			st := &mock.SweepStore{
-				SweepLockFn: func(ctx context.Context, _ string) (context.Context, func(), error) {
+				SweepLockFn: func(ctx context.Context, _, _ string) (context.Context, func(), error) {
 					locked.Add(1)
 					return ctx, func() { locked.Add(-1) }, nil
 				},
-				ImportedFn: func(context.Context, string) (bool, error) {
+				ImportedFn: func(context.Context, string, string) (bool, error) {
 					require.EqualValues(t, 1, locked.Load(), "asked under the lock")
 					return tc.imported, nil
 				},
-				StartSweepFn: func(_ context.Context, provider, kind string) (reconcile.SweepRun, error) {
+				StartSweepFn: func(_ context.Context, provider, _, kind string) (reconcile.SweepRun, error) {
 					started = kind
 					return reconcile.SweepRun{ID: 1, Provider: provider, Kind: kind, Progress: -1}, nil
 				},
-				EnqueueUnsweptFn: func(context.Context, int64, string, time.Time, time.Duration) (int, error) { return 0, nil },
+				EnqueueUnsweptFn: func(context.Context, int64, string, string, time.Time, time.Duration) (int, error) { return 0, nil },
 				FinishSweepFn:    func(context.Context, reconcile.SweepRun, error) error { return nil },
 			}
 			sw, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: st, Provider: "kinde", Plans: &reconcile.Plans{}})

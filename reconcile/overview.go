@@ -14,7 +14,8 @@ type Overview struct {
 	Now                time.Time // the database's clock
 	Pending, Due, Dead int       // customers in the reconcile queue
 	// Sweeps is the newest run of each kind (a sweep, an import) of each
-	// provider: a newer import never hides the last sweep.
+	// provider's own customers (the platform's, not a Stripe Connect
+	// account's): a newer import never hides the last sweep.
 	Sweeps []SweepRecord
 	// Hours are the last 24 hours, oldest first, the current one last.
 	Hours []OverviewHour

@@ -247,25 +247,9 @@ const sampleTakeover = 15 * time.Second
 // Interval, when shorter). A failed round is logged; the next is a new
 // sample.
 func (s *Sampler) Run(ctx context.Context) {
-	retry := min(s.cfg.Interval, sampleTakeover)
-	for ctx.Err() == nil {
-		held, release, err := s.cfg.Store.SampleLock(ctx, s.cfg.Provider)
-		switch {
-		case err == nil:
-			s.lead(ctx, held)
-			release()
-			continue
-		case ctx.Err() != nil:
-			return
-		case errors.Is(err, ErrLeaseHeld):
-		default:
-			s.log.WarnContext(ctx, "sample: lease not taken; trying again", slog.Any("error", err))
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(retry):
-		}
-	}
+	leadership{lock: func(ctx context.Context) (context.Context, func(), error) {
+		return s.cfg.Store.SampleLock(ctx, s.cfg.Provider)
+	}, retry: min(s.cfg.Interval, sampleTakeover), log: s.log, what: "sample"}.run(ctx, s.lead)
 }
 
 // lead runs a round at once and then every Interval until ctx ends or the

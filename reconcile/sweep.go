@@ -22,8 +22,11 @@ const (
 // SweepRun is one run of a provider's sweep or import, as sweep_runs keeps
 // it.
 type SweepRun struct {
-	ID        int64
-	Provider  string
+	ID       int64
+	Provider string
+	// Account is the Stripe Connect account the run lists, "" for the
+	// platform's own customers (see SweeperConfig.Account).
+	Account   string
 	Kind      string // RunSweep or RunImport; a resumed run keeps its own
 	StartedAt time.Time
 	Resumed   bool   // a run a dead sweeper left running, picked up again
@@ -108,16 +111,19 @@ var ErrSweepRunning = errors.New("a sweep is already running")
 // SweepStore is what the sweeper needs from the database.
 type SweepStore interface {
 	Now(ctx context.Context) (time.Time, error)
-	// SweepLock takes the provider's sweep lease until release: held ends
-	// (cause ErrLeaseLost) if the lease is lost meanwhile, not with ctx; a
-	// crashed sweeper's lease runs out. ErrLeaseHeld: another sweep has it.
-	SweepLock(ctx context.Context, provider string) (held context.Context, release func(), err error)
-	// StartSweep starts a run of kind (RunSweep, RunImport), or resumes
-	// the one a dead sweeper or importer left, whatever its kind.
-	StartSweep(ctx context.Context, provider, kind string) (SweepRun, error)
-	// Imported reports whether provider's customers were ever all listed:
-	// a run of it (an import or a sweep) succeeded.
-	Imported(ctx context.Context, provider string) (bool, error)
+	// SweepLock takes the sweep lease of provider's account ("" the
+	// platform's own customers, else a Stripe Connect account's) until
+	// release: held ends (cause ErrLeaseLost) if the lease is lost
+	// meanwhile, not with ctx; a crashed sweeper's lease runs out.
+	// ErrLeaseHeld: another sweep of the account has it.
+	SweepLock(ctx context.Context, provider, account string) (held context.Context, release func(), err error)
+	// StartSweep starts a run of kind (RunSweep, RunImport) of the
+	// account, or resumes the one a dead sweeper or importer of it left,
+	// whatever its kind.
+	StartSweep(ctx context.Context, provider, account, kind string) (SweepRun, error)
+	// Imported reports whether the account's customers were ever all
+	// listed: a run of it (an import or a sweep) succeeded.
+	Imported(ctx context.Context, provider, account string) (bool, error)
 	// SweepPage records a page once it is applied, in one transaction:
 	// its customers as resolved by the run (EnqueueUnswept leaves them
 	// out) and the run's progress (run.Cursor, Healed, Failed). It returns
@@ -131,10 +137,11 @@ type SweepStore interface {
 	// account or none. It writes nothing for an account already right, and
 	// returns the outcomes aligned with jobs.
 	ApplySweptPage(ctx context.Context, jobs []Job, observedAt time.Time, deciders []Decider) ([]SweptOutcome, error)
-	// EnqueueUnswept queues the accounts the run did not resolve, the
-	// first due at the later of now and from (zero: now) and each next one
-	// pace later, and revives dead queue rows.
-	EnqueueUnswept(ctx context.Context, runID int64, provider string, from time.Time, pace time.Duration) (int, error)
+	// EnqueueUnswept queues the accounts held for customers of the run's
+	// account that it did not resolve, the first due at the later of now
+	// and from (zero: now) and each next one pace later, and revives the
+	// dead queue rows of the account's customers.
+	EnqueueUnswept(ctx context.Context, runID int64, provider, account string, from time.Time, pace time.Duration) (int, error)
 	// EnqueueFound queues for the worker, with trigger, the customers a
 	// Finder found (known or not), in one statement: the first due at the
 	// later of now and from (zero: now), each next one pace later; a row
@@ -163,6 +170,10 @@ type SweptOutcome struct {
 type SweeperConfig struct {
 	Store    SweepStore // required
 	Provider string     // required: the provider's name
+	// Account is the Stripe Connect account swept ("" the platform's own
+	// customers): its runs, lease, cursor and unswept accounts are its
+	// own, and Lister lists on its behalf (see ForAccount).
+	Account string
 	// Lister lists every customer in bulk. A provider without one is
 	// swept by queueing customers for the worker, paced by Pace: every
 	// customer its Finder finds, then every known account it did not find
@@ -238,6 +249,9 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 		return nil, fmt.Errorf("sweeper config: %w", err)
 	}
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)).With("provider", cfg.Provider, "component", "sweep")
+	if cfg.Account != "" {
+		log = log.With("connected_account", cfg.Account)
+	}
 	cfg.Pace = cmp.Or(cfg.Pace, time.Second)
 	cfg.ProgressEvery = cmp.Or(cfg.ProgressEvery, DefaultProgressEvery)
 	progresser, _ := cfg.Lister.(Progresser)
@@ -247,10 +261,37 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 // Provider names the provider this sweeper sweeps.
 func (s *Sweeper) Provider() string { return s.cfg.Provider }
 
-// Imported reports whether the provider's customers were ever all listed
-// (a run of it succeeded): until then serve imports them.
+// Account names the Stripe Connect account this sweeper sweeps, "" for
+// the platform's own customers.
+func (s *Sweeper) Account() string { return s.cfg.Account }
+
+// ForAccount returns a sweeper of the connected account's customers,
+// listed by lister (the provider's listing on behalf of the account), with
+// s's store, plans, parallelism and hooks: its runs, lease and cursor are
+// the account's own.
+func (s *Sweeper) ForAccount(account string, lister Lister) (*Sweeper, error) {
+	if !IsConnectedAccount(account) {
+		return nil, fmt.Errorf("sweeper: %q is not a connected account", account)
+	}
+	cfg := s.cfg
+	cfg.Account, cfg.Lister, cfg.Finder = account, lister, nil
+	return NewSweeper(cfg)
+}
+
+// name is the provider, or "stripe acct_X" for a connected account's
+// sweeper (logs, errors).
+func (s *Sweeper) name() string {
+	if s.cfg.Account == "" {
+		return s.cfg.Provider
+	}
+	return s.cfg.Provider + " " + s.cfg.Account
+}
+
+// Imported reports whether the provider's (or the connected account's)
+// customers were ever all listed (a run of it succeeded): until then serve
+// imports them.
 func (s *Sweeper) Imported(ctx context.Context) (bool, error) {
-	return s.cfg.Store.Imported(ctx, s.cfg.Provider)
+	return s.cfg.Store.Imported(ctx, s.cfg.Provider, s.cfg.Account)
 }
 
 // Run sweeps once: Start, then the started sweep's Sweep (an import when
@@ -305,9 +346,9 @@ func (s *Sweeper) StartFirstImport(ctx context.Context) (*StartedSweep, error) {
 var ErrImported = errors.New("imported already")
 
 func (s *Sweeper) start(ctx context.Context, kind string, firstOnly bool) (*StartedSweep, error) {
-	held, release, err := s.cfg.Store.SweepLock(ctx, s.cfg.Provider)
+	held, release, err := s.cfg.Store.SweepLock(ctx, s.cfg.Provider, s.cfg.Account)
 	if errors.Is(err, ErrLeaseHeld) {
-		return nil, fmt.Errorf("%s: %w", s.cfg.Provider, ErrSweepRunning)
+		return nil, fmt.Errorf("%s: %w", s.name(), ErrSweepRunning)
 	}
 	if err != nil {
 		return nil, err
@@ -317,7 +358,7 @@ func (s *Sweeper) start(ctx context.Context, kind string, firstOnly bool) (*Star
 		// Looked at under the lock, so that no import completes meanwhile.
 		done, err := s.Imported(ctx)
 		if err == nil && done && firstOnly {
-			err = fmt.Errorf("%s: %w", s.cfg.Provider, ErrImported)
+			err = fmt.Errorf("%s: %w", s.name(), ErrImported)
 		}
 		if err != nil {
 			release()
@@ -331,13 +372,13 @@ func (s *Sweeper) start(ctx context.Context, kind string, firstOnly bool) (*Star
 		}
 	}
 	begin := time.Now()
-	run, err := s.cfg.Store.StartSweep(ctx, s.cfg.Provider, kind)
+	run, err := s.cfg.Store.StartSweep(ctx, s.cfg.Provider, s.cfg.Account, kind)
 	if err != nil {
 		release()
 		return nil, err
 	}
 	if asked == RunSweep && run.Kind == RunImport && !run.Resumed {
-		s.log.InfoContext(ctx, fmt.Sprintf("no import of %s has completed: this sweep runs as its import", s.cfg.Provider),
+		s.log.InfoContext(ctx, fmt.Sprintf("no import of %s has completed: this sweep runs as its import", s.name()),
 			"run", run.ID)
 	}
 	s.log.InfoContext(ctx, run.Kind+" started", "run", run.ID, "resumed", run.Resumed, "cursor", run.Cursor)
@@ -369,14 +410,14 @@ func (st *StartedSweep) Sweep(ctx context.Context) (SweepReport, error) {
 		}
 		s.log.WarnContext(ctx, msg, "run", rep.Run.ID,
 			"cursor", rep.Run.Cursor, "seen", rep.Run.Seen, changed, rep.Run.Healed)
-		return rep, fmt.Errorf("%s %s %d interrupted: %w", s.cfg.Provider, kind, rep.Run.ID, err)
+		return rep, fmt.Errorf("%s %s %d interrupted: %w", s.name(), kind, rep.Run.ID, err)
 	}
 	if ferr := s.cfg.Store.FinishSweep(ctx, rep.Run, err); ferr != nil {
 		err = errors.Join(err, ferr)
 	}
 	if err != nil {
 		s.log.ErrorContext(ctx, kind+" failed", "run", rep.Run.ID, "seen", rep.Run.Seen, changed, rep.Run.Healed, slog.Any("error", err))
-		return rep, fmt.Errorf("%s %s %d: %w", s.cfg.Provider, kind, rep.Run.ID, err)
+		return rep, fmt.Errorf("%s %s %d: %w", s.name(), kind, rep.Run.ID, err)
 	}
 	s.log.InfoContext(ctx, kind+" succeeded", "run", rep.Run.ID, "seen", rep.Run.Seen, changed, rep.Run.Healed,
 		"failed", rep.Run.Failed, "enqueued", rep.Enqueued, "calls", rep.Calls, "took", rep.Took)
@@ -418,7 +459,7 @@ func (s *Sweeper) sweep(ctx context.Context, rep *SweepReport, prog *runProgress
 	if err != nil {
 		return err
 	}
-	n, err := s.cfg.Store.EnqueueUnswept(ctx, rep.Run.ID, s.cfg.Provider, time.Time{}, 0)
+	n, err := s.cfg.Store.EnqueueUnswept(ctx, rep.Run.ID, s.cfg.Provider, s.cfg.Account, time.Time{}, 0)
 	if err != nil {
 		return err
 	}
@@ -478,7 +519,7 @@ func (s *Sweeper) find(ctx context.Context, rep *SweepReport, prog *runProgress)
 	// Every known account not found (every account, without a Finder) is
 	// queued too: the worker's reconciles (trigger sweep or import) heal
 	// and log what drifted.
-	n, err := s.cfg.Store.EnqueueUnswept(ctx, rep.Run.ID, s.cfg.Provider, from, s.cfg.Pace)
+	n, err := s.cfg.Store.EnqueueUnswept(ctx, rep.Run.ID, s.cfg.Provider, s.cfg.Account, from, s.cfg.Pace)
 	if err != nil {
 		return err
 	}
@@ -551,6 +592,11 @@ func (s *Sweeper) page(ctx context.Context, rep *SweepReport, snaps []Snapshot, 
 	byCustomer := make(map[string]Snapshot, len(snaps))
 	ids := make([]string, 0, len(snaps))
 	for _, snap := range snaps {
+		if account, _ := SplitConnected(snap.CustomerID); account != s.cfg.Account {
+			// A listing on behalf of one account names only its customers:
+			// anything else is the listing's bug, never applied here.
+			return nil, fmt.Errorf("%s listing named customer %s, of another account", s.name(), snap.CustomerID)
+		}
 		if _, dup := byCustomer[snap.CustomerID]; !dup {
 			ids = append(ids, snap.CustomerID)
 		}
@@ -677,8 +723,9 @@ type SweepStat struct {
 type SweepRecord struct {
 	ID          int64      `json:"id"`
 	Provider    string     `json:"provider"`
-	Kind        string     `json:"kind"`   // RunSweep or RunImport
-	Status      string     `json:"status"` // running, succeeded or failed
+	Account     string     `json:"account,omitempty"` // a Stripe Connect account's run; "" the platform's
+	Kind        string     `json:"kind"`              // RunSweep or RunImport
+	Status      string     `json:"status"`            // running, succeeded or failed
 	StartedAt   time.Time  `json:"started_at"`
 	HeartbeatAt time.Time  `json:"heartbeat_at"`
 	FinishedAt  *time.Time `json:"finished_at,omitempty"`

@@ -146,11 +146,11 @@ func (s *fakeSweepStore) store() *mock.SweepStore {
 	at := time.Date(2026, 11, 12, 10, 0, 0, 0, time.UTC)
 	return &mock.SweepStore{
 		NowFn: func(context.Context) (time.Time, error) { return at, nil },
-		SweepLockFn: func(ctx context.Context, _ string) (context.Context, func(), error) {
+		SweepLockFn: func(ctx context.Context, _, _ string) (context.Context, func(), error) {
 			return ctx, func() { s.mu.Lock(); s.unlocked++; s.mu.Unlock() }, nil
 		},
-		ImportedFn: func(context.Context, string) (bool, error) { return true, nil }, // a sweep, not the import
-		StartSweepFn: func(_ context.Context, provider, _ string) (reconcile.SweepRun, error) {
+		ImportedFn: func(context.Context, string, string) (bool, error) { return true, nil }, // a sweep, not the import
+		StartSweepFn: func(_ context.Context, provider, _, _ string) (reconcile.SweepRun, error) {
 			return reconcile.SweepRun{ID: 1, Provider: provider, Cursor: s.start, Resumed: s.start != ""}, nil
 		},
 		SweptAccountsFn: func(context.Context, string, []string) (map[string]reconcile.Account, error) {
@@ -196,7 +196,7 @@ func (s *fakeSweepStore) store() *mock.SweepStore {
 			s.finished = append(s.finished, failure)
 			return nil
 		},
-		EnqueueUnsweptFn: func(context.Context, int64, string, time.Time, time.Duration) (int, error) {
+		EnqueueUnsweptFn: func(context.Context, int64, string, string, time.Time, time.Duration) (int, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			s.enqueued++

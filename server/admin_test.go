@@ -288,7 +288,7 @@ func TestAdminSweeps(t *testing.T) {
 
 	// Another replica is sweeping (it holds the lock): refused, nothing written.
 	ctx := context.Background()
-	_, unlock, err := e.st.SweepLock(ctx, "stripe")
+	_, unlock, err := e.st.SweepLock(ctx, "stripe", "")
 	require.NoError(t, err)
 	before := e.tables()
 	code, body = e.do("POST", "/admin/api/sweeps", adminToken)

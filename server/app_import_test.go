@@ -53,7 +53,7 @@ func TestAppUnknownUserDuringImport(t *testing.T) {
 	require.Equal(t, 200, e.do("GET", "/api/users/known", appToken, "").code)
 
 	// Stripe's import runs and has listed a quarter.
-	run, err := e.st.StartSweep(ctx, "stripe", reconcile.RunImport)
+	run, err := e.st.StartSweep(ctx, "stripe", "", reconcile.RunImport)
 	require.NoError(t, err)
 	run.Progress, run.Cursor = 0.25, "page1"
 	_, err = e.st.SweepPage(ctx, run, []string{"cus_a", "cus_b", "cus_c"})
@@ -82,7 +82,7 @@ func TestAppUnknownUserDuringImport(t *testing.T) {
 
 	// Both imported (Kinde by a sweep): a plain 404, the user is no customer.
 	require.NoError(t, e.st.FinishSweep(ctx, run, nil))
-	kinde, err := e.st.StartSweep(ctx, "kinde", reconcile.RunSweep)
+	kinde, err := e.st.StartSweep(ctx, "kinde", "", reconcile.RunSweep)
 	require.NoError(t, err)
 	require.NoError(t, e.st.FinishSweep(ctx, kinde, nil))
 	a = e.do("GET", "/api/users/nobody", appToken, "")
@@ -91,7 +91,7 @@ func TestAppUnknownUserDuringImport(t *testing.T) {
 	require.NotContains(t, a.json(t), "imports")
 
 	// A second import of Stripe running makes its users unknown again.
-	again, err := e.st.StartSweep(ctx, "stripe", reconcile.RunImport)
+	again, err := e.st.StartSweep(ctx, "stripe", "", reconcile.RunImport)
 	require.NoError(t, err)
 	a = e.do("GET", "/api/users/nobody", appToken, "")
 	require.Equal(t, server.ImportRunning, a.header.Get(server.ImportHeader))

@@ -20,11 +20,11 @@ func TestConsoleShowsAnImport(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
 	ctx := context.Background()
 	for _, provider := range []string{"kinde", "stripe"} {
-		sweep, err := e.st.StartSweep(ctx, provider, reconcile.RunSweep)
+		sweep, err := e.st.StartSweep(ctx, provider, "", reconcile.RunSweep)
 		require.NoError(t, err)
 		require.NoError(t, e.st.FinishSweep(ctx, sweep, nil))
 	}
-	run, err := e.st.StartSweep(ctx, "stripe", reconcile.RunImport)
+	run, err := e.st.StartSweep(ctx, "stripe", "", reconcile.RunImport)
 	require.NoError(t, err)
 	run.Progress, run.Cursor = 0.5, "page1"
 	_, err = e.st.SweepPage(ctx, run, []string{"cus_a", "cus_b"})

@@ -390,7 +390,8 @@ func TestSweepDuringShutdownIsNotAnOutage(t *testing.T) {
 
 // TestConsoleConnectedAccounts: the console lists Stripe Connect's
 // accounts with their state and how many customers billsync keeps of
-// each, and a search by an account id finds its customers.
+// each, a search by an account id finds its customers, and the sweeps
+// page names the account each run swept.
 func TestConsoleConnectedAccounts(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
 	b := e.browser()
@@ -415,4 +416,11 @@ func TestConsoleConnectedAccounts(t *testing.T) {
 	require.Contains(t, body, "acct_live/cus_1")
 	require.Contains(t, body, "acct_live/cus_2")
 	require.NotContains(t, body, "cus_9")
+
+	// The sweeps page shows each account's run with its account.
+	run, err := e.st.StartSweep(ctx, "stripe", "acct_live", reconcile.RunSweep)
+	require.NoError(t, err)
+	require.NoError(t, e.st.FinishSweep(ctx, run, nil))
+	_, body = b.get("/admin/sweeps")
+	require.Regexp(t, `stripe <span class="connected">acct_live</span>`, body)
 }

@@ -26,7 +26,7 @@ func TestConsoleOverview(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
 	id := e.customer("u1", "u1@example.com", "price_pro")
 	storetest.SetQueueDead(t, e.st, "stripe", "cus_gone", 5, "timeout")
-	_, err := e.st.StartSweep(context.Background(), "stripe", reconcile.RunSweep)
+	_, err := e.st.StartSweep(context.Background(), "stripe", "", reconcile.RunSweep)
 	require.NoError(t, err)
 	require.NoError(t, e.st.RecordSamples(context.Background(), []reconcile.Sample{
 		{Provider: "stripe", CustomerID: "cus_equal", AccountID: id},

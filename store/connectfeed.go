@@ -92,3 +92,66 @@ func (s *Store) ConnectFeedStats(ctx context.Context, provider string) (reconcil
 	}
 	return st, nil
 }
+
+// ConnectSweepLock takes the lease that lets one replica schedule the
+// sweeps of provider's connected accounts at a time (each sweep holds its
+// account's SweepLock besides).
+func (s *Store) ConnectSweepLock(ctx context.Context, provider string) (held context.Context, release func(), err error) {
+	return s.lease(ctx, "connect-sweep."+provider)
+}
+
+// DueConnectSweeps returns at most q.Limit of provider's connected
+// accounts that are served (q.Policy) and authorise the platform, q.Skip
+// left out, each with its newest run, most overdue first (see
+// reconcile.ConnectSweepDue.DueAt: never swept or left running first,
+// then a failed run by its end plus q.Retry, else by its start plus
+// q.Every). One lookup of sweep_runs' (provider, account, id DESC) index
+// per served account.
+func (s *Store) DueConnectSweeps(ctx context.Context, provider string, q reconcile.ConnectSweepQuery) ([]reconcile.ConnectSweepDue, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	listed := q.Policy.Listed
+	if listed == nil {
+		listed = []string{}
+	}
+	skip := q.Skip
+	if skip == nil {
+		skip = []string{}
+	}
+	rows, _ := s.pool.Query(ctx, `
+		SELECT c.account, r.id, r.status, r.started_at, r.finished_at
+		FROM connected_accounts c
+		LEFT JOIN LATERAL (
+			SELECT id, status, started_at, finished_at FROM sweep_runs
+			WHERE provider = c.provider AND account = c.account ORDER BY id DESC LIMIT 1) r ON true
+		WHERE c.provider = $1 AND c.authorized AND ($2 OR c.account = ANY($3::text[]))
+		  AND c.account <> ALL($4::text[])
+		ORDER BY CASE WHEN r.id IS NULL OR r.status = 'running' THEN '-infinity'::timestamptz
+		              WHEN r.status = 'failed' THEN r.finished_at + make_interval(secs => $6)
+		              ELSE r.started_at + make_interval(secs => $5) END, c.account
+		LIMIT $7`,
+		provider, q.Policy.Mode == reconcile.ConnectAll, listed, skip, q.Every.Seconds(), q.Retry.Seconds(), q.Limit)
+	due, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (reconcile.ConnectSweepDue, error) {
+		var (
+			d        reconcile.ConnectSweepDue
+			id       *int64
+			status   *string
+			started  *time.Time
+			finished *time.Time
+		)
+		if err := row.Scan(&d.Account, &id, &status, &started, &finished); err != nil {
+			return d, err
+		}
+		if id != nil {
+			d.Last = &reconcile.SweepRecord{ID: *id, Provider: provider, Account: d.Account, Status: *status,
+				StartedAt: *started, FinishedAt: finished}
+		}
+		return d, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the %s connected accounts' sweeps due: %w", provider, classify(err))
+	}
+	return due, nil
+}
+
+var _ reconcile.ConnectSweepStore = (*Store)(nil)

@@ -23,10 +23,10 @@ func TestImports(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []reconcile.ImportState{{Provider: "stripe"}, {Provider: "kinde"}}, states, "nothing ever ran")
 
-	failed, err := st.StartSweep(ctx, "kinde", reconcile.RunImport)
+	failed, err := st.StartSweep(ctx, "kinde", "", reconcile.RunImport)
 	require.NoError(t, err)
 	require.NoError(t, st.FinishSweep(ctx, failed, errors.New("boom")))
-	run, err := st.StartSweep(ctx, "stripe", reconcile.RunImport)
+	run, err := st.StartSweep(ctx, "stripe", "", reconcile.RunImport)
 	require.NoError(t, err)
 	run.Progress, run.Cursor, run.Healed = 0.4, "p2", 2
 	_, err = st.SweepPage(ctx, run, []string{"cus_a", "cus_b", "cus_c"})

@@ -44,15 +44,15 @@ func TestLeaseOneHolderAtATime(t *testing.T) {
 	a := storetest.OpenStore(t, url, store.Options{})
 	b := storetest.OpenStore(t, url, store.Options{})
 
-	held, release, err := a.SweepLock(ctx, "stripe")
+	held, release, err := a.SweepLock(ctx, "stripe", "")
 	require.NoError(t, err)
-	_, _, err = b.SweepLock(ctx, "stripe")
+	_, _, err = b.SweepLock(ctx, "stripe", "")
 	require.ErrorIs(t, err, reconcile.ErrLeaseHeld, "one sweep of a provider at a time")
-	_, _, err = a.SweepLock(ctx, "stripe")
+	_, _, err = a.SweepLock(ctx, "stripe", "")
 	require.ErrorIs(t, err, reconcile.ErrLeaseHeld, "not twice by one replica either")
 	require.Zero(t, advisoryLocks(t, a), "no session state: a pooler could hand it to anyone")
 
-	_, releaseOther, err := b.SweepLock(ctx, "kinde")
+	_, releaseOther, err := b.SweepLock(ctx, "kinde", "")
 	require.NoError(t, err, "another provider's sweep is separate")
 	releaseOther()
 	_, releaseFeed, err := b.EventsFeedLock(ctx, "stripe")
@@ -61,7 +61,7 @@ func TestLeaseOneHolderAtATime(t *testing.T) {
 
 	release()
 	require.ErrorIs(t, context.Cause(held), context.Canceled, "released, not lost")
-	_, releaseB, err := b.SweepLock(ctx, "stripe")
+	_, releaseB, err := b.SweepLock(ctx, "stripe", "")
 	require.NoError(t, err, "release lets it go at once")
 	releaseB()
 }
@@ -125,17 +125,17 @@ func TestLeaseLostToASuccessor(t *testing.T) {
 	a := storetest.OpenStore(t, url, store.Options{LeaseTTL: 3 * time.Second})
 	b := storetest.OpenStore(t, url, store.Options{})
 
-	held, releaseA, err := a.SweepLock(ctx, "stripe")
+	held, releaseA, err := a.SweepLock(ctx, "stripe", "")
 	require.NoError(t, err)
 	// a stalled (a frozen process): its lease ran out and b took it.
 	_, err = b.Pool().Exec(ctx, `UPDATE leases SET expires_at = now() WHERE name = 'sweep.stripe'`)
 	require.NoError(t, err)
-	_, releaseB, err := b.SweepLock(ctx, "stripe")
+	_, releaseB, err := b.SweepLock(ctx, "stripe", "")
 	require.NoError(t, err)
 	defer releaseB()
 
 	require.ErrorIs(t, lost(t, held), reconcile.ErrLeaseLost)
 	releaseA() // must not release b's lease
-	_, _, err = a.SweepLock(ctx, "stripe")
+	_, _, err = a.SweepLock(ctx, "stripe", "")
 	require.ErrorIs(t, err, reconcile.ErrLeaseHeld, "the loser's release left the successor's lease alone")
 }

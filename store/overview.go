@@ -82,7 +82,7 @@ func (s *Store) Overview(ctx context.Context) (reconcile.Overview, error) {
 
 	rows, _ = s.pool.Query(ctx, `
 		SELECT DISTINCT ON (provider, kind) `+sweepRecordColumns+`
-		FROM sweep_runs ORDER BY provider, kind, id DESC`)
+		FROM sweep_runs WHERE account = '' ORDER BY provider, kind, id DESC`)
 	if o.Sweeps, err = pgx.CollectRows(rows, scanSweepRecord); err != nil {
 		return o, fmt.Errorf("overview: sweeps: %w", classify(err))
 	}

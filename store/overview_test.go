@@ -30,7 +30,7 @@ func TestOverview(t *testing.T) {
 	require.Equal(t, reconcile.ResultIgnored, out.Result)
 	storetest.SetQueueDead(t, st, "stripe", "cus_dead", 5, "timeout")
 	receive(t, st, "evt_pending", "cus_pending")
-	run, err := st.StartSweep(ctx, "stripe", reconcile.RunSweep)
+	run, err := st.StartSweep(ctx, "stripe", "", reconcile.RunSweep)
 	require.NoError(t, err)
 
 	o, err := st.Overview(ctx)

@@ -79,7 +79,7 @@ func TestLeastPrivilege(t *testing.T) {
 	_, err = rt.StoreReceipt(ctx, reconcile.Receipt{Event: reconcile.Event{Provider: "stripe", EventID: "evt_lp",
 		DedupeKey: "evt_lp", Type: "invoice.paid", CustomerID: "cus_lp", Payload: []byte(`{}`)}, Source: reconcile.SourceWebhook})
 	require.NoError(t, err, "the runtime role stores a webhook")
-	_, release, err := rt.SweepLock(ctx, "stripe")
+	_, release, err := rt.SweepLock(ctx, "stripe", "")
 	require.NoError(t, err, "and takes a lease")
 	release()
 	_, err = rt.Migrate(ctx)

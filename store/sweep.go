@@ -11,13 +11,18 @@ import (
 	"github.com/billsync/billsync/reconcile"
 )
 
-// SweepLock takes the lease that lets one sweep of provider run at a time
+// SweepLock takes the lease that lets one sweep of provider's account
+// ("" the platform's own, else a Stripe Connect account's) run at a time
 // across every replica, for the whole run: held ends if the lease is lost
 // (see lease); a leader that dies stops renewing and the lease passes on
 // within the store's lease TTL. err is reconcile.ErrLeaseHeld when another
 // sweep holds it. release lets it go at once.
-func (s *Store) SweepLock(ctx context.Context, provider string) (held context.Context, release func(), err error) {
-	return s.lease(ctx, "sweep."+provider)
+func (s *Store) SweepLock(ctx context.Context, provider, account string) (held context.Context, release func(), err error) {
+	name := "sweep." + provider
+	if account != "" {
+		name += "." + account
+	}
+	return s.lease(ctx, name)
 }
 
 // SweepResumeWithin is how recent a dead run's heartbeat must be for the
@@ -26,22 +31,22 @@ func (s *Store) SweepLock(ctx context.Context, provider string) (held context.Co
 const SweepResumeWithin = 6 * time.Hour
 
 // StartSweep begins a run of kind (reconcile.RunSweep, RunImport) for
-// provider, or resumes the newest one still marked running, whatever its
-// kind, whose heartbeat is within SweepResumeWithin. The
-// caller holds SweepLock, so a running row is one whose sweeper died or
-// was stopped (its lease ran out or was released). Other running rows are
-// closed as failed.
-func (s *Store) StartSweep(ctx context.Context, provider, kind string) (reconcile.SweepRun, error) {
+// provider's account ("" the platform's own), or resumes the newest one of
+// the account still marked running, whatever its kind, whose heartbeat is
+// within SweepResumeWithin. The caller holds SweepLock, so a running row
+// is one whose sweeper died or was stopped (its lease ran out or was
+// released). The account's other running rows are closed as failed.
+func (s *Store) StartSweep(ctx context.Context, provider, account, kind string) (reconcile.SweepRun, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	run := reconcile.SweepRun{Provider: provider, Kind: kind, Progress: -1}
+	run := reconcile.SweepRun{Provider: provider, Account: account, Kind: kind, Progress: -1}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var cursor *string
 		err := tx.QueryRow(ctx, `
 			UPDATE sweep_runs SET heartbeat_at = now()
-			WHERE id = (SELECT max(id) FROM sweep_runs WHERE provider = $1 AND status = 'running'
+			WHERE id = (SELECT max(id) FROM sweep_runs WHERE provider = $1 AND account = $3 AND status = 'running'
 			            AND heartbeat_at > now() - make_interval(secs => $2))
-			RETURNING id, kind, started_at, cursor, seen, changed, failed, coalesce(progress, -1)`, provider, SweepResumeWithin.Seconds()).
+			RETURNING id, kind, started_at, cursor, seen, changed, failed, coalesce(progress, -1)`, provider, SweepResumeWithin.Seconds(), account).
 			Scan(&run.ID, &run.Kind, &run.StartedAt, &cursor, &run.Seen, &run.Healed, &run.Failed, &run.Progress)
 		switch {
 		case err == nil:
@@ -50,7 +55,8 @@ func (s *Store) StartSweep(ctx context.Context, provider, kind string) (reconcil
 				run.Cursor = *cursor
 			}
 		case errors.Is(err, pgx.ErrNoRows):
-			if err := tx.QueryRow(ctx, `INSERT INTO sweep_runs (provider, kind) VALUES ($1, $2) RETURNING id, started_at`, provider, kind).
+			if err := tx.QueryRow(ctx, `INSERT INTO sweep_runs (provider, account, kind) VALUES ($1, $2, $3) RETURNING id, started_at`,
+				provider, account, kind).
 				Scan(&run.ID, &run.StartedAt); err != nil {
 				return fmt.Errorf("insert run: %w", err)
 			}
@@ -59,17 +65,17 @@ func (s *Store) StartSweep(ctx context.Context, provider, kind string) (reconcil
 		}
 		_, err = tx.Exec(ctx, `
 			UPDATE sweep_runs SET status = 'failed', finished_at = now(), error = 'abandoned: its sweeper stopped and a later run did not resume it'
-			WHERE provider = $1 AND status = 'running' AND id <> $2`, provider, run.ID)
+			WHERE provider = $1 AND account = $3 AND status = 'running' AND id <> $2`, provider, run.ID, account)
 		if err != nil {
 			return fmt.Errorf("close abandoned runs: %w", err)
 		}
 		_, err = tx.Exec(ctx, `
 			DELETE FROM sweep_seen w USING sweep_runs r
-			WHERE w.run_id = r.id AND r.provider = $1 AND r.status <> 'running'`, provider)
+			WHERE w.run_id = r.id AND r.provider = $1 AND r.account = $2 AND r.status <> 'running'`, provider, account)
 		return err
 	})
 	if err != nil {
-		return reconcile.SweepRun{}, fmt.Errorf("start %s sweep: %w", provider, classify(err))
+		return reconcile.SweepRun{}, fmt.Errorf("start %s sweep: %w", sweepName(provider, account), classify(err))
 	}
 	return run, nil
 }
@@ -118,17 +124,27 @@ func progress(run reconcile.SweepRun) *float64 {
 	return &p
 }
 
-// Imported reports whether a run of provider (an import, or a sweep: both
-// list every customer) ever succeeded.
-func (s *Store) Imported(ctx context.Context, provider string) (bool, error) {
+// Imported reports whether a run of provider's account ("" the
+// platform's own; an import, or a sweep: both list every customer) ever
+// succeeded.
+func (s *Store) Imported(ctx context.Context, provider, account string) (bool, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	var done bool
-	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sweep_runs WHERE provider = $1 AND status = 'succeeded')`,
-		provider).Scan(&done); err != nil {
-		return false, fmt.Errorf("imported %s: %w", provider, classify(err))
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sweep_runs WHERE provider = $1 AND account = $2 AND status = 'succeeded')`,
+		provider, account).Scan(&done); err != nil {
+		return false, fmt.Errorf("imported %s: %w", sweepName(provider, account), classify(err))
 	}
 	return done, nil
+}
+
+// sweepName names the sweep of provider's account in errors: the
+// provider, or "stripe acct_X" for a connected account's.
+func sweepName(provider, account string) string {
+	if account == "" {
+		return provider
+	}
+	return provider + " " + account
 }
 
 // FinishSweep ends the run: succeeded, or failed with failure's text when
@@ -156,14 +172,15 @@ func (s *Store) FinishSweep(ctx context.Context, run reconcile.SweepRun, failure
 	return nil
 }
 
-// EnqueueUnswept makes every account of provider (the platform's own: a
-// Stripe Connect account's customers are its own sweep's) that the run did not
-// resolve due (trigger sweep: customers with no subscription, deleted or
-// unreadable ones, or every account of a provider swept without a bulk
-// listing), the first at the later of now and from (zero: now) and each
-// next one pace later, and revives the provider's dead queue rows. A row
+// EnqueueUnswept makes every account of provider held for the run's
+// account ("" the platform's own customers, else a Stripe Connect
+// account's: each is its own sweep's) that the run did not resolve due
+// (trigger sweep: customers with no subscription, deleted or unreadable
+// ones, or every account of a provider swept without a bulk listing), the
+// first at the later of now and from (zero: now) and each next one pace
+// later, and revives the dead queue rows of the same customers. A row
 // already due sooner keeps its time. It returns how many rows it queued.
-func (s *Store) EnqueueUnswept(ctx context.Context, runID int64, provider string, from time.Time, pace time.Duration) (int, error) {
+func (s *Store) EnqueueUnswept(ctx context.Context, runID int64, provider, account string, from time.Time, pace time.Duration) (int, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	// sweep_seen is filled in bulk during the run, so its statistics, taken
@@ -181,16 +198,16 @@ func (s *Store) EnqueueUnswept(ctx context.Context, runID int64, provider string
 			SELECT a.provider, a.customer_id, (SELECT kind FROM sweep_runs WHERE id = $2), now(),
 				greatest(now(), $4::timestamptz) + (row_number() OVER (ORDER BY a.id) - 1) * make_interval(secs => $3), `+noHints+`
 			FROM accounts a
-			WHERE a.provider = $1 AND `+ofAccount("a.customer_id", "'"+reconcile.PlatformAccount+"'")+`
+			WHERE a.provider = $1 AND `+ofAccount("a.customer_id", "$5")+`
 			  AND NOT EXISTS (SELECT 1 FROM sweep_seen w WHERE w.run_id = $2 AND w.customer_id = a.customer_id)`),
-			provider, runID, pace.Seconds(), nullTime(from))
+			provider, runID, pace.Seconds(), nullTime(from), ofAccountParam(account))
 		if err != nil {
 			return fmt.Errorf("enqueue unswept accounts: %w", err)
 		}
 		n = tag.RowsAffected()
 		tag, err = tx.Exec(ctx, `
 			UPDATE reconcile_queue SET status = 'pending', attempts = 0, due_at = now(), trigger = 'sweep'
-			WHERE provider = $1 AND status = 'dead'`, provider)
+			WHERE provider = $1 AND status = 'dead' AND `+ofAccount("customer_id", "$2"), provider, ofAccountParam(account))
 		if err != nil {
 			return fmt.Errorf("revive dead queue rows: %w", err)
 		}
@@ -395,13 +412,16 @@ func webhooksSince(ctx context.Context, tx pgx.Tx, provider string, customers []
 
 var _ reconcile.SweepStore = (*Store)(nil)
 
-// SweepStats sums sweep_runs by provider and status (for /metrics).
+// SweepStats sums the platform's sweep_runs by provider and status (for
+// /metrics): a Stripe Connect account's runs are its own (see
+// ConnectSweepStats), so a thousand accounts' sweeps never hide that the
+// platform's did not run.
 func (s *Store) SweepStats(ctx context.Context) ([]reconcile.SweepStat, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(ctx, `
 		SELECT provider, status, count(*), coalesce(sum(changed) FILTER (WHERE kind = 'sweep'), 0), coalesce(sum(seen), 0), max(finished_at)
-		FROM sweep_runs GROUP BY provider, status ORDER BY provider, status`)
+		FROM sweep_runs WHERE account = '' GROUP BY provider, status ORDER BY provider, status`)
 	if err != nil {
 		return nil, fmt.Errorf("sweep stats: %w", classify(err))
 	}
@@ -418,14 +438,14 @@ func (s *Store) SweepStats(ctx context.Context) ([]reconcile.SweepStat, error) {
 	return stats, nil
 }
 
-// RunningImports returns the imports running now (for /metrics: their
-// progress and ETA, the same on every replica).
+// RunningImports returns the platform's imports running now (for
+// /metrics: their progress and ETA, the same on every replica).
 func (s *Store) RunningImports(ctx context.Context) ([]reconcile.SweepRecord, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	rows, err := s.pool.Query(ctx, `
 		SELECT `+sweepRecordColumns+`
-		FROM sweep_runs WHERE kind = 'import' AND status = 'running' ORDER BY id`)
+		FROM sweep_runs WHERE kind = 'import' AND status = 'running' AND account = '' ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("running imports: %w", classify(err))
 	}
@@ -454,12 +474,12 @@ func (s *Store) SweepRuns(ctx context.Context, limit int) ([]reconcile.SweepReco
 }
 
 // sweepRecordColumns are what scanSweepRecord reads of a sweep_runs row.
-const sweepRecordColumns = `id, provider, kind, status, started_at, heartbeat_at, finished_at, seen, changed, failed,
+const sweepRecordColumns = `id, provider, account, kind, status, started_at, heartbeat_at, finished_at, seen, changed, failed,
 	coalesce(error, ''), progress::float8`
 
 func scanSweepRecord(r pgx.CollectableRow) (reconcile.SweepRecord, error) {
 	var run reconcile.SweepRecord
-	err := r.Scan(&run.ID, &run.Provider, &run.Kind, &run.Status, &run.StartedAt, &run.HeartbeatAt, &run.FinishedAt,
+	err := r.Scan(&run.ID, &run.Provider, &run.Account, &run.Kind, &run.Status, &run.StartedAt, &run.HeartbeatAt, &run.FinishedAt,
 		&run.Seen, &run.Healed, &run.Failed, &run.Error, &run.Progress)
 	return run, err
 }

@@ -16,7 +16,7 @@ func TestSweepRunResumesAndRemembersCustomers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st := storetest.NewStore(t)
-	run, err := st.StartSweep(ctx, "stripe", reconcile.RunSweep)
+	run, err := st.StartSweep(ctx, "stripe", "", reconcile.RunSweep)
 	require.NoError(t, err)
 	require.False(t, run.Resumed)
 	run.Cursor, run.Healed = "cus_9", 1
@@ -25,7 +25,7 @@ func TestSweepRunResumesAndRemembersCustomers(t *testing.T) {
 	require.Equal(t, 2, seen)
 
 	// The sweeper dies; the next one resumes the run where it stopped.
-	again, err := st.StartSweep(ctx, "stripe", reconcile.RunSweep)
+	again, err := st.StartSweep(ctx, "stripe", "", reconcile.RunSweep)
 	require.NoError(t, err)
 	require.True(t, again.Resumed)
 	require.Equal(t, run.ID, again.ID)
@@ -43,7 +43,7 @@ func TestSweepRunResumesAndRemembersCustomers(t *testing.T) {
 		SELECT status, (SELECT count(*) FROM sweep_seen) FROM sweep_runs WHERE id = $1`, run.ID).Scan(&status, &seen))
 	require.Equal(t, "succeeded", status)
 	require.Zero(t, seen, "the run's memory goes with it")
-	next, err := st.StartSweep(ctx, "stripe", reconcile.RunSweep)
+	next, err := st.StartSweep(ctx, "stripe", "", reconcile.RunSweep)
 	require.NoError(t, err)
 	require.False(t, next.Resumed)
 	require.NotEqual(t, run.ID, next.ID)
@@ -53,7 +53,7 @@ func TestSweepRunResumesAndRemembersCustomers(t *testing.T) {
 	require.NoError(t, err)
 	_, err = st.Pool().Exec(ctx, `UPDATE sweep_runs SET heartbeat_at = now() - interval '7 hours' WHERE id = $1`, next.ID)
 	require.NoError(t, err)
-	fresh2, err := st.StartSweep(ctx, "stripe", reconcile.RunSweep)
+	fresh2, err := st.StartSweep(ctx, "stripe", "", reconcile.RunSweep)
 	require.NoError(t, err)
 	require.False(t, fresh2.Resumed)
 	var errText string
@@ -79,7 +79,7 @@ func TestEnqueueUnsweptPlansWithTheRunKnown(t *testing.T) {
 		}
 		return out
 	}
-	old, err := st.StartSweep(ctx, "stripe", reconcile.RunSweep)
+	old, err := st.StartSweep(ctx, "stripe", "", reconcile.RunSweep)
 	require.NoError(t, err)
 	_, err = st.SweepPage(ctx, old, ids("cus_old"))
 	require.NoError(t, err)
@@ -87,11 +87,11 @@ func TestEnqueueUnsweptPlansWithTheRunKnown(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, st.FinishSweep(ctx, old, nil))
 
-	run, err := st.StartSweep(ctx, "stripe", reconcile.RunSweep)
+	run, err := st.StartSweep(ctx, "stripe", "", reconcile.RunSweep)
 	require.NoError(t, err)
 	_, err = st.SweepPage(ctx, run, ids("cus_new"))
 	require.NoError(t, err)
-	_, err = st.EnqueueUnswept(ctx, run.ID, "stripe", time.Time{}, 0)
+	_, err = st.EnqueueUnswept(ctx, run.ID, "stripe", "", time.Time{}, 0)
 	require.NoError(t, err)
 	var known []int64
 	require.NoError(t, st.Pool().QueryRow(ctx, `
@@ -106,11 +106,11 @@ func TestImportRunKindProgressAndImported(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st := storetest.NewStore(t)
-	imported, err := st.Imported(ctx, "stripe")
+	imported, err := st.Imported(ctx, "stripe", "")
 	require.NoError(t, err)
 	require.False(t, imported, "a new database has imported nobody")
 
-	run, err := st.StartSweep(ctx, "stripe", reconcile.RunImport)
+	run, err := st.StartSweep(ctx, "stripe", "", reconcile.RunImport)
 	require.NoError(t, err)
 	require.Equal(t, reconcile.RunImport, run.Kind)
 	require.Equal(t, reconcile.TriggerImport, run.Trigger())
@@ -119,7 +119,7 @@ func TestImportRunKindProgressAndImported(t *testing.T) {
 	_, err = st.SweepPage(ctx, run, []string{"cus_a"})
 	require.NoError(t, err)
 
-	again, err := st.StartSweep(ctx, "stripe", reconcile.RunSweep)
+	again, err := st.StartSweep(ctx, "stripe", "", reconcile.RunSweep)
 	require.NoError(t, err)
 	require.True(t, again.Resumed)
 	require.Equal(t, reconcile.RunImport, again.Kind, "a sweep resumes the import it finds, as an import")
@@ -130,15 +130,15 @@ func TestImportRunKindProgressAndImported(t *testing.T) {
 	require.Equal(t, reconcile.RunImport, runs[0].Kind)
 	require.NotNil(t, runs[0].Progress)
 	require.InDelta(t, 0.25, *runs[0].Progress, 1e-6)
-	imported, err = st.Imported(ctx, "stripe")
+	imported, err = st.Imported(ctx, "stripe", "")
 	require.NoError(t, err)
 	require.False(t, imported, "a running import has not imported")
 
 	require.NoError(t, st.FinishSweep(ctx, again, nil))
-	imported, err = st.Imported(ctx, "stripe")
+	imported, err = st.Imported(ctx, "stripe", "")
 	require.NoError(t, err)
 	require.True(t, imported)
-	imported, err = st.Imported(ctx, "kinde")
+	imported, err = st.Imported(ctx, "kinde", "")
 	require.NoError(t, err)
 	require.False(t, imported, "per provider")
 }
@@ -153,9 +153,9 @@ func TestEnqueueUnsweptQueuesAsTheRunsKind(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			st := storetest.NewStore(t)
 			storetest.BareAccount(t, st, "kinde", "customer_1")
-			run, err := st.StartSweep(ctx, "kinde", kind)
+			run, err := st.StartSweep(ctx, "kinde", "", kind)
 			require.NoError(t, err)
-			n, err := st.EnqueueUnswept(ctx, run.ID, "kinde", time.Time{}, 0)
+			n, err := st.EnqueueUnswept(ctx, run.ID, "kinde", "", time.Time{}, 0)
 			require.NoError(t, err)
 			require.Equal(t, 1, n)
 			require.Equal(t, run.Trigger(), storetest.QueueRowOf(t, st, "kinde", "customer_1").Trigger)
@@ -168,9 +168,9 @@ func TestRunningImports(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st := storetest.NewStore(t)
-	sweep, err := st.StartSweep(ctx, "kinde", reconcile.RunSweep)
+	sweep, err := st.StartSweep(ctx, "kinde", "", reconcile.RunSweep)
 	require.NoError(t, err)
-	imp, err := st.StartSweep(ctx, "stripe", reconcile.RunImport)
+	imp, err := st.StartSweep(ctx, "stripe", "", reconcile.RunImport)
 	require.NoError(t, err)
 	runs, err := st.RunningImports(ctx)
 	require.NoError(t, err)

@@ -24,6 +24,15 @@ func ofAccount(column, param string) string {
 		OR starts_with(` + column + `, ` + param + ` || '/'))`
 }
 
+// ofAccountParam is ofAccount's parameter for the customers of one
+// account: the platform's own for "", else the connected account's.
+func ofAccountParam(account string) string {
+	if account == "" {
+		return reconcile.PlatformAccount
+	}
+	return account
+}
+
 // oneUser returns the one account rows hold: none is ErrNotFound, several
 // an *AmbiguousError.
 func oneUser(rows pgx.Rows, userRef string) (reconcile.Account, error) {

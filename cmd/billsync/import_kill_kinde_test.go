@@ -87,7 +87,7 @@ func TestKindeImportKilledResumesFromItsFinderCursor(t *testing.T) {
 	require.Less(t, runs[0].Seen, users, "killed mid-run")
 
 	storetest.WaitFor(t, "the killed import's lease runs out", func() bool {
-		_, release, err := st.SweepLock(ctx, "kinde")
+		_, release, err := st.SweepLock(ctx, "kinde", "")
 		if err != nil {
 			require.ErrorIs(t, err, reconcile.ErrLeaseHeld)
 			return false

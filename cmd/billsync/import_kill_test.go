@@ -92,7 +92,7 @@ func TestImportKilledResumesItsRun(t *testing.T) {
 	// The killed process's lease outlives it by the lease's TTL: until
 	// then a second import says one is running (TestImportCommand).
 	storetest.WaitFor(t, "the killed import's lease runs out", func() bool {
-		_, release, err := st.SweepLock(ctx, "stripe")
+		_, release, err := st.SweepLock(ctx, "stripe", "")
 		if err != nil {
 			require.ErrorIs(t, err, reconcile.ErrLeaseHeld)
 			return false

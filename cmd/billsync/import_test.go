@@ -32,7 +32,7 @@ func TestImportCommand(t *testing.T) {
 
 	// Another replica holds the lease: the import says so and fails.
 	st := storetest.OpenStore(t, dbURL, store.Options{})
-	_, release, err := st.SweepLock(ctx, "stripe")
+	_, release, err := st.SweepLock(ctx, "stripe", "")
 	require.NoError(t, err)
 	var out, logs bytes.Buffer
 	err = run(ctx, []string{"import"}, &out, &logs)
@@ -46,7 +46,7 @@ func TestImportCommand(t *testing.T) {
 	require.Contains(t, out.String(), "seen 1, imported 1, failed 0")
 	require.NotContains(t, out.String(), "healed")
 	require.NotContains(t, logs.String(), "sweep healed an account")
-	done, err := st.Imported(ctx, "stripe")
+	done, err := st.Imported(ctx, "stripe", "")
 	require.NoError(t, err)
 	require.True(t, done)
 	require.Equal(t, "team", storetest.Customer(t, st, "stripe", cus).Plan)
@@ -79,7 +79,7 @@ func TestServesImportOnceAtStart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	stops := []func(context.Context) error{start(ctx), start(ctx)}
 	require.Eventually(t, func() bool {
-		done, err := st.Imported(context.Background(), "stripe")
+		done, err := st.Imported(context.Background(), "stripe", "")
 		return err == nil && done
 	}, time.Minute, 10*time.Millisecond, "the import never completed:\n%s", logs)
 	cancel()
@@ -118,7 +118,7 @@ func TestImportMetrics(t *testing.T) {
 	ctx := context.Background()
 	h := testenv.ForTest(t, testenv.Stripe, testenv.Options{})
 	st := storetest.NewStore(t)
-	run, err := st.StartSweep(ctx, "stripe", reconcile.RunImport)
+	run, err := st.StartSweep(ctx, "stripe", "", reconcile.RunImport)
 	require.NoError(t, err)
 	run.Healed, run.Progress = 2, 0.25
 	_, err = st.SweepPage(ctx, run, []string{"cus_a", "cus_b", "cus_c"})

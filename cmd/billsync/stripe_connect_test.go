@@ -11,11 +11,14 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	stripeapi "github.com/stripe/stripe-go/v82"
 
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store"
+	"github.com/billsync/billsync/store/storetest"
 )
 
 // TestStripeSetupConnect: setup --connect also makes the Connect endpoint
@@ -72,4 +75,61 @@ func TestStripeSetupConnect(t *testing.T) {
 	require.Contains(t, out, "updated Connect endpoint")
 	require.NotContains(t, out, "STRIPE_CONNECT_WEBHOOK_SECRET")
 	require.Len(t, h.Stripe.Fake.WebhookEndpointIDs(), 2, "one platform endpoint and one Connect endpoint, updated")
+}
+
+// TestSweepCommandOfOneAccount: billsync sweep -stripe-account sweeps one
+// connected account's customers on its behalf: its first run is its
+// import, the next heals a change no webhook told of, and neither touches
+// the other account's customer with the same id. An account not served
+// (-stripe-connect) or not an acct_ id is refused before anything runs.
+// billsync resync reads a connected customer on its account's behalf.
+func TestSweepCommandOfOneAccount(t *testing.T) {
+	h, err := testenv.New(testenv.Stripe, testenv.Options{Stripe: testenv.StripeOptions{
+		Connect: reconcile.ConnectPolicy{Mode: reconcile.ConnectAll}}})
+	require.NoError(t, err)
+	t.Cleanup(h.Close)
+	ctx := context.Background()
+	subs := map[string]*stripeapi.Subscription{}
+	for _, a := range []string{"acct_cli", "acct_other"} {
+		_, err := h.Stripe.ConnectedAccount(a)
+		require.NoError(t, err)
+		require.NoError(t, h.Stripe.ConnectedCustomer(a, "cus_1", "u_1"))
+		subs[a], err = h.Stripe.ConnectedSubscribe(ctx, a, "cus_1", "price_team")
+		require.NoError(t, err)
+	}
+	dsn := storetest.URL(t)
+	t.Setenv("DATABASE_URL", dsn)
+	t.Setenv("STRIPE_API_KEY", stripemock.DefaultAPIKey)
+	t.Setenv("STRIPE_API_URL", h.URL)
+
+	var out, logs bytes.Buffer
+	err = run(ctx, []string{"sweep", "-stripe-account", "acct_cli"}, &out, &logs)
+	require.ErrorContains(t, err, "-stripe-connect", "an account not served is refused")
+	t.Setenv("BILLSYNC_STRIPE_CONNECT", "all")
+	require.ErrorContains(t, run(ctx, []string{"sweep", "-stripe-account", "cus_1"}, &out, &logs), "acct_ id")
+
+	out.Reset()
+	require.NoError(t, run(ctx, []string{"sweep", "-stripe-account", "acct_cli"}, &out, &logs), logs.String())
+	require.Contains(t, out.String(), "stripe acct_cli never imported: this sweep ran as its import")
+	require.Contains(t, out.String(), "seen 1, imported 1, failed 0")
+
+	require.NoError(t, h.Stripe.ConnectedChangePrice(ctx, "acct_cli", subs["acct_cli"], "price_pro"))
+	out.Reset()
+	require.NoError(t, run(ctx, []string{"sweep", "-stripe-account", "acct_cli"}, &out, &logs), logs.String())
+	require.Contains(t, out.String(), "stripe acct_cli sweep 2 succeeded")
+	require.Contains(t, out.String(), "healed acct_cli/cus_1: team (active) → pro (active)")
+
+	st, err := store.Open(ctx, dsn, store.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	accounts := storetest.Accounts(t, st)
+	require.Len(t, accounts, 1, "the other account's customer with the same id was not swept")
+	require.Equal(t, "acct_cli/cus_1", accounts[0].CustomerID)
+	require.Equal(t, "pro", accounts[0].Plan)
+
+	// A support command reads a connected customer on its account's
+	// behalf, as serve does (-stripe-connect is read by every command).
+	out.Reset()
+	require.NoError(t, run(ctx, []string{"resync", "--customer", "acct_other/cus_1"}, &out, &logs), logs.String())
+	require.Equal(t, "team", storetest.Customer(t, st, "stripe", "acct_other/cus_1").Plan, out.String())
 }

@@ -36,6 +36,13 @@ func openSupport(ctx context.Context, cfg config, logger *slog.Logger) (*support
 	key, err := secret(os.Getenv, "STRIPE_API_KEY")
 	cfg.StripeAPIKey = key
 	err = errors.Join(err, cfg.loadKinde(os.Getenv), cfg.validateKinde())
+	// The connected accounts served, as serve reads them: a command that
+	// resyncs or sweeps a connected account's customer reads on its behalf.
+	connect, cerr := reconcile.ParseConnectPolicy(cfg.connectMode, cfg.connectAccounts)
+	if cerr != nil {
+		err = errors.Join(err, fmt.Errorf("-stripe-connect: %w", cerr))
+	}
+	cfg.StripeConnect = connect
 	if err == nil && key == "" && !cfg.KindeOn() {
 		err = errors.New("STRIPE_API_KEY is not set: billsync reads customers from the Stripe API (or set STRIPE_API_KEY_FILE; for Kinde set KINDE_DOMAIN, KINDE_CLIENT_ID and KINDE_CLIENT_SECRET)")
 	}

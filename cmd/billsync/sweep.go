@@ -14,6 +14,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/billsync/billsync/app"
+	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 )
 
@@ -38,8 +39,10 @@ a crashed sweeper left resumes from its cursor. Uses serve's configuration
 (DATABASE_URL, STRIPE_API_KEY, STRIPE_API_URL, KINDE_DOMAIN,
 KINDE_CLIENT_ID, KINDE_CLIENT_SECRET, BILLSYNC_PLANS). A provider never
 imported (no sweep or import of it ever succeeded) is imported instead:
-the same listing, recorded as imported (see billsync import). Exits
-non-zero when a sweep fails.`)
+the same listing, recorded as imported (see billsync import). With
+-stripe-account acct_…, sweeps only that Stripe Connect account's customers, on
+its behalf (a run, lease and cursor of its own; see docs/connect.md).
+Exits non-zero when a sweep fails.`)
 		fs.PrintDefaults()
 	}
 	return runListing(ctx, fs, args, stdout, logger, reconcile.RunSweep)
@@ -54,8 +57,15 @@ func runListing(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.
 	cfg.bindReconcile(fs, os.Getenv) // the run's list calls take at most half of -stripe-rate
 	cfg.bindSweep(fs)
 	only := fs.String("provider", "", kind+" only this provider (stripe or kinde); default every configured one")
+	account := fs.String("stripe-account", "", kind+" only this Stripe Connect account's customers (acct_…; needs -stripe-connect)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *account != "" {
+		if !reconcile.IsConnectedAccount(*account) {
+			return fmt.Errorf("-stripe-account %q: want a Stripe Connect account's acct_ id", *account)
+		}
+		*only = stripe.Provider
 	}
 	sup, closeSupport, err := openSupport(ctx, cfg, logger)
 	if err != nil {
@@ -66,6 +76,16 @@ func runListing(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.
 	sweepers, err := sup.providers.Sweepers(sup.st, sup.plans, logger, sup.cfg.Config, *only, app.SweepHooks{OnPage: p.page})
 	if err != nil {
 		return err
+	}
+	if *account != "" {
+		if ok, why := sup.cfg.StripeConnect.Serves(*account); !ok {
+			return fmt.Errorf("-stripe-account %s: %s", *account, why)
+		}
+		sw, err := sweepers[0].ForAccount(*account, sup.providers.Stripe.AccountLister(*account))
+		if err != nil {
+			return err
+		}
+		sweepers = []*reconcile.Sweeper{sw}
 	}
 	var errs []error
 	for _, sweeper := range sweepers {
@@ -80,12 +100,21 @@ func runListing(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.
 			if rep.Run.Resumed {
 				why = "an import was left running: this sweep resumed it"
 			}
-			fmt.Fprintf(stdout, "%s %s\n", sweeper.Provider(), why)
+			fmt.Fprintf(stdout, "%s %s\n", sweepName(sweeper), why)
 		}
-		printSweepReport(stdout, sweeper.Provider(), rep, err)
+		printSweepReport(stdout, sweepName(sweeper), rep, err)
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// sweepName names the sweeper's provider, and its Stripe Connect account
+// when it sweeps one ("stripe acct_X").
+func sweepName(s *reconcile.Sweeper) string {
+	if s.Account() == "" {
+		return s.Provider()
+	}
+	return s.Provider() + " " + s.Account()
 }
 
 // progress prints a sweep's progress: one line rewritten in place on a

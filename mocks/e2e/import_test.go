@@ -85,7 +85,7 @@ func TestImportWritesWhatAReconcileWould(t *testing.T) {
 	require.Equal(t, n, rep.Imported())
 	require.Empty(t, rep.Healed, "an import reports no drift")
 	require.Empty(t, logs.perCustomer(), "no log line per imported account")
-	done, err := h.Store.Imported(context.Background(), stripe.Provider)
+	done, err := h.Store.Imported(context.Background(), stripe.Provider, "")
 	require.NoError(t, err)
 	require.True(t, done)
 
@@ -323,7 +323,7 @@ func TestImportAtStartRetriedUntilItSucceeds(t *testing.T) {
 		require.Equal(t, reconcile.RunImport, run.Kind, "run %d", run.ID)
 	}
 	require.Empty(t, h.wrongAccounts(customers))
-	imported, err := h.Store.Imported(context.Background(), stripe.Provider)
+	imported, err := h.Store.Imported(context.Background(), stripe.Provider, "")
 	require.NoError(t, err)
 	require.True(t, imported)
 }

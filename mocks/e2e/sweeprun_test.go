@@ -85,7 +85,7 @@ func sweepRecord(t *testing.T, st *store.Store, provider, status string) reconci
 
 // sweepLocked reports whether a sweep of provider holds its lock.
 func sweepLocked(st *store.Store, provider string) bool {
-	_, unlock, err := st.SweepLock(context.Background(), provider)
+	_, unlock, err := st.SweepLock(context.Background(), provider, "")
 	if err != nil {
 		return true
 	}
@@ -188,7 +188,7 @@ func TestSweepRunnerSweepsEachProviderOnItsOwn(t *testing.T) {
 	ctx := context.Background()
 
 	// Another replica sweeps Stripe.
-	_, unlock, err := h.Store.SweepLock(ctx, stripe.Provider)
+	_, unlock, err := h.Store.SweepLock(ctx, stripe.Provider, "")
 	require.NoError(t, err)
 	starts, err := r.Start(ctx)
 	require.NoError(t, err, "one sweep started")

@@ -63,3 +63,23 @@ func (s *ConnectSource) ListAccounts(ctx context.Context, after string) ([]strin
 func (s *ConnectSource) ListConnectedEvents(ctx context.Context, account string, since time.Time, after string) (reconcile.EventsFeedPage, error) {
 	return s.ListConnectedEventsFn(ctx, account, since, after)
 }
+
+var _ reconcile.ConnectSweepStore = (*ConnectSweepStore)(nil)
+
+// ConnectSweepStore is a reconcile.ConnectSweepStore whose methods call the
+// matching function.
+type ConnectSweepStore struct {
+	NowFn              func(ctx context.Context) (time.Time, error)
+	ConnectSweepLockFn func(ctx context.Context, provider string) (held context.Context, release func(), err error)
+	DueConnectSweepsFn func(ctx context.Context, provider string, q reconcile.ConnectSweepQuery) ([]reconcile.ConnectSweepDue, error)
+}
+
+func (s *ConnectSweepStore) Now(ctx context.Context) (time.Time, error) { return s.NowFn(ctx) }
+
+func (s *ConnectSweepStore) ConnectSweepLock(ctx context.Context, provider string) (context.Context, func(), error) {
+	return s.ConnectSweepLockFn(ctx, provider)
+}
+
+func (s *ConnectSweepStore) DueConnectSweeps(ctx context.Context, provider string, q reconcile.ConnectSweepQuery) ([]reconcile.ConnectSweepDue, error) {
+	return s.DueConnectSweepsFn(ctx, provider, q)
+}

@@ -119,13 +119,13 @@ var _ reconcile.SweepStore = (*SweepStore)(nil)
 // function.
 type SweepStore struct {
 	NowFn            func(ctx context.Context) (time.Time, error)
-	SweepLockFn      func(ctx context.Context, provider string) (held context.Context, release func(), err error)
-	StartSweepFn     func(ctx context.Context, provider, kind string) (reconcile.SweepRun, error)
-	ImportedFn       func(ctx context.Context, provider string) (bool, error)
+	SweepLockFn      func(ctx context.Context, provider, account string) (held context.Context, release func(), err error)
+	StartSweepFn     func(ctx context.Context, provider, account, kind string) (reconcile.SweepRun, error)
+	ImportedFn       func(ctx context.Context, provider, account string) (bool, error)
 	SweepPageFn      func(ctx context.Context, run reconcile.SweepRun, customers []string) (int, error)
 	FinishSweepFn    func(ctx context.Context, run reconcile.SweepRun, failure error) error
 	ApplySweptPageFn func(ctx context.Context, jobs []reconcile.Job, observedAt time.Time, deciders []reconcile.Decider) ([]reconcile.SweptOutcome, error)
-	EnqueueUnsweptFn func(ctx context.Context, runID int64, provider string, from time.Time, pace time.Duration) (int, error)
+	EnqueueUnsweptFn func(ctx context.Context, runID int64, provider, account string, from time.Time, pace time.Duration) (int, error)
 	EnqueueFoundFn   func(ctx context.Context, provider, trigger string, found []reconcile.Found, from time.Time, pace time.Duration) (int, time.Time, error)
 	SweptAccountsFn  func(ctx context.Context, provider string, customers []string) (map[string]reconcile.Account, error)
 	GrantedFn        func(ctx context.Context, accountIDs []int64, grants []reconcile.Grant) ([]int64, error)
@@ -133,16 +133,16 @@ type SweepStore struct {
 
 func (s *SweepStore) Now(ctx context.Context) (time.Time, error) { return s.NowFn(ctx) }
 
-func (s *SweepStore) SweepLock(ctx context.Context, provider string) (context.Context, func(), error) {
-	return s.SweepLockFn(ctx, provider)
+func (s *SweepStore) SweepLock(ctx context.Context, provider, account string) (context.Context, func(), error) {
+	return s.SweepLockFn(ctx, provider, account)
 }
 
-func (s *SweepStore) StartSweep(ctx context.Context, provider, kind string) (reconcile.SweepRun, error) {
-	return s.StartSweepFn(ctx, provider, kind)
+func (s *SweepStore) StartSweep(ctx context.Context, provider, account, kind string) (reconcile.SweepRun, error) {
+	return s.StartSweepFn(ctx, provider, account, kind)
 }
 
-func (s *SweepStore) Imported(ctx context.Context, provider string) (bool, error) {
-	return s.ImportedFn(ctx, provider)
+func (s *SweepStore) Imported(ctx context.Context, provider, account string) (bool, error) {
+	return s.ImportedFn(ctx, provider, account)
 }
 
 func (s *SweepStore) SweepPage(ctx context.Context, run reconcile.SweepRun, customers []string) (int, error) {
@@ -157,8 +157,8 @@ func (s *SweepStore) ApplySweptPage(ctx context.Context, jobs []reconcile.Job, o
 	return s.ApplySweptPageFn(ctx, jobs, observedAt, deciders)
 }
 
-func (s *SweepStore) EnqueueUnswept(ctx context.Context, runID int64, provider string, from time.Time, pace time.Duration) (int, error) {
-	return s.EnqueueUnsweptFn(ctx, runID, provider, from, pace)
+func (s *SweepStore) EnqueueUnswept(ctx context.Context, runID int64, provider, account string, from time.Time, pace time.Duration) (int, error) {
+	return s.EnqueueUnsweptFn(ctx, runID, provider, account, from, pace)
 }
 
 func (s *SweepStore) EnqueueFound(ctx context.Context, provider, trigger string, found []reconcile.Found, from time.Time,

@@ -56,3 +56,41 @@ func connectedKey(ctx context.Context, id string) string {
 	}
 	return reconcile.Connected(accountOf(ctx), id)
 }
+
+// AccountLister is the sweep's listing (ListPage, and Split and Progress
+// as the client's) on behalf of the connected account: every request it
+// makes carries the account's Stripe-Account, and its snapshots are keyed
+// under the account. An account billsync does not serve is never read.
+func (c *Client) AccountLister(account string) reconcile.Lister {
+	return accountLister{c: c, account: account}
+}
+
+type accountLister struct {
+	c       *Client
+	account string
+}
+
+func (l accountLister) ListPage(ctx context.Context, cursor string) ([]reconcile.Snapshot, string, bool, error) {
+	ctx, err := l.c.onBehalfOf(ctx, l.account)
+	if err != nil {
+		return nil, "", false, err
+	}
+	return l.c.ListPage(ctx, cursor)
+}
+
+func (l accountLister) Split(ctx context.Context, next string) (kept, given string, err error) {
+	ctx, err = l.c.onBehalfOf(ctx, l.account)
+	if err != nil {
+		return "", "", err
+	}
+	return l.c.Split(ctx, next)
+}
+
+func (l accountLister) ListBudget() reconcile.Budget { return l.c.ListBudget() }
+
+func (l accountLister) Progress(cursors []string) float64 { return l.c.Progress(cursors) }
+
+var (
+	_ reconcile.Splitter   = accountLister{}
+	_ reconcile.Progresser = accountLister{}
+)

@@ -176,7 +176,7 @@ func TestSetupChangesWhatItSays(t *testing.T) {
 	require.Len(t, storetest.Queue(t, st), 1, "cus_1's row stays")
 	require.Equal(t, 1, storetest.Counts(t, st)["receipts"], "cus_2's receipt went with its event")
 
-	run, err := st.StartSweep(ctx, "stripe", reconcile.RunSweep)
+	run, err := st.StartSweep(ctx, "stripe", "", reconcile.RunSweep)
 	require.NoError(t, err)
 	require.Equal(t, 1, storetest.SweepRunCount(t, st, "stripe", "running"))
 	require.NoError(t, st.FinishSweep(ctx, run, errors.New("test")))

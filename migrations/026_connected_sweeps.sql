@@ -1,0 +1,9 @@
+-- Stripe Connect (docs/connect.md): each connected account is swept on
+-- its own, a run of its own resumed from its own cursor under a lease of
+-- its own (one sweep of an account across replicas). sweep_runs.account
+-- names the connected account a run lists ('' the platform's own), so
+-- every run recorded before Connect reads as the platform's, unchanged.
+-- A run resumes, closes and counts only the runs of its own account.
+ALTER TABLE sweep_runs ADD COLUMN account text NOT NULL DEFAULT '';
+DROP INDEX sweep_runs_provider;
+CREATE INDEX sweep_runs_provider ON sweep_runs (provider, account, id DESC);

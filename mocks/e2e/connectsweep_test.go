@@ -1,0 +1,181 @@
+package e2e_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	stripeapi "github.com/stripe/stripe-go/v82"
+
+	stripemock "github.com/billsync/billsync/mocks/stripe"
+	"github.com/billsync/billsync/mocks/testenv"
+	"github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/reconcile"
+	"github.com/billsync/billsync/store/storetest"
+)
+
+// connectWorld is two connected accounts each holding a customer with the
+// same id on Free, and a platform customer, all reconciled.
+type connectWorld struct {
+	*harness
+	accounts []string
+	keys     []string // billsync's key of each account's customer
+	subs     []*stripeapi.Subscription
+	platform string // the platform's own customer
+}
+
+func newConnectWorld(t *testing.T, accounts ...string) connectWorld {
+	h := newHarness(t, testenv.Stripe, testenv.Options{Stripe: testenv.StripeOptions{
+		Connect: reconcile.ConnectPolicy{Mode: reconcile.ConnectAll}}})
+	w := connectWorld{harness: h, accounts: accounts}
+	for _, a := range accounts {
+		h.ConnectedAccount(a)
+		w.keys = append(w.keys, h.ConnectedCustomer(a, "cus_same", "u_same_"+a))
+		w.subs = append(w.subs, h.ConnectedSubscribe(a, "cus_same", "price_free"))
+	}
+	w.platform = h.Customer("u_platform")
+	h.Subscribe(w.platform, "price_free")
+	h.Delivered()
+	h.Drain(h.Worker(reconcile.WorkerConfig{Name: "w", Concurrency: 4, Backoff: []time.Duration{time.Millisecond}}))
+	for _, key := range append([]string{w.platform}, w.keys...) {
+		require.Equal(t, "free", h.state(key).Plan, key)
+	}
+	return w
+}
+
+// drift moves every account's customer to Pro at the fake with every
+// webhook lost: only a sweep can tell.
+func (w connectWorld) drift(t *testing.T) {
+	for i, a := range w.accounts {
+		require.NoError(t, w.Stripe.Fake.Account(a).SetFaults(stripemock.Faults{DropRate: 1}))
+		w.ConnectedChangePrice(a, w.subs[i], "price_pro")
+	}
+	w.Delivered()
+	for _, key := range w.keys {
+		require.Equal(t, "free", w.state(key).Plan, "%s: the change reached billsync without a sweep", key)
+	}
+}
+
+// platformSweeper is the Stripe sweeper serve builds.
+func (w connectWorld) platformSweeper(t *testing.T) *reconcile.Sweeper {
+	sw, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: w.Store, Provider: stripe.Provider,
+		Lister: w.Stripe.Client, Plans: w.Plans})
+	require.NoError(t, err)
+	return sw
+}
+
+// TestConnectSweepOfOneAccount: a sweep of one connected account heals its
+// drift and never reads another's. Two accounts hold a customer with the
+// same id, both drifted (webhooks lost); the sweep of the first lists it on
+// its behalf, heals its customer alone, and reads nothing of the second
+// account or of the platform's, nor queues their customers as unswept.
+// Its runs are its own: its first run is its import, the platform's
+// import is still to come, and the next run of the account is a sweep.
+func TestConnectSweepOfOneAccount(t *testing.T) {
+	ctx := context.Background()
+	w := newConnectWorld(t, "acct_sweep_a", "acct_sweep_b")
+	a, b := w.accounts[0], w.accounts[1]
+	sw, err := w.platformSweeper(t).ForAccount(a, w.Stripe.Client.AccountLister(a))
+	require.NoError(t, err)
+
+	rep, err := sw.Run(ctx)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.RunImport, rep.Run.Kind, "an account's first run is its import")
+	require.Equal(t, a, rep.Run.Account)
+	imported, err := w.Store.Imported(ctx, stripe.Provider, "")
+	require.NoError(t, err)
+	require.False(t, imported, "an account's import is not the platform's")
+
+	w.drift(t)
+	w.Stripe.Fake.ResetUsage()
+	rep, err = sw.Run(ctx)
+	require.NoError(t, err)
+	require.Equal(t, reconcile.RunSweep, rep.Run.Kind)
+	require.Equal(t, 1, rep.Run.Seen, "the account's one customer listed")
+	require.Equal(t, 1, rep.Run.Healed)
+	require.Zero(t, rep.Enqueued, "no other account's customer queued as unswept")
+	require.Len(t, rep.Healed, 1)
+	require.Equal(t, w.keys[0], rep.Healed[0].CustomerID)
+
+	require.Equal(t, "pro", w.state(w.keys[0]).Plan, "the swept account healed")
+	require.Equal(t, "free", w.state(w.keys[1]).Plan, "the other account left to its own sweep")
+	require.Equal(t, "free", w.state(w.platform).Plan)
+	require.Positive(t, w.Stripe.Fake.Account(a).Usage().Reads)
+	require.Zero(t, w.Stripe.Fake.Account(b).Usage().Requests, "the other account was read")
+	require.Zero(t, w.Stripe.Fake.Account("").Usage().Requests, "the platform's own objects were read")
+	for _, q := range storetest.Queue(t, w.Store) {
+		require.True(t, strings.HasPrefix(q.CustomerID, a+"/"), "%s queued by another account's sweep", q.CustomerID)
+	}
+}
+
+// TestConnectSweepsEachAccountOnceAcrossReplicas: two replicas schedule the
+// connected accounts' sweeps at once. Every authorised account is swept
+// (its first run is its import), once, whichever replica leads; a
+// deauthorised account is never swept, and once it authorises the
+// platform again it is swept at its turn, its drift written right.
+func TestConnectSweepsEachAccountOnceAcrossReplicas(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := newConnectWorld(t, "acct_rep_a", "acct_rep_b", "acct_rep_c")
+	a, c := w.accounts[0], w.accounts[2]
+	now, err := w.Store.Now(ctx)
+	require.NoError(t, err)
+	var words []reconcile.Authorization
+	for _, acct := range w.accounts {
+		words = append(words, reconcile.Authorization{Account: acct, Authorized: acct != c, At: now})
+	}
+	require.NoError(t, w.Store.SaveAuthorizations(ctx, stripe.Provider, words))
+	// The sweeps' import of a and b finds them right; the drift comes
+	// after, for their next run.
+	var replicas sync.WaitGroup
+	views := make([]*reconcile.ConnectSweeps, 2)
+	for i := range views {
+		views[i], err = reconcile.NewConnectSweeps(reconcile.ConnectSweepsConfig{Sweeper: w.platformSweeper(t),
+			ListerOf: w.Stripe.Client.AccountLister, Store: w.Store,
+			Policy: reconcile.ConnectPolicy{Mode: reconcile.ConnectAll}, Every: time.Hour, Look: 50 * time.Millisecond})
+		require.NoError(t, err)
+		replicas.Go(func() { views[i].Run(ctx) })
+	}
+	defer replicas.Wait()
+	runs := func(account string) []string {
+		var statuses []string
+		all, err := w.Store.SweepRuns(context.Background(), 100)
+		require.NoError(t, err)
+		for _, r := range all {
+			if r.Account == account {
+				statuses = append(statuses, r.Kind+" "+r.Status)
+			}
+		}
+		return statuses
+	}
+	storetest.WaitFor(t, "the authorised accounts imported", func() bool {
+		return slices.Contains(runs(a), "import succeeded") && slices.Contains(runs(w.accounts[1]), "import succeeded")
+	})
+	require.Empty(t, runs(c), "a deauthorised account is not swept")
+
+	// c authorises the platform again, with drift: its first run imports
+	// it, healing nothing, writing its customer right.
+	w.drift(t)
+	later, err := w.Store.Now(ctx)
+	require.NoError(t, err)
+	require.NoError(t, w.Store.SaveAuthorizations(ctx, stripe.Provider,
+		[]reconcile.Authorization{{Account: c, Authorized: true, At: later}}))
+	storetest.WaitFor(t, "the re-authorised account swept", func() bool {
+		return slices.Contains(runs(c), "import succeeded")
+	})
+	require.Equal(t, "pro", w.state(w.keys[2]).Plan, "the re-authorised account's customer right")
+	cancel()
+	replicas.Wait()
+	for _, acct := range w.accounts {
+		require.Equal(t, []string{"import succeeded"}, runs(acct), "%s swept once an Every, whichever replica leads", acct)
+	}
+	var succeeded int64
+	for _, v := range views {
+		succeeded += v.View().Succeeded
+	}
+	require.EqualValues(t, 3, succeeded, "each account's run counted once, by the replica that ran it")
+}
