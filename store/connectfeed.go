@@ -26,14 +26,7 @@ func (s *Store) ConnectFeedLock(ctx context.Context, provider string) (held cont
 func (s *Store) DueConnectFeeds(ctx context.Context, provider string, q reconcile.ConnectDueQuery) ([]reconcile.ConnectFeedDue, int, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	listed := q.Policy.Listed
-	if listed == nil {
-		listed = []string{}
-	}
-	skip := q.Skip
-	if skip == nil {
-		skip = []string{}
-	}
+	listed, skip := texts(q.Policy.Listed), texts(q.Skip)
 	rows, _ := s.pool.Query(ctx, `
 		SELECT c.account, f.polled_at, f.retry_at, coalesce(f.failures, 0), count(*) OVER ()
 		FROM connected_accounts c
@@ -53,6 +46,15 @@ func (s *Store) DueConnectFeeds(ctx context.Context, provider string, q reconcil
 		return nil, 0, fmt.Errorf("read the %s connected accounts due: %w", provider, classify(err))
 	}
 	return feeds, served, nil
+}
+
+// texts is list as a text[] parameter: an empty array for nil, which
+// pgx would send as NULL (and "<> ALL(NULL)" holds for no row).
+func texts(list []string) []string {
+	if list == nil {
+		return []string{}
+	}
+	return list
 }
 
 // FailConnectFeed records a failed poll of a connected account's feed:
@@ -110,14 +112,7 @@ func (s *Store) ConnectSweepLock(ctx context.Context, provider string) (held con
 func (s *Store) DueConnectSweeps(ctx context.Context, provider string, q reconcile.ConnectSweepQuery) ([]reconcile.ConnectSweepDue, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
-	listed := q.Policy.Listed
-	if listed == nil {
-		listed = []string{}
-	}
-	skip := q.Skip
-	if skip == nil {
-		skip = []string{}
-	}
+	listed, skip := texts(q.Policy.Listed), texts(q.Skip)
 	rows, _ := s.pool.Query(ctx, `
 		SELECT c.account, r.id, r.status, r.started_at, r.finished_at
 		FROM connected_accounts c
