@@ -364,7 +364,9 @@ func (c *Client) fetchCustomerAccount(ctx context.Context, accountID string) (re
 	op := "retrieve account " + accountID
 	body, err := c.get(ctx, "/v1/accounts/"+url.PathEscape(accountID), nil)
 	var ae *apiError
-	if errors.As(err, &ae) && ae.Code == codeAccountInvalid {
+	if errors.As(err, &ae) && ae.Code == codeAccountInvalid && ae.Account == "" {
+		// The platform's own read: the account billed is the one refused.
+		// Read on behalf of a connected account, fail tells a lost one.
 		return reconcile.Snapshot{}, fmt.Errorf("stripe %s: %s: %w", op, ae, reconcile.ErrCustomerUnknown)
 	}
 	if err != nil {

@@ -207,4 +207,7 @@ func TestFetchCustomerAccount(t *testing.T) {
 
 	_, err = c.Fetch(ctx, "acct_1NeverConnected")
 	require.ErrorIs(t, err, reconcile.ErrCustomerUnknown)
+	require.NoError(t, f.DeauthorizeAccount(billed))
+	_, err = c.Fetch(ctx, billed)
+	require.ErrorIs(t, err, reconcile.ErrCustomerUnknown, "an account the platform may no longer read")
 }
