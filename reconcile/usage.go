@@ -33,6 +33,12 @@ type UserAccount struct {
 	// Meters are the named meters' figures in the current period, by
 	// meter key (only meters with ledger rows in it).
 	Meters []MeterBalance
+	// Connected is the Stripe Connect account holding the account's
+	// customer as billsync knows it (whether it still authorises the
+	// platform, since when), read with the account; nil for the
+	// platform's own customer, and for a connected account of which
+	// billsync has recorded no word yet.
+	Connected *ConnectedAccount
 }
 
 // MeterBalance is one named meter's figures for the account's current

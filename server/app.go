@@ -282,16 +282,31 @@ type userAnswer struct {
 	CustomerID string `json:"customer_id"`
 	// ConnectedAccount is the Stripe Connect account holding the customer
 	// ("" for the platform's own: absent).
-	ConnectedAccount string     `json:"connected_account,omitempty"`
-	UserRef          string     `json:"user_ref"`
-	Plan             string     `json:"plan"`
-	Status           string     `json:"status"`
-	PeriodStart      *time.Time `json:"period_start"`
-	PeriodEnd        *time.Time `json:"period_end"`
-	Balance          int64      `json:"balance"`
+	ConnectedAccount string `json:"connected_account,omitempty"`
+	// Authorization says whether that account still authorises the
+	// platform (absent for the platform's own, and while billsync has
+	// heard no word about the account).
+	Authorization *connectedAuthorization `json:"connected_account_authorization,omitempty"`
+	UserRef       string                  `json:"user_ref"`
+	Plan          string                  `json:"plan"`
+	Status        string                  `json:"status"`
+	PeriodStart   *time.Time              `json:"period_start"`
+	PeriodEnd     *time.Time              `json:"period_end"`
+	Balance       int64                   `json:"balance"`
 	// Features answers every feature the plans file declares, by key
 	// (absent when it declares none: the answer is then as before features).
 	Features map[string]reconcile.FeatureCheck `json:"features,omitempty"`
+}
+
+// connectedAuthorization is whether a connected account authorises the
+// platform, as the newest word about it said (an
+// account.application.authorized or .deauthorized event, or Stripe's list
+// of accounts), and that word's time: since when. A deauthorised
+// account's customers keep the state last read; billsync no longer reads
+// them.
+type connectedAuthorization struct {
+	Authorized bool      `json:"authorized"`
+	Since      time.Time `json:"since"`
 }
 
 func userJSON(u reconcile.UserAccount, plans *reconcile.Plans) userAnswer {
@@ -303,7 +318,11 @@ func userJSON(u reconcile.UserAccount, plans *reconcile.Plans) userAnswer {
 		return &t
 	}
 	connected, _ := reconcile.SplitConnected(a.CustomerID)
-	return userAnswer{a.ID, a.Provider, a.CustomerID, connected, a.UserRef, a.Plan, cmp.Or(a.Status, statusNone), opt(a.PeriodStart), opt(a.PeriodEnd), u.Balance,
+	var auth *connectedAuthorization
+	if c := u.Connected; c != nil {
+		auth = &connectedAuthorization{Authorized: c.Authorized, Since: c.ChangedAt.UTC()}
+	}
+	return userAnswer{a.ID, a.Provider, a.CustomerID, connected, auth, a.UserRef, a.Plan, cmp.Or(a.Status, statusNone), opt(a.PeriodStart), opt(a.PeriodEnd), u.Balance,
 		plans.Checks(u)}
 }
 

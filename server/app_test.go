@@ -310,6 +310,45 @@ func TestAppUserOfConnectedAccounts(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, e.do("GET", "/api/users/u1?account=acct_b", appToken, "").code)
 }
 
+// TestAppUserConnectedAccountAuthorization: a connected account's user
+// answers whether that account still authorises the platform, and since
+// when, as the newest word recorded about it says (absent before any
+// word); its plan and balance are unchanged by a deauthorisation; the
+// platform's own user has no such field.
+func TestAppUserConnectedAccountAuthorization(t *testing.T) {
+	e := newAppEnv(t, appToken)
+	ctx := context.Background()
+	e.account("stripe", "cus_1", "u1", "price_pro")
+	e.account("stripe", reconcile.Connected("acct_a", "cus_1"), "u1", "free")
+	user := func(account string) map[string]any {
+		t.Helper()
+		a := e.do("GET", "/api/users/u1?account="+account, appToken, "")
+		require.Equal(t, http.StatusOK, a.code, a.body)
+		return a.json(t)
+	}
+	require.NotContains(t, user("acct_a"), "connected_account_authorization", "no word heard about the account yet")
+
+	authorized := time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)
+	require.NoError(t, e.st.SaveAuthorizations(ctx, "stripe", []reconcile.Authorization{{Account: "acct_a", Authorized: true, At: authorized}}))
+	u := user("acct_a")
+	require.Equal(t, "acct_a", u["connected_account"])
+	require.Equal(t, map[string]any{"authorized": true, "since": "2026-11-01T09:00:00Z"}, u["connected_account_authorization"])
+
+	withdrew := authorized.Add(36 * time.Hour)
+	require.NoError(t, e.st.SaveAuthorizations(ctx, "stripe", []reconcile.Authorization{
+		{Account: "acct_a", Authorized: false, At: withdrew},
+		{Account: "acct_b", Authorized: false, At: withdrew}, // another account's word: not this user's
+	}))
+	u = user("acct_a")
+	require.Equal(t, map[string]any{"authorized": false, "since": "2026-11-02T21:00:00Z"}, u["connected_account_authorization"])
+	require.Equal(t, "free", u["plan"], "the state last read is kept")
+	require.Equal(t, float64(10), u["balance"])
+
+	platform := user("platform")
+	require.NotContains(t, platform, "connected_account")
+	require.NotContains(t, platform, "connected_account_authorization")
+}
+
 // TestAppConcurrentDebits: 50 debits with distinct keys at once never take
 // the balance below zero: exactly floor(500/30) = 16 succeed, the others
 // are refused with the balance, and the ledger agrees with the answers.

@@ -72,8 +72,29 @@ func meterBalances(ctx context.Context, q pgx.Tx, accountID int64) ([]reconcile.
 	return meters, nil
 }
 
+// connectedAccountOf reads the connected account holding a's customer;
+// ok is false for the platform's own customer, and for an account of
+// which no word was recorded.
+func connectedAccountOf(ctx context.Context, q pgx.Tx, a reconcile.Account) (c reconcile.ConnectedAccount, ok bool, err error) {
+	account, _ := reconcile.SplitConnected(a.CustomerID)
+	if account == "" {
+		return c, false, nil
+	}
+	c = reconcile.ConnectedAccount{Provider: a.Provider, Account: account}
+	err = q.QueryRow(ctx, `SELECT authorized, changed_at, first_seen FROM connected_accounts
+		WHERE provider = $1 AND account = $2`, a.Provider, account).Scan(&c.Authorized, &c.ChangedAt, &c.FirstSeen)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return c, false, nil
+	case err != nil:
+		return c, false, fmt.Errorf("read connected account %s: %w", account, err)
+	}
+	return c, true, nil
+}
+
 // UserAccount returns the account whose app reference is userRef (of
-// provider and of account, when not empty: see ofAccount) with its balance, read in one snapshot. None
+// provider and of account, when not empty: see ofAccount) with its
+// balance and its connected account (connectedAccountOf), read in one snapshot. None
 // is reconcile.ErrNotFound; several (one per provider) is a
 // *reconcile.AmbiguousError.
 func (s *Store) UserAccount(ctx context.Context, userRef, provider, account string) (reconcile.UserAccount, error) {
@@ -89,7 +110,13 @@ func (s *Store) UserAccount(ctx context.Context, userRef, provider, account stri
 		if err := tx.QueryRow(ctx, periodBalance, u.Account.ID, "").Scan(&u.Balance); err != nil {
 			return err
 		}
-		u.Meters, err = meterBalances(ctx, tx, u.Account.ID)
+		if u.Meters, err = meterBalances(ctx, tx, u.Account.ID); err != nil {
+			return err
+		}
+		c, ok, err := connectedAccountOf(ctx, tx, u.Account)
+		if ok {
+			u.Connected = &c
+		}
 		return err
 	})
 	if err != nil {

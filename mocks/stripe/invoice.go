@@ -10,23 +10,24 @@ import (
 // state does (see attempt in billing.go).
 type invoice struct {
 	record
-	ID            string
-	Number        string
-	Customer      string
-	CustomerEmail string
-	Subscription  string
-	SubMetadata   map[string]string
-	BillingReason string // subscription_create | subscription_cycle
-	Currency      string
-	Created       int64
-	PeriodStart   int64
-	PeriodEnd     int64
-	Total         int64
-	Lines         []invoiceLine
-	Status        string // paid | open | draft | void | uncollectible
-	AttemptCount  int
-	NextAttempt   int64 // next automatic payment retry; 0 = none
-	PaidAt        int64
+	ID              string
+	Number          string
+	Customer        string // "" when it bills an Account (CustomerAccount)
+	CustomerAccount string
+	CustomerEmail   string
+	Subscription    string
+	SubMetadata     map[string]string
+	BillingReason   string // subscription_create | subscription_cycle
+	Currency        string
+	Created         int64
+	PeriodStart     int64
+	PeriodEnd       int64
+	Total           int64
+	Lines           []invoiceLine
+	Status          string // paid | open | draft | void | uncollectible
+	AttemptCount    int
+	NextAttempt     int64 // next automatic payment retry; 0 = none
+	PaidAt          int64
 }
 
 func (inv *invoice) clone() *invoice {
@@ -61,7 +62,7 @@ func (inv *invoice) id() string { return inv.ID }
 // equal the creation time for the first invoice) while each line carries the
 // period being paid for: billing periods must be read from the subscription.
 func (s *Server) newInvoice(cust *customer, sub *subscription, items []subItem, reason string, created, periodStart, periodEnd int64) *invoice {
-	inv := &invoice{ID: newID("in"), Customer: sub.Customer, Subscription: sub.ID, SubMetadata: maps.Clone(sub.Metadata),
+	inv := &invoice{ID: newID("in"), Customer: sub.Customer, CustomerAccount: sub.CustomerAccount, Subscription: sub.ID, SubMetadata: maps.Clone(sub.Metadata),
 		BillingReason: reason, Currency: "usd", Created: created, PeriodStart: periodStart, PeriodEnd: periodEnd,
 		Status: "open"}
 	if cust != nil {
@@ -116,7 +117,7 @@ func renderInvoice(inv *invoice, version string) obj {
 		"amount_paid": amountPaid, "amount_remaining": inv.Total - amountPaid, "attempt_count": inv.AttemptCount,
 		"attempted": inv.AttemptCount > 0, "next_payment_attempt": nullable(inv.NextAttempt),
 		"auto_advance": false, "billing_reason": inv.BillingReason, "collection_method": "charge_automatically",
-		"created": inv.Created, "currency": inv.Currency, "customer": inv.Customer,
+		"created": inv.Created, "currency": inv.Currency, "customer": nullable(inv.Customer), "customer_account": nullable(inv.CustomerAccount),
 		"customer_email": nullable(inv.CustomerEmail), "description": nil,
 		"lines": obj{"object": "list", "data": lines, "has_more": false,
 			"url": "/v1/invoices/" + inv.ID + "/lines"},

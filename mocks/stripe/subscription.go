@@ -38,8 +38,12 @@ func (it *subItem) roll() {
 
 type subscription struct {
 	record
-	ID                string
-	Customer          string
+	ID       string
+	Customer string // "" when it bills an Account (CustomerAccount)
+	// CustomerAccount is the Account it bills as a customer (Accounts v2,
+	// customer_account: a connected account of the platform), in place of
+	// a Customer.
+	CustomerAccount   string
 	Status            string
 	Items             []subItem
 	Created           int64
@@ -62,6 +66,15 @@ type subscription struct {
 }
 
 func (sub *subscription) id() string { return sub.ID }
+
+// payer is whom it bills: its customer's id, or the Account's it bills as
+// a customer (subsByCustomer's key: no customer id is an acct_ id).
+func (sub *subscription) payer() string {
+	if sub.CustomerAccount != "" {
+		return sub.CustomerAccount
+	}
+	return sub.Customer
+}
 
 // clone is a deep copy: events keep the object as it was when they happened.
 func (sub *subscription) clone() *subscription {
@@ -115,7 +128,7 @@ func (s *Server) renderSubscription(sub *subscription, version string, ex expans
 		"cancel_at_period_end": sub.CancelAtPeriodEnd, "canceled_at": nullable(sub.CanceledAt),
 		"cancellation_details": obj{"comment": nil, "feedback": nil, "reason": reason},
 		"collection_method":    "charge_automatically", "created": sub.Created, "currency": currency,
-		"customer": sub.Customer, "days_until_due": nil, "default_payment_method": nil, "description": nil,
+		"customer": nullable(sub.Customer), "customer_account": nullable(sub.CustomerAccount), "days_until_due": nil, "default_payment_method": nil, "description": nil,
 		"discounts": []string{}, "ended_at": nullable(sub.EndedAt),
 		"items": obj{"object": "list", "data": items, "has_more": false,
 			"url": "/v1/subscription_items?subscription=" + sub.ID},
@@ -170,16 +183,12 @@ func quantity(entry map[string]string, param string) (int64, bool, error) {
 
 func (s *Server) createSubscription(c *call) (obj, error) {
 	f := c.form
-	if err := f.allow("customer", "items", "metadata", "payment_behavior", "proration_behavior", "off_session",
+	if err := f.allow("customer", "customer_account", "items", "metadata", "payment_behavior", "proration_behavior", "off_session",
 		"default_payment_method", "description", "trial_end", "trial_period_days", "cancel_at",
 		"cancel_at_period_end", "billing_mode"); err != nil {
 		return nil, err
 	}
-	custID, err := f.require("customer")
-	if err != nil {
-		return nil, err
-	}
-	cust, err := s.liveCustomer(custID, "customer")
+	custID, acctID, cust, err := s.billed(f)
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +204,7 @@ func (s *Server) createSubscription(c *call) (obj, error) {
 	if err != nil {
 		return nil, err
 	}
-	sub := &subscription{ID: newID("sub"), Customer: custID, Status: "active", Created: now, StartDate: now,
+	sub := &subscription{ID: newID("sub"), Customer: custID, CustomerAccount: acctID, Status: "active", Created: now, StartDate: now,
 		Anchor: now, Metadata: f.hash("metadata")}
 	for i, e := range entries {
 		param := fmt.Sprintf("items[%d]", i)
@@ -246,7 +255,7 @@ func (s *Server) createSubscription(c *call) (obj, error) {
 	sub.LatestInvoice = inv.ID
 	s.changed(sub.ID, nil)
 	s.subs.put(sub)
-	s.subsByCustomer[sub.Customer] = append(s.subsByCustomer[sub.Customer], sub)
+	s.subsByCustomer[sub.payer()] = append(s.subsByCustomer[sub.payer()], sub)
 	s.emit(c, now, "customer.subscription.created", sub.clone(), nil)
 	// The first invoice is charged at once; if the card declines, the
 	// subscription is incomplete (payment_behavior=allow_incomplete, the
@@ -257,6 +266,29 @@ func (s *Server) createSubscription(c *call) (obj, error) {
 		s.emitIfChanged(c, now, before, sub)
 	}
 	return s.renderSubscription(sub, c.version, c.expand), nil
+}
+
+// billed reads whom a new subscription bills: customer (a live customer)
+// or, as Accounts v2 allows, customer_account (an account connected to
+// the platform, billed as its customer; only the platform bills one).
+// One of the two, not both. cust is nil for an account.
+func (s *Server) billed(f form) (custID, acctID string, cust *customer, err error) {
+	custID, _ = f.str("customer")
+	acctID, _ = f.str("customer_account")
+	switch {
+	case custID != "" && acctID != "":
+		return "", "", nil, badRequest("You may only specify one of these parameters: customer, customer_account.")
+	case acctID != "":
+		if _, ok := s.accounts.get(acctID); !ok || s.acct != nil {
+			return "", "", nil, noSuch("account", acctID, "customer_account")
+		}
+		return "", acctID, nil, nil
+	}
+	if custID, err = f.require("customer"); err != nil {
+		return "", "", nil, err
+	}
+	cust, err = s.liveCustomer(custID, "customer")
+	return custID, "", cust, err
 }
 
 // trialEndParam reads trial_end (a timestamp or "now") or trial_period_days.
@@ -525,7 +557,7 @@ func (s *Server) endSubscription(c *call, sub *subscription, canceledAt, endedAt
 
 func (s *Server) listSubscriptions(c *call) (obj, error) {
 	f := c.form
-	if err := f.allow(append(listParams, "customer", "status", "price")...); err != nil {
+	if err := f.allow(append(listParams, "customer", "customer_account", "status", "price")...); err != nil {
 		return nil, err
 	}
 	status, _ := f.str("status")
@@ -538,9 +570,14 @@ func (s *Server) listSubscriptions(c *call) (obj, error) {
 		// list; a deleted one still lists its (ended) subscriptions.
 		return nil, noSuch("customer", customerID, "customer")
 	}
+	accountID, _ := f.str("customer_account")
+	if _, ok := s.accounts.get(accountID); accountID != "" && (!ok || s.acct != nil) {
+		return nil, noSuch("account", accountID, "customer_account")
+	}
 	priceID, _ := f.str("price")
 	rows := s.subs.newestFirst(func(sub *subscription) bool {
 		return statusMatches(status, sub.Status) && (customerID == "" || sub.Customer == customerID) &&
+			(accountID == "" || sub.CustomerAccount == accountID) &&
 			(priceID == "" || slices.ContainsFunc(sub.Items, func(it subItem) bool { return it.Price.ID == priceID }))
 	})
 	ex := c.expand.inList()

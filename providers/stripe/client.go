@@ -312,6 +312,9 @@ func (c *Client) fetch(ctx context.Context, key string) (reconcile.Snapshot, err
 	if customerID == "" {
 		return reconcile.Snapshot{}, reconcile.Permanent("stripe: empty customer id")
 	}
+	if reconcile.IsConnectedAccount(customerID) {
+		return c.fetchCustomerAccount(ctx, customerID)
+	}
 	// The entitlements (when on) are listed while the customer is
 	// retrieved: at Stripe's latency a reconcile then takes one round
 	// trip, not two. Every return waits for that list to end.
@@ -345,6 +348,51 @@ func (c *Client) fetchCustomer(ctx context.Context, customerID string) (reconcil
 		return reconcile.Snapshot{}, fmt.Errorf("stripe %s: %w", op, err)
 	}
 	return c.resolve(ctx, read)
+}
+
+// fetchCustomerAccount reads the snapshot of an Account billed as a
+// customer (Accounts v2: subscriptions that name customer_account, keyed
+// by the acct_ id, see customerKeyOf). The account is retrieved first
+// (GET /v1/accounts/{id}: the app's reference in its metadata, its email),
+// then its subscriptions are listed (GET /v1/subscriptions?customer_account=…,
+// every status but canceled, as a customer's are), and the snapshot is
+// made by resolve, the rule every customer's read shares. An account
+// Stripe does not know, or no longer lets the platform read, is
+// reconcile.ErrCustomerUnknown. No entitlements are read: Stripe lists a
+// Customer's; the account keeps those last read (none).
+func (c *Client) fetchCustomerAccount(ctx context.Context, accountID string) (reconcile.Snapshot, error) {
+	op := "retrieve account " + accountID
+	body, err := c.get(ctx, "/v1/accounts/"+url.PathEscape(accountID), nil)
+	var ae *apiError
+	if errors.As(err, &ae) && ae.Code == codeAccountInvalid && ae.Account == "" {
+		// The platform's own read: the account billed is the one refused.
+		// Read on behalf of a connected account, fail tells a lost one.
+		return reconcile.Snapshot{}, fmt.Errorf("stripe %s: %s: %w", op, ae, reconcile.ErrCustomerUnknown)
+	}
+	if err != nil {
+		return reconcile.Snapshot{}, failMissing(op, err, reconcile.ErrCustomerUnknown)
+	}
+	var acct customerObject // an account's id, email and metadata read as a customer's
+	if err := readAnswer(body, &acct); err != nil {
+		return reconcile.Snapshot{}, fmt.Errorf("stripe %s: %w", op, err)
+	}
+	cust, err := acct.read(c.userRefKey)
+	if err != nil {
+		return reconcile.Snapshot{}, fmt.Errorf("stripe %s: %w", op, err)
+	}
+	op = "list subscriptions of customer account " + accountID
+	subs, err := listAll(ctx, c, "/v1/subscriptions", url.Values{"customer_account": {accountID}}, idOfObject)
+	if err != nil {
+		return reconcile.Snapshot{}, failMissing(op, err, reconcile.ErrCustomerUnknown)
+	}
+	for _, s := range subs {
+		if s.CustomerAccount.s != accountID {
+			return reconcile.Snapshot{}, reconcile.Permanent("stripe %s: subscription %s is listed with customer_account %q",
+				op, s.ID.s, s.CustomerAccount.s)
+		}
+	}
+	cust.id, cust.subs, cust.complete = accountID, subs, true
+	return c.resolve(ctx, cust)
 }
 
 // resolve turns one customer object (retrieved, or listed by ListPage) into
@@ -655,7 +703,8 @@ func (d debugLogger) Warn(msg string, kv ...any)  { d.l.Debug("stripe http: "+ms
 
 // CustomerOf reads the customer of a thin event's related object, a
 // subscription or an invoice, with one retrieve (GET /v1/subscriptions/{id}
-// or /v1/invoices/{id}), for the worker (see reconcile.Related). An id
+// or /v1/invoices/{id}), for the worker (see reconcile.Related): its
+// customer, or the Account it bills as a customer (customerKeyOf). An id
 // Stripe does not know, or a type it cannot read, is a
 // *reconcile.PermanentError.
 func (c *Client) CustomerOf(ctx context.Context, obj reconcile.Related) (string, error) {
@@ -674,13 +723,12 @@ func (c *Client) CustomerOf(ctx context.Context, obj reconcile.Related) (string,
 	default:
 		return "", reconcile.Permanent("stripe: cannot read the customer of a %q", obj.Type)
 	}
-	var o struct {
-		Customer ref `json:"customer"` // an id, or the expanded customer
-	}
+	var o object // its customer or customer_account (customerKeyOf)
 	if err := c.retrieve(ctx, "retrieve "+obj.String(), path+url.PathEscape(obj.ID), &o); err != nil {
 		return "", err
 	}
-	return connectedKey(ctx, o.Customer.id.s), nil
+	customer, _ := customerKeyOf(o) // none: "", which names no customer
+	return connectedKey(ctx, customer), nil
 }
 
 // retrieve reads the object at path into v: one Stripe does not know is a

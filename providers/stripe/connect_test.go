@@ -2,13 +2,18 @@ package stripe_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	stripeapi "github.com/stripe/stripe-go/v82"
+
+	stripemock "github.com/billsync/billsync/mocks/stripe"
 
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
@@ -118,4 +123,91 @@ func TestFetchOnBehalfOfAConnectedAccount(t *testing.T) {
 	_, err = c.Fetch(context.Background(), "acct_gone/cus_1")
 	require.True(t, reconcile.IsPermanent(err), "%v", err)
 	require.ErrorContains(t, err, "does not authorise the platform")
+}
+
+// subscribeAccount subscribes the connected account to price as the
+// platform's customer (Accounts v2: customer_account, no customer)
+// through stripe-go, which has no field for it yet.
+func (f *fakeStripe) subscribeAccount(t *testing.T, account, price string) *stripeapi.Subscription {
+	t.Helper()
+	params := &stripeapi.SubscriptionCreateParams{Items: []*stripeapi.SubscriptionCreateItemParams{{Price: stripeapi.String(price)}}}
+	params.AddExtra("customer_account", account)
+	sub, err := f.h.Stripe.API.V1Subscriptions.Create(context.Background(), params)
+	require.NoError(t, err)
+	return sub
+}
+
+// TestFetchCustomerAccount: a platform that bills a connected account as
+// its customer (Accounts v2, shape A: the subscription names
+// customer_account, and customer is null) has that account read as its
+// customer, keyed by its acct_ id: the account's own metadata and email,
+// the subscriptions Stripe lists by customer_account, and the related
+// subscription's and invoice's customer; its events queue it too.
+func TestFetchCustomerAccount(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFake(t, stripemock.Options{}, nil)
+	const billed = "acct_1BilledAsCustomer"
+	_, err := f.AddAccount(stripemock.AccountOptions{ID: billed, Email: "team@example.com", Metadata: map[string]string{"user_id": "team-1"}})
+	require.NoError(t, err)
+	other := f.customer(t, map[string]string{"user_id": "u1"})
+	f.subscribe(t, other, "price_team") // the platform's own customer: never listed for the account
+
+	sub := f.subscribeAccount(t, billed, "price_pro")
+	require.Nil(t, sub.Customer, "shape A: customer is null")
+	var raw struct {
+		CustomerAccount string `json:"customer_account"`
+	}
+	require.NoError(t, json.Unmarshal(sub.LastResponse.RawJSON, &raw))
+	require.Equal(t, billed, raw.CustomerAccount)
+	f.seen()
+
+	c := newTestClient(t, testConfig(f.URL))
+	snap, err := c.Fetch(ctx, billed)
+	require.NoError(t, err)
+	require.Equal(t, billed, snap.CustomerID)
+	require.Equal(t, "team-1", snap.UserRef)
+	require.Equal(t, "team@example.com", snap.Email)
+	require.Equal(t, []string{sub.ID}, subIDs(snap))
+	require.Contains(t, snap.Subscriptions[0].Items[0].PriceRefs, "price_pro")
+	reqs := f.seen()
+	require.Len(t, reqs, 2)
+	require.Equal(t, "/v1/accounts/"+billed, reqs[0].path)
+	require.Equal(t, "/v1/subscriptions", reqs[1].path)
+	q, err := url.ParseQuery(reqs[1].query)
+	require.NoError(t, err)
+	require.Equal(t, billed, q.Get("customer_account"))
+	require.Empty(t, q.Get("customer"))
+
+	for _, obj := range []reconcile.Related{{Type: "subscription", ID: sub.ID}, {Type: "invoice", ID: sub.LatestInvoice.ID}} {
+		customer, err := c.CustomerOf(ctx, obj)
+		require.NoError(t, err)
+		require.Equal(t, billed, customer, obj.String())
+	}
+
+	// The fake's events name the account as Stripe's do: queued under it.
+	var created int
+	for ev, err := range f.h.Stripe.API.V1Events.List(ctx, &stripeapi.EventListParams{Type: stripeapi.String("customer.subscription.created")}) {
+		require.NoError(t, err)
+		body := fmt.Appendf(nil, `{"id":%q,"object":"event","type":%q,"created":%d,"data":{"object":%s}}`, ev.ID, ev.Type, ev.Created, ev.Data.Raw)
+		parsed := stripe.ParseEvent(body)
+		if parsed.Expect != nil && parsed.Expect.SubscriptionID == sub.ID {
+			created++
+			require.Equal(t, billed, parsed.CustomerID)
+			require.Empty(t, parsed.IgnoreReason)
+		}
+	}
+	require.Equal(t, 1, created)
+
+	f.cancel(t, sub.ID)
+	snap, err = c.Fetch(ctx, billed)
+	require.NoError(t, err)
+	require.Empty(t, snap.Subscriptions, "an ended subscription is left out")
+	require.Equal(t, "team-1", snap.UserRef)
+
+	_, err = c.Fetch(ctx, "acct_1NeverConnected")
+	require.ErrorIs(t, err, reconcile.ErrCustomerUnknown)
+	require.NoError(t, f.DeauthorizeAccount(billed))
+	_, err = c.Fetch(ctx, billed)
+	require.ErrorIs(t, err, reconcile.ErrCustomerUnknown, "an account the platform may no longer read")
 }

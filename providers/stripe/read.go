@@ -73,6 +73,26 @@ func quantityOf(o object) int64 {
 	return o.Quantity.n
 }
 
+// customerKeyOf reads whom a subscription or an invoice bills, as Stripe
+// knows it in the account it was read in: its customer (an id, or the
+// expanded customer), or else its customer_account. Since Accounts v2 (API
+// 2025-12-15) a platform may bill an Account configured as a customer
+// (acct_…) in place of a Customer: the object then names customer_account,
+// and customer is null or absent. Stripe's docs say such an object may
+// carry both ("correspondingly formatted": the cus_ id that stands for the
+// same account in the Customers v1 API); the customer then wins, so that
+// it keeps the key it has always had. ok is false when it names neither
+// (a customer_account that is not an acct_ id names none).
+func customerKeyOf(o object) (string, bool) {
+	switch {
+	case o.Customer.id.ok:
+		return o.Customer.id.s, true
+	case o.CustomerAccount.ok && reconcile.IsConnectedAccount(o.CustomerAccount.s):
+		return o.CustomerAccount.s, true
+	}
+	return "", false
+}
+
 // statusOf returns the subscription's status (active, trialing, past_due,
 // canceled, …).
 func statusOf(o object) (string, bool) { return o.Status.s, o.Status.ok }
@@ -321,6 +341,9 @@ type object struct {
 	Plan               ref      `json:"plan"` // legacy; the only reference before Prices
 	Quantity           count    `json:"quantity"`
 	Items              list     `json:"items"`
+	// Whom a subscription (or an invoice) bills: see customerKeyOf.
+	Customer        ref  `json:"customer"`
+	CustomerAccount text `json:"customer_account"` // Accounts v2 (2025-12-15)
 }
 
 func (o *object) UnmarshalJSONFrom(dec *jsontext.Decoder) error {

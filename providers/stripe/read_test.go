@@ -490,3 +490,44 @@ func BenchmarkReadCustomer(b *testing.B) {
 
 // itemsOf returns a subscription's embedded items (items.data[]).
 func itemsOf(o object) []object { return o.Items.Data }
+
+// TestCustomerKeyOf is the reader of whom a subscription or an invoice
+// bills: its customer, else (Accounts v2) the Account billed as a
+// customer; neither is absent.
+func TestCustomerKeyOf(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, raw, want string
+		ok              bool
+	}{
+		{"Customer", `{"customer":"cus_1"}`, "cus_1", true},
+		{"CustomerExpanded", `{"customer":{"id":"cus_1","object":"customer"}}`, "cus_1", true},
+		{"CustomerAccount_CustomerNull", `{"customer":null,"customer_account":"acct_1"}`, "acct_1", true},
+		{"CustomerAccount_CustomerAbsent", `{"customer_account":"acct_1"}`, "acct_1", true},
+		{"BothNamed_CustomerWins", `{"customer":"cus_1","customer_account":"acct_1"}`, "cus_1", true},
+		{"CustomerEmpty_AccountRead", `{"customer":"","customer_account":"acct_1"}`, "acct_1", true},
+		{"CustomerOfWrongType_AccountRead", `{"customer":7,"customer_account":"acct_1"}`, "acct_1", true},
+		{"CustomerAccountNotAnAcctID", `{"customer":null,"customer_account":"cus_1"}`, "", false},
+		{"CustomerAccountWithSlash", `{"customer_account":"acct_1/cus_2"}`, "", false},
+		{"CustomerAccountOfWrongType", `{"customer_account":{"id":"acct_1"}}`, "", false},
+		{"Neither", `{"customer":null,"customer_account":null}`, "", false},
+		{"NotAnObject", `[]`, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := customerKeyOf(objectOf([]byte(tt.raw)))
+			require.Equal(t, tt.ok, ok)
+			require.Equal(t, tt.want, got)
+		})
+	}
+	t.Run("RecordedShapeA", func(t *testing.T) {
+		raw := readTestdata(t, "subscription_customer_account.json")
+		got, ok := customerKeyOf(objectOf(raw))
+		require.True(t, ok)
+		require.Equal(t, "acct_1RbilledAsCustomer1", got)
+		sub, err := subscriptionOf(raw)
+		require.NoError(t, err, "the rest of the subscription reads as any other's")
+		require.Equal(t, "sub_1RacctPro0001", sub.ID)
+		require.Equal(t, []string{"pro_monthly", "price_1RbasilPro0001"}, sub.Items[0].PriceRefs)
+	})
+}

@@ -170,8 +170,11 @@ type objectJSON struct {
 	ID       string          `json:"id"`
 	Object   string          `json:"object"`
 	Customer json.RawMessage `json:"customer"`
-	Status   string          `json:"status"`
-	Items    json.RawMessage `json:"items"`
+	// CustomerAccount is whom it bills when customer is null: an Account
+	// billed as a customer (Accounts v2, see customerKeyOf).
+	CustomerAccount string          `json:"customer_account"`
+	Status          string          `json:"status"`
+	Items           json.RawMessage `json:"items"`
 	// What tells a transaction (transactionOf): an invoice's amount paid,
 	// a checkout session's mode and payment status.
 	AmountPaid    json.RawMessage `json:"amount_paid"`
@@ -468,22 +471,36 @@ func relevant(typ string) bool {
 }
 
 // customerOf reads the customer an event object names: its customer field
-// (an id, or an expanded object), or its own id when it is a customer.
+// (an id, or an expanded object), else its customer_account (an Account
+// billed as a customer, read as customerKeyOf reads it), or its own id
+// when it is a customer.
 func customerOf(o objectJSON) string {
 	if o.Object == "customer" {
 		return o.ID
 	}
-	if len(o.Customer) == 0 {
+	if id := customerIDOf(o.Customer); id != "" {
+		return id
+	}
+	if reconcile.IsConnectedAccount(o.CustomerAccount) {
+		return o.CustomerAccount
+	}
+	return ""
+}
+
+// customerIDOf reads a customer field: an id, or an expanded object's id;
+// "" when it is absent, null or neither.
+func customerIDOf(raw json.RawMessage) string {
+	if len(raw) == 0 {
 		return ""
 	}
 	var id string // null leaves it empty
-	if json.Unmarshal(o.Customer, &id) == nil {
+	if json.Unmarshal(raw, &id) == nil {
 		return id
 	}
 	var expanded struct {
 		ID string `json:"id"`
 	}
-	if json.Unmarshal(o.Customer, &expanded) == nil {
+	if json.Unmarshal(raw, &expanded) == nil {
 		return expanded.ID
 	}
 	return ""

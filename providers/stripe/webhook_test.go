@@ -104,6 +104,8 @@ func TestParseEvent(t *testing.T) {
 		{"thin_connect.json", "acct_1Rconnected0004/related:subscription:sub_1Rconnected0004", ""},
 		{"connect_subscription_updated.json", "acct_1Rconnected0005/cus_Tconnected0005", ""},
 		{"thin_v2_account.json", "", `event type "v2.core.account.updated" does not affect billing state`},
+		// Accounts v2: an Account billed as a customer is keyed by its acct_ id.
+		{"customer_account_subscription_updated.json", "acct_1RbilledAsCustomer1", ""},
 		// Recorded by supabase/stripe-sync-engine: a trigger like any, its
 		// embedded list (which stops at 10) never read.
 		{"entitlement_summary_updated.json", "cus_Sll319ReSxCmEi", ""},
@@ -264,6 +266,8 @@ func FuzzParseEvent(f *testing.F) {
 	f.Add([]byte(`{"id":"evt_t","object":"v2.core.event","type":"v1.customer.updated","created":"9999-99-99T00:00:00Z","related_object":{"id":"cus_1","type":"customer"}}`))
 	f.Add([]byte(`{"id":"evt_t","object":"v2.core.event","type":"v1.customer.updated","context":7,"related_object":{"id":7,"type":[]}}`))
 	f.Add([]byte(`{"id":"evt_c","object":"event","account":"acct_1","type":"invoice.paid","created":1764500000,"data":{"object":{"customer":"cus_1"}}}`))
+	f.Add([]byte(`{"id":"evt_a","object":"event","account":"acct_1","type":"invoice.paid","data":{"object":{"customer":null,"customer_account":"acct_2"}}}`))
+	f.Add([]byte(`{"id":"evt_a","object":"event","type":"invoice.paid","data":{"object":{"customer_account":"acct_\u0000/x"}}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		ev := ParseEvent(body)
 		requireStorable(t, ev)
@@ -320,4 +324,37 @@ func FuzzVerify(f *testing.F) {
 		require.NotEmpty(t, d.Event.DedupeKey)
 		require.True(t, d.Event.CustomerID != "" || d.Event.IgnoreReason != "", "neither a customer nor a reason")
 	})
+}
+
+// TestParseEventCustomerAccount: an event's object that bills an Account
+// as a customer (Accounts v2: customer null or absent, customer_account
+// set) is queued under the account's acct_ id, under the connected
+// account's key when the event is one's; customer wins when both are
+// named; neither is the existing "names no customer".
+func TestParseEventCustomerAccount(t *testing.T) {
+	t.Parallel()
+	event := func(account, object string) []byte {
+		top := ""
+		if account != "" {
+			top = `"account":"` + account + `",`
+		}
+		return []byte(`{"id":"evt_1",` + top + `"object":"event","type":"invoice.paid","created":1764500000,"data":{"object":` + object + `}}`)
+	}
+	tests := []struct {
+		name, account, object, customer, ignore string
+	}{
+		{"CustomerNull", "", `{"object":"invoice","customer":null,"customer_account":"acct_B"}`, "acct_B", ""},
+		{"CustomerAbsent", "", `{"object":"subscription","customer_account":"acct_B"}`, "acct_B", ""},
+		{"BothNamed", "", `{"object":"invoice","customer":"cus_1","customer_account":"acct_B"}`, "cus_1", ""},
+		{"OfAConnectedAccount", "acct_P", `{"object":"invoice","customer":null,"customer_account":"acct_B"}`, "acct_P/acct_B", ""},
+		{"NotAnAcctID", "", `{"object":"invoice","customer":null,"customer_account":"cus_B"}`, "", "event names no customer"},
+		{"Neither", "", `{"object":"invoice","customer":null,"customer_account":null}`, "", "event names no customer"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ev := ParseEvent(event(tt.account, tt.object))
+			require.Equal(t, tt.customer, ev.CustomerID)
+			require.Equal(t, tt.ignore, ev.IgnoreReason)
+		})
+	}
 }
