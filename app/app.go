@@ -201,6 +201,11 @@ func (a *App) addFeed(provs Providers) ([]string, error) {
 		if a.connectFeed, err = newStripeConnectFeed(a.cfg, a.st, provs.Stripe, a.spending, a.logger); err != nil {
 			return nil, err
 		}
+		// Per provider, never per account; only while it runs, as the
+		// events feed's.
+		a.metrics.CollectConnectFeeds(func(ctx context.Context) (reconcile.ConnectFeedStats, error) {
+			return a.st.ConnectFeedStats(ctx, stripe.Provider)
+		}, a.connectFeed.View, a.logger)
 		a.parts = append(a.parts, a.connectFeed.Run)
 	}
 	return []string{stripe.Provider}, nil
