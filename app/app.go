@@ -517,7 +517,7 @@ func connectFeedSetting(cfg Config) string {
 	if !cfg.FeedOn() || !cfg.StripeConnect.Enabled() {
 		return "off"
 	}
-	return fmt.Sprintf("%s accounts, %d polls at once, oldest first, each at most every %s within a quarter of the read allocation",
+	return fmt.Sprintf("%s accounts, %d polls at once, oldest first, each at most every %s within a quarter of the Connect read allocation",
 		cfg.StripeConnect.Mode, reconcile.DefaultConnectPool, cfg.EventsPoll)
 }
 

@@ -58,4 +58,6 @@ func TestConnectReadsHaveTheirOwnBudget(t *testing.T) {
 	require.Equal(t, float64(paid*stripe.ReadsPerTransaction), v.Connect.Allocation, "500 × the connected accounts' transactions")
 	require.Equal(t, float64(stripe.MinReadAllocation), v.Allocation, "the platform's one transaction: the floor")
 	require.Equal(t, v.Connect.Allocation, spending.ConnectAllocation())
+	t.Logf("Connect budget: %d reads %v, %d transactions, allocation %.0f; platform's: %d reads %v, %d transactions, allocation %.0f",
+		v.Connect.Total, v.Connect.Reads, v.Connect.Transactions, v.Connect.Allocation, v.Total, v.Reads, v.Transactions, v.Allocation)
 }

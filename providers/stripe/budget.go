@@ -54,8 +54,9 @@ func LiveKey(apiKey string) bool {
 
 // ReadAllocation is the account's monthly read allocation: configured
 // when positive (-stripe-read-allocation: an account whose allocation
-// Stripe raised, or a Connect platform's), otherwise 500 reads per
-// transaction of the last 30 days, at least 10,000.
+// Stripe raised), otherwise 500 reads per transaction of the last 30
+// days, at least 10,000. The reads on behalf of Connect accounts have an
+// allocation of their own (Client.ConnectAllocation).
 func ReadAllocation(configured float64, transactions int64) float64 {
 	if configured > 0 {
 		return configured
