@@ -111,7 +111,7 @@ type SpendView struct {
 	// Spend's Reads are the platform's own (no ConnectOperation name).
 	Spend
 	Allocation float64 // reads allowed over the window
-	Total      int64   // reads over the window, every operation
+	Total      int64   // the platform's own reads over the window, every operation
 	// Projected is Total at the pace of the days recorded, over a whole
 	// window: what the window will have read if the pace holds. With
 	// fewer than 30 days recorded it is the days recorded scaled up
