@@ -205,6 +205,11 @@ func (a *App) addFeed(provs Providers) ([]string, error) {
 		if a.connectFeed, err = newStripeConnectFeed(a.cfg, a.st, provs.Stripe, a.spending, a.logger); err != nil {
 			return nil, err
 		}
+		// Per provider, never per account; only while it runs, as the
+		// events feed's.
+		a.metrics.CollectConnectFeeds(func(ctx context.Context) (reconcile.ConnectFeedStats, error) {
+			return a.st.ConnectFeedStats(ctx, stripe.Provider)
+		}, a.connectFeed.View, a.logger)
 		a.parts = append(a.parts, a.connectFeed.Run)
 	}
 	return []string{stripe.Provider}, nil
@@ -520,14 +525,14 @@ func newStripeFeed(cfg Config, st *store.Store, client *stripe.Client, spending 
 
 // newStripeConnectFeed builds the feeds of the Stripe Connect accounts
 // served (-stripe-connect), at most every -events-poll each, within a
-// quarter of the read allocation (docs/connect.md). The allocation is
-// spending's: 500 reads a transaction of every payment the intake counts,
-// the connected accounts' included (Stripe allocates the reads on their
-// behalf 500 a transaction of theirs, apart from the platform's own).
+// quarter of the read allocation on behalf of connected accounts
+// (docs/connect.md): spending's Connect one, 500 reads a transaction of
+// the connected accounts' customers, apart from the platform's own (Stripe
+// allocates the reads made with Stripe-Account apart).
 func newStripeConnectFeed(cfg Config, st *store.Store, client *stripe.Client, spending *reconcile.Spending,
 	logger *slog.Logger) (*reconcile.ConnectFeed, error) {
 	return reconcile.NewConnectFeed(reconcile.ConnectFeedConfig{
-		Provider: stripe.Provider, Source: client, Store: st, Policy: cfg.StripeConnect, Allocation: spending.Allocation,
+		Provider: stripe.Provider, Source: client, Store: st, Policy: cfg.StripeConnect, Allocation: spending.ConnectAllocation,
 		Interval: cfg.EventsPoll, Overlap: cfg.EventsOverlap, Logger: logger,
 	})
 }
@@ -542,7 +547,7 @@ func connectFeedSetting(cfg Config) string {
 	if !cfg.FeedOn() || !cfg.StripeConnect.Enabled() {
 		return "off"
 	}
-	return fmt.Sprintf("%s accounts, %d polls at once, oldest first, each at most every %s within a quarter of the read allocation",
+	return fmt.Sprintf("%s accounts, %d polls at once, oldest first, each at most every %s within a quarter of the Connect read allocation",
 		cfg.StripeConnect.Mode, reconcile.DefaultConnectPool, cfg.EventsPoll)
 }
 

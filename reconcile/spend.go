@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -20,6 +21,16 @@ import (
 // and how many run workers: its client then takes its share of the rates
 // (1/n of each with n replicas running workers), and the allocation, the
 // reads and their projection are seen by every replica alike.
+//
+// Stripe Connect: a platform's reads on behalf of its connected accounts
+// (those sent with Stripe-Account) draw from an allocation of their own,
+// 500 a transaction of the connected accounts', apart from the platform's
+// own reads and transactions. So the reads are counted in two budgets: a
+// read on behalf of an account is reported under its operation's
+// ConnectOperation name ("connect GET /v1/events"), in the same record as
+// the platform's, and the payments of connected accounts' customers are
+// counted apart. The records written before hold no such name: they read
+// as the platform's, as they were.
 
 // Spender is a provider client whose budget every replica shares.
 type Spender interface {
@@ -32,6 +43,32 @@ type Spender interface {
 	// Allocation is the reads the provider allows over SpendWindow,
 	// given the transactions stored over it.
 	Allocation(transactions int64) float64
+	// ConnectAllocation is the reads on behalf of connected accounts the
+	// provider allows over SpendWindow, given the connected accounts'
+	// transactions stored over it.
+	ConnectAllocation(transactions int64) float64
+}
+
+// connectReads starts the name of an operation read on behalf of a
+// connected account.
+const connectReads = "connect "
+
+// ConnectOperation is the name op's reads on behalf of a connected account
+// are counted under: apart from the platform's own reads of op.
+func ConnectOperation(op string) string { return connectReads + op }
+
+// splitReads splits reads by operation into the platform's own and those
+// on behalf of connected accounts (by their operation's own name).
+func splitReads(reads map[string]int64) (platform, connect map[string]int64) {
+	platform, connect = map[string]int64{}, map[string]int64{}
+	for op, n := range reads {
+		if o, ok := strings.CutPrefix(op, connectReads); ok {
+			connect[o] += n
+			continue
+		}
+		platform[op] += n
+	}
+	return platform, connect
 }
 
 // SpendWindow is the window reads are allocated over (Stripe's rolling
@@ -43,10 +80,15 @@ type Spend struct {
 	Now time.Time // the database's clock
 	// Reads are the reads of every replica over the window, by operation,
 	// and Since the start of the oldest day they cover.
+	// The reads on behalf of connected accounts are under their
+	// ConnectOperation names.
 	Reads        map[string]int64
 	Since        time.Time
-	Transactions int64 // payments stored over the window
-	Replicas     int   // replicas running the provider's worker lately, this one included when it does
+	Transactions int64 // the platform's own payments stored over the window
+	// ConnectTransactions are the connected accounts' customers'
+	// payments stored over the window.
+	ConnectTransactions int64
+	Replicas            int // replicas running the provider's worker lately, this one included when it does
 }
 
 // SpendStore keeps the budget's record.
@@ -60,12 +102,16 @@ type SpendStore interface {
 	LeaveSpend(ctx context.Context, provider, holder string) error
 }
 
-// SpendView is a provider's budget as a replica last read it.
+// SpendView is a provider's budget as a replica last read it: the
+// platform's own (Spend's Reads and Transactions, Allocation, Total,
+// Projected) and, apart, the reads on behalf of its connected accounts
+// (Connect).
 type SpendView struct {
 	Provider string
+	// Spend's Reads are the platform's own (no ConnectOperation name).
 	Spend
 	Allocation float64 // reads allowed over the window
-	Total      int64   // reads over the window, every operation
+	Total      int64   // the platform's own reads over the window, every operation
 	// Projected is Total at the pace of the days recorded, over a whole
 	// window: what the window will have read if the pace holds. With
 	// fewer than 30 days recorded it is the days recorded scaled up
@@ -76,6 +122,21 @@ type SpendView struct {
 	// hour): Projected is Total scaled from it to the whole window.
 	Covered  time.Duration
 	Reported bool // a report has succeeded
+	// Connect is the budget of the reads on behalf of connected accounts,
+	// over the same window.
+	Connect ConnectSpend
+}
+
+// ConnectSpend is the budget of a platform's reads on behalf of its
+// connected accounts: the fields mean what SpendView's do for the
+// platform's own, with the connected accounts' reads (by operation) and
+// transactions.
+type ConnectSpend struct {
+	Reads        map[string]int64
+	Transactions int64
+	Allocation   float64
+	Total        int64
+	Projected    float64
 }
 
 // Days is Covered in days.
@@ -83,6 +144,12 @@ func (v SpendView) Days() float64 { return v.Covered.Hours() / 24 }
 
 // Over reports whether the projection exceeds the allocation.
 func (v SpendView) Over() bool { return v.Reported && v.Projected > v.Allocation }
+
+// ConnectOver reports whether the connected accounts' projection exceeds
+// their allocation.
+func (v SpendView) ConnectOver() bool {
+	return v.Reported && v.Connect.Projected > v.Connect.Allocation
+}
 
 // DefaultSpendPeriod is how often a replica reports its reads and learns
 // the others': the longest a new replica's share overlaps the old ones'
@@ -111,6 +178,8 @@ type Spending struct {
 	mu   sync.Mutex
 	last SpendView
 	over bool // the last view's projection exceeded the allocation (warned once)
+	// connectOver: the same for the reads on behalf of connected accounts.
+	connectOver bool
 	// unsent are reads a failed report could not send: the next sends them.
 	unsent map[string]int64
 }
@@ -130,7 +199,8 @@ func NewSpending(cfg SpendingConfig) (*Spending, error) {
 	}
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return &Spending{cfg: cfg, log: log.With(slog.String("provider", cfg.Client.Name())),
-		last: SpendView{Provider: cfg.Client.Name(), Allocation: cfg.Client.Allocation(0)}}, nil
+		last: SpendView{Provider: cfg.Client.Name(), Allocation: cfg.Client.Allocation(0),
+			Connect: ConnectSpend{Allocation: cfg.Client.ConnectAllocation(0)}}}, nil
 }
 
 // Run reports every period until ctx ends, then once more (the reads of
@@ -196,15 +266,19 @@ func (s *Spending) report(ctx context.Context, worker bool) (SpendView, error) {
 	if worker {
 		c.SetReplicas(sp.Replicas)
 	}
-	v := viewOf(c.Name(), sp, c.Allocation(sp.Transactions))
+	v := viewOf(c.Name(), sp, c.Allocation(sp.Transactions), c.ConnectAllocation(sp.ConnectTransactions))
 	s.mu.Lock()
 	s.last = v
-	warn := v.Over() && !s.over
-	s.over = v.Over()
+	warn, warnConnect := v.Over() && !s.over, v.ConnectOver() && !s.connectOver
+	s.over, s.connectOver = v.Over(), v.ConnectOver()
 	s.mu.Unlock()
 	if warn {
 		s.log.WarnContext(ctx, "budget: at this pace the reads of 30 days exceed the provider's allocation",
 			slog.Float64("projected", v.Projected), slog.Float64("allocation", v.Allocation))
+	}
+	if warnConnect {
+		s.log.WarnContext(ctx, "budget: at this pace the reads on behalf of connected accounts over 30 days exceed their allocation",
+			slog.Float64("projected", v.Connect.Projected), slog.Float64("allocation", v.Connect.Allocation))
 	}
 	if s.cfg.OnReport != nil {
 		s.cfg.OnReport(v)
@@ -220,20 +294,35 @@ func (s *Spending) View() SpendView {
 	return s.last
 }
 
-// Allocation is the last view's allocation: the events feed sizes its
-// interval by it.
+// Allocation is the last view's allocation of the platform's own reads:
+// the events feed sizes its interval by it.
 func (s *Spending) Allocation() float64 { return s.View().Allocation }
 
-// viewOf computes a view from the record.
-func viewOf(provider string, sp Spend, allocation float64) SpendView {
-	v := SpendView{Provider: provider, Spend: sp, Allocation: allocation, Reported: true}
-	for _, n := range sp.Reads {
-		v.Total += n
-	}
+// ConnectAllocation is the last view's allocation of the reads on behalf
+// of connected accounts: the Connect feed sizes its round by it.
+func (s *Spending) ConnectAllocation() float64 { return s.View().Connect.Allocation }
+
+// viewOf computes a view from the record: the platform's reads and those
+// on behalf of connected accounts apart, each against its allocation.
+func viewOf(provider string, sp Spend, allocation, connectAllocation float64) SpendView {
+	platform, connect := splitReads(sp.Reads)
+	sp.Reads = platform
+	v := SpendView{Provider: provider, Spend: sp, Allocation: allocation, Reported: true,
+		Connect: ConnectSpend{Reads: connect, Transactions: sp.ConnectTransactions, Allocation: connectAllocation}}
+	v.Total, v.Connect.Total = totalReads(platform), totalReads(connect)
 	v.Covered = SpendWindow
 	if !sp.Since.IsZero() {
 		v.Covered = min(SpendWindow, max(sp.Now.Sub(sp.Since), time.Hour))
 	}
 	v.Projected = float64(v.Total) * float64(SpendWindow) / float64(v.Covered)
+	v.Connect.Projected = float64(v.Connect.Total) * float64(SpendWindow) / float64(v.Covered)
 	return v
+}
+
+func totalReads(reads map[string]int64) int64 {
+	var n int64
+	for _, r := range reads {
+		n += r
+	}
+	return n
 }

@@ -53,6 +53,51 @@ func (c *spender) Allocation(transactions int64) float64 {
 	return max(10_000, 500*float64(transactions))
 }
 
+func (c *spender) ConnectAllocation(transactions int64) float64 {
+	return max(10_000, 500*float64(transactions))
+}
+
+// TestSpendingSplitsConnectReads: reads on behalf of connected accounts
+// (their operations' ConnectOperation names) and the connected accounts'
+// transactions are a budget of their own, each projected and held against
+// its own allocation: neither counts toward the platform's.
+func TestSpendingSplitsConnectReads(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	st := &mock.SpendStore{ReportSpendFn: func(context.Context, string, string, map[string]int64, bool) (reconcile.Spend, error) {
+		return reconcile.Spend{Now: now, Since: now.Add(-72 * time.Hour), Replicas: 1, Transactions: 4, ConnectTransactions: 40,
+			Reads: map[string]int64{
+				"GET /v1/events": 500, "GET /v1/customers/{id}": 100, // written before Connect: the platform's
+				reconcile.ConnectOperation("GET /v1/events"):         1500,
+				reconcile.ConnectOperation("GET /v1/customers/{id}"): 600,
+			}}, nil
+	}}
+	c := &spender{}
+	s, err := reconcile.NewSpending(reconcile.SpendingConfig{Store: st, Client: c})
+	require.NoError(t, err)
+	require.Equal(t, 10_000.0, s.ConnectAllocation(), "before a report: the allocation of no transaction")
+	c.read(reconcile.ConnectOperation("GET /v1/events"), 10)
+	c.read("GET /v1/events", 1)
+	v, err := s.Report(context.Background())
+	require.NoError(t, err)
+
+	require.Equal(t, map[string]int64{"GET /v1/events": 501, "GET /v1/customers/{id}": 100}, v.Reads, "the platform's own reads")
+	require.EqualValues(t, 601, v.Total)
+	require.InDelta(t, 6010, v.Projected, 0.01, "three days of 30")
+	require.EqualValues(t, 4, v.Transactions)
+	require.Equal(t, 10_000.0, v.Allocation, "the platform's 4 transactions: the floor")
+	require.False(t, v.Over())
+
+	require.Equal(t, map[string]int64{"GET /v1/events": 1510, "GET /v1/customers/{id}": 600}, v.Connect.Reads,
+		"the reads on behalf of connected accounts, by their operations' own names")
+	require.EqualValues(t, 2110, v.Connect.Total)
+	require.InDelta(t, 21100, v.Connect.Projected, 0.01)
+	require.EqualValues(t, 40, v.Connect.Transactions)
+	require.Equal(t, 20_000.0, v.Connect.Allocation, "500 × the connected accounts' 40 transactions")
+	require.Equal(t, 20_000.0, s.ConnectAllocation())
+	require.True(t, v.ConnectOver(), "21,100 projected over 20,000 allowed")
+}
+
 func TestSpendingReports(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)

@@ -456,3 +456,80 @@ func (c *feedCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+// ConnectFeedStatsFunc reads the Stripe Connect accounts' feeds' sums
+// from the database.
+type ConnectFeedStatsFunc func(ctx context.Context) (reconcile.ConnectFeedStats, error)
+
+// CollectConnectFeeds reports the Connect accounts' feeds at each scrape,
+// per provider, never per account (thousands of accounts would be as many
+// series): the accounts by state, the oldest poll's age and the events
+// caught, read from the database so every replica tells the same; and
+// this replica's scheduler (view): the round it polls each account at,
+// the accounts it served at its last dispatch, and its polls.
+func (m *Metrics) CollectConnectFeeds(stats ConnectFeedStatsFunc, view func() reconcile.ConnectFeedView, logger *slog.Logger) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	m.reg.MustRegister(&connectFeedCollector{stats: stats, view: view, log: logger})
+}
+
+var (
+	connectAccountsDesc = prometheus.NewDesc("billsync_connect_accounts",
+		"Stripe Connect accounts billsync knows, by state: authorized (they authorise the platform), deauthorized (their feeds stopped), and of the authorised: backed_off (their polls failed; waiting out a backoff) and never_polled.",
+		[]string{"provider", "state"}, nil)
+	connectOldestPollDesc = prometheus.NewDesc("billsync_connect_feed_oldest_poll_age_seconds",
+		"Now minus the least recent last poll of an authorised Connect account polled at least once: the longest any has gone unpolled, about billsync_connect_feed_round_seconds while the pool keeps up (absent before the first poll). Alert when it exceeds the round by far.",
+		[]string{"provider"}, nil)
+	connectCaughtDesc = prometheus.NewDesc("billsync_connect_feed_caught_total",
+		"Events the Connect accounts' feeds stored before any webhook brought them: Connect webhooks that were late or lost.",
+		[]string{"provider"}, nil)
+	connectRoundDesc = prometheus.NewDesc("billsync_connect_feed_round_seconds",
+		"The interval this replica's Connect feed polls each account at: what a quarter of the Connect read allocation pays for over the accounts served, never shorter than -events-poll.",
+		[]string{"provider"}, nil)
+	connectServedDesc = prometheus.NewDesc("billsync_connect_feed_served_accounts",
+		"Authorised Connect accounts this replica's feed served at its last dispatch (0 on a replica that has not led the feed).",
+		[]string{"provider"}, nil)
+	connectPollsDesc = prometheus.NewDesc("billsync_connect_feed_polls_total",
+		"Polls of Connect accounts' feeds this replica made, by result: ok, or failed (the account was backed off).",
+		[]string{"provider", "result"}, nil)
+)
+
+type connectFeedCollector struct {
+	stats ConnectFeedStatsFunc
+	view  func() reconcile.ConnectFeedView
+	log   *slog.Logger
+}
+
+func (c *connectFeedCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- connectAccountsDesc
+	ch <- connectOldestPollDesc
+	ch <- connectCaughtDesc
+	ch <- connectRoundDesc
+	ch <- connectServedDesc
+	ch <- connectPollsDesc
+}
+
+func (c *connectFeedCollector) Collect(ch chan<- prometheus.Metric) {
+	v := c.view()
+	ch <- prometheus.MustNewConstMetric(connectRoundDesc, prometheus.GaugeValue, v.Round.Seconds(), v.Provider)
+	ch <- prometheus.MustNewConstMetric(connectServedDesc, prometheus.GaugeValue, float64(v.Served), v.Provider)
+	ch <- prometheus.MustNewConstMetric(connectPollsDesc, prometheus.CounterValue, float64(v.Polls), v.Provider, "ok")
+	ch <- prometheus.MustNewConstMetric(connectPollsDesc, prometheus.CounterValue, float64(v.Failed), v.Provider, "failed")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	st, err := c.stats(ctx)
+	if err != nil {
+		c.log.Warn("metrics: read Connect feed figures", slog.Any("error", err))
+		return
+	}
+	for state, n := range map[string]int{"authorized": st.Authorized, "deauthorized": st.Deauthorized,
+		"backed_off": st.BackedOff, "never_polled": st.NeverPolled} {
+		ch <- prometheus.MustNewConstMetric(connectAccountsDesc, prometheus.GaugeValue, float64(n), st.Provider, state)
+	}
+	ch <- prometheus.MustNewConstMetric(connectCaughtDesc, prometheus.CounterValue, float64(st.Caught), st.Provider)
+	if st.OldestPoll != nil {
+		ch <- prometheus.MustNewConstMetric(connectOldestPollDesc, prometheus.GaugeValue, time.Since(*st.OldestPoll).Seconds(), st.Provider)
+	}
+}

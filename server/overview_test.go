@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strings"
@@ -41,7 +43,9 @@ func TestConsoleOverview(t *testing.T) {
 	dbNow := time.Now()
 	metrics.ObserveSpend(reconcile.SpendView{Provider: "stripe", Reported: true, Total: 6000, Projected: 18000,
 		Allocation: 10000, Covered: 10 * 24 * time.Hour,
-		Spend: reconcile.Spend{Now: dbNow, Since: dbNow.Add(-10 * 24 * time.Hour), Transactions: 3, Replicas: 2}})
+		Spend: reconcile.Spend{Now: dbNow, Since: dbNow.Add(-10 * 24 * time.Hour), Transactions: 3, Replicas: 2,
+			Reads: map[string]int64{"GET /v1/customers/{id}": 6000}},
+		Connect: reconcile.ConnectSpend{Reads: map[string]int64{"GET /v1/events": 2000}, Total: 2000, Projected: 6000, Allocation: 11000, Transactions: 22}})
 	srv := httptest.NewServer(server.New(server.Config{Inbox: e.st, Metrics: metrics,
 		Admin: server.Admin{Token: adminToken, Store: e.st, ProviderLimits: map[string]float64{"stripe": 25}}}))
 	t.Cleanup(srv.Close)
@@ -82,6 +86,22 @@ func TestConsoleOverview(t *testing.T) {
 	require.Regexp(t, `<div class="tile bad" id="budget-stripe">`, body, "a pace past the allocation is flagged")
 	require.Contains(t, section("budget-stripe"), `stripe: <span class="big">6000</span> reads over the last 10 days, on pace for <strong>18000</strong> over 30 days, of an allocation of <strong>10000</strong>: over it`)
 	require.Contains(t, section("budget-stripe"), "3 transactions over 30 days; 2 replicas share the rates")
+	require.Regexp(t, `<div class="tile" id="budget-stripe-connect">`, body, "the connected accounts' reads are within their own allocation")
+	require.Contains(t, section("budget-stripe-connect"), `stripe on behalf of connected accounts: <span class="big">2000</span> reads, on pace for <strong>6000</strong> over 30 days, of their own allocation of <strong>11000</strong>`)
+	require.Contains(t, section("budget-stripe-connect"), "22 connected accounts' transactions over 30 days")
+	for series, want := range map[string]int{
+		`billsync_provider_read_allocation{provider="stripe"}`:    10000,
+		`billsync_provider_transactions_30d{provider="stripe"}`:   3,
+		`billsync_connect_read_allocation{provider="stripe"}`:     11000,
+		`billsync_connect_reads_projected_30d{provider="stripe"}`: 6000,
+		`billsync_connect_transactions_30d{provider="stripe"}`:    22,
+	} {
+		require.Equal(t, want, metricValue(t, e.url, series), series)
+	}
+	text := scrapeText(t, e.url)
+	require.Contains(t, text, `billsync_provider_reads_30d{operation="GET /v1/customers/{id}",provider="stripe"} 6000`, "the platform's own reads")
+	require.NotContains(t, text, `billsync_provider_reads_30d{operation="GET /v1/events"`, "the connected accounts' reads are not the platform's")
+	require.Contains(t, text, `billsync_connect_reads_30d{operation="GET /v1/events",provider="stripe"} 2000`)
 
 	// The same address still searches.
 	code, body = b.get("/admin/?q=u1%40example.com")
@@ -150,4 +170,16 @@ func TestConsoleOverviewSignals(t *testing.T) {
 	body = overview()
 	require.Regexp(t, tile(true, "dead app deliveries", "1"), body)
 	require.Regexp(t, tile(false, "oldest undelivered change", "none"), body)
+}
+
+// scrapeText returns GET /metrics's body.
+func scrapeText(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
 }

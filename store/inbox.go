@@ -37,6 +37,7 @@ func (s *Store) StoreReceipt(ctx context.Context, d reconcile.Receipt) (reconcil
 		authAccounts, authAuthorized, authAt = []string{a.Account}, []bool{a.Authorized}, []time.Time{a.At}
 	}
 	feedAccount, _ := reconcile.SplitConnected(ev.DedupeKey)
+	customerAccount, _ := reconcile.SplitConnected(ev.CustomerID)
 	// xmax = 0 only on a freshly inserted row: it tells a new event from a
 	// copy. The queue upsert is enqueueSQL, for a new pending event with a
 	// customer only: it settles the event's hints onto the row.
@@ -76,16 +77,19 @@ func (s *Store) StoreReceipt(ctx context.Context, d reconcile.Receipt) (reconcil
 			`+saveAuthorizationsSQL("$1", "$17", "$18", "$19")+`
 		), txn AS (
 			-- A payment counts toward the read allocation once, by the day
-			-- it first arrived (see ReportSpend).
-			INSERT INTO provider_transactions (provider, day, transactions)
-			SELECT $1, `+utcDay+`, 1 FROM ev WHERE inserted AND $16
-			ON CONFLICT (provider, day) DO UPDATE SET transactions = provider_transactions.transactions + 1
+			-- it first arrived (see ReportSpend): a connected account's
+			-- customer's toward the connected accounts' allocation.
+			INSERT INTO provider_transactions (provider, day, transactions, connect_transactions)
+			SELECT $1, `+utcDay+`, (NOT $21)::int, $21::int FROM ev WHERE inserted AND $16
+			ON CONFLICT (provider, day) DO UPDATE SET
+				transactions = provider_transactions.transactions + excluded.transactions,
+				connect_transactions = provider_transactions.connect_transactions + excluded.connect_transactions
 		)
 		SELECT id, inserted, seen_count, status FROM ev`,
 		ev.Provider, ev.DedupeKey, ev.EventID, ev.Type, ev.CustomerID, nullTime(ev.Time),
 		ev.APIVersion, ev.Payload, status, outcome, d.DeliveryID, d.RemoteAddr, expectDoc(ev.Expect), ev.UserRef,
 		cmp.Or(d.Source, reconcile.SourceWebhook), ev.Transaction,
-		authAccounts, authAuthorized, authAt, feedAccount,
+		authAccounts, authAuthorized, authAt, feedAccount, customerAccount != "",
 	).Scan(&st.InboxID, &inserted, &st.SeenCount, &st.Status)
 	if err != nil {
 		return reconcile.Stored{}, fmt.Errorf("store %s event %s: %w", ev.Provider, ev.DedupeKey, classify(err))

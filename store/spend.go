@@ -24,7 +24,10 @@ const spendKept = 60
 // ReportSpend adds reads to today's counts, marks holder as running the
 // provider's worker when worker is set, drops counts older than 60 days and
 // replicas not seen for a day, and returns the record of the last 30 days
-// (today included) as it stood before this statement. One statement, so
+// (today included) as it stood before this statement: the reads by
+// operation (those on behalf of connected accounts under their
+// reconcile.ConnectOperation names), the platform's transactions and the
+// connected accounts' apart. One statement, so
 // it holds nothing between calls (correct behind a transaction pooler);
 // every replica adds to the same rows, so each sees what all read.
 func (s *Store) ReportSpend(ctx context.Context, provider, holder string, reads map[string]int64, worker bool) (reconcile.Spend, error) {
@@ -64,10 +67,12 @@ func (s *Store) ReportSpend(ctx context.Context, provider, holder string, reads 
 				WHERE provider = $1 AND day > `+utcDay+` - 30 GROUP BY operation) r),
 			(SELECT coalesce(sum(transactions), 0) FROM provider_transactions
 			 WHERE provider = $1 AND day > `+utcDay+` - 30),
+			(SELECT coalesce(sum(connect_transactions), 0) FROM provider_transactions
+			 WHERE provider = $1 AND day > `+utcDay+` - 30),
 			(SELECT count(*) FROM budget_replicas
 			 WHERE provider = $1 AND holder <> $2 AND seen_at > now() - make_interval(secs => $6))`,
 		provider, holder, ops, counts, worker, replicaSeen.Seconds(), spendKept,
-	).Scan(&sp.Now, &since, &byOp, &sp.Transactions, &replica)
+	).Scan(&sp.Now, &since, &byOp, &sp.Transactions, &sp.ConnectTransactions, &replica)
 	if err != nil {
 		return reconcile.Spend{}, fmt.Errorf("report %s reads: %w", provider, classify(err))
 	}

@@ -107,3 +107,35 @@ func TestTransactionsCountedOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, sp.Transactions)
 }
+
+// TestConnectTransactionsCountedApart: a payment of a connected account's
+// customer ("acct_…/cus_…") counts toward the connected accounts'
+// transactions, once, never the platform's; a row counted before Connect
+// (no connect_transactions written) reads as the platform's. Reads on
+// behalf of connected accounts are kept under their own operation names.
+func TestConnectTransactionsCountedApart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	_, err := st.Pool().Exec(ctx, `
+		INSERT INTO provider_transactions (provider, day, transactions) VALUES ('stripe', (now() AT TIME ZONE 'UTC')::date - 1, 5)`)
+	require.NoError(t, err)
+	paid := func(account, id string) reconcile.Event {
+		return reconcile.Event{Provider: "stripe", DedupeKey: reconcile.Connected(account, id), EventID: id, Type: "invoice.paid",
+			CustomerID: reconcile.Connected(account, "cus_1"), Payload: []byte(`{}`), Transaction: true}
+	}
+	for _, ev := range []reconcile.Event{
+		paid("", "evt_1"), paid("acct_a", "evt_1"), paid("acct_a", "evt_1"), paid("acct_b", "evt_1"), paid("acct_b", "evt_2"),
+	} {
+		_, err := st.StoreReceipt(ctx, reconcile.Receipt{Event: ev})
+		require.NoError(t, err)
+	}
+	connectOp := reconcile.ConnectOperation("GET /v1/events")
+	_, err = st.ReportSpend(ctx, "stripe", "me", map[string]int64{"GET /v1/events": 1, connectOp: 2}, false)
+	require.NoError(t, err)
+	sp, err := st.ReportSpend(ctx, "stripe", "me", nil, false)
+	require.NoError(t, err)
+	require.EqualValues(t, 6, sp.Transactions, "the platform's: the row written before Connect and its one payment")
+	require.EqualValues(t, 3, sp.ConnectTransactions, "the connected accounts' three payments, a copy counted once")
+	require.Equal(t, map[string]int64{"GET /v1/events": 1, connectOp: 2}, sp.Reads)
+}

@@ -216,7 +216,7 @@ func (c *config) bindReconcile(fs *flag.FlagSet, getenv func(string) string) {
 		return errors.New("gone: Stripe limits each API operation (method and path), not each endpoint family; billsync now follows that by itself (-stripe-operation-rate, default 25)")
 	})
 	c.StripeReadAllocation, c.readAllocationErr = envFloat(getenv, "BILLSYNC_STRIPE_READ_ALLOCATION")
-	fs.Float64Var(&c.StripeReadAllocation, "stripe-read-allocation", c.StripeReadAllocation, "the Stripe account's read allocation, reads per 30 days (env BILLSYNC_STRIPE_READ_ALLOCATION); 0 (the default) derives it as Stripe does: 500 per transaction of the last 30 days, at least 10,000")
+	fs.Float64Var(&c.StripeReadAllocation, "stripe-read-allocation", c.StripeReadAllocation, "the Stripe account's read allocation, reads per 30 days (env BILLSYNC_STRIPE_READ_ALLOCATION); 0 (the default) derives it as Stripe does: 500 per transaction of the last 30 days, at least 10,000. The platform's own reads: those on behalf of Connect accounts have their own allocation, derived from theirs")
 	fs.StringVar(&c.UserRefKey, "user-ref-key", "user_id", "Stripe customer metadata key holding the app's user reference")
 	fs.StringVar(&c.KindeDomain, "kinde-domain", getenv("KINDE_DOMAIN"), "Kinde business domain, e.g. https://yourbusiness.kinde.com (env KINDE_DOMAIN; Kinde is on when it and KINDE_CLIENT_ID/KINDE_CLIENT_SECRET are set)")
 	fs.Float64Var(&c.KindeRateLimit, "kinde-rate", 10, "Kinde Management API requests per second of this process (token requests, fetches and retries of every worker count; Kinde publishes no number, it answers 429 with RateLimit-Reset)")

@@ -387,7 +387,8 @@ func TestDeployNamesExistingMetrics(t *testing.T) {
 
 // scrapeServe runs `billsync serve` with its workers, a frequent sweep and
 // a frequent events feed against the fake Stripe (its webhook endpoint
-// registered), makes traffic that gives every vector metric a series (a
+// registered) and a connected account's feed, makes traffic that gives
+// every vector metric a series (a
 // mapped and an unmapped price, a sweep, events the feed sees, a change
 // delivered to an app endpoint), and returns the names
 // of the series /metrics serves (histograms' _bucket, _sum and _count).
@@ -399,8 +400,11 @@ func scrapeServe(t *testing.T) map[string]bool {
 	dataDir := filepath.Join(reachableDir(t), "data")
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 	t.Cleanup(app.Close)
+	// A connected account, served (-stripe-connect all): its feed is
+	// discovered and polled, so the Connect feed's series are served.
+	h.ConnectedAccount("acct_scrape")
 	proc := startBillsync(t, dataDir, addr, "BILLSYNC_APP_WEBHOOK_URL="+app.URL, "BILLSYNC_APP_WEBHOOK_SECRET="+testAppSecret,
-		"BILLSYNC_TEST_ARGS=serve -workers 2 -events-poll 1s -stripe-read-allocation 1e12 -addr "+addr+" -data-dir "+dataDir, "BILLSYNC_SWEEP_SCHEDULE=@every 1s",
+		"BILLSYNC_TEST_ARGS=serve -workers 2 -events-poll 1s -stripe-read-allocation 1e12 -stripe-connect all -addr "+addr+" -data-dir "+dataDir, "BILLSYNC_SWEEP_SCHEDULE=@every 1s",
 		"STRIPE_WEBHOOK_SECRET="+secret, "STRIPE_API_KEY="+stripemock.DefaultAPIKey, "STRIPE_API_URL="+h.URL)
 	ctx := context.Background()
 	for _, price := range []string{"price_team", "price_legacy"} {
@@ -418,6 +422,7 @@ func scrapeServe(t *testing.T) map[string]bool {
 		regexp.MustCompile(`(?m)^billsync_events_feed_lag_seconds\{provider="stripe"\} `),
 		regexp.MustCompile(`(?m)^billsync_stripe_webhook_endpoint_enabled\{endpoint="we_[^"]+",provider="stripe"\} 1`),
 		regexp.MustCompile(`(?m)^billsync_app_delivery_attempts_total\{code="204",result="delivered"\} [1-9]`),
+		regexp.MustCompile(`(?m)^billsync_connect_feed_oldest_poll_age_seconds\{provider="stripe"\} `),
 	}
 	var text string
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
@@ -426,7 +431,7 @@ func scrapeServe(t *testing.T) map[string]bool {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("serve never reconciled, met the unmapped price, swept, polled the events feed and delivered a change:\n%s\n/metrics:\n%s", proc.logs.String(), text)
+			t.Fatalf("serve never reconciled, met the unmapped price, swept, polled the events feed and a connected account's, and delivered a change:\n%s\n/metrics:\n%s", proc.logs.String(), text)
 		}
 	}
 	stopBillsync(t, proc)

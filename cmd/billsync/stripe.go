@@ -225,6 +225,14 @@ func stripeCheck(ctx context.Context, client *stripe.Client, cfg config, endpoin
 			report(!v.Over(), "reads of the last %.3g days: %d, on pace for %.0f over 30 days, within the allocation of %.0f (%s)",
 				v.Days(), v.Total, v.Projected, v.Allocation, allocationSource(cfg, v))
 		}
+		// Reads on behalf of connected accounts have an allocation of
+		// their own (docs/connect.md): said when there are any, or Connect
+		// is on.
+		if v := spending.View(); v.Reported && (cfg.StripeConnect.Enabled() || v.Connect.Total > 0 || v.Connect.Transactions > 0) {
+			report(!v.ConnectOver(), "reads on behalf of connected accounts of the last %.3g days: %d, on pace for %.0f over 30 days, within their allocation of %.0f (max(%d, %d per transaction × %d connected accounts' transactions over 30 days))",
+				v.Days(), v.Connect.Total, v.Connect.Projected, v.Connect.Allocation,
+				int(stripe.MinReadAllocation), int(stripe.ReadsPerTransaction), v.Connect.Transactions)
+		}
 	}
 	if problems > 0 {
 		return fmt.Errorf("%w: %d", errStripeCheck, problems)

@@ -14,6 +14,7 @@ import (
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store"
 	"github.com/billsync/billsync/store/storetest"
 )
@@ -106,7 +107,9 @@ func TestEndpointMissingTypes(t *testing.T) {
 // what every replica recorded: a pace past the derived allocation (the
 // 10,000 minimum) fails and says where the allocation comes from; the same
 // reads within a configured allocation pass; and the check's own reads are
-// recorded too. Without DATABASE_URL the budget is skipped, saying why.
+// recorded too; the reads on behalf of connected accounts are said apart,
+// against their own allocation, and never counted as the platform's.
+// Without DATABASE_URL the budget is skipped, saying why.
 func TestStripeCheckShowsTheReadBudget(t *testing.T) {
 	ctx := context.Background()
 	h := testenv.ForTest(t, testenv.Stripe, testenv.Options{})
@@ -117,14 +120,17 @@ func TestStripeCheckShowsTheReadBudget(t *testing.T) {
 	t.Setenv("BILLSYNC_STRIPE_READ_ALLOCATION", "")
 	url := storetest.URL(t)
 	st := storetest.OpenStore(t, url, store.Options{})
-	_, err := st.ReportSpend(ctx, stripe.Provider, "replica-a", map[string]int64{"GET /v1/customers/{id}": 4000}, true)
+	_, err := st.ReportSpend(ctx, stripe.Provider, "replica-a", map[string]int64{"GET /v1/customers/{id}": 4000,
+		reconcile.ConnectOperation("GET /v1/events"): 3000}, true)
 	require.NoError(t, err)
 	reads := func() int64 {
 		sp, err := st.ReportSpend(ctx, stripe.Provider, "reader", nil, false)
 		require.NoError(t, err)
 		var n int64
-		for _, r := range sp.Reads {
-			n += r
+		for op, r := range sp.Reads {
+			if op != reconcile.ConnectOperation("GET /v1/events") {
+				n += r
+			}
 		}
 		return n
 	}
@@ -137,6 +143,8 @@ func TestStripeCheckShowsTheReadBudget(t *testing.T) {
 	t.Setenv("DATABASE_URL", url)
 	out := billsync("stripe", "check")
 	require.Regexp(t, `FAIL reads of the last [\d.]+ days: 4000, on pace for \d+ over 30 days, within the allocation of 10000 \(max\(10000, 500 per transaction × 0 transactions`, out)
+	require.Regexp(t, `(ok  |FAIL) reads on behalf of connected accounts of the last [\d.]+ days: 3000, on pace for \d+ over 30 days, within their allocation of 10000 \(max\(10000, 500 per transaction × 0 connected accounts' transactions`, out,
+		"the reads on behalf of connected accounts are their own budget's, not the platform's")
 	require.Greater(t, reads(), int64(4000), "the check's own reads are recorded")
 
 	out = billsync("stripe", "check", "-stripe-read-allocation", "1e9")

@@ -32,6 +32,9 @@ type Spender struct {
 	TakeReadsFn   func() map[string]int64
 	SetReplicasFn func(n int)
 	AllocationFn  func(transactions int64) float64
+	// ConnectAllocationFn: nil allows the reads on behalf of connected
+	// accounts what AllocationFn allows the platform's.
+	ConnectAllocationFn func(transactions int64) float64
 }
 
 func (s *Spender) Name() string { return s.SpenderName }
@@ -41,3 +44,10 @@ func (s *Spender) TakeReads() map[string]int64 { return s.TakeReadsFn() }
 func (s *Spender) SetReplicas(n int) { s.SetReplicasFn(n) }
 
 func (s *Spender) Allocation(transactions int64) float64 { return s.AllocationFn(transactions) }
+
+func (s *Spender) ConnectAllocation(transactions int64) float64 {
+	if s.ConnectAllocationFn == nil {
+		return s.AllocationFn(transactions)
+	}
+	return s.ConnectAllocationFn(transactions)
+}

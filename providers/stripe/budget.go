@@ -54,8 +54,9 @@ func LiveKey(apiKey string) bool {
 
 // ReadAllocation is the account's monthly read allocation: configured
 // when positive (-stripe-read-allocation: an account whose allocation
-// Stripe raised, or a Connect platform's), otherwise 500 reads per
-// transaction of the last 30 days, at least 10,000.
+// Stripe raised), otherwise 500 reads per transaction of the last 30
+// days, at least 10,000. The reads on behalf of Connect accounts have an
+// allocation of their own (Client.ConnectAllocation).
 func ReadAllocation(configured float64, transactions int64) float64 {
 	if configured > 0 {
 		return configured
@@ -202,8 +203,14 @@ func (b *budget) setShare(n int) {
 	}
 }
 
-// count adds one read of op.
-func (b *budget) count(op string) {
+// count adds one read of op, made on behalf of the connected account
+// ("" for the platform's own): Stripe allocates the platform's reads on
+// behalf of its accounts apart from its own, so those are counted under
+// op's reconcile.ConnectOperation name.
+func (b *budget) count(op, account string) {
+	if account != "" {
+		op = reconcile.ConnectOperation(op)
+	}
 	b.readsMu.Lock()
 	c, ok := b.reads[op]
 	if !ok {
@@ -390,7 +397,8 @@ var _ reconcile.Spender = (*Client)(nil)
 
 // TakeReads returns the reads (GETs answered, retries included) made
 // since the last call, by operation: Stripe's allocation counts every
-// read request.
+// read request. Those made on behalf of a connected account are under
+// their operation's reconcile.ConnectOperation name.
 func (c *Client) TakeReads() map[string]int64 { return c.budget.takeReads() }
 
 // SetReplicas shares the global rate and each operation's among n
@@ -402,6 +410,15 @@ func (c *Client) SetReplicas(n int) { c.budget.setShare(n) }
 // Config.ReadAllocation.
 func (c *Client) Allocation(transactions int64) float64 {
 	return ReadAllocation(c.readAllocation, transactions)
+}
+
+// ConnectAllocation is the allocation of the platform's reads on behalf of
+// its connected accounts: 500 a transaction of theirs over the rolling 30
+// days, at least 10,000 (Stripe's floor, which its page sets for every
+// account; -stripe-read-allocation is the platform's own and does not
+// change it).
+func (c *Client) ConnectAllocation(transactions int64) float64 {
+	return ReadAllocation(0, transactions)
 }
 
 // Rates returns the rates in force now, requests per second: this

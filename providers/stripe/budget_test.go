@@ -15,6 +15,7 @@ import (
 	"github.com/billsync/billsync/mocks/inproc"
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/providers/stripe"
+	"github.com/billsync/billsync/reconcile"
 )
 
 func TestOperation(t *testing.T) {
@@ -274,4 +275,44 @@ func TestA429AfterAnAnswerSlowsAgain(t *testing.T) {
 		_, ops := c.Rates()
 		require.InDelta(t, 5, ops["GET /v1/customers/{id}"], 0.1, "halved twice")
 	})
+}
+
+// TestReadsOnBehalfOfAccountsCountedApart: at the fake Stripe, the reads
+// of a connected account's customer (sent with its Stripe-Account) are
+// counted under their operations' Connect names, the platform's own
+// customer's under the plain names: exactly the reads the fake answered
+// on each account. Stripe allocates the two apart.
+func TestReadsOnBehalfOfAccountsCountedApart(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, stripemock.Options{}, nil)
+	cus := f.customer(t, map[string]string{"user_id": "u1"})
+	f.subscribe(t, cus, "price_pro")
+	f.h.ConnectedAccount("acct_budget")
+	key := f.h.ConnectedCustomer("acct_budget", "cus_c", "u2")
+	f.h.ConnectedSubscribe("acct_budget", "cus_c", "price_pro")
+	f.ResetUsage()
+	cfg := testConfig(f.URL)
+	cfg.Connect = reconcile.ConnectPolicy{Mode: reconcile.ConnectAll}
+	c := newTestClient(t, cfg)
+
+	_, err := c.Fetch(context.Background(), key)
+	require.NoError(t, err)
+	_, err = c.Fetch(context.Background(), key)
+	require.NoError(t, err)
+	_, err = c.Fetch(context.Background(), cus)
+	require.NoError(t, err)
+
+	const retrieve = "GET /v1/customers/{id}"
+	reads := c.TakeReads()
+	var platform, connect int64
+	for op, n := range reads {
+		if strings.HasPrefix(op, reconcile.ConnectOperation("")) {
+			connect += n
+			continue
+		}
+		platform += n
+	}
+	require.Equal(t, map[string]int64{reconcile.ConnectOperation(retrieve): 2, retrieve: 1}, reads)
+	require.Equal(t, f.Account("acct_budget").Usage().Reads, connect, "the connected account's reads at the fake")
+	require.Equal(t, f.Account("").Usage().Reads, platform, "the platform's own reads at the fake")
 }

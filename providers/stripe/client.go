@@ -243,7 +243,7 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 		OnAnswer: func(req *http.Request, resp *http.Response) {
 			op := Operation(req.Method, req.URL.Path)
 			if req.Method == http.MethodGet {
-				c.budget.count(op)
+				c.budget.count(op, accountOf(req.Context()))
 			}
 			if reason := c.budget.answered(op, accountOf(req.Context()), resp); reason != "" && cfg.OnRateLimited != nil {
 				cfg.OnRateLimited(op, reason)
