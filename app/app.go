@@ -355,8 +355,9 @@ func (a *App) addWorkers(provs Providers) (*reconcile.SweepRunner, error) {
 }
 
 // addConnectSweeps adds the sweeps of the Stripe Connect accounts served
-// (-stripe-connect), each swept on its own once a day, spread over the
-// day, when the sweeps are on (-sweep-schedule not off).
+// (-stripe-connect), each swept on its own at most once a day, spread
+// over the day, within a tenth of the connected accounts' read allocation,
+// when the sweeps are on (-sweep-schedule not off).
 func (a *App) addConnectSweeps(provs Providers, sweepers []*reconcile.Sweeper) error {
 	if !a.cfg.StripeConnect.Enabled() || provs.Stripe == nil {
 		return nil
@@ -364,6 +365,7 @@ func (a *App) addConnectSweeps(provs Providers, sweepers []*reconcile.Sweeper) e
 	i := slices.IndexFunc(sweepers, func(s *reconcile.Sweeper) bool { return s.Provider() == stripe.Provider })
 	sweeps, err := reconcile.NewConnectSweeps(reconcile.ConnectSweepsConfig{
 		Sweeper: sweepers[i], ListerOf: provs.Stripe.AccountLister, Store: a.st, Policy: a.cfg.StripeConnect, Logger: a.logger,
+		Allocation: a.spending.ConnectAllocation,
 	})
 	if err != nil {
 		return err
@@ -557,7 +559,7 @@ func connectSweepSetting(cfg Config) string {
 	if !cfg.StripeConnect.Enabled() || cfg.SweepSchedule == "off" || cfg.SweepSchedule == "" {
 		return "off"
 	}
-	return fmt.Sprintf("%s accounts, each once every %s, %d at once, oldest first",
+	return fmt.Sprintf("%s accounts, each at most once every %s within a tenth of the Connect read allocation, %d at once, oldest first",
 		cfg.StripeConnect.Mode, reconcile.DefaultConnectSweepEvery, reconcile.DefaultConnectSweepPool)
 }
 

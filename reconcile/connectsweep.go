@@ -68,15 +68,21 @@ type ConnectSweepStore interface {
 	ConnectSweepLock(ctx context.Context, provider string) (held context.Context, release func(), err error)
 	// DueConnectSweeps returns at most q.Limit of the served accounts
 	// that authorise the platform, q.Skip left out, most overdue first
-	// (ConnectSweepDue.DueAt), each with its newest run.
-	DueConnectSweeps(ctx context.Context, provider string, q ConnectSweepQuery) ([]ConnectSweepDue, error)
+	// (ConnectSweepDue.DueAt), each with its newest run, and how many
+	// such accounts there are, q.Skip's left out.
+	DueConnectSweeps(ctx context.Context, provider string, q ConnectSweepQuery) (due []ConnectSweepDue, served int, err error)
 }
 
 // Connect sweep defaults.
 const (
 	// DefaultConnectSweepEvery is how often each connected account is
-	// swept: a day, as the platform's nightly sweep.
+	// swept at most: a day, as the platform's nightly sweep.
 	DefaultConnectSweepEvery = 24 * time.Hour
+	// DefaultConnectSweepShare is the part of the connected accounts'
+	// read allocation their sweeps may spend (a small account's sweep is
+	// a read): the Connect feed takes a quarter, the worker's fetches the
+	// rest.
+	DefaultConnectSweepShare = 0.1
 	// DefaultConnectSweepPool is how many accounts are swept at once. A
 	// small account's sweep is one list request; a large one's lists its
 	// parts at once itself (SweeperConfig.Parallel).
@@ -103,7 +109,18 @@ type ConnectSweepsConfig struct {
 	// Policy says which connected accounts are served; of those, the ones
 	// that authorise the platform are swept.
 	Policy ConnectPolicy
-	Every  time.Duration // default DefaultConnectSweepEvery
+	// Every is the shortest interval between two sweeps of an account;
+	// default DefaultConnectSweepEvery.
+	Every time.Duration
+	// Allocation returns the read allocation of the platform's reads on
+	// behalf of its connected accounts, reads per ReadWindow; called at
+	// every dispatch. With it each account is swept every
+	// ConnectRound(accounts, Allocation(), Share, Every): no more often
+	// than Share of it pays for. nil: every Every.
+	Allocation func() float64
+	// Share is the part of Allocation the sweeps may spend; default
+	// DefaultConnectSweepShare.
+	Share float64
 	Retry  time.Duration // default DefaultConnectSweepRetry
 	Pool   int           // default DefaultConnectSweepPool
 	Look   time.Duration // default DefaultConnectSweepLook
@@ -133,6 +150,9 @@ func NewConnectSweeps(cfg ConnectSweepsConfig) (*ConnectSweeps, error) {
 	if cfg.Every < 0 || cfg.Retry < 0 || cfg.Pool < 0 || cfg.Look < 0 {
 		errs = append(errs, errors.New("every, retry, pool and look must not be negative"))
 	}
+	if !(cfg.Share >= 0 && cfg.Share <= 1) {
+		errs = append(errs, fmt.Errorf("share %v is not a fraction of the read allocation (0 < share <= 1)", cfg.Share))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("connect sweeps: %w", err)
 	}
@@ -140,6 +160,7 @@ func NewConnectSweeps(cfg ConnectSweepsConfig) (*ConnectSweeps, error) {
 	cfg.Retry = cmp.Or(cfg.Retry, DefaultConnectSweepRetry)
 	cfg.Pool = cmp.Or(cfg.Pool, DefaultConnectSweepPool)
 	cfg.Look = cmp.Or(cfg.Look, DefaultConnectSweepLook)
+	cfg.Share = cmp.Or(cfg.Share, DefaultConnectSweepShare)
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)).With(slog.String("provider", cfg.Sweeper.Provider()),
 		slog.String("component", "connect sweep"))
 	return &ConnectSweeps{cfg: cfg, log: log, heldElsewhere: map[string]time.Time{},
@@ -150,6 +171,8 @@ func NewConnectSweeps(cfg ConnectSweepsConfig) (*ConnectSweeps, error) {
 // started (logs, metrics): per provider, never per account.
 type ConnectSweepsView struct {
 	Provider  string
+	Served    int           // served, authorised accounts at the last dispatch
+	Every     time.Duration // the interval each is swept at
 	Succeeded int64 // runs that succeeded
 	Failed    int64 // runs that failed (tried again after Retry)
 	Healed    int64 // accounts the sweeps healed
@@ -160,7 +183,18 @@ type ConnectSweepsView struct {
 func (c *ConnectSweeps) View() ConnectSweepsView {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.view
+	v := c.view
+	v.Every = c.every(v.Served)
+	return v
+}
+
+// every is the interval each of served accounts is swept at: what Share
+// of the allocation pays for, never shorter than Every.
+func (c *ConnectSweeps) every(served int) time.Duration {
+	if c.cfg.Allocation == nil {
+		return c.cfg.Every
+	}
+	return ConnectRound(served, c.cfg.Allocation(), c.cfg.Share, c.cfg.Every)
 }
 
 // Run leads the connected accounts' sweeps whenever this replica holds
@@ -197,16 +231,21 @@ func (c *ConnectSweeps) dispatch(ctx context.Context, pool *accountPool) time.Du
 		return c.cfg.Look
 	}
 	limit := 2 * c.cfg.Pool
-	due, err := st.DueConnectSweeps(ctx, c.cfg.Sweeper.Provider(), ConnectSweepQuery{Policy: c.cfg.Policy,
-		Every: c.cfg.Every, Retry: c.cfg.Retry, Skip: append(pool.busy(), c.elsewhere()...), Limit: limit})
+	skip := append(pool.busy(), c.elsewhere()...)
+	c.mu.Lock()
+	every := c.every(c.view.Served)
+	c.mu.Unlock()
+	due, served, err := st.DueConnectSweeps(ctx, c.cfg.Sweeper.Provider(), ConnectSweepQuery{Policy: c.cfg.Policy,
+		Every: every, Retry: c.cfg.Retry, Skip: skip, Limit: limit})
 	if err != nil {
 		if ctx.Err() == nil {
 			c.log.WarnContext(ctx, "connect sweep: reading the accounts due failed", slog.Any("error", err))
 		}
 		return c.cfg.Look
 	}
+	c.setServed(ctx, served+len(skip))
 	for _, d := range due {
-		if at := d.DueAt(c.cfg.Every, c.cfg.Retry); at.After(now) {
+		if at := d.DueAt(every, c.cfg.Retry); at.After(now) {
 			return min(at.Sub(now), c.cfg.Look)
 		}
 		if !pool.start(ctx, d.Account, func() { c.sweep(ctx, d.Account) }) {
@@ -217,6 +256,19 @@ func (c *ConnectSweeps) dispatch(ctx context.Context, pool *accountPool) time.Du
 		return 0
 	}
 	return c.cfg.Look
+}
+
+// setServed records how many accounts are served, and logs the interval
+// each is swept at when it changes.
+func (c *ConnectSweeps) setServed(ctx context.Context, served int) {
+	c.mu.Lock()
+	from := c.view.Served
+	c.view.Served = served
+	c.mu.Unlock()
+	if from != served {
+		c.log.InfoContext(ctx, "connect sweep: accounts served", slog.Int("accounts", served),
+			slog.Duration("every", c.every(served)), slog.Int("pool", c.cfg.Pool))
+	}
 }
 
 // elsewhere returns the accounts whose sweep runs on another replica, as

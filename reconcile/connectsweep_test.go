@@ -70,7 +70,7 @@ func TestConnectSweepsLeaveAnAccountSweptElsewhere(t *testing.T) {
 			ConnectSweepLockFn: func(ctx context.Context, _ string) (context.Context, func(), error) {
 				return ctx, func() {}, nil
 			},
-			DueConnectSweepsFn: func(_ context.Context, _ string, q reconcile.ConnectSweepQuery) ([]reconcile.ConnectSweepDue, error) {
+			DueConnectSweepsFn: func(_ context.Context, _ string, q reconcile.ConnectSweepQuery) ([]reconcile.ConnectSweepDue, int, error) {
 				mu.Lock()
 				defer mu.Unlock()
 				looks++
@@ -85,7 +85,7 @@ func TestConnectSweepsLeaveAnAccountSweptElsewhere(t *testing.T) {
 						due = append(due, reconcile.ConnectSweepDue{Account: a})
 					}
 				}
-				return due, nil
+				return due, len(due), nil
 			},
 		},
 		Policy: reconcile.ConnectPolicy{Mode: reconcile.ConnectAll},

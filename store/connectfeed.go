@@ -107,14 +107,15 @@ func (s *Store) ConnectSweepLock(ctx context.Context, provider string) (held con
 // left out, each with its newest run, most overdue first (see
 // reconcile.ConnectSweepDue.DueAt: never swept or left running first,
 // then a failed run by its end plus q.Retry, else by its start plus
-// q.Every). One lookup of sweep_runs' (provider, account, id DESC) index
-// per served account.
-func (s *Store) DueConnectSweeps(ctx context.Context, provider string, q reconcile.ConnectSweepQuery) ([]reconcile.ConnectSweepDue, error) {
+// q.Every), and how many such accounts there are, q.Skip's left out. One
+// lookup of sweep_runs' (provider, account, id DESC) index per served
+// account.
+func (s *Store) DueConnectSweeps(ctx context.Context, provider string, q reconcile.ConnectSweepQuery) ([]reconcile.ConnectSweepDue, int, error) {
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
 	listed, skip := texts(q.Policy.Listed), texts(q.Skip)
 	rows, _ := s.pool.Query(ctx, `
-		SELECT c.account, r.id, r.status, r.started_at, r.finished_at
+		SELECT c.account, r.id, r.status, r.started_at, r.finished_at, count(*) OVER ()
 		FROM connected_accounts c
 		LEFT JOIN LATERAL (
 			SELECT id, status, started_at, finished_at FROM sweep_runs
@@ -126,6 +127,7 @@ func (s *Store) DueConnectSweeps(ctx context.Context, provider string, q reconci
 		              ELSE r.started_at + make_interval(secs => $5) END, c.account
 		LIMIT $7`,
 		provider, q.Policy.Mode == reconcile.ConnectAll, listed, skip, q.Every.Seconds(), q.Retry.Seconds(), q.Limit)
+	served := 0
 	due, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (reconcile.ConnectSweepDue, error) {
 		var (
 			d        reconcile.ConnectSweepDue
@@ -134,7 +136,7 @@ func (s *Store) DueConnectSweeps(ctx context.Context, provider string, q reconci
 			started  *time.Time
 			finished *time.Time
 		)
-		if err := row.Scan(&d.Account, &id, &status, &started, &finished); err != nil {
+		if err := row.Scan(&d.Account, &id, &status, &started, &finished, &served); err != nil {
 			return d, err
 		}
 		if id != nil {
@@ -144,9 +146,9 @@ func (s *Store) DueConnectSweeps(ctx context.Context, provider string, q reconci
 		return d, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read the %s connected accounts' sweeps due: %w", provider, classify(err))
+		return nil, 0, fmt.Errorf("read the %s connected accounts' sweeps due: %w", provider, classify(err))
 	}
-	return due, nil
+	return due, served, nil
 }
 
 var _ reconcile.ConnectSweepStore = (*Store)(nil)

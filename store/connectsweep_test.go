@@ -97,8 +97,9 @@ func TestDueConnectSweeps(t *testing.T) {
 
 	all := reconcile.ConnectPolicy{Mode: reconcile.ConnectAll}
 	q := reconcile.ConnectSweepQuery{Policy: all, Every: 24 * time.Hour, Retry: time.Hour, Limit: 10}
-	due, err := st.DueConnectSweeps(ctx, "stripe", q)
+	due, served, err := st.DueConnectSweeps(ctx, "stripe", q)
 	require.NoError(t, err)
+	require.Equal(t, 4, served, "the authorising accounts")
 	var order []string
 	for _, d := range due {
 		order = append(order, d.Account)
@@ -114,8 +115,9 @@ func TestDueConnectSweeps(t *testing.T) {
 
 	q.Skip = []string{"acct_new"}
 	q.Policy = reconcile.ConnectPolicy{Mode: reconcile.ConnectListed, Listed: []string{"acct_new", "acct_done", "acct_gone"}}
-	due, err = st.DueConnectSweeps(ctx, "stripe", q)
+	due, served, err = st.DueConnectSweeps(ctx, "stripe", q)
 	require.NoError(t, err)
 	require.Len(t, due, 1, "only the listed, authorising accounts not being swept")
+	require.Equal(t, 1, served)
 	require.Equal(t, "acct_done", due[0].Account)
 }

@@ -2,6 +2,8 @@ package e2e_test
 
 import (
 	"context"
+	"fmt"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"github.com/billsync/billsync/providers/stripe"
 	"github.com/billsync/billsync/reconcile"
 	"github.com/billsync/billsync/store/storetest"
+	"github.com/billsync/billsync/store/storetest/tb"
 )
 
 // connectWorld is two connected accounts each holding a customer with the
@@ -178,4 +181,84 @@ func TestConnectSweepsEachAccountOnceAcrossReplicas(t *testing.T) {
 		succeeded += v.View().Succeeded
 	}
 	require.EqualValues(t, 3, succeeded, "each account's run counted once, by the replica that ran it")
+}
+
+// BenchmarkConnectSweepRound measures one round of the connected
+// accounts' sweeps with serve's defaults (ConnectSweeps' pool, the Stripe
+// client at Stripe's live rate and 25/s per operation) at a fake Stripe
+// answering each request after latency: accounts accounts of one
+// customer each, every one swept (its first run, an import) once. The
+// baseline, measured in the same run, is the platform's sweep of as many
+// customers in one account: the ratio is what sweeping them account by
+// account costs. 10,000 accounts is the 1,000 figure's rate times ten (a
+// round is one run per account, in turn).
+//
+//	go test -run '^$' -bench ConnectSweepRound -benchtime 1x ./mocks/e2e/
+func BenchmarkConnectSweepRound(b *testing.B) {
+	const accounts = 1000
+	for _, latency := range []time.Duration{50 * time.Millisecond, 300 * time.Millisecond} {
+		b.Run("accounts=1000/latency="+latency.String(), func(b *testing.B) {
+			for range b.N {
+				perAccount := connectSweepRound(b, accounts, latency, true)
+				oneAccount := connectSweepRound(b, accounts, latency, false)
+				b.ReportMetric(perAccount.Seconds(), "s/round")
+				b.ReportMetric(float64(accounts)/perAccount.Seconds(), "accounts/s")
+				b.ReportMetric(oneAccount.Seconds(), "s/platform-sweep")
+				b.ReportMetric(perAccount.Seconds()/oneAccount.Seconds(), "x-platform")
+				b.ReportMetric(10*perAccount.Seconds(), "s/round-10000")
+			}
+		})
+	}
+}
+
+// connectSweepRound times the sweeps of n customers: one in each of n
+// connected accounts (connected), or all n the platform's.
+func connectSweepRound(b *testing.B, n int, latency time.Duration, connected bool) time.Duration {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := storetest.NewStore(b)
+	fake := stripemock.New(stripemock.Options{})
+	defer fake.Close()
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	all := reconcile.ConnectPolicy{Mode: reconcile.ConnectAll}
+	now, err := st.Now(ctx)
+	require.NoError(b, err)
+	var words []reconcile.Authorization
+	for i := range n {
+		a := fake.Account("")
+		if connected {
+			a, err = fake.AddAccount(stripemock.AccountOptions{ID: fmt.Sprintf("acct_bench%05d", i)})
+			require.NoError(b, err)
+			words = append(words, reconcile.Authorization{Account: a.ID(), Authorized: true, At: now})
+		}
+		require.NoError(b, a.AddCustomer(fmt.Sprintf("cus_bench%05d", i), "", nil))
+	}
+	require.NoError(b, st.SaveAuthorizations(ctx, stripe.Provider, words))
+	fake.SetFaults(stripemock.Faults{Latency: latency})
+	client, err := stripe.NewClient(stripe.Config{APIKey: stripemock.DefaultAPIKey, BaseURL: srv.URL,
+		RateLimit: stripe.LiveRate, Connect: all})
+	require.NoError(b, err)
+	plans, err := reconcile.ParsePlans(reconcile.ExamplePlans)
+	require.NoError(b, err)
+	platform, err := reconcile.NewSweeper(reconcile.SweeperConfig{Store: st, Provider: stripe.Provider, Lister: client, Plans: plans})
+	require.NoError(b, err)
+	start := time.Now()
+	if !connected {
+		rep, err := platform.Run(ctx)
+		require.NoError(b, err)
+		require.Equal(b, n, rep.Run.Seen)
+		return time.Since(start)
+	}
+	sweeps, err := reconcile.NewConnectSweeps(reconcile.ConnectSweepsConfig{Sweeper: platform, ListerOf: client.AccountLister,
+		Store: st, Policy: all})
+	require.NoError(b, err)
+	done := make(chan struct{})
+	go func() { defer close(done); sweeps.Run(ctx) }()
+	tb.WaitUpTo(b, 30*time.Minute, "every account swept", func() bool { return sweeps.View().Succeeded >= int64(n) })
+	took := time.Since(start)
+	cancel()
+	<-done
+	require.Len(b, storetest.Accounts(b, st), n)
+	return took
 }

@@ -71,7 +71,7 @@ var _ reconcile.ConnectSweepStore = (*ConnectSweepStore)(nil)
 type ConnectSweepStore struct {
 	NowFn              func(ctx context.Context) (time.Time, error)
 	ConnectSweepLockFn func(ctx context.Context, provider string) (held context.Context, release func(), err error)
-	DueConnectSweepsFn func(ctx context.Context, provider string, q reconcile.ConnectSweepQuery) ([]reconcile.ConnectSweepDue, error)
+	DueConnectSweepsFn func(ctx context.Context, provider string, q reconcile.ConnectSweepQuery) ([]reconcile.ConnectSweepDue, int, error)
 }
 
 func (s *ConnectSweepStore) Now(ctx context.Context) (time.Time, error) { return s.NowFn(ctx) }
@@ -80,6 +80,6 @@ func (s *ConnectSweepStore) ConnectSweepLock(ctx context.Context, provider strin
 	return s.ConnectSweepLockFn(ctx, provider)
 }
 
-func (s *ConnectSweepStore) DueConnectSweeps(ctx context.Context, provider string, q reconcile.ConnectSweepQuery) ([]reconcile.ConnectSweepDue, error) {
+func (s *ConnectSweepStore) DueConnectSweeps(ctx context.Context, provider string, q reconcile.ConnectSweepQuery) ([]reconcile.ConnectSweepDue, int, error) {
 	return s.DueConnectSweepsFn(ctx, provider, q)
 }

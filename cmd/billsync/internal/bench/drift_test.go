@@ -22,7 +22,10 @@ func TestDriftMeasuresEverySilentChange(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.NewStore(t)
 	cfg := toy()
-	cfg.DriftSizes, cfg.DriftFor, cfg.DriftScale = []int{200}, 15*time.Second, 60
+	// The sample stops once every drift is found (about 15 rounds, a
+	// second each, on a quiet machine); the long bound is for a loaded
+	// one, whose rounds come slower. The cost is counted over a fifth.
+	cfg.DriftSizes, cfg.DriftFor, cfg.DriftScale = []int{200}, time.Minute, 60
 	var res DriftResult
 	require.NoError(t, runDriftSize(ctx, st, cfg, 200, true, &res))
 	res.finish()
