@@ -371,6 +371,9 @@ func (a *App) addConnectSweeps(provs Providers, sweepers []*reconcile.Sweeper) e
 		return err
 	}
 	a.connectSweeps = sweeps
+	a.metrics.CollectConnectSweeps(func(ctx context.Context) (reconcile.ConnectSweepStats, error) {
+		return a.st.ConnectSweepStats(ctx, stripe.Provider)
+	}, sweeps.View, a.logger)
 	a.parts = append(a.parts, sweeps.Run)
 	return nil
 }

@@ -120,7 +120,7 @@ type ConnectSweepsConfig struct {
 	Allocation func() float64
 	// Share is the part of Allocation the sweeps may spend; default
 	// DefaultConnectSweepShare.
-	Share float64
+	Share  float64
 	Retry  time.Duration // default DefaultConnectSweepRetry
 	Pool   int           // default DefaultConnectSweepPool
 	Look   time.Duration // default DefaultConnectSweepLook
@@ -173,10 +173,10 @@ type ConnectSweepsView struct {
 	Provider  string
 	Served    int           // served, authorised accounts at the last dispatch
 	Every     time.Duration // the interval each is swept at
-	Succeeded int64 // runs that succeeded
-	Failed    int64 // runs that failed (tried again after Retry)
-	Healed    int64 // accounts the sweeps healed
-	Imported  int64 // accounts the accounts' first runs imported
+	Succeeded int64         // runs that succeeded
+	Failed    int64         // runs that failed (tried again after Retry)
+	Healed    int64         // accounts the sweeps healed
+	Imported  int64         // accounts the accounts' first runs imported
 }
 
 // View returns what the sweeps did on this replica.
@@ -314,4 +314,21 @@ func (c *ConnectSweeps) sweep(ctx context.Context, account string) {
 			c.view.Healed += int64(rep.Run.Healed)
 		}
 	}
+}
+
+// ConnectSweepStats sums a provider's connected accounts' sweeps, as the
+// store keeps them (every replica reads the same): per provider, never
+// per account.
+type ConnectSweepStats struct {
+	Provider string
+	// NeverSwept counts the authorising accounts no run of which has
+	// started yet; Failing, those whose newest run failed.
+	NeverSwept int
+	Failing    int
+	// OldestSuccess is the least recent start of an authorising account's
+	// newest successful run; nil when none succeeded. now − OldestSuccess
+	// is the longest any such account has gone unswept: about the
+	// interval they are swept at while the pool keeps up.
+	OldestSuccess *time.Time
+	Healed        int64 // accounts the accounts' sweeps healed (imports not counted)
 }

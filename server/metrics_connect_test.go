@@ -66,3 +66,57 @@ func TestConnectFeedMetrics(t *testing.T) {
 	text := scrapeText(t, srv.URL)
 	require.NotContains(t, text, "acct_", "no series names an account")
 }
+
+// TestConnectSweepMetrics: the Connect accounts' sweeps per provider,
+// read from a real store: one account swept and healed twice, one whose
+// newest run failed, one never swept, and one deauthorised (its old run
+// not counted as the oldest success); and this replica's scheduler. No
+// series names an account.
+func TestConnectSweepMetrics(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	now := time.Now()
+	var words []reconcile.Authorization
+	for _, a := range []string{"acct_swept", "acct_failing", "acct_new", "acct_gone"} {
+		words = append(words, reconcile.Authorization{Account: a, Authorized: a != "acct_gone", At: now})
+	}
+	require.NoError(t, st.SaveAuthorizations(ctx, "stripe", words))
+	run := func(account, kind string, healed int, failure error) {
+		t.Helper()
+		r, err := st.StartSweep(ctx, "stripe", account, kind)
+		require.NoError(t, err)
+		r.Healed = healed
+		require.NoError(t, st.FinishSweep(ctx, r, failure))
+	}
+	run("acct_gone", reconcile.RunSweep, 7, nil) // oldest, but withdrawn
+	run("acct_swept", reconcile.RunImport, 3, nil)
+	run("acct_swept", reconcile.RunSweep, 2, nil)
+	run("acct_failing", reconcile.RunSweep, 0, context.DeadlineExceeded)
+	run("", reconcile.RunSweep, 5, nil) // the platform's own
+	storetest.AgeSweepRuns(t, st, "stripe", "acct_gone", 48*time.Hour)
+	storetest.AgeSweepRuns(t, st, "stripe", "acct_swept", time.Hour)
+
+	metrics := server.NewMetrics(nil, nil)
+	metrics.CollectConnectSweeps(func(ctx context.Context) (reconcile.ConnectSweepStats, error) {
+		return st.ConnectSweepStats(ctx, "stripe")
+	}, func() reconcile.ConnectSweepsView {
+		return reconcile.ConnectSweepsView{Provider: "stripe", Served: 3, Every: 24 * time.Hour, Succeeded: 4, Failed: 1}
+	}, nil)
+	srv := httptest.NewServer(server.New(server.Config{Inbox: st, Metrics: metrics}))
+	t.Cleanup(srv.Close)
+
+	for series, want := range map[string]int{
+		`billsync_connect_sweep_accounts{provider="stripe",state="never_swept"}`: 1,
+		`billsync_connect_sweep_accounts{provider="stripe",state="failing"}`:     1,
+		`billsync_connect_sweep_healed_accounts_total{provider="stripe"}`:        9, // acct_gone's 7 and acct_swept's 2; imports and the platform's not
+		`billsync_connect_sweep_every_seconds{provider="stripe"}`:                86400,
+		`billsync_connect_sweep_runs_total{provider="stripe",result="ok"}`:       4,
+		`billsync_connect_sweep_runs_total{provider="stripe",result="failed"}`:   1,
+	} {
+		require.Equal(t, want, metricValue(t, srv.URL, series), series)
+	}
+	age := metricValue(t, srv.URL, `billsync_connect_sweep_oldest_success_age_seconds{provider="stripe"}`)
+	require.GreaterOrEqual(t, age, 60*60, "acct_swept's newest success, an hour ago, is the oldest")
+	require.Less(t, age, 2*60*60, "acct_gone's, two days ago, is not counted: it withdrew")
+	require.NotContains(t, scrapeText(t, srv.URL), "acct_", "no series names an account")
+}

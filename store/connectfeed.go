@@ -152,3 +152,25 @@ func (s *Store) DueConnectSweeps(ctx context.Context, provider string, q reconci
 }
 
 var _ reconcile.ConnectSweepStore = (*Store)(nil)
+
+// ConnectSweepStats sums the sweeps of provider's connected accounts that
+// authorise the platform (metrics): per provider, never per account.
+func (s *Store) ConnectSweepStats(ctx context.Context, provider string) (reconcile.ConnectSweepStats, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	st := reconcile.ConnectSweepStats{Provider: provider}
+	err := s.pool.QueryRow(ctx, `
+		SELECT count(*) FILTER (WHERE r.id IS NULL), count(*) FILTER (WHERE r.status = 'failed'), min(ok.started_at),
+			(SELECT coalesce(sum(changed), 0) FROM sweep_runs WHERE provider = $1 AND account <> '' AND kind = 'sweep')
+		FROM connected_accounts c
+		LEFT JOIN LATERAL (SELECT id, status FROM sweep_runs
+			WHERE provider = c.provider AND account = c.account ORDER BY id DESC LIMIT 1) r ON true
+		LEFT JOIN LATERAL (SELECT started_at FROM sweep_runs
+			WHERE provider = c.provider AND account = c.account AND status = 'succeeded' ORDER BY id DESC LIMIT 1) ok ON true
+		WHERE c.provider = $1 AND c.authorized`, provider).
+		Scan(&st.NeverSwept, &st.Failing, &st.OldestSuccess, &st.Healed)
+	if err != nil {
+		return reconcile.ConnectSweepStats{}, fmt.Errorf("sum the %s connected sweeps: %w", provider, classify(err))
+	}
+	return st, nil
+}

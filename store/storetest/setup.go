@@ -153,3 +153,12 @@ func EndConnectBackoff(t TB, st *store.Store, provider, account string) {
 	change(t, st, 1, `UPDATE events_feed SET retry_at = now() WHERE provider = $1 AND account = $2 AND retry_at IS NOT NULL`,
 		provider, account)
 }
+
+// AgeSweepRuns moves the start of every run of provider's account
+// (a connected account's, "" the platform's) age into the past.
+func AgeSweepRuns(t TB, st *store.Store, provider, account string, age time.Duration) {
+	t.Helper()
+	queryRow(t, st, `WITH aged AS (UPDATE sweep_runs SET started_at = started_at - make_interval(secs => $3)
+		WHERE provider = $1 AND account = $2 RETURNING 1) SELECT count(*) FROM aged`,
+		[]any{provider, account, age.Seconds()}, new(int))
+}
