@@ -80,7 +80,7 @@ func (s *Store) StoreReceipt(ctx context.Context, d reconcile.Receipt) (reconcil
 			-- it first arrived (see ReportSpend): a connected account's
 			-- customer's toward the connected accounts' allocation.
 			INSERT INTO provider_transactions (provider, day, transactions, connect_transactions)
-			SELECT $1, `+utcDay+`, (NOT $21)::int, $21::int FROM ev WHERE inserted AND $16
+			SELECT $1, `+utcDay+`, (NOT $21::boolean)::int, ($21::boolean)::int FROM ev WHERE inserted AND $16
 			ON CONFLICT (provider, day) DO UPDATE SET
 				transactions = provider_transactions.transactions + excluded.transactions,
 				connect_transactions = provider_transactions.connect_transactions + excluded.connect_transactions
