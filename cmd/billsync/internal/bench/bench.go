@@ -6,7 +6,9 @@
 // limit, the events feed's idle reads against the read allocation, and
 // healing a lost webhook at the interval that allocation gives. The
 // sweep's accounts are first imported into an empty database, timed
-// against the same list operation's limit. The fake
+// against the same list operation's limit; with -only connect, one round
+// of the Stripe Connect accounts' events feeds against one poll at a time
+// and the events list's limit (connect.go). The fake
 // Stripe enforces Stripe's documented limits (per operation, inside a
 // global one) on a live key, with billsync's client at serve's defaults
 // for that key, at each provider latency of Config.Latencies. Run returns
