@@ -259,9 +259,10 @@ func TestConnectFeedThousandAccountsAtTheFake(t *testing.T) {
 	// may be refused. The hot account's own limit is spent, so each poll
 	// of it answers 429 once and once per retry (the client's default 4)
 	// before the poll fails and the account is backed off: at most
-	// 5 × its failed polls. A limiter that did not work (a client rate
-	// above the fake's, a 429 that slowed nothing) would have the fake
-	// refuse hundreds.
+	// 5 × its failed polls. A limiter that did not keep to the fake's
+	// limits is a storm: with the events list's limit at the fake half
+	// the client's, the fake refused 123 polls of healthy accounts (of
+	// 1,315), the client's slowing after each notwithstanding.
 	const attempts = 1 + 4
 	usage, hotUsage := fake.KeyUsage(billsyncKey), fake.Account(hot).Usage()
 	require.Equal(t, usage.RateLimited, hotUsage.RateLimited, "requests refused beyond the hot account's: %+v", usage.Operations)
