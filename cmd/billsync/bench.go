@@ -121,6 +121,14 @@ runs at serve's defaults for that key. drain, latency and sweep run at
           was measured or computed. Run one latency at a time
           (-latency 50ms, then -latency 300ms) to keep a run near 4 min.
 
+  connect only with -only connect (a few minutes): one round of every
+          Stripe Connect account's events feed, as serve runs it
+          (-stripe-connect all, a pool of 8), over 1,000 and 10,000
+          accounts: 1,000 polls timed (the round over 10,000 computed
+          from their rate), against the events list's 25 req/s and a
+          pool of 1 measured in the same run; with the round the read
+          budget allows (computed)
+
 It prints each figure, its target and PASS or MISS, and exits 0 either way.
 
 flags:`)
@@ -146,7 +154,7 @@ flags:`)
 	fs.IntVar(&bc.DrainEvents, "drain-events", 0, "drain: events to store before the workers start")
 	fs.IntVar(&bc.Customers, "customers", 0, "drain: customers the events are spread over")
 	fs.IntVar(&bc.SweepAccounts, "sweep-accounts", 0, "sweep: customers at the fake, imported, then swept with 1% of them drifted (default 20,000; 100,000 with -full)")
-	fs.StringVar(&bc.Only, "only", "", "run one part alone: intake, drain, latency, sweep, heal, idle or drift")
+	fs.StringVar(&bc.Only, "only", "", "run one part alone: intake, drain, latency, sweep, heal, idle, drift or connect")
 	fs.DurationVar(&bc.LoadFor, "load-for", 0, "latency: how long the steady load (half the rate limit) is posted (default 10s, 30s with -full)")
 	fs.StringVar(&bc.CPUProfile, "cpuprofile", "", "write the measured sweep's CPU profile to this file")
 	fs.IntVar(&bc.SweepParallel, "sweep-parallel", 0, "sweep: list requests in flight (0: adapting, serve's default; 1: one page at a time)")

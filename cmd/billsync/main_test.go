@@ -56,7 +56,7 @@ func TestUsageErrorsSayWhy(t *testing.T) {
 		code int
 		says string
 	}{
-		{args: []string{"bench", "-only", "latency,heal"}, code: 2, says: "billsync: -only must be intake, drain, latency, sweep, heal, idle or drift\n"},
+		{args: []string{"bench", "-only", "latency,heal"}, code: 2, says: "billsync: -only must be intake, drain, latency, sweep, heal, idle, drift or connect\n"},
 		{args: []string{"serve"}, env: "loud", code: 2, says: "billsync: BILLSYNC_LOG_LEVEL \"loud\": want debug, info, warn or error\n"},
 		{args: []string{"nosuch"}, code: 2, says: "billsync: unknown command \"nosuch\"\n"},
 		{args: []string{"bench", "-h"}, code: 0},

@@ -222,3 +222,29 @@ func Meters(t TB, st *store.Store, accountID int64) map[string]MeterRows {
 	}
 	return out
 }
+
+// ConnectedFeedRow is a connected account's events_feed row.
+type ConnectedFeedRow struct {
+	Account  string
+	PolledAt time.Time
+	Polls    int64
+	Caught   int64
+	Failures int
+	RetryAt  *time.Time // nil unless the account is backed off
+}
+
+// ConnectedFeeds returns the events_feed rows of provider's connected
+// accounts, by account.
+func ConnectedFeeds(t TB, st *store.Store, provider string) map[string]ConnectedFeedRow {
+	t.Helper()
+	rows := collect(t, st, func(r pgx.CollectableRow) (ConnectedFeedRow, error) {
+		var x ConnectedFeedRow
+		return x, r.Scan(&x.Account, &x.PolledAt, &x.Polls, &x.Caught, &x.Failures, &x.RetryAt)
+	}, `SELECT account, polled_at, polls, caught, failures, retry_at FROM events_feed WHERE provider = $1 AND account <> ''`,
+		provider)
+	out := make(map[string]ConnectedFeedRow, len(rows))
+	for _, r := range rows {
+		out[r.Account] = r
+	}
+	return out
+}

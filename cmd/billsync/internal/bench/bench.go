@@ -6,7 +6,9 @@
 // limit, the events feed's idle reads against the read allocation, and
 // healing a lost webhook at the interval that allocation gives. The
 // sweep's accounts are first imported into an empty database, timed
-// against the same list operation's limit. The fake
+// against the same list operation's limit; with -only connect, one round
+// of the Stripe Connect accounts' events feeds against one poll at a time
+// and the events list's limit (connect.go). The fake
 // Stripe enforces Stripe's documented limits (per operation, inside a
 // global one) on a live key, with billsync's client at serve's defaults
 // for that key, at each provider latency of Config.Latencies. Run returns
@@ -67,6 +69,10 @@ const (
 	// TargetIdleReads is the events feed's reads over 30 days on an idle
 	// account at the 10,000-read floor: a quarter of it.
 	TargetIdleReads = 2500
+	// TargetConnectShare is the Connect feeds' first round: polls a
+	// second as a share of the events list's rate, which bounds it
+	// (every account's polls draw on the one operation).
+	TargetConnectShare = 0.95
 )
 
 // benchKey is the fake's API key: a live key, so billsync's client takes
@@ -133,6 +139,14 @@ type Config struct {
 	DriftSizes []int
 	DriftFor   time.Duration
 	DriftScale int
+	// ConnectSizes are the connected account counts the connect part
+	// measures a round over (default 1,000 and 10,000), ConnectPolls the
+	// polls it times at each (default 1,000: past it, the round is
+	// computed from their rate), ConnectBaselinePolls the polls its
+	// baseline times (default 50).
+	ConnectSizes         []int
+	ConnectPolls         int
+	ConnectBaselinePolls int
 	// CPUProfile, when set, is the file the measured sweep's CPU profile
 	// is written to (pprof format): the sweep alone, not its setup.
 	CPUProfile string
@@ -176,6 +190,11 @@ func (c Config) withDefaults() Config {
 		c.DriftSizes = driftSweepSizes
 	}
 	c.DriftFor = cmp.Or(c.DriftFor, driftFor)
+	if len(c.ConnectSizes) == 0 {
+		c.ConnectSizes = connectSizes
+	}
+	c.ConnectPolls = cmp.Or(c.ConnectPolls, connectPolls)
+	c.ConnectBaselinePolls = cmp.Or(c.ConnectBaselinePolls, connectBaselinePolls)
 	if len(c.Latencies) == 0 {
 		c.Latencies = []time.Duration{50 * time.Millisecond, 300 * time.Millisecond}
 	}
@@ -207,8 +226,11 @@ func (c Config) Validate() error {
 	if c.SweepAccounts < 100 {
 		errs = append(errs, errors.New("-sweep-accounts must be 100 or more"))
 	}
-	if c.Only != "" && !slices.Contains([]string{"intake", "drain", "latency", "sweep", "heal", "idle", "drift"}, c.Only) {
-		errs = append(errs, errors.New("-only must be intake, drain, latency, sweep, heal, idle or drift"))
+	if c.Only != "" && !slices.Contains([]string{"intake", "drain", "latency", "sweep", "heal", "idle", "drift", "connect"}, c.Only) {
+		errs = append(errs, errors.New("-only must be intake, drain, latency, sweep, heal, idle, drift or connect"))
+	}
+	if slices.ContainsFunc(c.ConnectSizes, func(n int) bool { return n < 2 }) || c.ConnectPolls < 2 || c.ConnectBaselinePolls < 2 {
+		errs = append(errs, errors.New("the connect part's account counts and polls timed must be 2 or more"))
 	}
 	if c.LoadFor < time.Second {
 		errs = append(errs, errors.New("-load-for must be 1s or more"))
@@ -311,6 +333,31 @@ func Run(ctx context.Context, databaseURL string, cfg Config) (Report, error) {
 					if i == len(cfg.DriftSizes)-1 {
 						res.finish()
 						rep.Drift = append(rep.Drift, *res)
+					}
+					return nil
+				}})
+			}
+		}
+	}
+	if cfg.Only == "connect" {
+		for _, latency := range cfg.Latencies {
+			at := cfg
+			at.Latency = latency
+			res := &ConnectResult{LatencyMs: ms(latency), Pool: reconcile.DefaultConnectPool, RateLimit: at.RateLimit,
+				OperationRate: at.OperationRate}
+			parts = append(parts, part{fmt.Sprintf("connect_%s_baseline", latency), func(st *store.Store) (err error) {
+				res.Baseline, err = runConnectBaseline(ctx, st, at, slices.Min(at.ConnectSizes))
+				return err
+			}})
+			for i, n := range cfg.ConnectSizes {
+				parts = append(parts, part{fmt.Sprintf("connect_%s_%d", latency, n), func(st *store.Store) error {
+					r, err := runConnectRound(ctx, st, at, n, res.Baseline)
+					if err != nil {
+						return err
+					}
+					res.Rounds = append(res.Rounds, r)
+					if i == len(cfg.ConnectSizes)-1 {
+						rep.Connect = append(rep.Connect, *res)
 					}
 					return nil
 				}})

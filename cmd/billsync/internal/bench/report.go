@@ -29,9 +29,12 @@ type Report struct {
 	Heal    HealResult      `json:"heal"`
 	Idle    IdleResult      `json:"idle"`
 	// Drift is the drift part (-only drift), one for each provider latency.
-	Drift   []DriftResult `json:"drift,omitempty"`
-	Targets []Target      `json:"targets"`
-	Missed  int           `json:"missed"`
+	Drift []DriftResult `json:"drift,omitempty"`
+	// Connect is the connect part (-only connect), one for each provider
+	// latency.
+	Connect []ConnectResult `json:"connect,omitempty"`
+	Targets []Target        `json:"targets"`
+	Missed  int             `json:"missed"`
 }
 
 // Target is one measured figure against its target.
@@ -84,6 +87,9 @@ func (r *Report) evaluate() {
 	for _, sw := range r.Sweep {
 		evaluateImport(sw, add)
 		evaluateSweep(sw, add)
+	}
+	for _, c := range r.Connect {
+		evaluateConnect(c, add)
 	}
 	if hl := r.Heal; hl.Changes > 0 {
 		limit := hl.PollMs + float64(TargetHealSlack.Milliseconds())
@@ -282,6 +288,9 @@ func (r Report) Print(w io.Writer) {
 	for _, d := range r.Drift {
 		printDrift(w, d)
 	}
+	for _, c := range r.Connect {
+		printConnect(w, c)
+	}
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TARGET\tMEASURED\tTARGET\tRESULT\tBASELINE (same run)")
@@ -392,5 +401,21 @@ func (t Target) formatValue() string {
 		return fmt.Sprintf("%.2f", t.Value)
 	default:
 		return fmt.Sprintf("%.3f", t.Value)
+	}
+}
+
+func evaluateConnect(c ConnectResult, add func(Target)) {
+	for _, r := range c.Rounds {
+		how := "measured"
+		if !r.Measured {
+			how = fmt.Sprintf("computed from %d polls' rate", r.Polls)
+		}
+		add(Target{
+			Name:  fmt.Sprintf("connect round polls/s / the events list's rate, %d accounts, %s", r.Accounts, at(c.LatencyMs)),
+			Value: r.LimitShare, Unit: "share", Target: fmt.Sprintf(">= %.0f%%", TargetConnectShare*100),
+			Pass: r.LimitShare >= TargetConnectShare,
+			Baseline: fmt.Sprintf("round %.1f s (%s); one poll at a time %.2f polls/s: %.1f s (%.1f× longer); %d 429s of %d requests",
+				r.RoundSeconds, how, c.Baseline.PollsPerSec, r.BaselineRoundSeconds, r.Speedup, r.RateLimited, r.Requests),
+		})
 	}
 }
