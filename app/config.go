@@ -31,7 +31,10 @@ type Config struct {
 	StripeRateLimit      float64
 	StripeOperationRate  float64
 	StripeReadAllocation float64
-	UserRefKey           string
+	// StripeConnectReadAllocation is the connected accounts' read
+	// allocation (-stripe-connect-read-allocation); 0 derives it.
+	StripeConnectReadAllocation float64
+	UserRefKey                  string
 	// StripeEntitlements and KindeEntitlements make every fetch read the
 	// provider's entitlements too (features from Stripe Entitlements or
 	// Kinde's billing entitlements); off by default.

@@ -116,7 +116,8 @@ func NewStripeClient(cfg Config, plans *reconcile.Plans, logger *slog.Logger, me
 		ProductPlans: plans != nil && plans.ReadsProductPlans(),
 		APIKey:       cfg.StripeAPIKey, BaseURL: cfg.StripeAPIURL, UserRefKey: cfg.UserRefKey,
 		RateLimit: cfg.StripeRateLimit, OperationRateLimit: cfg.StripeOperationRate, ReadAllocation: cfg.StripeReadAllocation,
-		Logger: logger, Entitlements: cfg.StripeEntitlements, Connect: cfg.StripeConnect,
+		ConnectReadAllocation: cfg.StripeConnectReadAllocation,
+		Logger:                logger, Entitlements: cfg.StripeEntitlements, Connect: cfg.StripeConnect,
 	}
 	if metrics != nil {
 		c.OnAttempt = func(status string) { metrics.ObserveProviderRequest(stripe.Provider, status) }

@@ -47,7 +47,8 @@ type config struct {
 	DBTimeout  time.Duration
 	NoMigrate  bool
 
-	readAllocationErr error
+	readAllocationErr    error
+	connectAllocationErr error // a bad BILLSYNC_STRIPE_CONNECT_READ_ALLOCATION
 	// connectMode is -stripe-connect (BILLSYNC_STRIPE_CONNECT), read with
 	// BILLSYNC_STRIPE_CONNECT_ACCOUNTS into StripeConnect by validateStripe.
 	connectMode, connectAccounts string
@@ -216,6 +217,8 @@ func (c *config) bindReconcile(fs *flag.FlagSet, getenv func(string) string) {
 		return errors.New("gone: Stripe limits each API operation (method and path), not each endpoint family; billsync now follows that by itself (-stripe-operation-rate, default 25)")
 	})
 	c.StripeReadAllocation, c.readAllocationErr = envFloat(getenv, "BILLSYNC_STRIPE_READ_ALLOCATION")
+	c.StripeConnectReadAllocation, c.connectAllocationErr = envFloat(getenv, "BILLSYNC_STRIPE_CONNECT_READ_ALLOCATION")
+	fs.Float64Var(&c.StripeConnectReadAllocation, "stripe-connect-read-allocation", c.StripeConnectReadAllocation, "the read allocation of the platform's reads on behalf of its Stripe Connect accounts, reads per 30 days (env BILLSYNC_STRIPE_CONNECT_READ_ALLOCATION); 0 (the default) derives it as Stripe does: 500 per transaction of the connected accounts' customers over the last 30 days, at least 10,000")
 	fs.Float64Var(&c.StripeReadAllocation, "stripe-read-allocation", c.StripeReadAllocation, "the Stripe account's read allocation, reads per 30 days (env BILLSYNC_STRIPE_READ_ALLOCATION); 0 (the default) derives it as Stripe does: 500 per transaction of the last 30 days, at least 10,000. The platform's own reads: those on behalf of Connect accounts have their own allocation, derived from theirs")
 	fs.StringVar(&c.UserRefKey, "user-ref-key", "user_id", "Stripe customer metadata key holding the app's user reference")
 	fs.StringVar(&c.KindeDomain, "kinde-domain", getenv("KINDE_DOMAIN"), "Kinde business domain, e.g. https://yourbusiness.kinde.com (env KINDE_DOMAIN; Kinde is on when it and KINDE_CLIENT_ID/KINDE_CLIENT_SECRET are set)")
@@ -416,6 +419,11 @@ func (c *config) validateStripe() []error {
 		errs = append(errs, c.readAllocationErr)
 	} else if c.StripeReadAllocation < 0 {
 		errs = append(errs, errors.New("-stripe-read-allocation must not be negative (0: derive it from transactions)"))
+	}
+	if c.connectAllocationErr != nil {
+		errs = append(errs, c.connectAllocationErr)
+	} else if c.StripeConnectReadAllocation < 0 {
+		errs = append(errs, errors.New("-stripe-connect-read-allocation must not be negative (0: derive it from the connected accounts' transactions)"))
 	}
 	if c.SweepParallel < 0 {
 		errs = append(errs, errors.New("-sweep-parallel must not be negative (0: the default)"))

@@ -153,7 +153,7 @@ func TestConnectFeedThousandAccountsAtTheFake(t *testing.T) {
 	// the pool's drain: the pool never rests, and the order it takes the
 	// accounts in decides which wait.
 	cfg := app.Config{StripeAPIKey: billsyncKey, StripeAPIURL: h.URL, StripeRateLimit: globalRate,
-		StripeOperationRate: operationRate, StripeReadAllocation: 7e8, EventsPoll: time.Second,
+		StripeOperationRate: operationRate, StripeReadAllocation: 7e8, StripeConnectReadAllocation: 7e8, EventsPoll: time.Second,
 		StripeConnect: reconcile.ConnectPolicy{Mode: reconcile.ConnectAll}}
 	client, err := app.NewStripeClient(cfg, h.Plans, nil, nil)
 	require.NoError(t, err)

@@ -413,12 +413,12 @@ func (c *Client) Allocation(transactions int64) float64 {
 }
 
 // ConnectAllocation is the allocation of the platform's reads on behalf of
-// its connected accounts: 500 a transaction of theirs over the rolling 30
-// days, at least 10,000 (Stripe's floor, which its page sets for every
-// account; -stripe-read-allocation is the platform's own and does not
-// change it).
+// its connected accounts: Config.ConnectReadAllocation when set, else 500
+// a transaction of theirs over the rolling 30 days, at least 10,000
+// (Stripe's floor, which its page sets for every account;
+// -stripe-read-allocation is the platform's own and does not change it).
 func (c *Client) ConnectAllocation(transactions int64) float64 {
-	return ReadAllocation(0, transactions)
+	return ReadAllocation(c.connectAllocation, transactions)
 }
 
 // Rates returns the rates in force now, requests per second: this

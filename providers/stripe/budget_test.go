@@ -53,6 +53,19 @@ func TestReadAllocation(t *testing.T) {
 	require.Equal(t, 10_000.0, stripe.ReadAllocation(0, 20), "500 × 20 is below the floor")
 	require.Equal(t, 500_000.0, stripe.ReadAllocation(0, 1000))
 	require.Equal(t, 42_000.0, stripe.ReadAllocation(42_000, 1000), "configured wins")
+
+	// The connected accounts' allocation is apart: the platform's setting
+	// does not change it; its own does.
+	c, err := stripe.NewClient(stripe.Config{APIKey: "sk_test_x", ReadAllocation: 42_000})
+	require.NoError(t, err)
+	require.Equal(t, 42_000.0, c.Allocation(0))
+	require.Equal(t, 500_000.0, c.ConnectAllocation(1000))
+	c, err = stripe.NewClient(stripe.Config{APIKey: "sk_test_x", ConnectReadAllocation: 7e6})
+	require.NoError(t, err)
+	require.Equal(t, 10_000.0, c.Allocation(0))
+	require.Equal(t, 7e6, c.ConnectAllocation(1000))
+	_, err = stripe.NewClient(stripe.Config{APIKey: "sk_test_x", ConnectReadAllocation: -1})
+	require.Error(t, err)
 }
 
 // limitedStripe answers every retrieve of a customer, the first with a

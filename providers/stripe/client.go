@@ -80,6 +80,10 @@ type Config struct {
 	// 30 days; 0 (the default) derives it from the transactions stored
 	// (ReadAllocation).
 	ReadAllocation float64
+	// ConnectReadAllocation is the monthly read allocation of the
+	// platform's reads on behalf of its connected accounts; 0 (the
+	// default) derives it from their transactions (ConnectAllocation).
+	ConnectReadAllocation float64
 
 	// OnRateLimited, when set, sees every 429 with its operation and
 	// Stripe-Rate-Limited-Reason ("none" when Stripe sent none: a lock
@@ -137,7 +141,8 @@ func (cfg Config) validate() error {
 			errs = append(errs, fmt.Errorf("base URL %q is not an http(s) URL", cfg.BaseURL))
 		}
 	}
-	if cfg.RateLimit < 0 || cfg.Burst < 0 || cfg.ListRateLimit < 0 || cfg.OperationRateLimit < 0 || cfg.ReadAllocation < 0 {
+	if cfg.RateLimit < 0 || cfg.Burst < 0 || cfg.ListRateLimit < 0 || cfg.OperationRateLimit < 0 || cfg.ReadAllocation < 0 ||
+		cfg.ConnectReadAllocation < 0 {
 		errs = append(errs, errors.New("rate limit and burst must not be negative"))
 	}
 	if cfg.Timeout < 0 || cfg.RetryWaitMin < 0 || cfg.RetryWaitMax < cfg.RetryWaitMin {
@@ -178,12 +183,13 @@ type Client struct {
 	entitlements bool
 	// products caches the plans of products' metadata; nil unless
 	// Config.ProductPlans (then no product is read).
-	products       *productCache
-	log            *slog.Logger
-	listLimiter    *rate.Limiter
-	budget         *budget
-	readAllocation float64 // Config.ReadAllocation
-	listRate       float64 // Config.ListRateLimit
+	products          *productCache
+	log               *slog.Logger
+	listLimiter       *rate.Limiter
+	budget            *budget
+	readAllocation    float64 // Config.ReadAllocation
+	connectAllocation float64 // Config.ConnectReadAllocation
+	listRate          float64 // Config.ListRateLimit
 	// latency averages Fetch's durations and listLatency ListPage's
 	// (pages of 100 customers take longer than one), each less its waits
 	// for the rate limits (attempt.Timed): each sizes its own calls in
@@ -211,16 +217,17 @@ func newClient(cfg Config, base http.RoundTripper) (*Client, error) {
 	}
 	rc := retryablehttp.NewClient()
 	c := &Client{
-		baseURL:        cmp.Or(strings.TrimRight(cfg.BaseURL, "/"), stripeapi.APIURL),
-		apiKey:         cfg.APIKey,
-		userRefKey:     cfg.UserRefKey,
-		entitlements:   cfg.Entitlements,
-		connect:        cfg.Connect,
-		log:            cfg.Logger.With("provider", Provider),
-		listLimiter:    rate.NewLimiter(rate.Limit(cfg.ListRateLimit), 1),
-		budget:         newBudget(cfg.RateLimit, cfg.OperationRateLimit, cfg.Burst),
-		readAllocation: cfg.ReadAllocation,
-		listRate:       cfg.ListRateLimit,
+		baseURL:           cmp.Or(strings.TrimRight(cfg.BaseURL, "/"), stripeapi.APIURL),
+		apiKey:            cfg.APIKey,
+		userRefKey:        cfg.UserRefKey,
+		entitlements:      cfg.Entitlements,
+		connect:           cfg.Connect,
+		log:               cfg.Logger.With("provider", Provider),
+		listLimiter:       rate.NewLimiter(rate.Limit(cfg.ListRateLimit), 1),
+		budget:            newBudget(cfg.RateLimit, cfg.OperationRateLimit, cfg.Burst),
+		readAllocation:    cfg.ReadAllocation,
+		connectAllocation: cfg.ConnectReadAllocation,
+		listRate:          cfg.ListRateLimit,
 	}
 	if cfg.ProductPlans {
 		c.products = newProductCache(time.Now, productTTL, productMissTTL, productCacheSize)
