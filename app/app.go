@@ -539,6 +539,9 @@ func newStripeConnectFeed(cfg Config, st *store.Store, client *stripe.Client, sp
 	return reconcile.NewConnectFeed(reconcile.ConnectFeedConfig{
 		Provider: stripe.Provider, Source: client, Store: st, Policy: cfg.StripeConnect, Allocation: spending.ConnectAllocation,
 		Interval: cfg.EventsPoll, Overlap: cfg.EventsOverlap, Logger: logger,
+		// The events list's rate: the feed's polls keep it whole (one
+		// replica leads them).
+		Rate: func() float64 { return min(cfg.StripeOperationRate, cfg.StripeRate()) },
 	})
 }
 
@@ -552,8 +555,8 @@ func connectFeedSetting(cfg Config) string {
 	if !cfg.FeedOn() || !cfg.StripeConnect.Enabled() {
 		return "off"
 	}
-	return fmt.Sprintf("%s accounts, %d polls at once, oldest first, each at most every %s within a quarter of the Connect read allocation",
-		cfg.StripeConnect.Mode, reconcile.DefaultConnectPool, cfg.EventsPoll)
+	return fmt.Sprintf("%s accounts, %d to %d polls at once (what the events list's rate can use), oldest first, each at most every %s within a quarter of the Connect read allocation",
+		cfg.StripeConnect.Mode, reconcile.DefaultConnectPool, reconcile.MaxConnectPool, cfg.EventsPoll)
 }
 
 // connectSweepSetting says how the Stripe Connect accounts' sweeps run,

@@ -134,3 +134,30 @@ func TestSlotsFollowTheLatency(t *testing.T) {
 		require.Equal(t, 39, s.total, "100/s at 300 ms: 39 slots, and the 40th waits")
 	})
 }
+
+// TestConnectPoolSize: the Connect feed's pool is pinned when set; else
+// it is the default until a poll's duration is known (or without a rate),
+// then what the events list's rate can use at that duration, within the
+// default and MaxConnectPool.
+func TestConnectPoolSize(t *testing.T) {
+	rate := func(r float64) func() float64 { return func() float64 { return r } }
+	for _, tc := range []struct {
+		name   string
+		pinned int
+		rate   func() float64
+		poll   time.Duration
+		want   int
+	}{
+		{"pinned", 3, rate(25), 430 * time.Millisecond, 3},
+		{"no rate", 0, nil, 430 * time.Millisecond, DefaultConnectPool},
+		{"no poll yet", 0, rate(25), 0, DefaultConnectPool},
+		{"fast polls: the default", 0, rate(25), 50 * time.Millisecond, DefaultConnectPool},
+		{"300 ms and its database work", 0, rate(25), 340 * time.Millisecond, 12}, // ceil(25 × 0.34 × 1.25) + 1
+		{"430 ms", 0, rate(25), 430 * time.Millisecond, 15},
+		{"bounded", 0, rate(1000), time.Second, MaxConnectPool},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, connectPoolSize(tc.pinned, tc.rate, tc.poll))
+		})
+	}
+}

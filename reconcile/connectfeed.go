@@ -19,7 +19,8 @@ import (
 // Thousands of accounts share the platform's rate and its read allocation
 // for connected accounts (500 reads a transaction across all of them), so
 // one ConnectFeed schedules them all, on one replica at a time (a lease),
-// the way production connectors do: a fixed pool of Pool polls at once,
+// the way production connectors do: a bounded pool of polls at once (as
+// many as the events list's rate can use at the polls' observed duration),
 // the account whose poll is most overdue first. Every served account is
 // due one Round after its last poll; Round is what the budget pays for
 // (ConnectRound). An account is never skipped for another: each dispatch
@@ -101,11 +102,16 @@ type ConnectFeedStore interface {
 
 // Connect feed defaults.
 const (
-	// DefaultConnectPool is how many connected accounts' polls run at once.
-	// A quiet poll is one request: at Stripe's 300 ms, 8 polls in flight
-	// ask about 26 a second, the per-operation limit's 25; more only wait
-	// for the limiter.
+	// DefaultConnectPool is the fewest connected accounts' polls that run
+	// at once, and how many before a poll's duration is known. A quiet
+	// poll is one request and its database work: at Stripe's 300 ms, 8
+	// polls in flight ask about 23 a second. With a Rate the pool grows
+	// to what that rate can use at the polls' observed duration
+	// (Budget.InFlight), at most MaxConnectPool: about 11 at 300 ms and
+	// 25 a second, 15 when the database work makes a poll 430 ms.
 	DefaultConnectPool = 8
+	// MaxConnectPool bounds the adapting pool.
+	MaxConnectPool = 64
 	// DefaultConnectDiscover is how often the leader lists the provider's
 	// connected accounts: the authorisation events announce them at once;
 	// the listing catches an event missed (a page a hundred accounts:
@@ -130,9 +136,16 @@ type ConnectFeedConfig struct {
 	// ConnectListed); of those, the ones that authorise the platform are
 	// polled.
 	Policy ConnectPolicy
-	// Pool is how many accounts' polls run at once; default
-	// DefaultConnectPool.
+	// Pool pins how many accounts' polls run at once. 0 (the default)
+	// adapts: DefaultConnectPool until a poll's duration is known, then as
+	// many as Rate can use at the polls' average duration, at least
+	// DefaultConnectPool and at most MaxConnectPool (DefaultConnectPool
+	// without a Rate).
 	Pool int
+	// Rate returns the polls a second the feeds may make: the events
+	// list's rate (Stripe's 25 per operation). nil: the pool does not
+	// adapt.
+	Rate func() float64
 	// Interval is the shortest Round (-events-poll): an account is never
 	// polled more often. Default DefaultFeedInterval.
 	Interval time.Duration
@@ -160,11 +173,35 @@ type ConnectFeed struct {
 	cfg ConnectFeedConfig
 	log *slog.Logger
 
+	// pollTime averages how long a poll takes (its requests and its
+	// database work): the adapting pool is sized by it.
+	pollTime LatencyMeter
+
 	mu     sync.Mutex
 	served int // served, authorised accounts at the last dispatch
 	polls  int64
 	failed int64
 	caught int64
+}
+
+// poolSize is how many polls may run at once now (see
+// ConnectFeedConfig.Pool).
+func (f *ConnectFeed) poolSize() int {
+	return connectPoolSize(f.cfg.Pool, f.cfg.Rate, f.pollTime.Latency())
+}
+
+// connectPoolSize is pinned when set; else as many polls as rate can use
+// at pollTime (Budget.InFlight), within DefaultConnectPool and
+// MaxConnectPool, and DefaultConnectPool while there is no rate or no
+// poll has ended yet.
+func connectPoolSize(pinned int, rate func() float64, pollTime time.Duration) int {
+	if pinned > 0 {
+		return pinned
+	}
+	if rate == nil || pollTime <= 0 {
+		return DefaultConnectPool
+	}
+	return max(DefaultConnectPool, Budget{Rate: rate(), Latency: pollTime}.InFlight(MaxConnectPool))
 }
 
 // NewConnectFeed checks cfg and returns a ConnectFeed.
@@ -185,7 +222,6 @@ func NewConnectFeed(cfg ConnectFeedConfig) (*ConnectFeed, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("connect feed: %w", err)
 	}
-	cfg.Pool = cmp.Or(cfg.Pool, DefaultConnectPool)
 	cfg.Interval = cmp.Or(cfg.Interval, DefaultFeedInterval)
 	cfg.Share = cmp.Or(cfg.Share, DefaultFeedShare)
 	cfg.DiscoverEvery = cmp.Or(cfg.DiscoverEvery, DefaultConnectDiscover)
@@ -235,6 +271,7 @@ type ConnectFeedView struct {
 	Provider string
 	Served   int           // served, authorised accounts at the last dispatch
 	Round    time.Duration // the interval each is polled at
+	Pool     int           // the polls that may run at once now
 	Polls    int64         // polls that succeeded
 	Failed   int64         // polls that failed (the account was backed off)
 	Caught   int64         // events the polls stored before any webhook
@@ -244,7 +281,7 @@ type ConnectFeedView struct {
 func (f *ConnectFeed) View() ConnectFeedView {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return ConnectFeedView{Provider: f.cfg.Provider, Served: f.served, Round: f.round(f.served),
+	return ConnectFeedView{Provider: f.cfg.Provider, Served: f.served, Round: f.round(f.served), Pool: f.poolSize(),
 		Polls: f.polls, Failed: f.failed, Caught: f.caught}
 }
 
@@ -261,7 +298,7 @@ func (f *ConnectFeed) Run(ctx context.Context) {
 func (f *ConnectFeed) lead(ctx, held context.Context) {
 	ctx, cancel := whileHeld(ctx, held)
 	defer cancel()
-	pool := newAccountPool(f.cfg.Pool)
+	pool := newAccountPool(cmp.Or(f.cfg.Pool, MaxConnectPool))
 	defer pool.wait()
 	var discovered time.Time
 	for ctx.Err() == nil {
@@ -291,7 +328,8 @@ func (f *ConnectFeed) dispatch(ctx context.Context, pool *accountPool) time.Dura
 		return connectIdle
 	}
 	skip := pool.busy()
-	limit := 2 * f.cfg.Pool
+	size := f.poolSize()
+	limit := 2 * size
 	feeds, served, err := st.DueConnectFeeds(ctx, f.cfg.Provider,
 		ConnectDueQuery{Policy: f.cfg.Policy, Round: f.Round(), Skip: skip, Limit: limit})
 	if err != nil {
@@ -305,6 +343,9 @@ func (f *ConnectFeed) dispatch(ctx context.Context, pool *accountPool) time.Dura
 	for _, fd := range feeds {
 		if due := fd.DueAt(round); due.After(now) {
 			return min(due.Sub(now), connectIdle)
+		}
+		if pool.running() >= size {
+			return connectIdle // looked at again when a poll ends
 		}
 		if !pool.start(ctx, fd.Account, func() { f.pollAccount(ctx, fd, round) }) {
 			return 0
@@ -328,7 +369,7 @@ func (f *ConnectFeed) setServed(ctx context.Context, served int) {
 	f.mu.Unlock()
 	if from != served {
 		f.log.InfoContext(ctx, "connect feed: accounts served", slog.Int("accounts", served),
-			slog.Duration("round", f.round(served)), slog.Int("pool", f.cfg.Pool))
+			slog.Duration("round", f.round(served)), slog.Int("pool", f.poolSize()))
 	}
 }
 
@@ -340,9 +381,11 @@ func (f *ConnectFeed) pollAccount(ctx context.Context, fd ConnectFeedDue, round 
 	p := feedPoller{provider: f.cfg.Provider, account: fd.Account,
 		source: accountEvents{src: f.cfg.Source, account: fd.Account}, store: st,
 		overlap: f.cfg.Overlap, start: f.cfg.Start, log: f.log.With(slog.String("account", fd.Account))}
+	began := time.Now()
 	res, rec, err := p.list(ctx)
 	if err == nil {
 		err = st.SaveEventsFeedPoll(ctx, f.cfg.Provider, rec)
+		f.pollTime.Observe(time.Since(began))
 	}
 	f.mu.Lock()
 	if err == nil {

@@ -67,6 +67,13 @@ func newAccountPool(size int) *accountPool {
 	return &accountPool{slots: make(chan struct{}, size), ended: make(chan struct{}, 1), inflight: map[string]bool{}}
 }
 
+// running counts the jobs running now.
+func (p *accountPool) running() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.inflight)
+}
+
 // busy returns the accounts whose job runs now: the store leaves them out
 // of the accounts due.
 func (p *accountPool) busy() []string {

@@ -490,6 +490,9 @@ var (
 	connectServedDesc = prometheus.NewDesc("billsync_connect_feed_served_accounts",
 		"Authorised Connect accounts this replica's feed served at its last dispatch (0 on a replica that has not led the feed).",
 		[]string{"provider"}, nil)
+	connectPoolDesc = prometheus.NewDesc("billsync_connect_feed_pool",
+		"The Connect accounts' polls this replica's feed may run at once: as many as the events list's rate can use at the polls' observed duration (8 to 64).",
+		[]string{"provider"}, nil)
 	connectPollsDesc = prometheus.NewDesc("billsync_connect_feed_polls_total",
 		"Polls of Connect accounts' feeds this replica made, by result: ok, or failed (the account was backed off).",
 		[]string{"provider", "result"}, nil)
@@ -507,6 +510,7 @@ func (c *connectFeedCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- connectCaughtDesc
 	ch <- connectRoundDesc
 	ch <- connectServedDesc
+	ch <- connectPoolDesc
 	ch <- connectPollsDesc
 }
 
@@ -514,6 +518,7 @@ func (c *connectFeedCollector) Collect(ch chan<- prometheus.Metric) {
 	v := c.view()
 	ch <- prometheus.MustNewConstMetric(connectRoundDesc, prometheus.GaugeValue, v.Round.Seconds(), v.Provider)
 	ch <- prometheus.MustNewConstMetric(connectServedDesc, prometheus.GaugeValue, float64(v.Served), v.Provider)
+	ch <- prometheus.MustNewConstMetric(connectPoolDesc, prometheus.GaugeValue, float64(v.Pool), v.Provider)
 	ch <- prometheus.MustNewConstMetric(connectPollsDesc, prometheus.CounterValue, float64(v.Polls), v.Provider, "ok")
 	ch <- prometheus.MustNewConstMetric(connectPollsDesc, prometheus.CounterValue, float64(v.Failed), v.Provider, "failed")
 

@@ -42,7 +42,7 @@ func TestConnectFeedMetrics(t *testing.T) {
 	metrics.CollectConnectFeeds(func(ctx context.Context) (reconcile.ConnectFeedStats, error) {
 		return st.ConnectFeedStats(ctx, "stripe")
 	}, func() reconcile.ConnectFeedView {
-		return reconcile.ConnectFeedView{Provider: "stripe", Served: 3, Round: 90 * time.Second, Polls: 5, Failed: 1}
+		return reconcile.ConnectFeedView{Provider: "stripe", Served: 3, Round: 90 * time.Second, Pool: 12, Polls: 5, Failed: 1}
 	}, nil)
 	srv := httptest.NewServer(server.New(server.Config{Inbox: st, Metrics: metrics}))
 	t.Cleanup(srv.Close)
@@ -54,6 +54,7 @@ func TestConnectFeedMetrics(t *testing.T) {
 		`billsync_connect_accounts{provider="stripe",state="never_polled"}`:    2,
 		`billsync_connect_feed_round_seconds{provider="stripe"}`:               90,
 		`billsync_connect_feed_served_accounts{provider="stripe"}`:             3,
+		`billsync_connect_feed_pool{provider="stripe"}`:                        12,
 		`billsync_connect_feed_polls_total{provider="stripe",result="ok"}`:     5,
 		`billsync_connect_feed_polls_total{provider="stripe",result="failed"}`: 1,
 		`billsync_connect_feed_caught_total{provider="stripe"}`:                0,
