@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -20,7 +21,7 @@ import (
 // The connect part (issue 29, "Say how long one round over 1,000 and
 // 10,000 accounts takes within the budget, measured"): the Stripe Connect
 // accounts' events feeds as serve runs them (app.New with -stripe-connect
-// all and serve's defaults: a pool of 8, the client at the run's rates,
+// all and serve's defaults: a pool that adapts from 8, the client at the run's rates,
 // the read allocation's floor), at a fake Stripe with Stripe's limits on
 // a live key and a provider latency. Run only with -only connect.
 //
@@ -78,6 +79,7 @@ type ConnectRound struct {
 	// accounts, 100 a page) until the first poll answered: measured.
 	StartSeconds float64 `json:"start_seconds"`
 	Polls        int     `json:"polls"`   // polls timed (measured)
+	Pool         int     `json:"pool"`    // the polls the feed ran at once at the round's end (it adapts)
 	Seconds      float64 `json:"seconds"` // first poll to the last timed (measured)
 	PollsPerSec  float64 `json:"polls_per_sec"`
 	// RoundSeconds is every account polled once: measured when Polls is
@@ -288,10 +290,11 @@ func runConnectRound(ctx context.Context, st *store.Store, cfg Config, n int, ba
 	if d := clock.distinct(out.Polls); d != out.Polls {
 		return out, fmt.Errorf("connect bench: the first %d polls were of %d accounts: an account was polled twice in the first round", out.Polls, d)
 	}
+	out.Pool = view.Pool
 	out.Allocation = h.Stripe.Client.Allocation(0)
 	out.BudgetRoundSeconds = view.Round.Seconds()
 	out.AllocationForRound = round(float64(n)*reconcile.ReadWindow.Seconds()/(reconcile.DefaultFeedShare*out.RoundSeconds), 0)
-	cfg.Logger.Info("bench connect: round", slog.Int("accounts", n), slog.Float64("polls_per_sec", out.PollsPerSec),
+	cfg.Logger.Info("bench connect: round", slog.Int("accounts", n), slog.Int("pool", out.Pool), slog.Float64("polls_per_sec", out.PollsPerSec),
 		slog.Float64("round_seconds", out.RoundSeconds))
 	return out, nil
 }
@@ -299,8 +302,12 @@ func runConnectRound(ctx context.Context, st *store.Store, cfg Config, n int, ba
 // printConnect writes the connect part, each figure marked measured or
 // computed.
 func printConnect(w io.Writer, c ConnectResult) {
-	fmt.Fprintf(w, "CONNECT: every connected account's events feed as serve runs it (-stripe-connect all, a pool of %d, oldest first); fake Stripe latency %.0f ms, limits %.0f req/s global and %.0f req/s each operation (the events list: every account's polls together)\n",
-		c.Pool, c.LatencyMs, c.RateLimit, c.OperationRate)
+	pools := make([]string, len(c.Rounds))
+	for i, r := range c.Rounds {
+		pools[i] = fmt.Sprint(r.Pool)
+	}
+	fmt.Fprintf(w, "CONNECT: every connected account's events feed as serve runs it (-stripe-connect all, a pool from %d adapting to the rate, at the rounds' ends %s; oldest first); fake Stripe latency %.0f ms, limits %.0f req/s global and %.0f req/s each operation (the events list: every account's polls together)\n",
+		c.Pool, strings.Join(pools, ", "), c.LatencyMs, c.RateLimit, c.OperationRate)
 	b := c.Baseline
 	fmt.Fprintf(w, "  baseline, one poll at a time (a pool of 1) over %d accounts: %d polls in %.2f s = %.2f polls/s (measured)\n",
 		b.Accounts, b.Polls, b.Seconds, b.PollsPerSec)
