@@ -92,7 +92,7 @@ const (
 	DefaultConnectSweepRetry = time.Hour
 	// DefaultConnectSweepLook bounds the scheduler's wait when no account
 	// is due: an account authorised meanwhile is swept within it.
-	DefaultConnectSweepLook = 30 * time.Second
+	DefaultConnectSweepLook = 10 * time.Second
 	// connectSweepHeld is how long an account whose sweep runs elsewhere
 	// (a support engineer's `billsync sweep --account`) is left out.
 	connectSweepHeld = 5 * time.Minute

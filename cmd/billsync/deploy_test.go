@@ -423,6 +423,8 @@ func scrapeServe(t *testing.T) map[string]bool {
 		regexp.MustCompile(`(?m)^billsync_stripe_webhook_endpoint_enabled\{endpoint="we_[^"]+",provider="stripe"\} 1`),
 		regexp.MustCompile(`(?m)^billsync_app_delivery_attempts_total\{code="204",result="delivered"\} [1-9]`),
 		regexp.MustCompile(`(?m)^billsync_connect_feed_oldest_poll_age_seconds\{provider="stripe"\} `),
+		// The connected account's first sweep (its import) succeeded.
+		regexp.MustCompile(`(?m)^billsync_connect_sweep_oldest_success_age_seconds\{provider="stripe"\} `),
 	}
 	var text string
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
