@@ -330,7 +330,8 @@ func (a *App) addWorkers(provs Providers) (*reconcile.SweepRunner, error) {
 	if err != nil {
 		return nil, err
 	}
-	runner, err := reconcile.NewSweepRunner(reconcile.SweepRunnerConfig{Sweepers: sweepers, Logger: a.logger})
+	runner, err := reconcile.NewSweepRunner(reconcile.SweepRunnerConfig{Sweepers: sweepers, Logger: a.logger,
+		AccountSweeper: a.accountSweeper(provs, sweepers)})
 	if err != nil {
 		return nil, err
 	}
@@ -352,6 +353,25 @@ func (a *App) addWorkers(provs Providers) (*reconcile.SweepRunner, error) {
 		}
 	}
 	return runner, nil
+}
+
+// accountSweeper returns the sweeper of one served Stripe Connect
+// account (the admin API's sweep of an account); nil when
+// -stripe-connect is off.
+func (a *App) accountSweeper(provs Providers, sweepers []*reconcile.Sweeper) func(string) (*reconcile.Sweeper, error) {
+	if !a.cfg.StripeConnect.Enabled() || provs.Stripe == nil {
+		return nil
+	}
+	i := slices.IndexFunc(sweepers, func(s *reconcile.Sweeper) bool { return s.Provider() == stripe.Provider })
+	return func(account string) (*reconcile.Sweeper, error) {
+		if !reconcile.IsConnectedAccount(account) {
+			return nil, fmt.Errorf("%w: %q is not a Stripe Connect account's acct_ id", reconcile.ErrInvalid, account)
+		}
+		if ok, why := a.cfg.StripeConnect.Serves(account); !ok {
+			return nil, fmt.Errorf("%w: connected account %s: %s", reconcile.ErrInvalid, account, why)
+		}
+		return sweepers[i].ForAccount(account, provs.Stripe.AccountLister(account))
+	}
 }
 
 // addConnectSweeps adds the sweeps of the Stripe Connect accounts served

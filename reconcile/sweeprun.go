@@ -16,6 +16,7 @@ var ErrSweepsStopped = errors.New("shutting down: no sweep starts now")
 // SweepStart is how starting one provider's sweep went.
 type SweepStart struct {
 	Provider string
+	Account  string // the Stripe Connect account swept (StartAccount); "" the provider's own customers
 	Run      SweepRun // the run started or resumed; zero when Err is set
 	// Err is ErrSweepRunning when a sweep of the provider already runs,
 	// here or on another replica; nothing was written then.
@@ -30,6 +31,10 @@ type SweepRunnerConfig struct {
 	// import that failed (or could not start), doubled after each failure
 	// up to MaxImportRetry; default DefaultImportRetry.
 	ImportRetry time.Duration
+	// AccountSweeper, when set, returns the sweeper of one Stripe Connect
+	// account's customers (Sweeper.ForAccount on its behalf), or why it
+	// cannot be swept (wrapping ErrInvalid): StartAccount uses it.
+	AccountSweeper func(account string) (*Sweeper, error)
 }
 
 // DefaultImportRetry is the wait before a failed import at start is
@@ -48,6 +53,7 @@ const MaxImportRetry = 30 * time.Minute
 // and each reports its own run.
 type SweepRunner struct {
 	sweepers []*Sweeper
+	account  func(string) (*Sweeper, error) // SweepRunnerConfig.AccountSweeper
 	log      *slog.Logger
 	retry    time.Duration   // the first wait before a failed import is tried again
 	ctx      context.Context // the started sweeps'; cancelled when Run ends
@@ -80,6 +86,7 @@ func NewSweepRunner(cfg SweepRunnerConfig) (*SweepRunner, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &SweepRunner{
 		sweepers: cfg.Sweepers,
+		account:  cfg.AccountSweeper,
 		log:      cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)).With("component", "sweep"),
 		retry:    min(cmp.Or(cfg.ImportRetry, DefaultImportRetry), MaxImportRetry),
 		ctx:      ctx,
@@ -110,6 +117,27 @@ func (r *SweepRunner) Start(ctx context.Context) ([]SweepStart, error) {
 		return starts, errors.Join(errs...)
 	}
 	return starts, nil
+}
+
+// ErrNoAccountSweeps means this process cannot sweep a connected account
+// (Stripe Connect is off here, or no Stripe sweeper runs).
+var ErrNoAccountSweeps = fmt.Errorf("%w: this process sweeps no Stripe Connect account (-stripe-connect off)", ErrInvalid)
+
+// StartAccount starts a sweep of one Stripe Connect account's customers,
+// as Start does a provider's (its own lease, run and cursor; the
+// account's first run is its import), and returns at once: ErrSweepRunning
+// when that account's sweep runs, here or elsewhere; an error wrapping
+// ErrInvalid for an account that is not served.
+func (r *SweepRunner) StartAccount(ctx context.Context, account string) (SweepStart, error) {
+	if r.account == nil {
+		return SweepStart{Account: account}, ErrNoAccountSweeps
+	}
+	sw, err := r.account(account)
+	if err != nil {
+		return SweepStart{Account: account}, err
+	}
+	run, err := r.start(ctx, sw, RunSweep, nil)
+	return SweepStart{Provider: sw.Provider(), Account: account, Run: run, Err: err}, err
 }
 
 // StartImports starts, in the background, the import of every provider

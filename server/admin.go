@@ -39,6 +39,10 @@ type AdminStore interface {
 // reconcile.ErrSweepRunning while that provider's sweep runs.
 type Sweeps interface {
 	Start(ctx context.Context) ([]reconcile.SweepStart, error)
+	// StartAccount starts the sweep of one Stripe Connect account's
+	// customers: reconcile.ErrSweepRunning while it runs, an error
+	// wrapping reconcile.ErrInvalid for an account not served.
+	StartAccount(ctx context.Context, account string) (reconcile.SweepStart, error)
 }
 
 // Reconciler reconciles one customer now (reconcile.Worker implements it).
@@ -135,6 +139,9 @@ func (s *Server) adminSweeps(r *http.Request) (any, error) {
 // Their outcome is in GET /admin/api/sweeps and in the log. A sweep cut
 // short by a shutdown stays running and the next one resumes it.
 func (s *Server) adminStartSweep(r *http.Request) (any, error) {
+	if account := r.URL.Query().Get("stripe_account"); account != "" {
+		return s.adminStartAccountSweep(r.Context(), account)
+	}
 	starts, err := s.startSweep(r.Context())
 	if err != nil {
 		return nil, err
@@ -158,6 +165,24 @@ func (s *Server) adminStartSweep(r *http.Request) (any, error) {
 		}
 	}
 	return map[string]any{"sweeps": out, "see": "GET /admin/api/sweeps"}, nil
+}
+
+// adminStartAccountSweep starts the sweep of one Stripe Connect account
+// (?stripe_account=acct_…) in the background and answers at once with its
+// run: 409 while that account's sweep runs, 400 for an account not served.
+func (s *Server) adminStartAccountSweep(ctx context.Context, account string) (any, error) {
+	if s.admin.Sweeps == nil {
+		return nil, errNoReconciler
+	}
+	st, err := s.admin.Sweeps.StartAccount(ctx, account)
+	if err != nil {
+		if !errors.Is(err, reconcile.ErrSweepRunning) && !errors.Is(err, reconcile.ErrSweepsStopped) && !errors.Is(err, reconcile.ErrInvalid) {
+			s.log.Error("sweep start failed", slog.String("connected_account", account), slog.Any("error", err))
+		}
+		return nil, err
+	}
+	return map[string]any{"sweeps": []map[string]any{{"provider": st.Provider, "account": st.Account, "started": true,
+		"run": st.Run.ID, "resumed": st.Run.Resumed}}, "see": "GET /admin/api/sweeps"}, nil
 }
 
 // startSweep starts each provider's sweep unless it is running; the error

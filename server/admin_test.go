@@ -332,6 +332,10 @@ type sweepsFunc func(ctx context.Context) ([]reconcile.SweepStart, error)
 
 func (f sweepsFunc) Start(ctx context.Context) ([]reconcile.SweepStart, error) { return f(ctx) }
 
+func (f sweepsFunc) StartAccount(context.Context, string) (reconcile.SweepStart, error) {
+	return reconcile.SweepStart{}, reconcile.ErrNoAccountSweeps
+}
+
 // TestAdminSweepStartsEachProvider: the answer holds each provider's
 // start as it went; billsync's own failure to start one is logged, not
 // echoed.

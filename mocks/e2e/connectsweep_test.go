@@ -3,6 +3,8 @@ package e2e_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	stripeapi "github.com/stripe/stripe-go/v82"
 
+	"github.com/billsync/billsync/app"
 	stripemock "github.com/billsync/billsync/mocks/stripe"
 	"github.com/billsync/billsync/mocks/testenv"
 	"github.com/billsync/billsync/providers/stripe"
@@ -261,4 +264,54 @@ func connectSweepRound(b *testing.B, n int, latency time.Duration, connected boo
 	<-done
 	require.Len(b, storetest.Accounts(b, st), n)
 	return took
+}
+
+// TestAdminSweepsOneConnectedAccount: POST /admin/api/sweeps?stripe_account=
+// on serve's assembly starts the sweep of that connected account alone,
+// on its behalf: its customer written right, the other account's and the
+// platform's untouched. An account not served, or not an acct_ id, is 400
+// and nothing runs.
+func TestAdminSweepsOneConnectedAccount(t *testing.T) {
+	ctx := context.Background()
+	w := newConnectWorld(t, "acct_admin_a", "acct_admin_b")
+	w.drift(t)
+	const token = "admin-token-for-the-test"
+	cfg := app.Config{StripeAPIKey: stripemock.DefaultAPIKey, StripeAPIURL: w.URL, Workers: 1, AdminToken: token,
+		StripeConnect: reconcile.ConnectPolicy{Mode: reconcile.ConnectListed, Listed: w.accounts[:1]}}
+	a, err := app.New(ctx, cfg, app.Parts{Store: w.Store, Plans: w.Plans})
+	require.NoError(t, err)
+	srv := httptest.NewServer(a.Handler())
+	defer srv.Close()
+	runCtx, cancel := context.WithCancel(ctx)
+	stop := a.Start(runCtx)
+	defer func() { cancel(); require.NoError(t, stop(context.Background())) }()
+
+	post := func(account string) (int, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/admin/api/sweeps?stripe_account="+account, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(body)
+	}
+	for _, bad := range []string{w.accounts[1], "cus_1"} {
+		code, body := post(bad)
+		require.Equal(t, http.StatusBadRequest, code, body)
+	}
+	code, body := post(w.accounts[0])
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `"account":"acct_admin_a"`)
+	storetest.WaitFor(t, "the account's sweep succeeded", func() bool {
+		runs, err := w.Store.SweepRuns(ctx, 10)
+		require.NoError(t, err)
+		return len(runs) > 0 && runs[0].Account == w.accounts[0] && runs[0].Status == "succeeded"
+	})
+	runs, err := w.Store.SweepRuns(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, runs, 1, "only the account asked for was swept: %+v", runs)
+	require.Equal(t, "pro", w.state(w.keys[0]).Plan, "its drift written right")
+	require.Equal(t, "free", w.state(w.keys[1]).Plan, "the other account untouched")
 }
