@@ -16,7 +16,7 @@ var ErrSweepsStopped = errors.New("shutting down: no sweep starts now")
 // SweepStart is how starting one provider's sweep went.
 type SweepStart struct {
 	Provider string
-	Account  string // the Stripe Connect account swept (StartAccount); "" the provider's own customers
+	Account  string   // the Stripe Connect account swept (StartAccount); "" the provider's own customers
 	Run      SweepRun // the run started or resumed; zero when Err is set
 	// Err is ErrSweepRunning when a sweep of the provider already runs,
 	// here or on another replica; nothing was written then.
