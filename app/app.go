@@ -331,7 +331,7 @@ func (a *App) addWorkers(provs Providers) (*reconcile.SweepRunner, error) {
 		return nil, err
 	}
 	runner, err := reconcile.NewSweepRunner(reconcile.SweepRunnerConfig{Sweepers: sweepers, Logger: a.logger,
-		AccountSweeper: a.accountSweeper(provs, sweepers)})
+		AccountSweeper: AccountSweeper(cfg, provs, sweepers)})
 	if err != nil {
 		return nil, err
 	}
@@ -355,19 +355,22 @@ func (a *App) addWorkers(provs Providers) (*reconcile.SweepRunner, error) {
 	return runner, nil
 }
 
-// accountSweeper returns the sweeper of one served Stripe Connect
-// account (the admin API's sweep of an account); nil when
-// -stripe-connect is off.
-func (a *App) accountSweeper(provs Providers, sweepers []*reconcile.Sweeper) func(string) (*reconcile.Sweeper, error) {
-	if !a.cfg.StripeConnect.Enabled() || provs.Stripe == nil {
+// AccountSweeper returns the sweeper of one served Stripe Connect
+// account's customers, listed on its behalf, made from the Stripe sweeper
+// among sweepers (the scheduled sweeps of the accounts, the admin API's
+// and billsync sweep -stripe-account); an account not served, or not an
+// acct_ id, wraps reconcile.ErrInvalid. nil when -stripe-connect is off
+// or Stripe is not swept.
+func AccountSweeper(cfg Config, provs Providers, sweepers []*reconcile.Sweeper) func(string) (*reconcile.Sweeper, error) {
+	i := slices.IndexFunc(sweepers, func(s *reconcile.Sweeper) bool { return s.Provider() == stripe.Provider })
+	if !cfg.StripeConnect.Enabled() || provs.Stripe == nil || i < 0 {
 		return nil
 	}
-	i := slices.IndexFunc(sweepers, func(s *reconcile.Sweeper) bool { return s.Provider() == stripe.Provider })
 	return func(account string) (*reconcile.Sweeper, error) {
 		if !reconcile.IsConnectedAccount(account) {
 			return nil, fmt.Errorf("%w: %q is not a Stripe Connect account's acct_ id", reconcile.ErrInvalid, account)
 		}
-		if ok, why := a.cfg.StripeConnect.Serves(account); !ok {
+		if ok, why := cfg.StripeConnect.Serves(account); !ok {
 			return nil, fmt.Errorf("%w: connected account %s: %s", reconcile.ErrInvalid, account, why)
 		}
 		return sweepers[i].ForAccount(account, provs.Stripe.AccountLister(account))
@@ -379,12 +382,12 @@ func (a *App) accountSweeper(provs Providers, sweepers []*reconcile.Sweeper) fun
 // over the day, within a tenth of the connected accounts' read allocation,
 // when the sweeps are on (-sweep-schedule not off).
 func (a *App) addConnectSweeps(provs Providers, sweepers []*reconcile.Sweeper) error {
-	if !a.cfg.StripeConnect.Enabled() || provs.Stripe == nil {
+	sweeperOf := AccountSweeper(a.cfg, provs, sweepers)
+	if sweeperOf == nil {
 		return nil
 	}
-	i := slices.IndexFunc(sweepers, func(s *reconcile.Sweeper) bool { return s.Provider() == stripe.Provider })
 	sweeps, err := reconcile.NewConnectSweeps(reconcile.ConnectSweepsConfig{
-		Sweeper: sweepers[i], ListerOf: provs.Stripe.AccountLister, Store: a.st, Policy: a.cfg.StripeConnect, Logger: a.logger,
+		Provider: stripe.Provider, SweeperOf: sweeperOf, Store: a.st, Policy: a.cfg.StripeConnect, Logger: a.logger,
 		Allocation: a.spending.ConnectAllocation,
 	})
 	if err != nil {

@@ -100,12 +100,11 @@ const (
 
 // ConnectSweepsConfig configures ConnectSweeps.
 type ConnectSweepsConfig struct {
-	// Sweeper is the provider's platform sweeper: each account's sweeper
-	// is its ForAccount, with its store, plans and hooks.
-	Sweeper *Sweeper
-	// ListerOf returns the provider's listing on behalf of the account.
-	ListerOf func(account string) Lister
-	Store    ConnectSweepStore
+	Provider string
+	// SweeperOf returns the sweeper of one account's customers (the
+	// platform sweeper's ForAccount, listing on the account's behalf).
+	SweeperOf func(account string) (*Sweeper, error)
+	Store     ConnectSweepStore
 	// Policy says which connected accounts are served; of those, the ones
 	// that authorise the platform are swept.
 	Policy ConnectPolicy
@@ -141,8 +140,8 @@ type ConnectSweeps struct {
 // NewConnectSweeps checks cfg and returns a ConnectSweeps.
 func NewConnectSweeps(cfg ConnectSweepsConfig) (*ConnectSweeps, error) {
 	var errs []error
-	if cfg.Sweeper == nil || cfg.ListerOf == nil || cfg.Store == nil {
-		errs = append(errs, errors.New("sweeper, lister and store are required"))
+	if cfg.Provider == "" || cfg.SweeperOf == nil || cfg.Store == nil {
+		errs = append(errs, errors.New("provider, sweeper and store are required"))
 	}
 	if !cfg.Policy.Enabled() {
 		errs = append(errs, fmt.Errorf("connected accounts are not served (mode %q)", cfg.Policy.Mode))
@@ -161,10 +160,10 @@ func NewConnectSweeps(cfg ConnectSweepsConfig) (*ConnectSweeps, error) {
 	cfg.Pool = cmp.Or(cfg.Pool, DefaultConnectSweepPool)
 	cfg.Look = cmp.Or(cfg.Look, DefaultConnectSweepLook)
 	cfg.Share = cmp.Or(cfg.Share, DefaultConnectSweepShare)
-	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)).With(slog.String("provider", cfg.Sweeper.Provider()),
+	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)).With(slog.String("provider", cfg.Provider),
 		slog.String("component", "connect sweep"))
 	return &ConnectSweeps{cfg: cfg, log: log, heldElsewhere: map[string]time.Time{},
-		view: ConnectSweepsView{Provider: cfg.Sweeper.Provider()}}, nil
+		view: ConnectSweepsView{Provider: cfg.Provider}}, nil
 }
 
 // ConnectSweepsView is what this replica's ConnectSweeps did since it
@@ -175,8 +174,6 @@ type ConnectSweepsView struct {
 	Every     time.Duration // the interval each is swept at
 	Succeeded int64         // runs that succeeded
 	Failed    int64         // runs that failed (tried again after Retry)
-	Healed    int64         // accounts the sweeps healed
-	Imported  int64         // accounts the accounts' first runs imported
 }
 
 // View returns what the sweeps did on this replica.
@@ -201,9 +198,8 @@ func (c *ConnectSweeps) every(served int) time.Duration {
 // their lease, until ctx ends; the sweeps in flight stop with it and are
 // resumed from their cursors by the next leader.
 func (c *ConnectSweeps) Run(ctx context.Context) {
-	provider := c.cfg.Sweeper.Provider()
 	leadership{lock: func(ctx context.Context) (context.Context, func(), error) {
-		return c.cfg.Store.ConnectSweepLock(ctx, provider)
+		return c.cfg.Store.ConnectSweepLock(ctx, c.cfg.Provider)
 	}, retry: feedTakeover, log: c.log, what: "connect sweep", standby: "connect sweep: another replica leads"}.run(ctx, c.lead)
 }
 
@@ -235,7 +231,7 @@ func (c *ConnectSweeps) dispatch(ctx context.Context, pool *accountPool) time.Du
 	c.mu.Lock()
 	every := c.every(c.view.Served)
 	c.mu.Unlock()
-	due, served, err := st.DueConnectSweeps(ctx, c.cfg.Sweeper.Provider(), ConnectSweepQuery{Policy: c.cfg.Policy,
+	due, served, err := st.DueConnectSweeps(ctx, c.cfg.Provider, ConnectSweepQuery{Policy: c.cfg.Policy,
 		Every: every, Retry: c.cfg.Retry, Skip: skip, Limit: limit})
 	if err != nil {
 		if ctx.Err() == nil {
@@ -292,12 +288,12 @@ func (c *ConnectSweeps) elsewhere() []string {
 // sweep runs one account's sweep (its import, when it was never swept)
 // to its end; the run logs how it ended.
 func (c *ConnectSweeps) sweep(ctx context.Context, account string) {
-	sw, err := c.cfg.Sweeper.ForAccount(account, c.cfg.ListerOf(account))
+	sw, err := c.cfg.SweeperOf(account)
 	if err != nil {
 		c.log.ErrorContext(ctx, "connect sweep: no sweeper for the account", slog.String("account", account), slog.Any("error", err))
 		return
 	}
-	rep, err := sw.Run(ctx)
+	_, err = sw.Run(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
@@ -308,11 +304,6 @@ func (c *ConnectSweeps) sweep(ctx context.Context, account string) {
 		c.view.Failed++
 	default:
 		c.view.Succeeded++
-		if rep.Run.Kind == RunImport {
-			c.view.Imported += int64(rep.Run.Healed)
-		} else {
-			c.view.Healed += int64(rep.Run.Healed)
-		}
 	}
 }
 

@@ -56,14 +56,14 @@ func TestConnectSweepsLeaveAnAccountSweptElsewhere(t *testing.T) {
 	require.NoError(t, err)
 	t0 := time.Now()
 	sweeps, err := reconcile.NewConnectSweeps(reconcile.ConnectSweepsConfig{
-		Sweeper: platform,
-		ListerOf: func(account string) reconcile.Lister {
-			return &mock.Lister{ListPageFn: func(context.Context, string) ([]reconcile.Snapshot, string, bool, error) {
+		Provider: "stripe",
+		SweeperOf: func(account string) (*reconcile.Sweeper, error) {
+			return platform.ForAccount(account, &mock.Lister{ListPageFn: func(context.Context, string) ([]reconcile.Snapshot, string, bool, error) {
 				mu.Lock()
 				defer mu.Unlock()
 				listed[account] = true
 				return nil, "", false, nil
-			}}
+			}})
 		},
 		Store: &mock.ConnectSweepStore{
 			NowFn: func(context.Context) (time.Time, error) { return time.Now(), nil },

@@ -62,9 +62,6 @@ func runListing(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.
 		return err
 	}
 	if *account != "" {
-		if !reconcile.IsConnectedAccount(*account) {
-			return fmt.Errorf("-stripe-account %q: want a Stripe Connect account's acct_ id", *account)
-		}
 		*only = stripe.Provider
 	}
 	sup, closeSupport, err := openSupport(ctx, cfg, logger)
@@ -78,12 +75,13 @@ func runListing(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.
 		return err
 	}
 	if *account != "" {
-		if ok, why := sup.cfg.StripeConnect.Serves(*account); !ok {
-			return fmt.Errorf("-stripe-account %s: %s", *account, why)
+		sweeperOf := app.AccountSweeper(sup.cfg.Config, sup.providers, sweepers)
+		if sweeperOf == nil {
+			return fmt.Errorf("-stripe-account %s: %w", *account, reconcile.ErrNoAccountSweeps)
 		}
-		sw, err := sweepers[0].ForAccount(*account, sup.providers.Stripe.AccountLister(*account))
+		sw, err := sweeperOf(*account)
 		if err != nil {
-			return err
+			return fmt.Errorf("-stripe-account: %w", err)
 		}
 		sweepers = []*reconcile.Sweeper{sw}
 	}

@@ -74,6 +74,13 @@ func (w connectWorld) platformSweeper(t *testing.T) *reconcile.Sweeper {
 	return sw
 }
 
+// accountSweeper is serve's builder of a connected account's sweeper
+// (app.AccountSweeper), every account served.
+func accountSweeper(platform *reconcile.Sweeper, client *stripe.Client) func(string) (*reconcile.Sweeper, error) {
+	return app.AccountSweeper(app.Config{StripeConnect: reconcile.ConnectPolicy{Mode: reconcile.ConnectAll}},
+		app.Providers{Stripe: client}, []*reconcile.Sweeper{platform})
+}
+
 // TestConnectSweepOfOneAccount: a sweep of one connected account heals its
 // drift and never reads another's. Two accounts hold a customer with the
 // same id, both drifted (webhooks lost); the sweep of the first lists it on
@@ -85,7 +92,7 @@ func TestConnectSweepOfOneAccount(t *testing.T) {
 	ctx := context.Background()
 	w := newConnectWorld(t, "acct_sweep_a", "acct_sweep_b")
 	a, b := w.accounts[0], w.accounts[1]
-	sw, err := w.platformSweeper(t).ForAccount(a, w.Stripe.Client.AccountLister(a))
+	sw, err := accountSweeper(w.platformSweeper(t), w.Stripe.Client)(a)
 	require.NoError(t, err)
 
 	rep, err := sw.Run(ctx)
@@ -140,8 +147,8 @@ func TestConnectSweepsEachAccountOnceAcrossReplicas(t *testing.T) {
 	var replicas sync.WaitGroup
 	views := make([]*reconcile.ConnectSweeps, 2)
 	for i := range views {
-		views[i], err = reconcile.NewConnectSweeps(reconcile.ConnectSweepsConfig{Sweeper: w.platformSweeper(t),
-			ListerOf: w.Stripe.Client.AccountLister, Store: w.Store,
+		views[i], err = reconcile.NewConnectSweeps(reconcile.ConnectSweepsConfig{Provider: stripe.Provider,
+			SweeperOf: accountSweeper(w.platformSweeper(t), w.Stripe.Client), Store: w.Store,
 			Policy: reconcile.ConnectPolicy{Mode: reconcile.ConnectAll}, Every: time.Hour, Look: 50 * time.Millisecond})
 		require.NoError(t, err)
 		replicas.Go(func() { views[i].Run(ctx) })
@@ -253,8 +260,8 @@ func connectSweepRound(b *testing.B, n int, latency time.Duration, connected boo
 		require.Equal(b, n, rep.Run.Seen)
 		return time.Since(start)
 	}
-	sweeps, err := reconcile.NewConnectSweeps(reconcile.ConnectSweepsConfig{Sweeper: platform, ListerOf: client.AccountLister,
-		Store: st, Policy: all})
+	sweeps, err := reconcile.NewConnectSweeps(reconcile.ConnectSweepsConfig{Provider: stripe.Provider,
+		SweeperOf: accountSweeper(platform, client), Store: st, Policy: all})
 	require.NoError(b, err)
 	done := make(chan struct{})
 	go func() { defer close(done); sweeps.Run(ctx) }()
