@@ -82,7 +82,7 @@ func prune(st *store.Store, r reconcile.Retention, logger *slog.Logger) func(con
 			logger.Error("scheduled prune failed", "events", p.Events, "receipts", p.Receipts, "log_rows", p.LogRows, slog.Any("error", err))
 		default:
 			logger.Info("pruned", "before", p.Cutoff, "events", p.Events, "receipts", p.Receipts, "log_rows", p.LogRows,
-				"changes", p.Changes, "samples", p.Samples, "sessions", p.Sessions, "batches", p.Batches)
+				"changes", p.Changes, "samples", p.Samples, "sweep_runs", p.SweepRuns, "sessions", p.Sessions, "batches", p.Batches)
 		}
 	}
 }

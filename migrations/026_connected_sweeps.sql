@@ -7,3 +7,8 @@
 ALTER TABLE sweep_runs ADD COLUMN account text NOT NULL DEFAULT '';
 DROP INDEX sweep_runs_provider;
 CREATE INDEX sweep_runs_provider ON sweep_runs (provider, account, id DESC);
+-- The platform's figures (metrics, the import state) read only its own
+-- runs, a few a day, however many runs thousands of accounts add.
+CREATE INDEX sweep_runs_platform ON sweep_runs (provider, status) WHERE account = '';
+-- (A connected account's finished runs go with the prune's retention,
+-- except its newest and its newest successful one: store/prune.go.)

@@ -174,6 +174,7 @@ type ConnectSweepsView struct {
 	Every     time.Duration // the interval each is swept at
 	Succeeded int64         // runs that succeeded
 	Failed    int64         // runs that failed (tried again after Retry)
+	Healed    int64         // customers the sweeps healed (an account's first run, its import, not counted)
 }
 
 // View returns what the sweeps did on this replica.
@@ -293,7 +294,7 @@ func (c *ConnectSweeps) sweep(ctx context.Context, account string) {
 		c.log.ErrorContext(ctx, "connect sweep: no sweeper for the account", slog.String("account", account), slog.Any("error", err))
 		return
 	}
-	_, err = sw.Run(ctx)
+	rep, err := sw.Run(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
@@ -304,6 +305,9 @@ func (c *ConnectSweeps) sweep(ctx context.Context, account string) {
 		c.view.Failed++
 	default:
 		c.view.Succeeded++
+		if rep.Run.Kind == RunSweep {
+			c.view.Healed += int64(rep.Run.Healed)
+		}
 	}
 }
 
@@ -321,5 +325,4 @@ type ConnectSweepStats struct {
 	// is the longest any such account has gone unswept: about the
 	// interval they are swept at while the pool keeps up.
 	OldestSuccess *time.Time
-	Healed        int64 // accounts the accounts' sweeps healed (imports not counted)
 }

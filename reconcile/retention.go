@@ -59,6 +59,7 @@ type Pruned struct {
 	Sessions   int64 // expired console sessions
 	Changes    int64 // the app's changes, every delivery finished (their deliveries with them)
 	Samples    int64 // the correctness sample's rows
+	SweepRuns  int64 // Stripe Connect accounts' finished sweep runs (each account's newest and newest successful kept)
 	Batches    int   // statements run
 	Cutoff     time.Time
 	MaxInBatch int64 // the most rows one statement deleted (at most Batch)

@@ -540,11 +540,11 @@ func (c *connectFeedCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // CollectConnectSweeps reports the Stripe Connect accounts' sweeps per
-// provider, never per account: the accounts never swept or failing, the
-// longest any authorising account has gone unswept and the accounts the
-// sweeps healed, read from the database so every replica tells the same;
-// and this replica's scheduler (view): the interval it sweeps each
-// account at and its runs.
+// provider, never per account: the accounts never swept or failing and
+// the longest any authorising account has gone unswept, read from the
+// database so every replica tells the same; and this replica's scheduler
+// (view): the interval it sweeps each account at, its runs and the
+// customers they healed.
 func (m *Metrics) CollectConnectSweeps(stats func(context.Context) (reconcile.ConnectSweepStats, error),
 	view func() reconcile.ConnectSweepsView, logger *slog.Logger) {
 	if logger == nil {
@@ -561,7 +561,7 @@ var (
 		"Now minus the least recent start of an authorised Connect account's newest successful sweep: the longest any has gone unswept, about billsync_connect_sweep_every_seconds while the pool keeps up (absent before the first success).",
 		[]string{"provider"}, nil)
 	connectSweepHealedDesc = prometheus.NewDesc("billsync_connect_sweep_healed_accounts_total",
-		"Accounts (customers) the Connect accounts' sweeps healed: drift no webhook or feed had fixed (their first runs, imports, not counted).",
+		"Customers this replica's sweeps of Connect accounts healed: drift no webhook or feed had fixed (an account's first run, its import, not counted); sum over replicas.",
 		[]string{"provider"}, nil)
 	connectSweepEveryDesc = prometheus.NewDesc("billsync_connect_sweep_every_seconds",
 		"The interval this replica's Connect sweeps sweep each account at: what a tenth of the Connect read allocation pays for over the accounts served, never shorter than a day.",
@@ -590,6 +590,7 @@ func (c *connectSweepCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(connectSweepEveryDesc, prometheus.GaugeValue, v.Every.Seconds(), v.Provider)
 	ch <- prometheus.MustNewConstMetric(connectSweepRunsDesc, prometheus.CounterValue, float64(v.Succeeded), v.Provider, "ok")
 	ch <- prometheus.MustNewConstMetric(connectSweepRunsDesc, prometheus.CounterValue, float64(v.Failed), v.Provider, "failed")
+	ch <- prometheus.MustNewConstMetric(connectSweepHealedDesc, prometheus.CounterValue, float64(v.Healed), v.Provider)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -600,7 +601,6 @@ func (c *connectSweepCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(connectSweepAccountsDesc, prometheus.GaugeValue, float64(st.NeverSwept), st.Provider, "never_swept")
 	ch <- prometheus.MustNewConstMetric(connectSweepAccountsDesc, prometheus.GaugeValue, float64(st.Failing), st.Provider, "failing")
-	ch <- prometheus.MustNewConstMetric(connectSweepHealedDesc, prometheus.CounterValue, float64(st.Healed), st.Provider)
 	if st.OldestSuccess != nil {
 		ch <- prometheus.MustNewConstMetric(connectSweepOldestDesc, prometheus.GaugeValue, time.Since(*st.OldestSuccess).Seconds(), st.Provider)
 	}

@@ -69,10 +69,11 @@ func TestConnectFeedMetrics(t *testing.T) {
 }
 
 // TestConnectSweepMetrics: the Connect accounts' sweeps per provider,
-// read from a real store: one account swept and healed twice, one whose
+// read from a real store: one account imported then swept, one whose
 // newest run failed, one never swept, and one deauthorised (its old run
-// not counted as the oldest success); and this replica's scheduler. No
-// series names an account.
+// not counted as the oldest success); and this replica's scheduler (its
+// interval, runs and the customers they healed). No series names an
+// account.
 func TestConnectSweepMetrics(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.NewStore(t)
@@ -101,7 +102,7 @@ func TestConnectSweepMetrics(t *testing.T) {
 	metrics.CollectConnectSweeps(func(ctx context.Context) (reconcile.ConnectSweepStats, error) {
 		return st.ConnectSweepStats(ctx, "stripe")
 	}, func() reconcile.ConnectSweepsView {
-		return reconcile.ConnectSweepsView{Provider: "stripe", Served: 3, Every: 24 * time.Hour, Succeeded: 4, Failed: 1}
+		return reconcile.ConnectSweepsView{Provider: "stripe", Served: 3, Every: 24 * time.Hour, Succeeded: 4, Failed: 1, Healed: 9}
 	}, nil)
 	srv := httptest.NewServer(server.New(server.Config{Inbox: st, Metrics: metrics}))
 	t.Cleanup(srv.Close)
@@ -109,7 +110,7 @@ func TestConnectSweepMetrics(t *testing.T) {
 	for series, want := range map[string]int{
 		`billsync_connect_sweep_accounts{provider="stripe",state="never_swept"}`: 1,
 		`billsync_connect_sweep_accounts{provider="stripe",state="failing"}`:     1,
-		`billsync_connect_sweep_healed_accounts_total{provider="stripe"}`:        9, // acct_gone's 7 and acct_swept's 2; imports and the platform's not
+		`billsync_connect_sweep_healed_accounts_total{provider="stripe"}`:        9,
 		`billsync_connect_sweep_every_seconds{provider="stripe"}`:                86400,
 		`billsync_connect_sweep_runs_total{provider="stripe",result="ok"}`:       4,
 		`billsync_connect_sweep_runs_total{provider="stripe",result="failed"}`:   1,

@@ -160,15 +160,14 @@ func (s *Store) ConnectSweepStats(ctx context.Context, provider string) (reconci
 	defer cancel()
 	st := reconcile.ConnectSweepStats{Provider: provider}
 	err := s.pool.QueryRow(ctx, `
-		SELECT count(*) FILTER (WHERE r.id IS NULL), count(*) FILTER (WHERE r.status = 'failed'), min(ok.started_at),
-			(SELECT coalesce(sum(changed), 0) FROM sweep_runs WHERE provider = $1 AND account <> '' AND kind = 'sweep')
+		SELECT count(*) FILTER (WHERE r.id IS NULL), count(*) FILTER (WHERE r.status = 'failed'), min(ok.started_at)
 		FROM connected_accounts c
 		LEFT JOIN LATERAL (SELECT id, status FROM sweep_runs
 			WHERE provider = c.provider AND account = c.account ORDER BY id DESC LIMIT 1) r ON true
 		LEFT JOIN LATERAL (SELECT started_at FROM sweep_runs
 			WHERE provider = c.provider AND account = c.account AND status = 'succeeded' ORDER BY id DESC LIMIT 1) ok ON true
 		WHERE c.provider = $1 AND c.authorized`, provider).
-		Scan(&st.NeverSwept, &st.Failing, &st.OldestSuccess, &st.Healed)
+		Scan(&st.NeverSwept, &st.Failing, &st.OldestSuccess)
 	if err != nil {
 		return reconcile.ConnectSweepStats{}, fmt.Errorf("sum the %s connected sweeps: %w", provider, classify(err))
 	}

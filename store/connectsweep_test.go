@@ -121,3 +121,45 @@ func TestDueConnectSweeps(t *testing.T) {
 	require.Equal(t, 1, served)
 	require.Equal(t, "acct_done", due[0].Account)
 }
+
+// TestPruneKeepsEachAccountsNewestRuns: the prune deletes a connected
+// account's finished runs older than the retention, except the account's
+// newest run and its newest successful one (its schedule and its import
+// state read them); the platform's runs, runs within the retention and a
+// running run stay.
+func TestPruneKeepsEachAccountsNewestRuns(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	run := func(account string, failure error) int64 {
+		t.Helper()
+		r, err := st.StartSweep(ctx, "stripe", account, reconcile.RunSweep)
+		require.NoError(t, err)
+		require.NoError(t, st.FinishSweep(ctx, r, failure))
+		return r.ID
+	}
+	oldOK := run("acct_a", nil)
+	newestOK := run("acct_a", nil)
+	newest := run("acct_a", context.DeadlineExceeded)
+	only := run("acct_b", nil)
+	platform1, platform2 := run("", nil), run("", nil)
+	running, err := st.StartSweep(ctx, "stripe", "acct_c", reconcile.RunSweep)
+	require.NoError(t, err)
+	for _, a := range []string{"acct_a", "acct_b", "acct_c", ""} {
+		storetest.AgeSweepRuns(t, st, "stripe", a, 10*24*time.Hour)
+	}
+	recent := run("acct_b", nil) // within the retention: acct_b's newest now
+
+	p, err := st.Prune(ctx, reconcile.Retention{OlderThan: 7 * 24 * time.Hour})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, p.SweepRuns, "acct_a's oldest success and acct_b's old run")
+	runs, err := st.SweepRuns(ctx, 100)
+	require.NoError(t, err)
+	var kept []int64
+	for _, r := range runs {
+		kept = append(kept, r.ID)
+	}
+	require.ElementsMatch(t, []int64{newestOK, newest, platform1, platform2, running.ID, recent}, kept, "pruned %d and %d", oldOK, only)
+	imported, err := st.Imported(ctx, "stripe", "acct_a")
+	require.NoError(t, err)
+	require.True(t, imported, "an account's newest success is kept: it stays imported")
+}

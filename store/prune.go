@@ -76,6 +76,18 @@ const (
 			SELECT id FROM samples WHERE sampled_at < $1
 			ORDER BY id LIMIT $2
 			FOR UPDATE SKIP LOCKED)`
+	// A connected account's runs (thousands of accounts, a run a day
+	// each) keep its newest and its newest successful one; the platform's
+	// are its sweep history, a few a day, kept.
+	pruneSweepRunsSQL = `
+		DELETE FROM sweep_runs WHERE id IN (
+			SELECT r.id FROM sweep_runs r
+			WHERE r.account <> '' AND r.status <> 'running' AND r.started_at < $1
+			  AND r.id <> (SELECT max(n.id) FROM sweep_runs n WHERE n.provider = r.provider AND n.account = r.account)
+			  AND r.id <> coalesce((SELECT max(s.id) FROM sweep_runs s
+			                        WHERE s.provider = r.provider AND s.account = r.account AND s.status = 'succeeded'), 0)
+			ORDER BY r.id LIMIT $2
+			FOR UPDATE SKIP LOCKED)`
 	pruneSessionsSQL = `
 		DELETE FROM console_sessions WHERE session_hash IN (
 			SELECT session_hash FROM console_sessions WHERE expires_at < $1
@@ -130,7 +142,8 @@ func (s *Store) Prune(ctx context.Context, r reconcile.Retention) (reconcile.Pru
 		before time.Time
 		n      *int64
 	}{{pruneReceiptsSQL, p.Cutoff, &p.Receipts}, {pruneEventsSQL, p.Cutoff, &p.Events}, {pruneLogSQL, p.Cutoff, &p.LogRows},
-		{pruneChangesSQL, p.Cutoff, &p.Changes}, {pruneSamplesSQL, p.Cutoff, &p.Samples}, {pruneSessionsSQL, now, &p.Sessions}}
+		{pruneChangesSQL, p.Cutoff, &p.Changes}, {pruneSamplesSQL, p.Cutoff, &p.Samples}, {pruneSweepRunsSQL, p.Cutoff, &p.SweepRuns},
+		{pruneSessionsSQL, now, &p.Sessions}}
 	for _, step := range steps {
 		for {
 			n, err := s.pruneBatch(ctx, step.sql, step.before, batch)

@@ -162,9 +162,9 @@ func TestPruneInBoundedBatches(t *testing.T) {
 	require.EqualValues(t, 5, p.LogRows)
 	require.EqualValues(t, 2, p.MaxInBatch)
 	// Three batches each for receipts, events and log rows (2, 2, 1), one
-	// for the app's changes (today's), one for samples and one for
-	// sessions.
-	require.Equal(t, 3+3+3+1+1+1, p.Batches)
+	// for the app's changes (today's), one for samples, one for the
+	// connected accounts' sweep runs and one for sessions.
+	require.Equal(t, 3+3+3+1+1+1+1, p.Batches)
 	require.Empty(t, storetest.Events(t, st))
 }
 

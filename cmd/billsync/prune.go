@@ -153,8 +153,8 @@ func reportSizes(ctx context.Context, fs *flag.FlagSet, cfg config, stdout io.Wr
 }
 
 func printPruned(w io.Writer, p reconcile.Pruned) {
-	fmt.Fprintf(w, "pruned before %s: %d events, %d receipts, %d reconcile log rows, %d app changes, %d samples, %d expired sessions (%d batches, at most %d rows each)\n",
-		p.Cutoff.UTC().Format(time.RFC3339), p.Events, p.Receipts, p.LogRows, p.Changes, p.Samples, p.Sessions, p.Batches, p.MaxInBatch)
+	fmt.Fprintf(w, "pruned before %s: %d events, %d receipts, %d reconcile log rows, %d app changes, %d samples, %d connected accounts' sweep runs, %d expired sessions (%d batches, at most %d rows each)\n",
+		p.Cutoff.UTC().Format(time.RFC3339), p.Events, p.Receipts, p.LogRows, p.Changes, p.Samples, p.SweepRuns, p.Sessions, p.Batches, p.MaxInBatch)
 }
 
 // printSizes prints each table's rows and bytes. A row count is exact

@@ -34,7 +34,7 @@ func TestPruneCommand(t *testing.T) {
 
 	out, err = e.billsync("prune", "--older-than", "90d", "-batch", "1")
 	require.NoError(t, err, out)
-	require.Regexp(t, `pruned before \S+: [1-9]\d* events, [1-9]\d* receipts, 1 reconcile log rows, [1-9]\d* app changes, 0 samples, 0 expired sessions \(\d+ batches, at most 1 rows each\)`, out)
+	require.Regexp(t, `pruned before \S+: [1-9]\d* events, [1-9]\d* receipts, 1 reconcile log rows, [1-9]\d* app changes, 0 samples, 0 connected accounts' sweep runs, 0 expired sessions \(\d+ batches, at most 1 rows each\)`, out)
 	require.Empty(t, storetest.CustomerEvents(t, e.st, "stripe", old))
 	require.NotEmpty(t, storetest.CustomerEvents(t, e.st, "stripe", recent))
 	for _, ev := range storetest.CustomerEvents(t, e.st, "stripe", recent) {
