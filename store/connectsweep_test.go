@@ -163,3 +163,40 @@ func TestPruneKeepsEachAccountsNewestRuns(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, imported, "an account's newest success is kept: it stays imported")
 }
+
+// TestEnqueueUnsweptOfEachAccount: a run queues the accounts of its own
+// account that it did not list, none of another's: a connected account's
+// run its own customers (found through accounts_connected), the
+// platform's run its own, a customer billed as an account (a bare acct_
+// key) among them.
+func TestEnqueueUnsweptOfEachAccount(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.NewStore(t)
+	for _, c := range []string{"cus_1", "acct_z", "acct_a/cus_1", "acct_a/cus_2", "acct_b/cus_2", "acct_ab/cus_2"} {
+		storetest.BareAccount(t, st, "stripe", c)
+	}
+	queued := func(account string, seen ...string) []string {
+		t.Helper()
+		run, err := st.StartSweep(ctx, "stripe", account, reconcile.RunSweep)
+		require.NoError(t, err)
+		_, err = st.SweepPage(ctx, run, seen)
+		require.NoError(t, err)
+		before := map[string]bool{}
+		for _, q := range storetest.Queue(t, st) {
+			before[q.CustomerID] = true
+		}
+		_, err = st.EnqueueUnswept(ctx, run.ID, "stripe", account, time.Time{}, 0)
+		require.NoError(t, err)
+		require.NoError(t, st.FinishSweep(ctx, run, nil))
+		var out []string
+		for _, q := range storetest.Queue(t, st) {
+			if !before[q.CustomerID] {
+				out = append(out, q.CustomerID)
+			}
+		}
+		return out
+	}
+	require.ElementsMatch(t, []string{"acct_a/cus_2"}, queued("acct_a", "acct_a/cus_1"))
+	require.ElementsMatch(t, []string{"cus_1", "acct_z"}, queued(""))
+	require.ElementsMatch(t, []string{"acct_b/cus_2"}, queued("acct_b"), "not acct_ab's, whose id starts the same")
+}

@@ -192,15 +192,21 @@ func (s *Store) EnqueueUnswept(ctx context.Context, runID int64, provider, accou
 	if _, err := s.pool.Exec(ctx, `ANALYZE sweep_seen`); err != nil {
 		return 0, fmt.Errorf("%s sweep %d: analyze sweep_seen: %w", provider, runID, classify(err))
 	}
+	of, arg := ofAccount("a.customer_id", "$5"), ofAccountParam(account)
+	if account != "" {
+		// A connected account's customers, found through its index
+		// (accounts_connected), not by reading every account.
+		of, arg = `a.customer_id LIKE 'acct\_%/%' AND split_part(a.customer_id, '/', 1) = $5`, account
+	}
 	var n int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, enqueueSQL(`
 			SELECT a.provider, a.customer_id, (SELECT kind FROM sweep_runs WHERE id = $2), now(),
 				greatest(now(), $4::timestamptz) + (row_number() OVER (ORDER BY a.id) - 1) * make_interval(secs => $3), `+noHints+`
 			FROM accounts a
-			WHERE a.provider = $1 AND `+ofAccount("a.customer_id", "$5")+`
+			WHERE a.provider = $1 AND `+of+`
 			  AND NOT EXISTS (SELECT 1 FROM sweep_seen w WHERE w.run_id = $2 AND w.customer_id = a.customer_id)`),
-			provider, runID, pace.Seconds(), nullTime(from), ofAccountParam(account))
+			provider, runID, pace.Seconds(), nullTime(from), arg)
 		if err != nil {
 			return fmt.Errorf("enqueue unswept accounts: %w", err)
 		}
